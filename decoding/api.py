@@ -1,0 +1,86 @@
+"""One call from text to a finished trace: validate parameters, build the drafter, decode, annotate."""
+from __future__ import annotations
+
+from .drafters import Greedy
+from .lookahead import Lookahead
+from .models import describe, max_positions
+from .prompt_lookup import PromptLookup
+from .runner import generate
+from .sampling import Sampling
+from .trace import Trace
+
+METHODS = ("greedy", "lookahead", "prompt_lookup")
+# Documented caps: beyond them a step's query or a run would be too large to be useful or safe.
+LIMITS = {"max_new_tokens": (1, 4096), "window": (1, 64), "ngram": (2, 16), "guesses": (0, 64),
+          "num_tokens": (1, 64), "max_ngram": (1, 8), "candidates": (1, 16), "top_k": (0, 100000)}
+
+
+def check_range(name: str, value: int) -> None:
+    lo, hi = LIMITS[name]
+    if not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name.replace('_', '-')} must be an integer in [{lo}, {hi}], got {value}")
+
+
+def make_drafter(method: str, **p):
+    """The drafter for a method name; p holds that method's parameters (None = default)."""
+    p = {k: v for k, v in p.items() if v is not None}
+    for k, v in p.items():
+        if k in LIMITS:
+            check_range(k, v)
+    if method == "greedy":
+        return Greedy()
+    if method == "lookahead":
+        return Lookahead(p.get("window", 5), p.get("ngram", 4), p.get("guesses", 5),
+                         prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True))
+    if method == "prompt_lookup":
+        return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
+    raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def make_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> Sampling:
+    if not 0 <= temperature <= 100:
+        raise ValueError(f"temperature must be in [0, 100], got {temperature}")
+    check_range("top_k", top_k)
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top-p must be in (0, 1], got {top_p}")
+    return Sampling(temperature, top_k, top_p, seed)
+
+
+def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, max_new_tokens: int = 64,
+        sampling: Sampling = Sampling(), drafter=None, trace: bool = True, **params) -> Trace:
+    """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info."""
+    check_range("max_new_tokens", max_new_tokens)
+    ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
+    if isinstance(prompt, str) and not prompt.strip() or not ids:
+        raise ValueError("the prompt is empty")
+    drafter = drafter or make_drafter(method, **params)
+    limit = max_positions(model.config)
+    if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
+        raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
+                         f"({drafter.max_depth()}) exceeds the model's {limit} positions")
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                  sampling=sampling, trace=trace, **_hooks(params))
+    tr.model = describe(model)
+    if tokenizer is not None:
+        tr.text = tokenizer.decode(tr.output_ids)
+        tr.vocab = vocab_for(tr, tokenizer)
+    return tr
+
+
+def _hooks(params: dict) -> dict:
+    return {k: params[k] for k in ("step_context", "on_step") if params.get(k) is not None}
+
+
+def vocab_for(tr: Trace, tokenizer) -> dict[str, str]:
+    """Text of every token id the trace mentions, so pictures can be drawn without the tokenizer."""
+    ids = set(tr.prompt_ids) | set(tr.output_ids)
+    for s in tr.steps:
+        ids.update(s.tokens)
+        ids.update(s.accepted)
+        for key in ("window", "window_next", "candidates", "harvested"):
+            for row in s.info.get(key, []) or []:
+                ids.update(row)
+    return {str(i): tokenizer.decode([i]) for i in sorted(ids)}

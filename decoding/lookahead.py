@@ -1,0 +1,91 @@
+"""Lookahead decoding (Fu et al. 2024): a 2D Jacobi window generates n-grams, a pool keeps them, and
+the candidates for the current token are verified in the SAME forward pass as the window.
+
+Window: N-1 levels. Level 0 holds W-1 guesses after x0 (row 0 = [x0, L0]); levels 1..N-2 hold W
+guesses each; L_l[j] sits at position x0 + l + j. The target's outputs at the top level are the new
+guesses one position further; column j then spells an n-gram (row0[j], L1[j], ..., out[j]) that goes
+into the pool. Like the reference, the window advances one position per step, whatever was accepted.
+"""
+from __future__ import annotations
+
+import random
+
+from .drafters import Plan
+from .masks import lookahead_layout
+from .pool import Pool
+from .verify import Verdict
+
+
+class Lookahead:
+    name = "lookahead"
+
+    def __init__(self, window: int = 5, ngram: int = 4, guesses: int = 5, prompt_ngrams: bool = True,
+                 output_ngrams: bool = True, pool_cap: int | None = None, seed: int = 0):
+        if window < 1 or ngram < 2 or guesses < 0:
+            raise ValueError("lookahead needs window >= 1, ngram >= 2, guesses >= 0")
+        self.W, self.N, self.G = window, ngram, guesses
+        self.prompt_ngrams, self.output_ngrams = prompt_ngrams, output_ngrams
+        self.pool_cap = pool_cap or max(guesses, 1)
+        self.seed = seed
+        self._layouts: dict[tuple[int, int], dict] = {}
+
+    def config(self) -> dict:
+        return {"window": self.W, "ngram": self.N, "guesses": self.G, "prompt_ngrams": self.prompt_ngrams,
+                "output_ngrams": self.output_ngrams, "pool_cap": self.pool_cap, "seed": self.seed}
+
+    def max_depth(self) -> int:
+        return self.W + self.N
+
+    def start(self, prompt_ids: list[int]) -> None:
+        rng = random.Random(self.seed)
+        self.levels: list[list[int]] = [[rng.choice(prompt_ids) for _ in range(self.W - 1)]]
+        self.pool = Pool(self.N - 1, self.pool_cap)
+        self._next = 0 if self.prompt_ngrams else max(0, len(prompt_ids) - self.N + 1)
+        if self.prompt_ngrams:
+            self._next = self.pool.add_text(prompt_ids, 0, "prompt")
+
+    def plan(self, context: list[int]) -> Plan:
+        x0 = context[-1]
+        cands, sources = self.pool.lookup(x0, self.G) if self.G else ([], [])
+        key = (len(self.levels), len(cands))
+        lay = self._layouts.get(key)
+        if lay is None:
+            lay = self._layouts[key] = lookahead_layout(self.W, self.N, len(self.levels), len(cands))
+        tokens = [x0] + [t for level in self.levels for t in level] + [t for c in cands for t in c]
+        proposal = [r == "candidate" for r in lay["roles"]]
+        info = {"window": [list(level) for level in self.levels], "pool_key": x0,
+                "candidates": [list(c) for c in cands], "candidate_sources": sources}
+        return Plan(tokens, lay["parents"], lay["depths"], lay["roles"], lay["slots"], proposal,
+                    origin="candidate", info=info)
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        W, levels = self.W, self.levels
+        top = 0 if len(levels) == 1 else W + (len(levels) - 2) * W  # first query index of the top level
+        out = preds[top:top + W]
+        harvested = []
+        if len(levels) == self.N - 1:  # full window: harvest one n-gram per column, then shift
+            row0 = [plan.tokens[0]] + levels[0]
+            for j in range(W):
+                gram = [row0[j]] + [level[j] for level in levels[1:]] + [out[j]]
+                self.pool.add(gram[0], tuple(gram[1:]), "window")
+                harvested.append(gram)
+            stack = levels[1:] + [out]
+            self.levels = [stack[0][1:]] + stack[1:]
+        else:  # warm-up: each step fills one more level
+            self.levels = levels + [out]
+        if self.output_ngrams:
+            self._next = self.pool.add_text(context, self._next, "output")
+        accepted = verdict.tokens
+        matched = [_common_prefix(c, accepted) for c in plan.info["candidates"]]
+        chosen = plan.slots[verdict.path[1]][0] if len(verdict.path) > 1 else None
+        plan.info.update(window_next=[list(level) for level in self.levels], harvested=harvested,
+                         matched=matched, chosen=chosen, pool_size=self.pool.size)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

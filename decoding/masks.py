@@ -1,0 +1,96 @@
+"""Attention masks and position ids for one decoding step.
+
+Every step of every method is a *tree* of new tokens rooted at x0 (the last accepted token, not yet in
+the KV cache): a greedy step is a single node, a draft chain is a path, a token tree is a tree, and the
+lookahead window is a tree too — window token L_l[j] hangs under L_{l-1}[j], and row 0 is a chain under
+x0 — so that "each token sees the cache, its ancestors and itself" reproduces the paper's mask exactly.
+Position of a node = cache length + its depth. One builder therefore serves all methods.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+
+def depths_of(parents: list[int]) -> list[int]:
+    """Depth of each node (root = 0); parents must precede their children."""
+    depth = [0] * len(parents)
+    for i, p in enumerate(parents):
+        if p >= i:
+            raise ValueError(f"node {i} has parent {p}: parents must come first")
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    return depth
+
+
+@lru_cache(maxsize=256)
+def _tree_visibility(parents: tuple[int, ...]) -> np.ndarray:
+    n = len(parents)
+    vis = np.zeros((n, n), dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            vis[i] = vis[p]
+        vis[i, i] = True
+    vis.setflags(write=False)
+    return vis
+
+
+def tree_visibility(parents: list[int] | tuple[int, ...]) -> np.ndarray:
+    """Bool [q, q]: True where query i may attend to query j (j is i or an ancestor of i)."""
+    return _tree_visibility(tuple(parents))
+
+
+@lru_cache(maxsize=64)
+def _tree_additive(parents: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
+    vis = torch.from_numpy(np.array(_tree_visibility(parents)))
+    out = torch.zeros(vis.shape, dtype=dtype)
+    out.masked_fill_(~vis, torch.finfo(dtype).min)
+    return out.to(device)
+
+
+def step_mask(parents: list[int] | tuple[int, ...], past_len: int, dtype: torch.dtype,
+              device: torch.device | str) -> torch.Tensor:
+    """Additive float mask [1, 1, q, past_len + q]: 0 = attend, finfo.min = masked.
+
+    Float, not bool: transformers' eager attention mis-handles bool 4D masks (REFERENCE.md).
+    The whole cache (the accepted prefix) is visible to every query token.
+    """
+    tree = _tree_additive(tuple(parents), dtype, str(device))
+    q = tree.shape[0]
+    if past_len == 0:
+        return tree[None, None]
+    prefix = torch.zeros((q, past_len), dtype=dtype, device=tree.device)
+    return torch.cat([prefix, tree], dim=1)[None, None]
+
+
+def chain_parents(n: int) -> list[int]:
+    """A causal chain of n tokens (prefill, greedy, one draft chain)."""
+    return list(range(-1, n - 1))
+
+
+def lookahead_layout(window: int, ngram: int, levels: int, n_candidates: int) -> dict[str, list]:
+    """Parents, depths and roles of a lookahead step's query, in the paper's order.
+
+    Query = [x0 | L0 (W-1) | L1 (W) | ... | L_{levels-1} (W) | G' candidates x (N-1)].
+    Role slots: window → (level, column) with x0 = (0, 0) and L0[j-1] = (0, j); candidate → (g, i).
+    """
+    W, n1 = window, ngram - 1
+    parents, roles, slots = [-1], ["x0"], [(0, 0)]
+    for j in range(1, W):
+        parents.append(j - 1); roles.append("window"); slots.append((0, j))
+    for lev in range(1, levels):
+        for j in range(W):
+            parents.append(j if lev == 1 else W + (lev - 2) * W + j)
+            roles.append("window"); slots.append((lev, j))
+    add_chains(parents, roles, slots, [n1] * n_candidates)
+    return {"parents": parents, "depths": depths_of(parents), "roles": roles, "slots": slots}
+
+
+def add_chains(parents: list[int], roles: list[str], slots: list, lengths: list[int],
+               role: str = "candidate") -> None:
+    """Append candidate chains, each hanging under x0 (query index 0); slot = (candidate, offset)."""
+    for g, n in enumerate(lengths):
+        for i in range(n):
+            parents.append(0 if i == 0 else len(parents) - 1)
+            roles.append(role); slots.append((g, i))

@@ -1,0 +1,99 @@
+"""Loading target and draft models (hub id or local directory) and the checks the engine needs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_TARGET = str(ASSETS / "target")
+DEFAULT_DRAFT = str(ASSETS / "draft")
+
+
+class ModelError(ValueError):
+    """A model that cannot be loaded or cannot run in this engine; the message is for the user."""
+
+
+def pick_device(device: str | None = None) -> str:
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pick_dtype(dtype: str | None, device: str) -> torch.dtype:
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if dtype not in table:
+        raise ModelError(f"unknown dtype {dtype!r}; choose one of fp32, bf16, fp16")
+    return table[dtype]
+
+
+def check_architecture(config: PretrainedConfig) -> None:
+    """Refuse models where one custom 4D mask cannot drive every layer (sliding-window, hybrid)."""
+    name = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise ModelError(f"{name} is an encoder-decoder model; DecodeScope needs a decoder-only causal LM")
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        kinds = sorted(set(layer_types))
+        raise ModelError(f"{name} mixes attention kinds {kinds}: one custom attention mask cannot fit "
+                         "every layer, so lookahead/tree verification would be wrong")
+    window = getattr(config, "sliding_window", None)
+    if window and getattr(config, "use_sliding_window", True):
+        raise ModelError(f"{name} uses sliding-window attention (window {window}): a custom tree mask "
+                         "cannot be applied exactly")
+
+
+def max_positions(config: PretrainedConfig) -> int | None:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        v = getattr(config, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
+         attn: str = "sdpa", trust_remote_code: bool = False):
+    """(model, tokenizer) for a hub id or local dir; the embedded target when name is None."""
+    name = name or DEFAULT_TARGET
+    device = pick_device(device)
+    torch_dtype = pick_dtype(dtype, device)
+    local = Path(name).expanduser()
+    if name.startswith((".", "/", "~")) and not local.exists():
+        raise ModelError(f"model directory {name} does not exist")
+    try:
+        config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - hub, disk and parsing errors all mean "cannot load"
+        raise ModelError(f"cannot load model {name!r}: {_first_line(e)}") from None
+    check_architecture(config)
+    kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)
+    if device == "cuda" and torch.cuda.device_count() > 1:
+        kwargs["device_map"] = "auto"  # shard a model too big for one GPU (needs accelerate)
+    try:
+        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(f"cannot load model {name!r}: {_first_line(e)}") from None
+    if "device_map" not in kwargs:
+        model = model.to(device)
+    model.eval()
+    model.name_or_path_ = name
+    return model, tok
+
+
+def describe(model) -> dict:
+    """What a trace records about the model, so a replay can say what produced it."""
+    cfg = model.config
+    p = next(model.parameters())
+    return {"name": getattr(model, "name_or_path_", getattr(cfg, "_name_or_path", "")),
+            "model_type": cfg.model_type, "n_params": sum(x.numel() for x in model.parameters()),
+            "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device),
+            "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

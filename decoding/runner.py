@@ -1,0 +1,116 @@
+"""The loop shared by every method: plan → one target forward → verify → commit → observe → record.
+
+The KV cache holds the accepted text except the last token x0, which is the root of the next step's tree.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, ContextManager, Iterable
+
+import torch
+from transformers import PreTrainedModel
+
+from . import verify
+from .core import Core
+from .drafters import Drafter, Greedy
+from .masks import chain_parents
+from .sampling import Sampling, make_generator, sample, warp
+from .trace import Step, Trace
+
+StepContext = Callable[[int, str], ContextManager]
+
+
+def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | None = None, *,
+             max_new_tokens: int = 64, eos_token_id: int | Iterable[int] | None = None,
+             sampling: Sampling = Sampling(), trace: bool = True,
+             step_context: StepContext | None = None,
+             on_step: Callable[[Step, list[int]], None] | None = None) -> Trace:
+    """Decode up to max_new_tokens new tokens (fewer only at EOS) with `drafter` (greedy if None).
+
+    step_context(index, kind) wraps each step (the profiler puts a record_function range there);
+    on_step(step, output_so_far) is called after each step (the app streams from it)."""
+    drafter = drafter or Greedy()
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if max_new_tokens <= 0:
+        raise ValueError("max_new_tokens must be positive")
+    eos = _eos_set(eos_token_id)
+    ctx_mgr = step_context or (lambda i, kind: contextlib.nullcontext())
+    gen = None if sampling.greedy else make_generator(sampling)
+    core = Core(model)
+    out: list[int] = []
+    tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
+                                            "sampling": sampling.to_dict()},
+               prompt_ids=list(prompt_ids))
+    context = list(prompt_ids)
+    t_run = time.perf_counter()
+
+    with ctx_mgr(0, "prefill"):
+        t0 = time.perf_counter()
+        logits = core.prefill(context)
+        core.commit(list(range(len(context))))
+        first = int(logits[-1].argmax()) if gen is None else sample(warp(logits[-1], sampling), gen)
+        drafter.start(list(prompt_ids))
+        step = Step(0, "prefill", 0, len(context), [], [])
+        if trace:
+            step.tokens, step.positions = list(context), list(range(len(context)))
+            step.parents, step.roles = chain_parents(len(context)), ["prompt"] * len(context)
+            step.slots = [[i, 0] for i in range(len(context))]
+        step.wall_ms = (time.perf_counter() - t0) * 1e3
+    stop = _accept(out, context, [first], step, max_new_tokens, eos)
+    tr.steps.append(step)
+    if on_step:
+        on_step(step, out)
+
+    while not stop:
+        index = len(tr.steps)
+        with ctx_mgr(index, "decode"):
+            t0 = time.perf_counter()
+            plan = drafter.plan(context)
+            kv_len = core.length
+            logits = core.forward(plan.tokens, plan.parents, plan.depths)
+            preds = logits.argmax(-1).tolist()  # the one host sync of the step
+            if gen is None:
+                v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)
+            else:
+                v = verify.sampled(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
+            core.commit(v.path)
+            step = Step(index, "decode", kv_len, len(plan.tokens), [], [])
+            stop = _accept(out, context, v.tokens, step, max_new_tokens, eos, plan.origin)
+            drafter.observe(plan, preds, v, context)
+            if trace:
+                step.tokens, step.parents, step.roles = plan.tokens, plan.parents, plan.roles
+                step.positions = [kv_len + d for d in plan.depths]
+                step.slots = [list(s) for s in plan.slots]
+                step.kept, step.info = v.path, plan.info
+            step.wall_ms = (time.perf_counter() - t0) * 1e3
+        tr.steps.append(step)
+        if on_step:
+            on_step(step, out)
+
+    tr.wall_s = time.perf_counter() - t_run
+    tr.output_ids = out
+    tr.stop_reason = "eos" if out and out[-1] in eos else "max_new_tokens"
+    return tr
+
+
+def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, limit: int,
+            eos: set[int], origin: str = "target") -> bool:
+    """Append accepted tokens up to the limit or the first EOS; True when decoding must stop."""
+    for k, t in enumerate(tokens):
+        out.append(t)
+        context.append(t)
+        step.accepted.append(t)
+        step.origins.append("target" if k == len(tokens) - 1 else origin)
+        if t in eos or len(out) >= limit:
+            return True
+    return False
+
+
+def _eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:
+    if eos_token_id is None:
+        return set()
+    if isinstance(eos_token_id, int):
+        return {eos_token_id}
+    return {int(t) for t in eos_token_id}

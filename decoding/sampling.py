@@ -1,0 +1,53 @@
+"""Turning logits into the target's sampling distribution (temperature, top-k, top-p), as HF does."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """temperature == 0 means greedy (argmax); otherwise sample from the warped distribution."""
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
+    """Probabilities over the vocabulary (last dim), in the order HF applies the warpers:
+    temperature, then top-k, then top-p (keeping the smallest set with mass >= top_p)."""
+    x = logits.float() / s.temperature
+    if s.top_k and s.top_k < x.shape[-1]:
+        kth = torch.topk(x, s.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if s.top_p < 1.0:
+        sx, si = torch.sort(x, dim=-1, descending=False)
+        cum = sx.softmax(-1).cumsum(-1)
+        drop_sorted = cum <= (1 - s.top_p)
+        drop_sorted[..., -1] = False  # always keep the most likely token
+        drop = drop_sorted.scatter(-1, si, drop_sorted)
+        x = x.masked_fill(drop, float("-inf"))
+    return x.softmax(-1)
+
+
+def make_generator(s: Sampling) -> torch.Generator:
+    g = torch.Generator(device="cpu")
+    g.manual_seed(s.seed)
+    return g
+
+
+def sample(probs: torch.Tensor, gen: torch.Generator) -> int:
+    return int(torch.multinomial(probs.cpu(), 1, generator=gen).item())
+
+
+def uniform(gen: torch.Generator) -> float:
+    return float(torch.rand((), generator=gen).item())

@@ -1,0 +1,102 @@
+"""The per-step trace: the only contract between decoding/ and viz/, profiling/, app.py.
+
+A Trace is plain data (ints, floats, strings, lists, dicts) so it serialises to JSON and a run recorded on
+a GPU replays anywhere. Bump SCHEMA when a field changes meaning.
+
+Step fields:
+  index, kind ("prefill" | "decode"), kv_len (cached tokens before the step), n_query,
+  tokens / positions / parents / roles / slots: the step's query, one entry per new token. roles are
+    "prompt", "x0", "window", "candidate", "draft", "stage2"; slots say where in its structure the token
+    sits: window → [level, column] (x0 is [0, 0], L0[j-1] is [0, j]), candidate → [candidate, offset],
+    draft → [node id, depth]; parents are query indices (-1 = root) and define the attention mask.
+  accepted: new tokens this step; origins: one per accepted token ("target" = the model's own next token,
+    "candidate" = a verified lookahead n-gram, "prompt_lookup", "draft", "stage2");
+  kept: query indices whose KV entries stayed in the cache; wall_ms: the step's wall time;
+  info: what the method did (lookahead: window, window_next, pool_key, candidates, candidate_sources,
+    matched, chosen, harvested, pool_size; speculative: the tree, draft probabilities, ...).
+With tracing off, the query arrays and info are left empty and only counts and times are kept.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SCHEMA = "decodescope.trace/1"
+
+
+@dataclass
+class Step:
+    index: int
+    kind: str
+    kv_len: int
+    n_query: int
+    accepted: list[int]
+    origins: list[str]
+    wall_ms: float = 0.0
+    tokens: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    slots: list[list[int]] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Trace:
+    method: str
+    config: dict
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    model: dict = field(default_factory=dict)
+    text: str = ""
+    vocab: dict[str, str] = field(default_factory=dict)  # token id (as str) -> text, for replay
+    wall_s: float = 0.0
+    stop_reason: str = ""
+    schema: str = SCHEMA
+
+    def stats(self) -> dict:
+        """Run-level numbers. steps counts target forward passes, prefill included."""
+        decode = [s for s in self.steps if s.kind == "decode"]
+        lens = [len(s.accepted) for s in decode]
+        n = len(self.output_ids)
+        steps = len(self.steps)
+        return {
+            "new_tokens": n,
+            "steps": steps,
+            "compression": n / steps if steps else 0.0,
+            "mean_accepted": sum(lens) / len(lens) if lens else 0.0,
+            "accepted_histogram": {str(k): v for k, v in sorted(Counter(lens).items())},
+            "query_tokens": sum(s.n_query for s in self.steps),
+            "wall_s": self.wall_s,
+            "tokens_per_s": n / self.wall_s if self.wall_s > 0 else 0.0,
+        }
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stats"] = self.stats()
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trace":
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"unsupported trace schema {d.get('schema')!r} (this version reads {SCHEMA})")
+        d = {k: v for k, v in d.items() if k != "stats"}
+        d["steps"] = [Step(**s) for s in d.get("steps", [])]
+        return cls(**d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trace":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def token_text(self, tok: int) -> str:
+        return self.vocab.get(str(tok), f"<{tok}>")

@@ -1,0 +1,85 @@
+"""Acceptance rules: which drafted nodes of a step's tree the target agrees with.
+
+Input is the step's tree (tokens, parents, which nodes are proposals) and the target's logits at every
+node; output is the accepted path (node indices, root x0 first) plus the token the target adds after it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .sampling import Sampling, sample, uniform, warp
+
+
+@dataclass
+class Verdict:
+    path: list[int]        # query indices of x0 and the accepted proposal nodes, in order
+    tokens: list[int]      # new tokens: the accepted proposals, then the target's own next token
+    ok: list[bool] | None = None  # greedy only: node agrees with the target (and so do its ancestors)
+
+
+def greedy(tokens: list[int], parents: list[int], proposal: list[bool], preds: list[int]) -> Verdict:
+    """Longest proposal path that equals the target's argmax chain; first one wins ties.
+
+    A node is accepted iff its parent is accepted and its token is the target's argmax at the parent.
+    The target's argmax at the deepest accepted node is the bonus token, so a fully matched chain of
+    k proposals yields k + 1 tokens. Output equals plain greedy decoding by construction."""
+    n = len(tokens)
+    ok = [False] * n
+    depth = [0] * n
+    ok[0] = True
+    best = 0
+    for i in range(1, n):
+        p = parents[i]
+        if proposal[i] and ok[p] and tokens[i] == preds[p]:
+            ok[i] = True
+            depth[i] = depth[p] + 1
+            if depth[i] > depth[best]:
+                best = i
+    path = _path_to(best, parents)
+    return Verdict(path, [tokens[i] for i in path[1:]] + [preds[best]], ok)
+
+
+def sampled(tokens: list[int], parents: list[int], proposal: list[bool], logits: torch.Tensor,
+            s: Sampling, gen: torch.Generator) -> Verdict:
+    """Distribution-preserving acceptance of deterministic proposals (lookahead, prompt lookup).
+
+    Rule (multi-candidate rejection with point-mass drafts, as in SpecInfer/LADE): at the current node let
+    p be the target's warped distribution and r = p. For each distinct proposed child token d in order,
+    accept d with probability r(d) / sum(r); if rejected, set r(d) = 0 and try the next. If all are
+    rejected, sample the next token from r / sum(r) and stop. Then P(next = d1) = p(d1),
+    P(next = d2) = (1 - p(d1)) * p(d2) / (1 - p(d1)) = p(d2), and any unproposed x gets p(x): every token
+    is drawn from exactly p, whatever the proposals were. Accepting d moves to the children of all nodes
+    with token d (identical contexts: duplicates of one prefix), so deeper tokens follow the same rule."""
+    children: dict[int, list[int]] = {}
+    for i in range(1, len(tokens)):
+        if proposal[i]:
+            children.setdefault(parents[i], []).append(i)
+    cur, out = [0], []
+    while True:
+        r = warp(logits[cur[0]], s).cpu()
+        kids = [c for u in cur for c in children.get(u, [])]
+        chosen = None
+        for d in dict.fromkeys(tokens[c] for c in kids):
+            mass = float(r.sum())
+            if mass > 0 and uniform(gen) < float(r[d]) / mass:
+                chosen = d
+                break
+            r[d] = 0.0
+        if chosen is None:
+            if float(r.sum()) <= 0:  # every token with mass was proposed and rejected: cannot happen
+                r = warp(logits[cur[0]], s).cpu()
+            out.append(sample(r / r.sum(), gen))
+            break
+        out.append(chosen)
+        cur = [c for c in kids if tokens[c] == chosen]
+    return Verdict(_path_to(cur[0], parents), out)
+
+
+def _path_to(node: int, parents: list[int]) -> list[int]:
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
