@@ -1,0 +1,118 @@
+"""Held-out evaluation of the shipped models: loss, bits per byte, tokenizer round trip, greedy completions.
+
+    python assets/eval_models.py [--out-dir assets] [--ckpt-dir assets/.ckpt]
+
+bits/byte = (total NLL in nats over every held-out token after the first) / ln 2 / (UTF-8 bytes of the
+held-out files).  The held-out stream is the held-out files in sorted order, each followed by EOS; the EOS
+predictions are counted in the NLL (their cost is charged to the source bytes, a slight overestimate).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stdlib_corpus  # noqa: E402
+
+PROMPT_FILES = ["chunk.py", "uu.py", "wsgiref/handlers.py"]
+
+
+def bits_per_byte(total_nll_nats: float, n_bytes: int) -> float:
+    return total_nll_nats / math.log(2) / n_bytes
+
+
+@torch.no_grad()
+def heldout_nll(model, ids: np.ndarray, ctx: int, batch: int = 8) -> tuple[float, int]:
+    """Sum of NLL (nats) over ids[1:], in non-overlapping windows of ctx predictions."""
+    x = torch.from_numpy(ids.astype(np.int64))
+    starts = list(range(0, x.numel() - 1, ctx))
+    total, count = 0.0, 0
+    for i in range(0, len(starts), batch):
+        chunks = [x[s : s + ctx + 1] for s in starts[i : i + batch]]
+        full = [c for c in chunks if c.numel() == ctx + 1]
+        rest = [c for c in chunks if c.numel() != ctx + 1]
+        groups = ([torch.stack(full)] if full else []) + [c[None] for c in rest]
+        for g in groups:
+            logits = model(input_ids=g[:, :-1]).logits.float()
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), g[:, 1:].reshape(-1),
+                                                    reduction="sum")
+            total += nll.item()
+            count += g[:, 1:].numel()
+    return total, count
+
+
+def completion_prompts(held: dict[str, str]) -> list[tuple[str, str]]:
+    """(file, prompt): the 30 lines ending with the second method/def signature line of each prompt file."""
+    out = []
+    for rel in PROMPT_FILES if all(f in held for f in PROMPT_FILES) else sorted(held)[:3]:
+        lines = held[rel].splitlines(keepends=True)
+        defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
+        end = defs[1] if len(defs) > 1 else (defs[0] if defs else min(10, len(lines) - 1))
+        out.append((rel, "".join(lines[max(0, end - 29) : end + 1])))
+    return out
+
+
+def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=True, device="cpu",
+                  max_new_tokens=64):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir = Path(out_dir)
+    tiny = not completions
+    _, held = stdlib_corpus.load_split(tiny=tiny)
+    res = {"models": {}, "heldout_bytes": heldout_bytes}
+    tok = AutoTokenizer.from_pretrained(out_dir / "target" if (out_dir / "target").exists() else out_dir / "draft")
+    res["tokenizer_class"] = type(tok).__name__
+    rel = sorted(held)[0]
+    ids = tok(held[rel])["input_ids"]
+    res["roundtrip_file"], res["roundtrip_ok"] = rel, tok.decode(ids) == held[rel]
+    log(f"[eval] tokenizer {type(tok).__name__}: round trip of {rel} ({len(ids)} tokens): {res['roundtrip_ok']}")
+    prompts = completion_prompts(held) if completions else []
+    for name in ("draft", "target"):
+        if not (out_dir / name).exists():
+            continue
+        t0 = time.time()
+        model = AutoModelForCausalLM.from_pretrained(out_dir / name).to(device).eval()
+        nll, n = heldout_nll(model, val_ids, ctx)
+        r = {"params": sum(p.numel() for p in model.parameters()), "dtype_loaded": str(model.dtype),
+             "loss": nll / n, "tokens": n, "bits_per_byte": bits_per_byte(nll, heldout_bytes),
+             "disk_mb": round(sum(f.stat().st_size for f in (out_dir / name).iterdir()) / 1e6, 2),
+             "completions": []}
+        for rel, prompt in prompts:
+            enc = tok(prompt, return_tensors="pt")
+            gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.eos_token_id)
+            r["completions"].append({"file": rel, "prompt": prompt,
+                                     "completion": tok.decode(gen[0, enc["input_ids"].shape[1]:])})
+        res["models"][name] = r
+        log(f"[eval] {name}: loss {r['loss']:.4f}, {r['bits_per_byte']:.4f} bits/byte ({time.time()-t0:.0f} s)")
+    return res
+
+
+def main() -> int:
+    import argparse
+    import json
+
+    here = Path(__file__).resolve().parent
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out-dir", default=str(here))
+    ap.add_argument("--ckpt-dir", default=str(here / ".ckpt"))
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=None)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    meta = json.loads((Path(a.ckpt_dir) / "corpus_meta.json").read_text())
+    val_ids = np.load(Path(a.ckpt_dir) / "val_ids.npy")
+    res = evaluate_dirs(a.out_dir, val_ids, meta["heldout_bytes"], a.ctx)
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
