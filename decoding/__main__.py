@@ -1,0 +1,78 @@
+"""CLI: python -m decoding generate --model M --method lookahead --prompt TEXT --max-new-tokens K ...
+
+Bad input ends with one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .api import LIMITS, METHODS, make_drafter, make_sampling, run
+from .models import ModelError, load
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m decoding", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="decode a prompt and print the text and run statistics")
+    g.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
+    g.add_argument("--method", default="lookahead", choices=METHODS)
+    g.add_argument("--prompt", required=True, help="text, tokenised exactly as tokenizer(prompt)")
+    g.add_argument("--max-new-tokens", type=int, default=64,
+                   help=f"new tokens to generate, {LIMITS['max_new_tokens'][0]}..{LIMITS['max_new_tokens'][1]}")
+    g.add_argument("--window", type=int, default=None, help="lookahead W (default 5)")
+    g.add_argument("--ngram", type=int, default=None, help="lookahead N (default 4)")
+    g.add_argument("--guesses", type=int, default=None, help="lookahead G (default 5)")
+    g.add_argument("--no-prompt-ngrams", action="store_true", help="lookahead: do not seed the pool with the prompt")
+    g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
+    g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
+    g.add_argument("--candidates", type=int, default=None, help="prompt lookup: continuations verified per step")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
+    g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
+    try:
+        return generate(args)
+    except (ValueError, ModelError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def generate(args: argparse.Namespace) -> int:
+    if not args.prompt.strip():
+        raise ValueError("the prompt is empty")
+    sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
+                  max_ngram=args.max_ngram, candidates=args.candidates,
+                  prompt_ngrams=False if args.no_prompt_ngrams else None)
+    drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
+    model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
+             drafter=drafter)
+    st = tr.stats()
+    print(tr.text)
+    print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
+          f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
+          file=sys.stderr)
+    if args.json:
+        doc = {"method": tr.method, "config": tr.config, "output_ids": tr.output_ids, "text": tr.text,
+               "steps": st["steps"], "compression": st["compression"], "stats": st, "trace": tr.to_dict()}
+        Path(args.json).write_text(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
