@@ -80,19 +80,20 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
     ckpt = Path(args.ckpt_dir) / f"{name}.pt"
-    step, total, elapsed, tokens_seen, ema = 0, steps, 0.0, 0, None
+    step, total, elapsed, tokens_seen, ema, replans = 0, steps, 0.0, 0, None, []
     if args.resume and ckpt.exists():
         st = torch.load(ckpt, map_location=device, weights_only=False)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, total, elapsed, tokens_seen, ema = st["step"], st["total"], st["elapsed"], st["tokens"], st["ema"]
+        replans = st.get("replans", [])
         log(f"[{name}] resumed at step {step}/{total}")
     if st_done := (total is not None and step >= total):
         log(f"[{name}] already finished ({step} steps)")
     log(f"[{name}] {n_params/1e6:.2f}M params, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
         f"batch {args.batch_size}x{args.seq_len}, peak lr {lr}, device {device}")
     use_amp = device.type == "cuda"
-    warmup = max(2, min(args.warmup, (total or 10**9) // 10))
+    warmup = max(2, min(args.warmup, steps // 10)) if steps else args.warmup
     first, t_calib = step, None  # time budget: measure steps first+3 .. first+28 of this process
     t_last_ckpt = time.time()
     t0 = time.time() - elapsed
@@ -119,6 +120,15 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
             total = max(step + 1, int((minutes * 60 - elapsed) / per_step) + step)
             log(f"[{name}] calibrated: {per_step*1000:.0f} ms/step -> total {total} steps "
                 f"(reproduce with --steps-{name} {total})")
+        if steps is None and total and step % args.log_every == 0 and step < total:
+            # time budget: if the machine got slower (shared CPU), shorten the schedule to stay within it
+            per_step = elapsed / step
+            if elapsed + (total - step) * per_step > minutes * 60 * 1.08:
+                new_total = max(step + 1, step + int((minutes * 60 - elapsed) / per_step))
+                if new_total < total:
+                    log(f"[{name}] running slower than calibrated: total {total} -> {new_total} steps")
+                    replans.append([step, total, new_total])
+                    total = new_total
         if step % args.log_every == 0 or step == total:
             tps = tokens_seen / max(elapsed, 1e-9)
             eta = (total - step) * elapsed / step if total else float("nan")
@@ -127,11 +137,13 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60 or step == total:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "total": total,
-                        "elapsed": elapsed, "tokens": tokens_seen, "ema": ema}, str(ckpt) + ".tmp")
+                        "elapsed": elapsed, "tokens": tokens_seen, "ema": ema, "replans": replans},
+                       str(ckpt) + ".tmp")
             os.replace(str(ckpt) + ".tmp", ckpt)
             t_last_ckpt = time.time()
     return model, {"params": n_params, "steps": step, "minutes": round(elapsed / 60, 2), "tokens": tokens_seen,
-                   "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": args.batch_size, "seq_len": args.seq_len}
+                   "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": args.batch_size, "seq_len": args.seq_len,
+                   "schedule_replans": replans}
 
 
 def save_model(model, tok, out: Path, dtype: str) -> None:
