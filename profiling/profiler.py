@@ -1,0 +1,166 @@
+"""A profiled decoding run: torch.profiler around the engine, one record_function range per step.
+
+The engine calls step_context(index, kind) around every step (prefill is step 0); StepClock puts a range
+"<method>/step <index>" there, times the step (CUDA events on a GPU, so the time is the device's, not the
+launch queue's) and reads memory. After the run the Perfetto trace is exported and every step gets its
+analytic FLOPs/bytes and roofline numbers. The result is a plain dict (PROFILE_SCHEMA) keyed by step
+index like the Trace, so viz/ and the app read it without torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from decoding import Sampling, Trace, run
+
+from . import calibrate, roofline
+from .flops import arch_of, dtype_bytes, trace_costs
+
+PROFILE_SCHEMA = "decodescope.profile/1"
+
+
+def range_name(method: str, index: int) -> str:
+    return f"{method}/step {index}"
+
+
+def rss_bytes() -> int:
+    """Current resident set size (Linux /proc), 0 where unavailable."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def peak_rss_bytes() -> int:
+    """The process's RSS high-water mark (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r if sys.platform == "darwin" else r * 1024
+
+
+class StepClock:
+    """step_context for decoding.generate/run: a named range, a timer and a memory reading per step."""
+
+    def __init__(self, method: str, device: torch.device | str = "cpu"):
+        self.method = method
+        self.device = torch.device(device)
+        self.gpu = self.device.type == "cuda"
+        self.records: dict[int, dict] = {}
+        self._events: list[tuple[int, Any, Any]] = []
+
+    @contextlib.contextmanager
+    def __call__(self, index: int, kind: str) -> Iterator[None]:
+        rec: dict[str, Any] = {"index": index, "kind": kind, "range": range_name(self.method, index)}
+        if self.gpu:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        with torch.profiler.record_function(rec["range"]):
+            yield
+        if self.gpu:
+            end.record()
+            self._events.append((index, start, end))
+            rec["mem_bytes"] = torch.cuda.max_memory_allocated(self.device)
+        else:
+            rec["mem_bytes"] = rss_bytes()
+        rec["host_ms"] = rec["wall_ms"] = (time.perf_counter() - t0) * 1e3
+        self.records[index] = rec
+
+    def finish(self) -> dict[int, dict]:
+        """Resolve CUDA event times (one sync at the end, not per step)."""
+        if self._events:
+            torch.cuda.synchronize(self.device)
+            for index, start, end in self._events:
+                self.records[index]["wall_ms"] = start.elapsed_time(end)
+            self._events.clear()
+        return self.records
+
+
+def perfetto_ranges(path: str | Path, method: str) -> list[dict]:
+    """The step ranges in an exported Chrome/Perfetto trace (host-side user annotations)."""
+    data = json.loads(Path(path).read_text())
+    prefix = f"{method}/step "
+    out = []
+    for ev in data.get("traceEvents", []):
+        name = ev.get("name", "")
+        if ev.get("ph") == "X" and ev.get("cat") == "user_annotation" and name.startswith(prefix):
+            out.append({"name": name, "index": int(name[len(prefix):]), "ts_us": ev["ts"], "dur_us": ev["dur"]})
+    return sorted(out, key=lambda r: r["ts_us"])
+
+
+def model_device_dtype(model) -> tuple[torch.device, torch.dtype]:
+    w = model.get_input_embeddings().weight
+    return w.device, w.dtype
+
+
+def memory_summary(device: torch.device, records: dict[int, dict]) -> dict:
+    if device.type == "cuda":
+        return {"kind": "cuda_allocator", "peak_bytes": max((r["mem_bytes"] for r in records.values()), default=0)}
+    return {"kind": "process_rss", "peak_bytes": peak_rss_bytes()}
+
+
+def build_profile(tr: Trace, records: dict[int, dict], model, peaks: dict | None,
+                  ranges: list[dict] | None = None, perfetto: str | None = None) -> dict:
+    """Join the trace, the step clock and the analytic costs into one JSON-ready profile."""
+    device, dtype = model_device_dtype(model)
+    costs = trace_costs(tr, model.config, dtype)
+    steps = []
+    for s, c in zip(tr.steps, costs):
+        rec = records.get(s.index, {})
+        steps.append({**c, "accepted": len(s.accepted), "wall_ms": rec.get("wall_ms", s.wall_ms),
+                      "host_ms": rec.get("host_ms", s.wall_ms), "engine_ms": s.wall_ms,
+                      "mem_bytes": rec.get("mem_bytes", 0)})
+    roofline.annotate(steps, peaks)
+    return {"schema": PROFILE_SCHEMA, "method": tr.method, "config": tr.config,
+            "device": calibrate.device_name(device), "device_type": device.type,
+            "dtype": str(dtype).replace("torch.", ""), "dtype_bytes": dtype_bytes(dtype),
+            "arch": arch_of(model.config).to_dict(), "peaks": peaks, "datasheet": calibrate.DATASHEET,
+            "steps": steps, "ranges": ranges or [], "perfetto": perfetto,
+            "memory": memory_summary(device, records), "series": roofline.flops_series(steps),
+            "totals": roofline.totals(steps), "wall_s": tr.wall_s}
+
+
+def profile_run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *,
+                max_new_tokens: int = 64, sampling: Sampling = Sampling(), trace: bool = True,
+                perfetto_path: str | Path | None = None, peaks: dict | None = None,
+                measure_peaks: bool = True, **params: Any) -> tuple[Trace, dict]:
+    """decoding.run under torch.profiler; returns (trace, profile) and writes the Perfetto file.
+
+    peaks: machine peaks to use (default: calibrate.peaks(), measured after the run and cached)."""
+    device, dtype = model_device_dtype(model)
+    clock = StepClock(method, device)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        tr = run(model, tokenizer, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
+                 trace=trace, step_context=clock, **params)
+    clock.finish()
+    if perfetto_path is None:
+        perfetto_path = Path(tempfile.mkdtemp(prefix="decodescope-")) / f"{method}.perfetto.json"
+    Path(perfetto_path).parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(perfetto_path))
+    if peaks is None and measure_peaks:
+        peaks = calibrate.peaks(device, dtype)
+    return tr, build_profile(tr, clock.records, model, peaks, perfetto_ranges(perfetto_path, method),
+                             str(perfetto_path))
+
+
+def save_profile(profile: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(profile))
+
+
+def load_profile(path: str | Path) -> dict:
+    d = json.loads(Path(path).read_text())
+    if d.get("schema") != PROFILE_SCHEMA:
+        raise ValueError(f"unsupported profile schema {d.get('schema')!r} (this version reads {PROFILE_SCHEMA})")
+    return d
