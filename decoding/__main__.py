@@ -29,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
     g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
     g.add_argument("--candidates", type=int, default=None, help="prompt lookup: continuations verified per step")
+    g.add_argument("--draft", default=None, help="speculative: draft model (default: the embedded draft)")
+    g.add_argument("--draft-tokens", type=int, default=None, help="speculative: chain length K (default 4)")
+    g.add_argument("--tree", default=None, help="speculative: token tree widths per depth, e.g. 3,2,1")
+    g.add_argument("--tree-budget", type=int, default=None,
+                   help="speculative: dynamic tree of the B best nodes by draft probability")
+    g.add_argument("--staged", action="store_true", help="speculative: an n-gram stage 2 drafts for the draft")
+    g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -44,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
+    hf_logging.disable_progress_bar()
     try:
         return generate(args)
     except (ValueError, ModelError, OSError) as e:
@@ -58,18 +66,45 @@ def generate(args: argparse.Namespace) -> int:
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
                   max_ngram=args.max_ngram, candidates=args.candidates,
                   prompt_ngrams=False if args.no_prompt_ngrams else None)
-    drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
+    if args.method == "speculative":  # validate before the (slow) model loads
+        from .speculative import make_shape
+        make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged)
+    elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
+                                               args.staged or None, args.ngram_table)):
+        raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative")
+    else:
+        drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    if args.method == "speculative":
+        from .models import DEFAULT_DRAFT
+        from .staged import load_table
+        table = load_table(args.ngram_table) if args.ngram_table else None
+        draft, dtok = load(args.draft or DEFAULT_DRAFT, device=args.device, dtype=args.dtype,
+                           trust_remote_code=args.trust_remote_code)
+        drafter = make_drafter("speculative", draft_model=draft, draft_tokens=args.draft_tokens,
+                               tree=args.tree, tree_budget=args.tree_budget, staged=args.staged,
+                               ngram_table=table, target_model=model, tokenizer=tok, draft_tokenizer=dtok)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter)
     st = tr.stats()
+    spec = {}
+    if args.method == "speculative":
+        from .speculative import speculative_stats
+        spec = speculative_stats(tr)
     print(tr.text)
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
           f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
           file=sys.stderr)
+    if spec:
+        depth = " ".join(f"{d}:{r:.2f}" for d, r in spec["acceptance_rate_per_depth"].items())
+        print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
+              f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
+              f"origins {spec['origins']}", file=sys.stderr)
     if args.json:
         doc = {"method": tr.method, "config": tr.config, "output_ids": tr.output_ids, "text": tr.text,
                "steps": st["steps"], "compression": st["compression"], "stats": st, "trace": tr.to_dict()}
+        if spec:
+            doc["speculative"] = spec
         Path(args.json).write_text(json.dumps(doc))
     return 0
 

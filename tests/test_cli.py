@@ -1,0 +1,58 @@
+"""The CLI on a real saved model directory: a good run writes the JSON; bad input gives one line, exit 2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import hf_greedy
+from decoding.__main__ import main
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "decoding", "generate", *args], capture_output=True, text=True,
+                          timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+
+
+def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    prompt = "def x ( y ) : return y + 1"
+    out = tmp_path / "run.json"
+    r = cli("--model", tiny_dir, "--method", "lookahead", "--prompt", prompt, "--max-new-tokens", "24",
+            "--window", "4", "--ngram", "3", "--guesses", "4", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    for key in ("output_ids", "text", "steps", "compression", "method", "config", "trace"):
+        assert key in doc
+    tok, model = AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
+    ids = tok(prompt)["input_ids"]
+    assert doc["output_ids"] == hf_greedy(model, ids, 24)
+    assert doc["trace"]["prompt_ids"] == ids and doc["method"] == "lookahead"
+    assert doc["text"] in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--prompt", "   "], "empty"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["--prompt", "x", "--max-new-tokens", "100000"], "max-new-tokens"),
+    (["--prompt", "x", "--window", "0"], "window"),
+    (["--prompt", "x", "--ngram", "1"], "ngram"),
+    (["--prompt", "x", "--guesses", "-1"], "guesses"),
+    (["--prompt", "x", "--top-p", "0"], "top-p"),
+    (["--prompt", "x", "--model", "/no/such/dir"], "does not exist"),
+    (["--prompt", "x", "--model", "no-such-org/no-such-model"], "cannot load"),
+    (["--prompt", "x " * 600, "--max-new-tokens", "8"], "positions"),
+])
+def test_bad_input_one_line_exit_2(tiny_dir, args, needle, capsys):
+    """In-process (main() is what the entry point runs) to keep the suite fast."""
+    if "--model" not in args:
+        args = ["--model", tiny_dir] + args
+    assert main(["generate", *args]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
+
+
+def test_bad_input_in_a_real_process(tiny_dir):
+    r = cli("--model", tiny_dir, "--prompt", "x", "--window", "0")
+    assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr

@@ -1,0 +1,84 @@
+"""Lookahead sampling must draw from exactly the target's sampling distribution.
+
+Setup: a 6-token vocabulary, so the exact joint distribution of the first 3 new tokens (216 outcomes)
+is computed by enumeration with the model. Lookahead samples are compared to it with a chi-square
+goodness-of-fit test; the bound: the test fails if p < 1e-3 (a correct sampler fails 1 run in 1000;
+seeds are fixed, so the result is reproducible). A negative control shows the same test rejects a
+distribution that is only slightly wrong (temperature 0.8 instead of 1.0).
+"""
+import itertools
+
+import torch
+
+from conftest import tiny
+from decoding import generate, make_drafter
+from decoding.sampling import Sampling, warp
+
+VOCAB, L, RUNS = 6, 3, 3000
+PROMPT = [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 0, 1, 4, 5]
+
+
+def exact_joint(model, s: Sampling) -> dict[tuple, float]:
+    probs = {}
+    with torch.no_grad():
+        for seq in itertools.product(range(VOCAB), repeat=L):
+            ids = torch.tensor([PROMPT + list(seq)])
+            logits = model(ids).logits[0, len(PROMPT) - 1:len(PROMPT) - 1 + L]
+            p = warp(logits, s)
+            probs[seq] = float(torch.prod(p[torch.arange(L), torch.tensor(seq)]))
+    return probs
+
+
+def chi2_pvalue(counts: dict[tuple, int], probs: dict[tuple, float], n: int) -> float:
+    """Pearson chi-square with cells of expected count < 5 merged into one."""
+    stat, small_obs, small_exp, cells = 0.0, 0, 0.0, 0
+    for k, p in probs.items():
+        e, o = p * n, counts.get(k, 0)
+        if e < 5:
+            small_obs, small_exp = small_obs + o, small_exp + e
+            continue
+        stat += (o - e) ** 2 / e
+        cells += 1
+    if small_exp > 0:
+        stat += (small_obs - small_exp) ** 2 / small_exp
+        cells += 1
+    df = cells - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def peaky_model():
+    model = tiny("llama", vocab=VOCAB, seed=7)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(6.0)  # a confident model, so candidates get accepted often
+    return model
+
+
+def test_lookahead_sampling_matches_target_distribution():
+    model = peaky_model()
+    s = Sampling(temperature=1.0, top_k=5, top_p=0.95)
+    probs = exact_joint(model, s)
+    counts: dict[tuple, int] = {}
+    multi = 0
+    for seed in range(RUNS):
+        tr = generate(model, PROMPT, make_drafter("lookahead", window=3, ngram=3, guesses=3),
+                      max_new_tokens=L, sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
+        key = tuple(tr.output_ids)
+        counts[key] = counts.get(key, 0) + 1
+        multi += any(len(st.accepted) > 1 for st in tr.steps)
+    assert multi > RUNS // 10, f"only {multi} runs accepted a candidate: the rule is barely exercised"
+    assert chi2_pvalue(counts, probs, RUNS) > 1e-3
+
+
+def test_chi_square_rejects_a_slightly_wrong_distribution():
+    """Negative control: the same statistic on samples from a different distribution must fail."""
+    model = peaky_model()
+    right = exact_joint(model, Sampling(temperature=1.0))
+    wrong = exact_joint(model, Sampling(temperature=0.8))
+    g = torch.Generator().manual_seed(0)
+    keys = list(wrong)
+    draws = torch.multinomial(torch.tensor([wrong[k] for k in keys]), RUNS, replacement=True, generator=g)
+    counts: dict[tuple, int] = {}
+    for i in draws.tolist():
+        counts[keys[i]] = counts.get(keys[i], 0) + 1
+    assert chi2_pvalue(counts, right, RUNS) < 1e-3
