@@ -1,0 +1,179 @@
+"""DecodeScope against what a user would use instead, on the same model, prompts and process.
+
+    python bench/bench.py                      # embedded models, code + chat prompts, 5 runs
+    python bench/bench.py --quick              # seconds: tiny random models (used by the test suite)
+
+Runs are interleaved (every method once per round, rounds repeated), times are medians over rounds of
+each method's total over all prompts. Greedy methods are checked token for token against HF greedy.
+Writes a Markdown table and JSON (machine, versions, dtype, device) under bench/results/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from decoding import METHODS, load, make_drafter, run  # noqa: E402
+from decoding.models import DEFAULT_DRAFT  # noqa: E402
+
+LOOKAHEAD = [(3, 3, 3), (5, 4, 5), (7, 5, 7), (15, 5, 15)]
+
+
+def load_prompts(sets: list[str]) -> list[dict]:
+    out = []
+    for name in sets:
+        for line in (ROOT / "bench" / "prompts" / f"{name}.jsonl").read_text().splitlines():
+            out.append({"set": name, **json.loads(line)})
+    return out
+
+
+def hf_runner(model, tok, **gen_kw):
+    def go(prompt: str, n: int) -> tuple[list[int], int | None]:
+        ids = tok(prompt, return_tensors="pt")["input_ids"].to(model.device)
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                                 pad_token_id=tok.eos_token_id, **gen_kw)
+        return out[0, ids.shape[1]:].tolist(), None
+    return go
+
+
+def ours_runner(model, tok, method: str, **params):
+    def go(prompt: str, n: int) -> tuple[list[int], int]:
+        tr = run(model, tok, prompt, method, max_new_tokens=n, trace=False, **params)
+        return tr.output_ids, tr.stats()
+    return go
+
+
+def contenders(model, tok, draft, k: int) -> dict:
+    c = {"HF greedy": hf_runner(model, tok), "ours greedy": ours_runner(model, tok, "greedy")}
+    for W, N, G in LOOKAHEAD:
+        c[f"ours lookahead W{W} N{N} G{G}"] = ours_runner(model, tok, "lookahead", window=W, ngram=N, guesses=G)
+    c["HF prompt lookup"] = hf_runner(model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
+    c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
+    if draft is not None:
+        c[f"HF assisted K{k}"] = hf_runner(model, tok, assistant_model=draft, num_assistant_tokens=k,
+                                           num_assistant_tokens_schedule="constant")
+        if "speculative" in METHODS:
+            c[f"ours speculative chain K{k}"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=k)
+            c["ours speculative tree 3,2,1"] = ours_runner(model, tok, "speculative", draft_model=draft, tree=[3, 2, 1])
+            c[f"ours speculative staged K{k}"] = ours_runner(model, tok, "speculative", draft_model=draft,
+                                                             draft_tokens=k, staged=True)
+    return c
+
+
+def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None) -> list[dict]:
+    runners = {name: fn for name, fn in contenders(model, tok, draft, k).items() if not only or only in name}
+    for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
+        fn(prompts[0]["prompt"], 8)
+    times = {name: [] for name in runners}
+    results: dict[str, list] = {}
+    for r in range(runs):
+        for name, fn in runners.items():
+            t0 = time.perf_counter()
+            outs = [fn(p["prompt"], n) for p in prompts]
+            times[name].append(time.perf_counter() - t0)
+            results[name] = outs
+        print(f"round {r + 1}/{runs} done", file=sys.stderr)
+    ref = [ids for ids, _ in results["HF greedy"]]
+    base = statistics.median(times["HF greedy"])
+    rows = []
+    for name in runners:
+        outs = results[name]
+        n_tok = sum(len(ids) for ids, _ in outs)
+        stats = [s for _, s in outs if s]
+        steps = sum(s["steps"] for s in stats)
+        t = statistics.median(times[name])
+        rows.append({"method": name, "tokens": n_tok, "median_s": t, "tokens_per_s": n_tok / t,
+                     "vs_hf_greedy": base / t, "exact": [ids for ids, _ in outs] == ref,
+                     "compression": n_tok / steps if steps else None,
+                     "mean_accepted": (statistics.mean(s["mean_accepted"] for s in stats) if stats else None),
+                     "runs": len(times[name])})
+    return rows
+
+
+def machine(model) -> dict:
+    p = next(model.parameters())
+    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "threads": torch.get_num_threads(), "platform": platform.platform(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device)}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    head = (f"Measured on {meta['gpu'] or meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), "
+            f"{meta['device']} {meta['dtype']}, torch {meta['torch']}, transformers {meta['transformers']}; "
+            f"model {meta['model']}, prompts {meta['prompts']}, {meta['max_new_tokens']} new tokens each, "
+            f"median of {meta['runs']} interleaved runs.\n\n")
+    lines = ["| method | tokens/s | vs HF greedy | compression | mean accepted | exact |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        comp = f"{r['compression']:.2f}" if r["compression"] else "–"
+        acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] else "–"
+        lines.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {comp} | {acc} | "
+                     f"{'yes' if r['exact'] else 'NO'} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def quick_models():
+    """Tiny random Llama target and draft plus a word-level tokenizer: checks the bench runs, not speed."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import save_tiny_dir
+    import tempfile
+    d = Path(tempfile.mkdtemp())
+    model, tok = load(save_tiny_dir(d / "target", seed=0), device="cpu")
+    draft, _ = load(save_tiny_dir(d / "draft", seed=1), device="cpu")
+    return model, tok, draft, [{"set": "quick", "prompt": "def x ( y ) : return y + 1"}]
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="target (default: the embedded model)")
+    ap.add_argument("--draft", default=None, help="draft model (default: the embedded draft)")
+    ap.add_argument("--prompts", default="code,chat", help="comma-separated sets from bench/prompts/")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--draft-tokens", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--only", default=None, help="only methods whose name contains this (HF greedy always runs)")
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--quick", action="store_true", help="tiny random models, 1 run, 16 tokens")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for the .md and .json")
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.quick:
+        model, tok, draft, prompts = quick_models()
+        a.runs, a.max_new_tokens, name = 1, 16, "quick"
+    else:
+        model, tok = load(a.model, dtype=a.dtype)
+        draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype)[0] if (a.draft or Path(DEFAULT_DRAFT).exists()) else None
+        prompts = load_prompts(a.prompts.split(","))
+        name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{Path(a.model or 'embedded').name}-"
+                f"{a.prompts.replace(',', '+')}")
+    only = None if not a.only else a.only
+    rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, only)
+    meta = {**machine(model), "model": a.model or "embedded (assets/target)", "prompts": a.prompts if not a.quick
+            else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
+    md = markdown(rows, meta)
+    print(md)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(md)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
