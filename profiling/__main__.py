@@ -11,19 +11,20 @@ from pathlib import Path
 
 import torch
 
-from decoding import ModelError, load
-from decoding.models import DEFAULT_TARGET
+from decoding import METHODS, ModelError, load
+from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 from .profiler import profile_run, save_profile
 from .sweep import format_sweep, latency_sweep
 
-METHOD_PARAMS = ("window", "ngram", "guesses", "max_ngram", "num_tokens", "candidates")
+METHOD_PARAMS = ("window", "ngram", "guesses", "max_ngram", "num_tokens", "candidates", "draft_tokens")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m profiling", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_TARGET, help="hub id or local dir (default: embedded target)")
-    ap.add_argument("--method", default="greedy", choices=("greedy", "lookahead", "prompt_lookup"))
+    ap.add_argument("--method", default="greedy", choices=METHODS)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model for speculative (default: embedded)")
     ap.add_argument("--prompt", default="def fibonacci(n):")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     for name in METHOD_PARAMS:
@@ -43,13 +44,14 @@ def summary_table(profile: dict) -> str:
     peaks = profile.get("peaks")
     head = f"{profile['method']} on {profile['device']} ({profile['dtype']})"
     if peaks:
-        head += f": peak {peaks['flops'] / 1e9:.1f} GFLOP/s, {peaks['bandwidth'] / 1e9:.1f} GB/s measured"
+        src = "measured" if "measured_at" in peaks else "given"
+        head += f": peak {peaks['flops'] / 1e9:.1f} GFLOP/s, {peaks['bandwidth'] / 1e9:.1f} GB/s {src}"
     rows = [head, f"{'step':>4} {'kind':<7} {'q':>4} {'kv':>5} {'acc':>3} {'ms':>8} {'MFLOP':>9} "
                   f"{'MB':>8} {'FLOP/B':>7} {'GFLOP/s':>8} {'roof%':>6}"]
     for s in profile["steps"]:
         roof = f"{100 * s['roof_fraction']:.1f}" if "roof_fraction" in s else "-"
         rows.append(f"{s['index']:>4} {s['kind']:<7} {s['n_query']:>4} {s['kv_len']:>5} {s['accepted']:>3} "
-                    f"{s['wall_ms']:>8.2f} {s['flops'] / 1e6:>9.2f} {s['bytes'] / 1e6:>8.2f} "
+                    f"{s['wall_ms']:>8.2f} {s['total_flops'] / 1e6:>9.2f} {s['bytes'] / 1e6:>8.2f} "
                     f"{s['intensity']:>7.2f} {s['achieved_flops'] / 1e9:>8.2f} {roof:>6}")
     t = profile["totals"]
     rows.append(f"{t['steps']} steps, {t['tokens']} tokens, {t['flops'] / 1e9:.3f} GFLOP total, "
@@ -70,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     params = {k: getattr(args, k) for k in METHOD_PARAMS if getattr(args, k) is not None}
+    if args.method == "speculative":  # its draft model runs inside each step's range (wall time only)
+        try:
+            params["draft_model"] = load(args.draft, device=args.device, dtype=args.dtype)[0]
+        except ModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     try:
         tr, prof = profile_run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens,
                                perfetto_path=out / f"{args.method}.perfetto.json",

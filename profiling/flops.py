@@ -134,3 +134,16 @@ def trace_costs(trace: Any, config: Any = None, dtype: Any = None) -> list[dict]
     nb = dtype_bytes(dtype if dtype is not None else model.get("dtype", "float32"))
     return [{"index": s["index"], "kind": s["kind"], "n_query": s["n_query"], "kv_len": s["kv_len"],
              **step_cost(a, s["n_query"], s["kv_len"], nb)} for s in d["steps"]]
+
+
+def draft_cost(a: Arch, nodes: int, forwards: int, kv_len: int, nbytes: int = 4) -> dict:
+    """A draft model's work inside one speculative step, from the counts the step records.
+
+    Linear FLOPs are exact for `nodes` tokens in total; attention assumes every node sees kv_len + nodes
+    keys (an upper bound), and weights and the KV cache are read once per draft forward."""
+    if nodes <= 0 or forwards <= 0:
+        return {"draft_flops": 0, "draft_bytes": 0}
+    c = step_cost(a, nodes, kv_len, nbytes)
+    kv_row = a.layers * 2 * a.kv_heads * a.head_dim * nbytes
+    extra = (forwards - 1) * (weight_bytes(a, 0, nbytes) + kv_len * kv_row)
+    return {"draft_flops": c["flops"], "draft_bytes": c["bytes"] + extra}

@@ -22,7 +22,7 @@ import torch
 from decoding import Sampling, Trace, run
 
 from . import calibrate, roofline
-from .flops import arch_of, dtype_bytes, trace_costs
+from .flops import arch_of, draft_cost, dtype_bytes, trace_costs
 
 PROFILE_SCHEMA = "decodescope.profile/1"
 
@@ -109,16 +109,27 @@ def memory_summary(device: torch.device, records: dict[int, dict]) -> dict:
 
 
 def build_profile(tr: Trace, records: dict[int, dict], model, peaks: dict | None,
-                  ranges: list[dict] | None = None, perfetto: str | None = None) -> dict:
-    """Join the trace, the step clock and the analytic costs into one JSON-ready profile."""
+                  ranges: list[dict] | None = None, perfetto: str | None = None, draft_model=None) -> dict:
+    """Join the trace, the step clock and the analytic costs into one JSON-ready profile.
+
+    flops/bytes are the target forward's (the roofline point); total_flops adds a draft model's work
+    (speculative) so FLOPs-vs-steps series compare what each method really pays."""
     device, dtype = model_device_dtype(model)
     costs = trace_costs(tr, model.config, dtype)
+    draft = arch_of(draft_model.config) if draft_model is not None else None
     steps = []
     for s, c in zip(tr.steps, costs):
         rec = records.get(s.index, {})
-        steps.append({**c, "accepted": len(s.accepted), "wall_ms": rec.get("wall_ms", s.wall_ms),
-                      "host_ms": rec.get("host_ms", s.wall_ms), "engine_ms": s.wall_ms,
-                      "mem_bytes": rec.get("mem_bytes", 0)})
+        step = {**c, "accepted": len(s.accepted), "wall_ms": rec.get("wall_ms", s.wall_ms),
+                "host_ms": rec.get("host_ms", s.wall_ms), "engine_ms": s.wall_ms,
+                "mem_bytes": rec.get("mem_bytes", 0)}
+        if draft is not None:
+            step.update(draft_cost(draft, s.info.get("draft_nodes_run", 0), s.info.get("draft_forwards", 0),
+                                   s.kv_len, dtype_bytes(dtype)))
+        step["total_flops"] = step["flops"] + step.get("draft_flops", 0)
+        if "target_ms" in s.info:  # the target forward alone (speculative): its roofline time
+            step["target_ms"] = s.info["target_ms"]
+        steps.append(step)
     roofline.annotate(steps, peaks)
     return {"schema": PROFILE_SCHEMA, "method": tr.method, "config": tr.config,
             "device": calibrate.device_name(device), "device_type": device.type,
@@ -152,7 +163,7 @@ def profile_run(model, tokenizer, prompt: str | list[int], method: str = "greedy
     if peaks is None and measure_peaks:
         peaks = calibrate.peaks(device, dtype)
     return tr, build_profile(tr, clock.records, model, peaks, perfetto_ranges(perfetto_path, method),
-                             str(perfetto_path))
+                             str(perfetto_path), params.get("draft_model"))
 
 
 def save_profile(profile: dict, path: str | Path) -> None:

@@ -24,9 +24,11 @@ def ridge(peaks: dict) -> float:
 
 
 def annotate(steps: list[dict], peaks: dict | None) -> list[dict]:
-    """Add achieved FLOP/s and bytes/s (from wall_ms) and, with peaks, the roof and the bound to each step."""
+    """Add achieved FLOP/s and bytes/s and, with peaks, the roof and the bound to each step.
+
+    Time is the target forward's own (target_ms, when a draft model shares the step) else wall_ms."""
     for s in steps:
-        secs = s["wall_ms"] / 1e3
+        secs = s.get("target_ms", s["wall_ms"]) / 1e3
         s["achieved_flops"] = s["flops"] / secs if secs > 0 else 0.0
         s["achieved_bandwidth"] = s["bytes"] / secs if secs > 0 else 0.0
         if peaks:
@@ -58,17 +60,20 @@ def datasheet_roofs(table: dict[str, dict[str, float]]) -> dict[str, dict]:
 
 
 def flops_series(steps: list[dict]) -> dict[str, list]:
-    """Per-step FLOPs, and cumulative FLOPs against cumulative accepted tokens (prefill included)."""
+    """Per-step FLOPs, and cumulative FLOPs against cumulative accepted tokens (prefill included).
+
+    Uses total_flops (target + draft model) where a step has it."""
     out: dict[str, list] = {"index": [], "kind": [], "step_flops": [], "tokens": [], "cum_tokens": [],
                             "cum_flops": [], "cum_wall_ms": []}
     tokens = flops = wall = 0
     for s in steps:
         tokens += s.get("accepted", 0)
-        flops += s["flops"]
+        f = s.get("total_flops", s["flops"])
+        flops += f
         wall += s.get("wall_ms", 0.0)
         out["index"].append(s["index"])
         out["kind"].append(s["kind"])
-        out["step_flops"].append(s["flops"])
+        out["step_flops"].append(f)
         out["tokens"].append(s.get("accepted", 0))
         out["cum_tokens"].append(tokens)
         out["cum_flops"].append(flops)
@@ -81,10 +86,11 @@ def totals(steps: list[dict]) -> dict[str, Any]:
     dec = [s for s in steps if s["kind"] == "decode"]
     tok = sum(s.get("accepted", 0) for s in steps)
     dec_tok = sum(s.get("accepted", 0) for s in dec)
-    dec_flops = sum(s["flops"] for s in dec)
+    dec_flops = sum(s.get("total_flops", s["flops"]) for s in dec)
     dec_wall = sum(s["wall_ms"] for s in dec)
     return {"steps": len(steps), "decode_steps": len(dec), "tokens": tok,
-            "flops": sum(s["flops"] for s in steps), "bytes": sum(s["bytes"] for s in steps),
+            "flops": sum(s.get("total_flops", s["flops"]) for s in steps),
+            "bytes": sum(s["bytes"] + s.get("draft_bytes", 0) for s in steps),
             "decode_flops": dec_flops, "decode_wall_ms": dec_wall,
             "decode_flops_per_token": dec_flops / dec_tok if dec_tok else None,
             "decode_ms_per_token": dec_wall / dec_tok if dec_tok else None,

@@ -8,13 +8,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from decoding import generate, make_drafter
+from decoding import Step, Trace, generate, make_drafter
 from decoding.core import Core
 from decoding.masks import chain_parents, depths_of, lookahead_layout
 from profiling import calibrate, roofline
 from profiling.__main__ import main as cli_main
-from profiling.flops import arch_of, attention_flops, linear_flops, step_cost, trace_costs
-from profiling.profiler import StepClock, load_profile, profile_run, range_name
+from profiling.flops import arch_of, attention_flops, draft_cost, linear_flops, step_cost, trace_costs
+from profiling.profiler import StepClock, build_profile, load_profile, profile_run, range_name
 from profiling.sweep import latency_sweep, tree_parents
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]
@@ -164,6 +164,22 @@ def test_roofline_points_and_roof(lookahead_profile):
         assert p["achieved_flops"] == pytest.approx(p["flops"] / (p["wall_ms"] / 1e3))
     r = roofline.roof({"flops": 100.0, "bandwidth": 10.0}, lo=0.1, hi=1000, n=5)
     assert r["ridge"] == 10.0 and r["flops"][0] == pytest.approx(1.0) and r["flops"][-1] == 100.0
+
+
+def test_draft_model_work_is_added_to_total_flops():
+    """Speculative steps run a draft model inside the step: its FLOPs count in what the method pays."""
+    target, draft = tiny_model("llama"), tiny_model("gpt2")
+    tr = Trace("speculative", {}, PROMPT, steps=[
+        Step(0, "prefill", 0, len(PROMPT), [1], ["target"], wall_ms=1.0),
+        Step(1, "decode", len(PROMPT), 5, [2, 3], ["draft", "target"], wall_ms=2.0,
+             info={"draft_forwards": 4, "draft_nodes_run": 4})])
+    prof = build_profile(tr, {}, target, None, draft_model=draft)
+    d = draft_cost(arch_of(draft.config), 4, 4, len(PROMPT))
+    assert sum(linear_flops(arch_of(draft.config), 4).values()) < d["draft_flops"]
+    assert prof["steps"][1]["total_flops"] == prof["steps"][1]["flops"] + d["draft_flops"]
+    assert prof["steps"][0]["total_flops"] == prof["steps"][0]["flops"]  # prefill recorded no draft work
+    assert prof["totals"]["flops"] == prof["series"]["cum_flops"][-1] == sum(s["total_flops"] for s in prof["steps"])
+    assert d["draft_bytes"] > 4 * arch_of(draft.config).hidden * arch_of(draft.config).vocab * 4  # 4 weight reads
 
 
 def test_step_clock_works_without_profiler():
