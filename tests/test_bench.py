@@ -1,0 +1,18 @@
+"""The benchmark program runs end to end in quick mode (correct output; no timing asserts)."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench  # noqa: E402
+
+
+def test_quick_benchmark_runs_and_greedy_modes_are_exact(tmp_path):
+    rows = bench.main(["--quick", "--out", str(tmp_path)])
+    names = [r["method"] for r in rows]
+    assert names[0] == "HF greedy" and any("lookahead" in n for n in names) and "ours prompt lookup" in names
+    assert all(r["exact"] for r in rows), [r["method"] for r in rows if not r["exact"]]
+    assert all(r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    doc = json.loads((tmp_path / "quick.json").read_text())
+    assert doc["meta"]["torch"] and len(doc["rows"]) == len(rows)
+    assert "| HF greedy |" in (tmp_path / "quick.md").read_text()
