@@ -1,0 +1,45 @@
+"""Loading: local directories work offline; models one custom mask cannot drive are refused clearly."""
+import pytest
+from transformers import Gemma2Config, MistralConfig, Qwen2Config, T5Config
+
+from decoding import ModelError, load
+from decoding.models import check_architecture, pick_dtype
+
+
+def test_load_local_dir_fp32_on_cpu(tiny_dir):
+    model, tok = load(tiny_dir, device="cpu")
+    assert next(model.parameters()).dtype.is_floating_point
+    assert str(next(model.parameters()).dtype) == "torch.float32"
+    assert model.config._attn_implementation == "sdpa"
+    assert tok("def x")["input_ids"]
+
+
+@pytest.mark.parametrize("config,needle", [
+    (MistralConfig(sliding_window=16), "sliding-window"),
+    (Gemma2Config(), "mixes attention kinds"),
+    (Qwen2Config(use_sliding_window=True, sliding_window=32, max_window_layers=1, num_hidden_layers=2), "mixes"),
+    (T5Config(), "encoder-decoder"),
+])
+def test_refuses_models_one_mask_cannot_drive(config, needle, tmp_path):
+    with pytest.raises(ModelError, match=needle):
+        check_architecture(config)
+    config.save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match=needle):
+        load(str(tmp_path), device="cpu")
+
+
+def test_accepts_full_attention_configs():
+    check_architecture(Qwen2Config())          # sliding window present but switched off
+    check_architecture(MistralConfig(sliding_window=None))
+
+
+def test_dtype_choice():
+    import torch
+    assert pick_dtype(None, "cpu") == torch.float32 and pick_dtype(None, "cuda") == torch.bfloat16
+    with pytest.raises(ModelError):
+        pick_dtype("int3", "cpu")
+
+
+def test_missing_model_is_one_clear_error():
+    with pytest.raises(ModelError, match="does not exist"):
+        load("./no/such/model")
