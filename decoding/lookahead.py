@@ -46,7 +46,8 @@ class Lookahead:
 
     def plan(self, context: list[int]) -> Plan:
         x0 = context[-1]
-        cands, sources = self.pool.lookup(x0, self.G) if self.G else ([], [])
+        prev = context[-2] if len(context) > 1 else None
+        cands, sources = self.pool.lookup(x0, self.G, prev) if self.G else ([], [])
         key = (len(self.levels), len(cands))
         lay = self._layouts.get(key)
         if lay is None:

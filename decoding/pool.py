@@ -3,6 +3,8 @@
 Two shelves per key: n-grams seen in real text (the prompt and the accepted output) and n-grams
 harvested from the Jacobi window (guesses). Lookups offer real-text n-grams first, most recent first:
 they are what prompt lookup exploits, and a window guess rarely beats text that already occurred.
+Text n-grams are also indexed by the two tokens (previous, key), so a lookup that knows the token
+before x0 offers the continuations of the longer, more specific match first.
 """
 from __future__ import annotations
 
@@ -14,35 +16,32 @@ class Pool:
         self.n1, self.cap = n1, max(cap, 1)
         self.text: dict[int, OrderedDict[tuple[int, ...], str]] = {}
         self.window: dict[int, OrderedDict[tuple[int, ...], str]] = {}
+        self.text2: dict[tuple[int, int], OrderedDict[tuple[int, ...], str]] = {}
         self.size = 0
         self.lookups = 0
         self.hits = 0
 
-    def add(self, key: int, value: tuple[int, ...], source: str) -> None:
+    def add(self, key: int, value: tuple[int, ...], source: str, prev: int | None = None) -> None:
         shelf = (self.window if source == "window" else self.text).setdefault(key, OrderedDict())
-        if value in shelf:
-            shelf.move_to_end(value)
-            return
-        shelf[value] = source
-        self.size += 1
-        if len(shelf) > self.cap:
-            shelf.popitem(last=False)
-            self.size -= 1
+        self.size += _put(shelf, value, source, self.cap)
+        if prev is not None and source != "window":
+            _put(self.text2.setdefault((prev, key), OrderedDict()), value, source, self.cap)
 
     def add_text(self, tokens: list[int], start: int, source: str) -> int:
         """Add every n-gram of tokens starting at index >= start; returns the next start index."""
         n1 = self.n1
         end = len(tokens) - n1
         for i in range(max(start, 0), end):
-            self.add(tokens[i], tuple(tokens[i + 1:i + 1 + n1]), source)
+            self.add(tokens[i], tuple(tokens[i + 1:i + 1 + n1]), source, tokens[i - 1] if i else None)
         return max(start, end)
 
-    def lookup(self, key: int, limit: int) -> tuple[list[tuple[int, ...]], list[str]]:
-        """Up to `limit` distinct continuations of key: text n-grams first, each shelf newest first."""
+    def lookup(self, key: int, limit: int, prev: int | None = None) -> tuple[list[tuple[int, ...]], list[str]]:
+        """Up to `limit` distinct continuations of key: text n-grams that also match the previous token,
+        then other text n-grams, then window n-grams; each shelf newest first."""
         self.lookups += 1
         found: dict[tuple[int, ...], str] = {}
-        for shelves in (self.text, self.window):
-            shelf = shelves.get(key)
+        for shelf in (self.text2.get((prev, key)) if prev is not None else None, self.text.get(key),
+                      self.window.get(key)):
             if shelf:
                 for value in reversed(shelf):
                     if len(found) >= limit:
@@ -51,3 +50,15 @@ class Pool:
         if found:
             self.hits += 1
         return list(found), list(found.values())
+
+
+def _put(shelf: OrderedDict, value: tuple[int, ...], source: str, cap: int) -> int:
+    """Insert or refresh value (LRU, at most cap); returns the change in the number of entries."""
+    if value in shelf:
+        shelf.move_to_end(value)
+        return 0
+    shelf[value] = source
+    if len(shelf) > cap:
+        shelf.popitem(last=False)
+        return 0
+    return 1
