@@ -5,6 +5,18 @@ The engine calls step_context(index, kind) around every step (prefill is step 0)
 launch queue's) and reads memory. After the run the Perfetto trace is exported and every step gets its
 analytic FLOPs/bytes and roofline numbers. The result is a plain dict (PROFILE_SCHEMA) keyed by step
 index like the Trace, so viz/ and the app read it without torch.
+
+Profile dict (PROFILE_SCHEMA):
+  method, config, device, device_type, dtype, dtype_bytes, arch (flops.Arch fields), wall_s,
+  peaks {flops, bandwidth, device, dtype, threads, datasheet, ...} | None, datasheet {GPU: {flops, bandwidth}},
+  steps[i] (i == trace step index): index, kind, n_query, kv_len, accepted, wall_ms (CUDA events on GPU),
+    host_ms, engine_ms, mem_bytes, flops, linear_flops, attn_flops, attn_proj_flops, mlp_flops,
+    lm_head_flops, bytes, weight_bytes, kv_read_bytes, kv_write_bytes, act_bytes, intensity,
+    total_flops (+ draft_flops, draft_bytes, target_ms for speculative), achieved_flops,
+    achieved_bandwidth, and with peaks: attainable_flops, bound ("memory" | "compute"), roof_fraction,
+  ranges [{name, index, ts_us, dur_us}] from the Perfetto file, perfetto (its path),
+  memory {kind: "cuda_allocator" | "process_rss", peak_bytes}, series (roofline.flops_series),
+  totals (roofline.totals), and "sweep" (sweep.latency_sweep) when the CLI ran one.
 """
 from __future__ import annotations
 
