@@ -1,0 +1,116 @@
+"""Render DecodeScope's views in headless Chromium and save PNGs under docs/screenshots/.
+
+    python scripts/screenshots.py [--out docs/screenshots] [--only report_lookahead ...]
+
+Pages are built from the recorded fixtures in tests/fixtures/ (plotly.js inline, no network), opened from
+disk by /usr/bin/chromium (Debian `apt-get install -y chromium`), and screenshotted. The step shown is
+chosen with the report's #step=N address.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import viz  # noqa: E402
+from viz.common import PLOTLY_CONFIG, as_trace  # noqa: E402
+from viz.report import offline_plotlyjs  # noqa: E402
+
+FIX = ROOT / "tests" / "fixtures"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--mute-audio",
+                  "--no-first-run", "--virtual-time-budget=10000"]
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(exe).exists():
+        raise SystemExit("chromium not found: apt-get install -y chromium chromium-driver")
+    return exe
+
+
+def shoot(html_path: Path, png: Path, size: tuple[int, int], step: int | None = None, timeout: int = 60) -> Path:
+    """One page → one PNG. Runs with a throwaway profile so nothing persists between shots."""
+    url = html_path.resolve().as_uri() + (f"#step={step}" if step is not None else "")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as prof:
+        subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={prof}", f"--screenshot={png}",
+                        f"--window-size={size[0]},{size[1]}", url],
+                       check=True, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not png.exists():
+        raise RuntimeError(f"chromium wrote no screenshot for {url}")
+    return png
+
+
+def figure_page(fig, title: str) -> str:
+    """A single-figure offline page (plotly.js inline)."""
+    body = fig.to_html(full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
+            f"<script>{offline_plotlyjs()}</script></head><body style='margin:8px'>{body}</body></html>")
+
+
+def html_page(fragment: str, title: str) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+            f"<body style='margin:12px;font-family:system-ui,sans-serif'>{fragment}</body></html>")
+
+
+def load(name: str):
+    return as_trace(FIX / f"{name}.json")
+
+
+def profile(name: str) -> dict:
+    return json.loads((FIX / f"profile_{name}.json").read_text())
+
+
+def jobs() -> dict:
+    """name → (page html builder, window size, step)."""
+    la, pl, gr = load("lookahead"), load("prompt_lookup"), load("greedy")
+    runs = {n: (load(n), profile(n)) for n in ("greedy", "lookahead", "prompt_lookup")}
+    return {
+        "report_lookahead": (lambda: viz.report.report_html(la, profile("lookahead"), compare=runs), (1400, 2600), 6),
+        "report_speculative_staged": (lambda: viz.report.report_html(load("speculative_staged")), (1400, 1900), 4),
+        "report_prompt_lookup": (lambda: viz.report.report_html(pl), (1400, 1900), 7),
+        "window_lookahead": (lambda: figure_page(viz.window.figure(la, 6), "window"), (760, 520), None),
+        "pool_lookahead": (lambda: figure_page(viz.pool.figure(la, 6), "pool"), (760, 260), None),
+        "mask_lookahead_21x21": (lambda: figure_page(viz.mask.figure(la, 6), "mask"), (620, 620), None),
+        "tree_speculative_tree": (lambda: figure_page(viz.tree.figure(load("speculative_tree"), 4), "tree"),
+                                  (760, 420), None),
+        "tree_speculative_staged": (lambda: figure_page(viz.tree.figure(load("speculative_staged"), 4), "tree"),
+                                    (760, 420), None),
+        "tokens_prompt_lookup": (lambda: html_page(viz.tokens.html(pl) + viz.tokens.legend_html(), "tokens"),
+                                 (900, 220), None),
+        "profile_compare": (lambda: figure_page(viz.profile.compare_figure(runs), "flops"), (1100, 400), None),
+        "profile_roofline": (lambda: figure_page(viz.profile.roofline_figure(profile("lookahead"), la), "roofline"),
+                             (760, 420), None),
+        "profile_latency": (lambda: figure_page(viz.profile.latency_figure(runs), "latency"), (760, 380), None),
+        "pool_run_lookahead": (lambda: figure_page(viz.pool.run_figure(la), "pool"), (760, 340), None),
+        "greedy_mask": (lambda: figure_page(viz.mask.figure(gr, 5), "mask"), (420, 300), None),
+    }
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    ap.add_argument("--only", nargs="*", help="names of the shots to take (default: all)")
+    args = ap.parse_args(argv)
+    out, done = Path(args.out), []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (build, size, step) in jobs().items():
+            if args.only and name not in args.only:
+                continue
+            page = Path(tmp) / f"{name}.html"
+            page.write_text(build(), encoding="utf-8")
+            done.append(shoot(page, out / f"{name}.png", size, step))
+            print("wrote", done[-1])
+    return done
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""viz/: every view builds from recorded traces of every method and draws exactly what the trace says."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from decoding.masks import tree_visibility
+from decoding.trace import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import viz  # noqa: E402
+from viz import mask, pool, profile, report, stepper, tokens, tree, window  # noqa: E402
+from viz.common import ORIGIN_COLORS  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures"
+METHODS = ["greedy", "lookahead", "prompt_lookup", "speculative_chain", "speculative_tree", "speculative_staged"]
+VIEWS = [window.figure, pool.figure, mask.figure, tree.figure]
+
+
+def load(name: str) -> Trace:
+    return Trace.load(FIX / f"{name}.json")
+
+
+def prof(name: str) -> dict:
+    return json.loads((FIX / f"profile_{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_view_builds_for_every_step(name):
+    tr = load(name)
+    for i in range(len(tr.steps)):
+        for view in VIEWS:
+            assert view(tr, i).to_dict()["layout"] is not None
+        assert stepper.caption(tr, i).startswith(f"Step {tr.steps[i].index}")
+    pool.run_figure(tr)
+    profile.latency_figure([(tr, None)])
+    assert tokens.html(tr, "origin") and tokens.html(tr, "step")
+    assert 'class="ds-stepper"' in viz.step_view_html(tr)
+
+
+def test_fixtures_cover_each_method():
+    methods = {load(n).method for n in METHODS}
+    assert methods == {"greedy", "lookahead", "prompt_lookup", "speculative"}
+    assert {load(n).config["kind"] for n in METHODS if n.startswith("spec")} == {"chain", "tree", "staged"}
+
+
+def test_window_cells_equal_the_trace_window():
+    tr = load("lookahead")
+    seen = 0
+    for i, s in enumerate(tr.steps):
+        d = window.data(tr, i)
+        if s.kind == "prefill":
+            assert d is None
+            continue
+        seen += 1
+        w = s.info["window"]
+        assert [c["token"] for c in d["levels"][0][1:]] == w[0]
+        for lv in range(1, len(w)):
+            assert [c["token"] for c in d["levels"][lv]] == w[lv]
+        assert d["x0"]["token"] == s.tokens[0] and d["x0"]["pos"] == s.positions[0]
+        for row in d["levels"]:
+            for c in row:
+                assert c["pos"] == s.positions[c["query_index"]] == s.positions[0] + c["level"] + c["col"]
+        assert [c["token"] for c in d["new"]] == s.info["window_next"][-1]
+        assert d["harvested"] == s.info["harvested"]
+        labels = window.figure(tr, i).data[0].text
+        assert len(labels) == sum(len(r) for r in d["levels"]) + len(d["new"])
+    assert seen == len(tr.steps) - 1
+
+
+def test_window_age_follows_the_previous_steps_output():
+    # a level's producing step must have output exactly that level (window_next[-1] of that step)
+    tr = load("lookahead")
+    for i, s in enumerate(tr.steps[1:], start=1):
+        d = window.data(tr, i)
+        top = d["levels"][-1]
+        if i >= 2 and len(s.info["window"]) > 1:
+            assert top[0]["produced"] == i - 1
+            assert [c["token"] for c in top] == tr.steps[i - 1].info["window_next"][-1]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_mask_matrix_equals_engine_mask(name):
+    tr = load(name)
+    for i, s in enumerate(tr.steps):
+        d = mask.data(tr, i)
+        assert np.array_equal(np.array(d["matrix"], dtype=bool), tree_visibility(s.parents))
+        z = np.array(mask.figure(tr, i, max_tokens=10_000).data[0].z)
+        drawn = z[:, 1:] if s.kv_len else z
+        assert np.array_equal(drawn.astype(bool), tree_visibility(s.parents))
+        assert len(d["labels"]) == s.n_query
+
+
+def test_mask_is_the_papers_21x21_for_n4_w5_g2():
+    tr = load("lookahead")
+    assert (tr.config["window"], tr.config["ngram"], tr.config["guesses"]) == (5, 4, 2)
+    i = next(k for k, s in enumerate(tr.steps) if s.n_query == 21)
+    d = mask.data(tr, i)
+    assert d["relative_positions"] == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 1, 2, 3, 1, 2, 3]
+    # the paper's rules, written independently of the engine (REFERENCE.md)
+    W, idx = 5, {}
+    idx[(0, 0)] = 0
+    for j in range(1, W):
+        idx[(0, j)] = j
+    for lev in (1, 2):
+        for j in range(W):
+            idx[(lev, j)] = W + (lev - 1) * W + j
+    want = np.zeros((21, 21), dtype=bool)
+    for (lev, j), q in idx.items():
+        for jj in range(j + 1) if lev == 0 else range(j + 1):
+            want[q, idx[(0, jj)]] = True
+        for ll in range(1, lev + 1):
+            want[q, idx[(ll, j)]] = True
+    for g in range(2):
+        for t in range(3):
+            q = 15 + 3 * g + t
+            want[q, 0] = True
+            want[q, 15 + 3 * g:q + 1] = True
+    assert np.array_equal(np.array(d["matrix"], dtype=bool), want)
+    assert d["labels"][:2] == ["x0·0", "L0·1"] and d["labels"][15] == "c0·1"
+
+
+@pytest.mark.parametrize("name", ["lookahead", "prompt_lookup"])
+def test_pool_view_equals_trace_info(name):
+    tr = load(name)
+    hits = 0
+    for i, s in enumerate(tr.steps):
+        d = pool.data(tr, i)
+        if "candidates" not in s.info:
+            assert d is None
+            continue
+        assert d["candidates"] == s.info["candidates"]
+        assert d["matched"] == s.info["matched"] and d["chosen"] == s.info["chosen"]
+        assert d["accepted"] == s.accepted
+        key = s.info.get("pool_key", s.info.get("key"))
+        assert d["key"] == (key if isinstance(key, list) else [key])
+        if d["candidates"]:
+            hits += 1
+            drawn = list(pool.figure(tr, i).data[0].text)
+            assert drawn == [tr.token_text(t) for c in s.info["candidates"] for t in c]
+            if d["chosen"] is not None and i < len(tr.steps) - 1:  # matched prefix + the model's token
+                assert s.accepted[:-1] == s.info["candidates"][d["chosen"]][:d["matched"][d["chosen"]]]
+    assert hits > 0
+    run = pool.run_data(tr)
+    steps = [s for s in tr.steps if "candidates" in s.info]
+    assert run["pool_size"] == [s.info.get("pool_size") for s in steps]
+    assert run["found"] == [bool(s.info["candidates"]) for s in steps]
+
+
+@pytest.mark.parametrize("name", ["speculative_chain", "speculative_tree", "speculative_staged"])
+def test_tree_view_equals_trace_tree(name):
+    tr = load(name)
+    for i, s in enumerate(tr.steps[1:], start=1):
+        d = tree.data(tr, i)
+        t = s.info["tree"]
+        assert [n["token"] for n in d["nodes"]] == t["tokens"]
+        assert [n["parent"] for n in d["nodes"]] == t["parents"]
+        assert [n["draft_prob"] for n in d["nodes"]] == t["draft_prob"]
+        assert [n["target_prob"] for n in d["nodes"]] == t["target_prob"]
+        assert [n["origin"] for n in d["nodes"]] == t["origin"]
+        assert [n["id"] for n in d["nodes"] if n["accepted"]] == s.info["accepted_path"]
+        assert [n["id"] for n in d["nodes"] if n["rejected"]] == ([] if s.info["first_rejected"] is None
+                                                                  else [s.info["first_rejected"]])
+        fig = tree.figure(tr, i)
+        drawn = [txt for tr_ in fig.data if tr_.mode == "markers+text" for txt in tr_.text]
+        assert sorted(drawn) == sorted(tr.token_text(x) for x in t["tokens"])
+    if name == "speculative_staged":
+        assert any("stage2" in s.origins for s in tr.steps)
+
+
+def test_tree_view_survives_missing_optional_fields():
+    d = load("speculative_tree").to_dict()
+    for key in ("draft_prob", "target_prob", "origin", "depth"):
+        for s in d["steps"][1:]:
+            s["info"]["tree"].pop(key)
+    for s in d["steps"][1:3]:
+        s["info"].pop("accepted_path"); s["info"].pop("first_rejected")
+    for s in d["steps"][3:5]:
+        s["info"].pop("tree")
+    tr = Trace.from_dict(d)
+    for i in range(len(tr.steps)):
+        tree.figure(tr, i)
+        stepper.caption(tr, i)
+    dd = tree.data(tr, 1)
+    assert dd["accepted_path"] == tr.steps[1].kept and dd["nodes"][1]["draft_prob"] is None
+    viz.step_view_html(tr)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_token_origins_and_colours_equal_the_trace(name):
+    tr = load(name)
+    d = tokens.data(tr)
+    out = [x for x in d if x["origin"] != "prompt"]
+    assert [x["token"] for x in out] == tr.output_ids
+    assert [x["origin"] for x in out] == [o for s in tr.steps for o in s.origins]
+    assert [x["step"] for x in out] == [s.index for s in tr.steps for _ in s.accepted]
+    assert [x["pos"] for x in out] == list(range(len(tr.prompt_ids), len(tr.prompt_ids) + len(tr.output_ids)))
+    spans = re.findall(r"data-step='(\d*)' data-pos='(\d+)' data-origin='(\w+)' style='background:(#\w+)'",
+                       tokens.html(tr, "origin"))
+    assert len(spans) == len(tr.prompt_ids) + len(tr.output_ids)
+    for (step, pos, origin, color), x in zip(spans, d):
+        assert origin == x["origin"] and color == ORIGIN_COLORS[origin] and int(pos) == x["pos"]
+        assert step == ("" if x["step"] is None else str(x["step"]))
+
+
+def test_profile_views_equal_the_profile():
+    runs = {n: (load(n), prof(n)) for n in ("greedy", "lookahead", "prompt_lookup")}
+    for cd in profile.compare_data(runs):
+        tr, p = runs[cd["name"]]
+        assert cd["flops"] == [s["flops"] for s in p["steps"]]
+        assert cd["cum_tokens"][-1] == len(tr.output_ids)
+        assert cd["cum_flops"][-1] == pytest.approx(sum(s["flops"] for s in p["steps"]))
+    rf = profile.roofline_data(prof("lookahead"))
+    assert rf["intensity"] == [s["intensity"] for s in prof("lookahead")["steps"]]
+    assert rf["machine"]["peak_flops"] == prof("lookahead")["machine"]["peak_flops"]
+    lat = profile.latency_data([(load("lookahead"), None)])[0]
+    decode = [s for s in load("lookahead").steps if s.kind == "decode"]
+    assert lat["n_query"] == [s.n_query for s in decode] and lat["wall_ms"] == [s.wall_ms for s in decode]
+    flat = {"peak_flops": 1e12, "peak_bw": 1e11, "name": "x",
+            "steps": [{"index": 1, "flops": 2e9, "bytes": 1e9, "wall_ms": 2.0, "n_query": 3, "kv_len": 9}]}
+    assert profile.roofline_data(flat)["achieved_flops"] == [1e12]  # filled from flops / wall time
+    for f in (profile.compare_figure(runs), profile.roofline_figure(flat), profile.latency_figure(runs)):
+        assert f.data
+
+
+@pytest.mark.parametrize("name", ["lookahead", "speculative_staged"])
+def test_step_view_embeds_the_same_figures(name):
+    tr = load(name)
+    html = viz.step_view_html(tr, prof(name) if name == "lookahead" else None)
+    blob = re.search(r'<div class="ds-data" hidden style="display:none">(.*?)</div>', html, re.S).group(1)
+    assert "$" not in blob and "`" not in blob
+    data = json.loads(blob)
+    assert [s["index"] for s in data["steps"]] == [s.index for s in tr.steps]
+    k = 3
+    assert data["steps"][k]["figs"]["mask"]["data"][0]["z"] == mask.figure(tr, k).to_plotly_json()["data"][0]["z"]
+    assert data["steps"][k]["caption"] == viz.caption(tr, k)
+    assert ("window" in data["views"]) == (name == "lookahead") and ("tree" in data["views"]) == (name != "lookahead")
+    kw = viz.gradio_html_kwargs()
+    assert "DecodeScope" in kw["head"] and "mountAll" in kw["js_on_load"]
+
+
+def test_report_references_no_external_url(tmp_path):
+    assert report.external_urls("<a href='https://example.org/x'>") == ["https://example.org/x"]
+    runs = {n: (load(n), prof(n)) for n in ("greedy", "lookahead")}
+    for name in METHODS:
+        path = viz.write_report(load(name), tmp_path / f"{name}.html",
+                                profile=prof(name) if name in runs else None, compare=runs)
+        page = path.read_text(encoding="utf-8")
+        assert report.external_urls(page) == []
+        assert not re.search(r"<(script|link|img|iframe|source)\b[^>]*\s(src|href)\s*=", page, re.I)  # nothing loads
+        assert not re.search(r"""["'(]//[a-z0-9.-]+\.[a-z]{2,}/""", page, re.I)  # no protocol-relative URL
+        assert "Plotly" in page and 'class="ds-data"' in page and "window.DecodeScope" in page
+
+
+PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const log = [], cap = () => document.querySelector(".ds-caption").textContent.split(":")[0];
+  log.push(cap());
+  document.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowRight", bubbles: true}));
+  document.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowRight", bubbles: true}));
+  log.push(cap());
+  document.querySelector(".ds-prev").click(); log.push(cap());
+  document.querySelector('.ds-text .ds-tok[data-step="3"]').click(); log.push(cap());
+  log.push(String(document.querySelectorAll(".ds-text .ds-tok.ds-cur").length));
+  const probe = document.createElement("pre"); probe.id = "probe"; probe.textContent = log.join("|");
+  document.body.appendChild(probe);
+}, 50));</script>"""
+
+
+def test_views_render_in_headless_chromium(tmp_path):
+    """Open the report from disk in Chromium: the script ran (caption of the chosen step, every view drawn by
+    plotly), arrow keys / prev / clicking a token move the step, and a screenshot is written (what
+    scripts/screenshots.py does for all views)."""
+    from PIL import Image
+    import screenshots
+    tr = load("lookahead")
+    page = viz.write_report(tr, tmp_path / "r.html", profile=prof("lookahead"))
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    dom = subprocess.run([screenshots.chromium(), *screenshots.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p'}",
+                          "--dump-dom", probe.as_uri() + "#step=6"], capture_output=True, text=True, timeout=60).stdout
+    assert 'class="ds-caption">Step 3: one forward pass over 15' in dom  # after the probe's clicks
+    assert dom.count('class="plot-container plotly"') >= 3 + 4  # window, pool, mask + 4 run plots
+    n_step3 = len(tr.steps[3].accepted)
+    assert f'<pre id="probe">Step 6|Step 8|Step 7|Step 3|{n_step3}</pre>' in dom
+    png = screenshots.shoot(page, tmp_path / "r.png", (1200, 1400), step=6)
+    img = Image.open(png).convert("RGB")
+    assert img.size == (1200, 1400) and len(img.getcolors(1 << 20)) > 100

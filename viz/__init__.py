@@ -1,0 +1,34 @@
+"""DecodeScope pictures. Input: a Trace (decoding.Trace, its to_dict(), or a JSON path) and optionally a
+profile dict (keys documented in viz/profile.py). Nothing here re-runs decoding.
+
+API for the app (wiring only):
+
+    viz.step_view_html(trace, profile=None, initial_step=0) -> str
+        Linked step-through fragment for gr.HTML: prev/next/play/scrub, arrow keys, one-line caption,
+        coloured text (click a token = go to its step), per-step views, run plots.
+        gr.HTML(value=viz.step_view_html(tr), **viz.gradio_html_kwargs())  # head (plotly + script), js_on_load
+    viz.report.write_report(trace, path, profile=None, title=None, compare=None) -> Path
+        Standalone offline HTML report (plotly.js and data inline; no external URL).
+    viz.report.report_html(...) -> str      the same page as a string
+    viz.caption(trace, step_index) -> str   the plain-words caption of one step
+
+Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames do not play in gr.Plot):
+    viz.window.figure(trace, i)   Jacobi window: token text, position, colour = producing step, harvest
+    viz.pool.figure(trace, i)     key, candidates, matched prefix, chosen candidate, accepted tokens
+    viz.mask.figure(trace, i)     attention mask (decoding.masks.tree_visibility) with role·position labels
+    viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejected node, origins
+Run figures:
+    viz.pool.run_figure(trace)                pool size and hit rates over the run
+    viz.profile.compare_figure(runs)          FLOPs per step | cumulative tokens vs FLOPs, per method
+    viz.profile.roofline_figure(profile, trace=None)
+    viz.profile.latency_figure(runs)          step latency vs query tokens (works without a profile)
+      runs = {name: (trace, profile_or_None)} or [(trace, profile)]
+HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has data(...) returning the
+plain numbers it draws (what the tests compare with the trace).
+"""
+from . import mask, pool, profile, report, stepper, tokens, tree, window
+from .report import write_report
+from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
+
+__all__ = ["caption", "gradio_html_kwargs", "head_html", "mask", "pool", "profile", "report", "step_view_html",
+           "stepper", "tokens", "tree", "window", "write_report"]

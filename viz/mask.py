@@ -1,0 +1,56 @@
+"""The attention mask of one step, exactly as the engine builds it (decoding.masks.tree_visibility).
+
+Rows and columns are the step's query tokens labelled role·position (position relative to x0, as in
+the lookahead paper's figure: for N=4, W=5, G=2 it is the 21×21 mask). Every query also sees the whole
+KV cache (the accepted prefix), drawn as one collapsed column on the left.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from decoding.masks import tree_visibility
+
+from .common import TraceLike, as_trace, rel_label, text_of
+from .window import _empty
+
+
+def data(trace: TraceLike, step_index: int) -> dict | None:
+    """matrix[i][j] = query i may attend to query j; None when tracing was off for the step."""
+    tr = as_trace(trace)
+    step = tr.steps[step_index]
+    if not step.parents:
+        return None
+    vis = tree_visibility(step.parents)
+    base = step.positions[0] if step.positions else step.kv_len
+    rel = [p - base for p in step.positions] if step.positions else list(range(len(step.parents)))
+    slots = step.slots or [[]] * len(step.parents)
+    labels = [rel_label(r, s, p) for r, s, p in zip(step.roles, slots, rel)]
+    return {"step": step.index, "matrix": vis.astype(int).tolist(), "labels": labels, "roles": list(step.roles),
+            "positions": list(step.positions), "relative_positions": rel, "kv_len": step.kv_len,
+            "tokens": list(step.tokens), "text": [text_of(tr, t) for t in step.tokens]}
+
+
+def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figure:
+    """Heatmap of the mask (dark = may attend), with the cache column; big prompts are cut to max_tokens."""
+    tr = as_trace(trace)
+    d = data(tr, step_index)
+    if d is None:
+        return _empty(f"Step {step_index}: no query recorded")
+    n = min(len(d["labels"]), max_tokens)
+    labels = [f"{i}:{lab}" for i, lab in enumerate(d["labels"][:n])]  # index keeps category labels unique
+    z = [([2] if d["kv_len"] else []) + row[:n] for row in d["matrix"][:n]]
+    cols = ([f"cache×{d['kv_len']}"] if d["kv_len"] else []) + labels
+    hover = [([f"{labels[i]} sees the whole KV cache ({d['kv_len']} tokens)"] if d["kv_len"] else []) +
+             [f"{labels[i]} ({d['text'][i]!r}) {'sees' if v else 'does not see'} {labels[j]} ({d['text'][j]!r})"
+              for j, v in enumerate(row[:n])] for i, row in enumerate(d["matrix"][:n])]
+    fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, zmin=0, zmax=2, showscale=False, hoverinfo="text",
+                               text=hover, xgap=1, ygap=1,
+                               colorscale=[[0, "#f7f7f7"], [0.5, "#2171b5"], [1, "#6baed6"]]))
+    cut = f" (first {n} of {len(d['labels'])} shown)" if n < len(d["labels"]) else ""
+    size = max(260, min(900, 140 + 18 * n))
+    fig.update_layout(title=dict(text=f"Attention mask of step {d['step']}: {len(d['labels'])}×{len(d['labels'])}"
+                                      f"{cut}; blue = may attend", font=dict(size=13)),
+                      xaxis=dict(side="top", tickangle=-90, tickfont=dict(size=9), type="category"),
+                      yaxis=dict(autorange="reversed", tickfont=dict(size=9), type="category"),
+                      height=size, width=size + 60, margin=dict(l=80, r=20, t=110, b=20), plot_bgcolor="white")
+    return fig

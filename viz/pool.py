@@ -1,0 +1,106 @@
+"""Pool lookup and verification of one step, and the pool over the whole run.
+
+Lookahead records info["pool_key"] (a token) and prompt lookup records info["key"] (an n-gram); both
+record candidates, matched (accepted prefix length per candidate) and chosen (index or None). The step's
+accepted tokens are step.accepted: the chosen candidate's matched prefix plus the model's own token.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .common import TraceLike, as_trace, text_of
+from .window import _empty
+
+
+def data(trace: TraceLike, step_index: int) -> dict | None:
+    """Key, candidates, matched lengths, chosen candidate and accepted tokens; None without a lookup."""
+    tr = as_trace(trace)
+    step = tr.steps[step_index]
+    info = step.info
+    if "candidates" not in info:
+        return None
+    key = info.get("pool_key", info.get("key"))
+    key_tokens = key if isinstance(key, list) else ([] if key is None else [key])
+    cands = [list(c) for c in info["candidates"]]
+    matched = list(info.get("matched") or [0] * len(cands))
+    sources = list(info.get("candidate_sources") or [""] * len(cands))
+    return {"step": step.index, "key": key_tokens, "key_text": [text_of(tr, t) for t in key_tokens],
+            "candidates": cands, "candidate_text": [[text_of(tr, t) for t in c] for c in cands],
+            "matched": matched, "sources": sources, "chosen": info.get("chosen"),
+            "accepted": list(step.accepted), "accepted_text": [text_of(tr, t) for t in step.accepted],
+            "origins": list(step.origins), "pool_size": info.get("pool_size")}
+
+
+def figure(trace: TraceLike, step_index: int) -> go.Figure:
+    """One row per candidate: matched tokens green, the rest red; the chosen row is marked."""
+    tr = as_trace(trace)
+    d = data(tr, step_index)
+    if d is None:
+        return _empty(f"Step {step_index}: no pool lookup ({tr.method})")
+    key = " ".join(d["key_text"]) or "(none)"
+    if not d["candidates"]:
+        return _empty(f"Step {d['step']}: key {key!r} found no candidates — the model's own token was accepted")
+    xs, ys, labels, hover, shapes = [], [], [], [], []
+    names = []
+    for g, (toks, texts) in enumerate(zip(d["candidates"], d["candidate_text"])):
+        m = d["matched"][g] if g < len(d["matched"]) else 0
+        chosen = g == d["chosen"]
+        names.append(("▶ " if chosen else "") + f"cand {g}" + (f" ({d['sources'][g]})" if d["sources"][g] else ""))
+        for i, (t, s) in enumerate(zip(toks, texts)):
+            ok = i < m
+            color = "#a1d99b" if ok else ("#fcbba1" if i == m else "#f0f0f0")
+            xs.append(i); ys.append(g); labels.append(s)
+            hover.append(f"token {t} {s!r}<br>{'matches the model' if ok else 'rejected' if i == m else 'not checked'}")
+            shapes.append(dict(type="rect", x0=i - .46, x1=i + .46, y0=g - .4, y1=g + .4, fillcolor=color,
+                               line=dict(color="#238b45" if chosen else "#aaa", width=2 if chosen else 1),
+                               layer="below"))
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="text", text=labels, hovertext=hover, hoverinfo="text",
+                               showlegend=False))
+    n = len(d["candidates"])
+    width = max(len(c) for c in d["candidates"])
+    acc = "".join(d["accepted_text"])
+    fig.update_layout(shapes=shapes, plot_bgcolor="white", height=130 + 45 * n,
+                      title=dict(text=f"Step {d['step']}: key {key!r} → {n} candidate(s); accepted {acc!r}",
+                                 font=dict(size=13)),
+                      xaxis=dict(title="candidate token", tickvals=list(range(width)), range=[-.6, width - .4],
+                                 showgrid=False, zeroline=False),
+                      yaxis=dict(tickvals=list(range(n)), ticktext=names, range=[n - .4, -.6], showgrid=False,
+                                 zeroline=False),
+                      margin=dict(l=140, r=20, t=60, b=40))
+    return fig
+
+
+def run_data(trace: TraceLike) -> dict:
+    """Per decode step: pool size, whether the key was found, whether a candidate matched; running rates."""
+    tr = as_trace(trace)
+    steps, size, found, hit, found_rate, hit_rate = [], [], [], [], [], []
+    for s in tr.steps:
+        if "candidates" not in s.info:
+            continue
+        f = bool(s.info["candidates"])
+        h = any(m > 0 for m in s.info.get("matched") or [])
+        steps.append(s.index); size.append(s.info.get("pool_size")); found.append(f); hit.append(h)
+        found_rate.append(sum(found) / len(found)); hit_rate.append(sum(hit) / len(hit))
+    return {"steps": steps, "pool_size": size, "found": found, "hit": hit,
+            "found_rate": found_rate, "hit_rate": hit_rate}
+
+
+def run_figure(trace: TraceLike) -> go.Figure:
+    """Pool size (left axis) and running found/hit rates (right axis) over the run."""
+    tr = as_trace(trace)
+    d = run_data(tr)
+    if not d["steps"]:
+        return _empty(f"no pool in this run ({tr.method})")
+    fig = go.Figure()
+    if any(v is not None for v in d["pool_size"]):
+        fig.add_trace(go.Bar(x=d["steps"], y=d["pool_size"], name="pool size (n-grams)", marker_color="#c6dbef"))
+    fig.add_trace(go.Scatter(x=d["steps"], y=d["found_rate"], name="key found (running rate)", yaxis="y2",
+                             mode="lines", line=dict(color="#3182bd")))
+    fig.add_trace(go.Scatter(x=d["steps"], y=d["hit_rate"], name="candidate accepted (running rate)", yaxis="y2",
+                             mode="lines", line=dict(color="#31a354")))
+    fig.update_layout(title=dict(text="Pool size and hit rate over the run", font=dict(size=13)),
+                      xaxis=dict(title="step"), yaxis=dict(title="n-grams in pool"),
+                      yaxis2=dict(title="rate", overlaying="y", side="right", range=[0, 1.05]),
+                      height=300, margin=dict(l=60, r=60, t=50, b=40), legend=dict(orientation="h", y=-0.25),
+                      plot_bgcolor="white")
+    return fig

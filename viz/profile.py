@@ -1,0 +1,173 @@
+"""Profile pictures: FLOPs per step, tokens vs FLOPs per method, the roofline, latency vs query size.
+
+The profile is a plain dict (what profiling/ produces); the keys read here are:
+
+    profile = {
+        "name": "lookahead",             # optional label (falls back to the trace's method)
+        "machine": {"name": "H200", "peak_flops": 9.89e14, "peak_bw": 4.8e12},   # FLOP/s, byte/s
+        "steps": [{"index": 0,           # trace step index (prefill = 0)
+                   "flops": 1.2e9,       # FLOPs of the step's forward
+                   "bytes": 3.4e8,       # bytes moved (weights + KV read/write + activations)
+                   "intensity": 3.5,     # flops / bytes  (computed if missing)
+                   "achieved_flops": 2e12,  # FLOP/s reached (computed from flops / wall_ms if missing)
+                   "achieved_bw": 6e11,  # byte/s reached (optional)
+                   "wall_ms": 0.6, "n_query": 21, "kv_len": 130,
+                   "new_tokens": 4}]}    # optional; else len(trace.steps[index].accepted)
+
+Machine peaks may also sit at the top level of the dict (peak_flops, peak_bw, name). Latency vs query
+tokens needs no profile: the trace records n_query and wall_ms for every step.
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .common import TraceLike, as_trace
+from .window import _empty
+
+METHOD_COLORS = ["#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b"]
+Run = tuple  # (trace, profile | None)
+
+
+def machine(profile: dict) -> dict:
+    m = profile.get("machine") or {}
+    return {k: m.get(k, profile.get(k)) for k in ("name", "peak_flops", "peak_bw")}
+
+
+def steps_of(profile: dict | None, trace=None) -> list[dict]:
+    """Profile steps with intensity, achieved FLOP/s and new_tokens filled in when missing."""
+    if not profile:
+        return []
+    out = []
+    for s in profile.get("steps", []):
+        s = dict(s)
+        if s.get("intensity") is None and s.get("bytes"):
+            s["intensity"] = s["flops"] / s["bytes"]
+        if s.get("achieved_flops") is None and s.get("wall_ms"):
+            s["achieved_flops"] = s["flops"] / (s["wall_ms"] / 1e3)
+        if s.get("new_tokens") is None and trace is not None and 0 <= s.get("index", -1) < len(trace.steps):
+            s["new_tokens"] = len(trace.steps[s["index"]].accepted)
+        out.append(s)
+    return out
+
+
+def _runs(runs) -> list[tuple[str, object, dict | None]]:
+    """Accept {name: (trace, profile)}, [(trace, profile)], or a single (trace, profile)."""
+    if isinstance(runs, dict):
+        items = [(name, *pair) for name, pair in runs.items()]
+    elif isinstance(runs, tuple):
+        items = [(None, *runs)]
+    else:
+        items = [(None, *pair) for pair in runs]
+    out = []
+    for name, tr, prof in items:
+        tr = as_trace(tr) if tr is not None else None
+        out.append((name or (prof or {}).get("name") or (tr.method if tr else "run"), tr, prof))
+    return out
+
+
+def compare_data(runs) -> list[dict]:
+    """Per method: step indexes, FLOPs per step, cumulative FLOPs and cumulative new tokens."""
+    res = []
+    for name, tr, prof in _runs(runs):
+        st = steps_of(prof, tr)
+        cum_f, cum_t, f_acc, t_acc = [], [], 0.0, 0
+        for s in st:
+            f_acc += s["flops"]; t_acc += s.get("new_tokens") or 0
+            cum_f.append(f_acc); cum_t.append(t_acc)
+        res.append({"name": name, "steps": [s["index"] for s in st], "flops": [s["flops"] for s in st],
+                    "cum_flops": cum_f, "cum_tokens": cum_t})
+    return res
+
+
+def compare_figure(runs) -> go.Figure:
+    """Left: FLOPs per step; right: cumulative tokens vs cumulative FLOPs — one colour per method."""
+    data = [d for d in compare_data(runs) if d["steps"]]
+    if not data:
+        return _empty("no profile: run with profiling on to see FLOPs")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step", "tokens generated vs FLOPs spent"))
+    for k, d in enumerate(data):
+        c = METHOD_COLORS[k % len(METHOD_COLORS)]
+        fig.add_trace(go.Scatter(x=d["steps"], y=d["flops"], name=d["name"], mode="lines+markers",
+                                 line=dict(color=c), legendgroup=d["name"]), 1, 1)
+        fig.add_trace(go.Scatter(x=d["cum_flops"], y=d["cum_tokens"], name=d["name"], mode="lines+markers",
+                                 line=dict(color=c), legendgroup=d["name"], showlegend=False), 1, 2)
+    fig.update_xaxes(title_text="step", row=1, col=1)
+    fig.update_yaxes(title_text="FLOPs", type="log", row=1, col=1)
+    fig.update_xaxes(title_text="cumulative FLOPs", row=1, col=2)
+    fig.update_yaxes(title_text="cumulative new tokens", row=1, col=2)
+    fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=50), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def roofline_data(profile: dict, trace=None) -> dict:
+    """Per-step (intensity, achieved FLOP/s) points and the machine roofs."""
+    st = [s for s in steps_of(profile, trace) if s.get("intensity") and s.get("achieved_flops")]
+    return {"machine": machine(profile), "steps": [s["index"] for s in st],
+            "intensity": [s["intensity"] for s in st], "achieved_flops": [s["achieved_flops"] for s in st],
+            "n_query": [s.get("n_query") for s in st]}
+
+
+def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
+    """Log-log roofline: attainable = min(peak_flops, intensity × peak_bw); one point per step."""
+    if not profile:
+        return _empty("no profile: run with profiling on to see the roofline")
+    d = roofline_data(profile, as_trace(trace) if trace is not None else None)
+    m = d["machine"]
+    fig = go.Figure()
+    xs = d["intensity"] or [1.0]
+    if m["peak_flops"] and m["peak_bw"]:
+        ridge = m["peak_flops"] / m["peak_bw"]
+        lo, hi = min(min(xs), ridge) / 10, max(max(xs), ridge) * 10
+        grid = [lo * (hi / lo) ** (i / 60) for i in range(61)]
+        fig.add_trace(go.Scatter(x=grid, y=[min(m["peak_flops"], x * m["peak_bw"]) for x in grid], mode="lines",
+                                 name=f"roof ({m['name'] or 'machine'})", line=dict(color="#444")))
+        fig.add_vline(x=ridge, line=dict(dash="dot", color="#999"))
+    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name="steps",
+                             marker=dict(size=8, color=d["steps"], colorscale="Viridis", showscale=True,
+                                         colorbar=dict(title="step")),
+                             customdata=list(zip(d["steps"], d["n_query"])),
+                             hovertemplate="step %{customdata[0]}<br>query %{customdata[1]} tokens<br>"
+                                           "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
+    fig.update_layout(title=dict(text="Roofline: every step's arithmetic intensity and achieved FLOP/s",
+                                 font=dict(size=13)),
+                      xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
+                      yaxis=dict(type="log", title="FLOP/s"), height=380, plot_bgcolor="white",
+                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def latency_data(runs) -> list[dict]:
+    """Per method: (n_query, wall_ms) of each decode step; from the profile if given, else the trace."""
+    res = []
+    for name, tr, prof in _runs(runs):
+        st = steps_of(prof, tr)
+        if not st and tr is not None:
+            st = [{"index": s.index, "n_query": s.n_query, "wall_ms": s.wall_ms} for s in tr.steps
+                  if s.kind == "decode"]
+        st = [s for s in st if s.get("index", 1) != 0 and s.get("wall_ms") is not None]
+        res.append({"name": name, "steps": [s["index"] for s in st], "n_query": [s["n_query"] for s in st],
+                    "wall_ms": [s["wall_ms"] for s in st]})
+    return res
+
+
+def latency_figure(runs) -> go.Figure:
+    """Step latency vs query tokens: how much a wider step costs on this machine."""
+    data = [d for d in latency_data(runs) if d["steps"]]
+    if not data:
+        return _empty("no decode steps to show")
+    fig = go.Figure()
+    for k, d in enumerate(data):
+        fig.add_trace(go.Scatter(x=d["n_query"], y=d["wall_ms"], mode="markers", name=d["name"],
+                                 marker=dict(color=METHOD_COLORS[k % len(METHOD_COLORS)], size=7, opacity=.7),
+                                 customdata=d["steps"], hovertemplate="step %{customdata}<br>%{x} query tokens"
+                                                                      "<br>%{y:.2f} ms<extra></extra>"))
+    top = max(max(d["wall_ms"]) for d in data)
+    fig.update_layout(title=dict(text="Step latency vs query tokens", font=dict(size=13)),
+                      xaxis=dict(title="query tokens in the step"),
+                      yaxis=dict(title="wall time (ms)", range=[0, top * 1.1 if top > 0 and math.isfinite(top) else 1]),
+                      height=340, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50))
+    return fig

@@ -1,0 +1,74 @@
+"""A standalone, self-contained HTML report of a run: opens from disk with no network at all.
+
+plotly.js (plotly's offline bundle), the step-control script and the data are all inline. The bundle
+mentions map-tile and licence URLs that a report never loads (no map traces); they are defused so the
+file carries no http(s) reference except XML namespace names, which browsers never fetch.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from plotly.offline import get_plotlyjs
+
+from . import profile as prof
+from .common import PLOTLY_CONFIG, TraceLike, as_trace, esc
+from .stepper import SCRIPT, step_view_html
+
+URL = re.compile(r"https?://(?!www\.w3\.org/)")
+
+
+@lru_cache(maxsize=1)
+def offline_plotlyjs() -> str:
+    """plotly.js with every non-namespace http(s):// string defused ("offline:"), and no </script>."""
+    return URL.sub("offline:", get_plotlyjs()).replace("</script", "<\\/script")
+
+
+def external_urls(page: str) -> list[str]:
+    """The http(s) references in a page other than XML namespace names (the report test's check)."""
+    return [m.group(0) for m in re.finditer(r"https?://[^\s\"'<>)]*", page) if not m.group(0).startswith(
+        ("http://www.w3.org/", "https://www.w3.org/"))]
+
+
+def _static(fig, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
+
+
+def report_html(trace: TraceLike, profile: dict | None = None, title: str | None = None,
+                compare: dict | None = None, initial_step: int = 0) -> str:
+    """The report page as a string. compare = {name: (trace, profile)} adds side-by-side method plots."""
+    tr = as_trace(trace)
+    title = title or f"DecodeScope — {tr.method} run"
+    stats = tr.stats()
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(round(v, 4) if isinstance(v, float) else v)}</td></tr>"
+                   for k, v in stats.items())
+    extra = ""
+    if compare:
+        extra += "<h2>Methods side by side</h2>" + _static(prof.compare_figure(compare), "ds-compare")
+        extra += _static(prof.latency_figure(compare), "ds-compare-latency")
+    model = esc(tr.model.get("name", "")) if isinstance(tr.model, dict) else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;margin:16px 24px;color:#222}} table{{border-collapse:collapse}}
+th,td{{border:1px solid #ddd;padding:2px 8px;text-align:left;font-size:13px}} h1{{font-size:20px}}</style>
+<script>{offline_plotlyjs()}</script>
+</head><body>
+<h1>{esc(title)}</h1>
+<p>Model: {model or 'n/a'} · stop: {esc(tr.stop_reason)} · every picture below is drawn from the recorded
+trace of this run. Use ◀ ▶ (or the arrow keys) to step, click a token to jump to the step that produced it.</p>
+{step_view_html(tr, profile, initial_step=initial_step)}
+{extra}
+<h2>Run statistics</h2><table>{rows}</table>
+<script>{SCRIPT}</script>
+</body></html>"""
+
+
+def write_report(trace: TraceLike, path: str | Path, profile: dict | None = None, title: str | None = None,
+                 compare: dict | None = None) -> Path:
+    """Write the report; returns the path. The file opens offline in any browser."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report_html(trace, profile, title, compare), encoding="utf-8")
+    return path

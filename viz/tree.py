@@ -1,0 +1,122 @@
+"""The token tree one step verified: a draft tree for speculative decoding, or any step's query tree.
+
+Speculative steps carry info["tree"] = {tokens, parents, depth, draft_prob, target_prob, origin} aligned
+with the query (index 0 = x0), info["accepted_path"] and info["first_rejected"] (query indices). Every
+field is optional: without info["tree"] the query's own tokens/parents/roles are drawn (a lookahead step
+is a tree too), the accepted path falls back to step.kept, and missing probabilities are left blank.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .common import ORIGIN_COLORS, TraceLike, as_trace, text_of
+from .window import _empty
+
+NODE_COLORS = {**ORIGIN_COLORS, "target": ORIGIN_COLORS["x0"], "candidate": "#a1d99b"}
+
+
+def _get(seq: list | None, i: int):
+    return seq[i] if seq is not None and i < len(seq) else None
+
+
+def data(trace: TraceLike, step_index: int) -> dict | None:
+    """Nodes (token, text, parent, depth, probabilities, origin, accepted, rejected) of the step's tree."""
+    tr = as_trace(trace)
+    step = tr.steps[step_index]
+    info = step.info or {}
+    tree = info.get("tree") or {}
+    tokens = tree.get("tokens") or step.tokens
+    parents = tree.get("parents") or step.parents
+    if not tokens or len(parents) != len(tokens):
+        return None
+    depth = tree.get("depth")
+    if not depth or len(depth) != len(tokens):
+        depth = [0] * len(tokens)
+        for i, p in enumerate(parents):
+            depth[i] = 0 if p < 0 else depth[p] + 1
+    origin = tree.get("origin") or [r if r != "x0" else "target" for r in step.roles] or ["draft"] * len(tokens)
+    path = info.get("accepted_path", step.kept) or []
+    path = [p for p in path if 0 <= p < len(tokens)]
+    rejected = info.get("first_rejected")
+    nodes = [{"id": i, "token": t, "text": text_of(tr, t), "parent": parents[i], "depth": depth[i],
+              "draft_prob": _get(tree.get("draft_prob"), i), "target_prob": _get(tree.get("target_prob"), i),
+              "origin": _get(origin, i) or "draft", "accepted": i in path, "rejected": i == rejected}
+             for i, t in enumerate(tokens)]
+    return {"step": step.index, "nodes": nodes, "accepted_path": path, "first_rejected": rejected,
+            "accepted": list(step.accepted), "origins": list(step.origins), "from_info": bool(tree)}
+
+
+def layout(nodes: list[dict]) -> dict[int, float]:
+    """Tidy vertical order: leaves get consecutive rows, a parent sits at the mean of its children."""
+    children: dict[int, list[int]] = {}
+    for n in nodes:
+        children.setdefault(n["parent"], []).append(n["id"])
+    y: dict[int, float] = {}
+    next_row = [0]
+
+    def place(i: int) -> float:
+        kids = children.get(i, [])
+        if not kids:
+            y[i] = next_row[0]
+            next_row[0] += 1
+        else:
+            y[i] = sum(place(k) for k in kids) / len(kids)
+        return y[i]
+
+    stack_roots = children.get(-1, [])
+    for r in stack_roots:
+        place(r)
+    return y
+
+
+def figure(trace: TraceLike, step_index: int) -> go.Figure:
+    """Nodes left→right by depth, coloured by origin; accepted path in bold green, first rejection ✕."""
+    tr = as_trace(trace)
+    d = data(tr, step_index)
+    if d is None:
+        return _empty(f"Step {step_index}: no tree recorded")
+    nodes = d["nodes"]
+    y = layout(nodes)
+    on_path = set(d["accepted_path"])
+    fig = go.Figure()
+    for n in nodes:
+        p = n["parent"]
+        if p >= 0:
+            good = n["id"] in on_path and p in on_path
+            fig.add_trace(go.Scatter(x=[nodes[p]["depth"], n["depth"]], y=[y[p], y[n["id"]]], mode="lines",
+                                     line=dict(color="#238b45" if good else "#bbb", width=4 if good else 1.2),
+                                     hoverinfo="skip", showlegend=False))
+    for origin in dict.fromkeys(n["origin"] for n in nodes):
+        group = [n for n in nodes if n["origin"] == origin]
+        fig.add_trace(go.Scatter(
+            x=[n["depth"] for n in group], y=[y[n["id"]] for n in group], mode="markers+text", name=origin,
+            text=[n["text"] for n in group], textposition="middle right",
+            marker=dict(size=18, color=NODE_COLORS.get(origin, "#ccc"),
+                        symbol=["x" if n["rejected"] else "circle" for n in group],
+                        line=dict(color=["#238b45" if n["accepted"] else "#c00" if n["rejected"] else "#666"
+                                         for n in group], width=[3 if n["accepted"] or n["rejected"] else 1
+                                                                 for n in group])),
+            hovertext=[_hover(n) for n in group], hoverinfo="text"))
+    rows = max(y.values()) + 1 if y else 1
+    rej = d["first_rejected"]
+    title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
+             + (f", first rejected node {rej}" if rej is not None else ""))
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), plot_bgcolor="white",
+                      xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False),
+                      yaxis=dict(visible=False, autorange="reversed"),
+                      height=max(220, min(900, 110 + 34 * rows)), margin=dict(l=20, r=20, t=60, b=40),
+                      legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"))
+    return fig
+
+
+def _hover(n: dict) -> str:
+    parts = [f"node {n['id']} token {n['token']} {n['text']!r}", f"depth {n['depth']}, origin {n['origin']}"]
+    if n["draft_prob"] is not None:
+        parts.append(f"draft p = {n['draft_prob']:.3f}")
+    if n["target_prob"] is not None:
+        parts.append(f"target p = {n['target_prob']:.3f}")
+    if n["accepted"]:
+        parts.append("accepted")
+    if n["rejected"]:
+        parts.append("first rejected")
+    return "<br>".join(parts)
