@@ -1,6 +1,6 @@
 """Train DecodeScope's default tokenizer, draft and target models on the local Python standard library.
 
-    python assets/train_models.py                       # CPU: ~11 min draft + ~65 min target
+    python assets/train_models.py                       # CPU: ~11 min draft + ~55 min target
     python assets/train_models.py --resume              # continue from assets/.ckpt after an interruption
     python assets/train_models.py --tiny --out-dir /tmp/x --ckpt-dir /tmp/x/ckpt   # seconds, for tests
 
@@ -65,7 +65,7 @@ def lr_at(step: int, total: int, warmup: int, peak: float, floor: float = 0.1) -
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
+def train_one(name, args, tok, train_ids, device, minutes, steps, lr, bsz):
     """Train one model; returns (model, stats). Checkpoints to ckpt_dir/<name>.pt."""
     from transformers import LlamaForCausalLM
 
@@ -91,7 +91,7 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
     if st_done := (total is not None and step >= total):
         log(f"[{name}] already finished ({step} steps)")
     log(f"[{name}] {n_params/1e6:.2f}M params, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
-        f"batch {args.batch_size}x{args.seq_len}, peak lr {lr}, device {device}")
+        f"batch {bsz}x{args.seq_len}, peak lr {lr}, device {device}")
     use_amp = device.type == "cuda"
     warmup = max(2, min(args.warmup, steps // 10)) if steps else args.warmup
     first, t_calib = step, None  # time budget: measure steps first+3 .. first+28 of this process
@@ -100,7 +100,7 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
     while not st_done and (total is None or step < total):
         if total is None and step == first + 3:
             t_calib = time.time()
-        x = batch_at(train_ids, step, args.seed, args.batch_size, args.seq_len).to(device)
+        x = batch_at(train_ids, step, args.seed, bsz, args.seq_len).to(device)
         cur_lr = lr_at(step, total or 10**9, warmup, lr)
         for g in opt.param_groups:
             g["lr"] = cur_lr
@@ -142,7 +142,7 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr):
             os.replace(str(ckpt) + ".tmp", ckpt)
             t_last_ckpt = time.time()
     return model, {"params": n_params, "steps": step, "minutes": round(elapsed / 60, 2), "tokens": tokens_seen,
-                   "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": args.batch_size, "seq_len": args.seq_len,
+                   "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": bsz, "seq_len": args.seq_len,
                    "schedule_replans": replans}
 
 
@@ -174,13 +174,14 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--vocab-size", type=int, default=8192)
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-draft", type=int, default=None, help="sequences per step (default 4 CPU / 64 CUDA)")
+    ap.add_argument("--batch-target", type=int, default=None, help="sequences per step (default 8 CPU / 64 CUDA)")
     ap.add_argument("--max-positions", type=int, default=2048)
     ap.add_argument("--minutes-draft", type=float, default=None, help="time budget (default 11 CPU / 5 CUDA)")
-    ap.add_argument("--minutes-target", type=float, default=None, help="time budget (default 65 CPU / 15 CUDA)")
+    ap.add_argument("--minutes-target", type=float, default=None, help="time budget (default 55 CPU / 15 CUDA)")
     ap.add_argument("--steps-draft", type=int, default=None, help="exact step count (overrides --minutes-draft)")
     ap.add_argument("--steps-target", type=int, default=None, help="exact step count (overrides --minutes-target)")
-    ap.add_argument("--lr-draft", type=float, default=4e-3)
+    ap.add_argument("--lr-draft", type=float, default=3e-3)
     ap.add_argument("--lr-target", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=60)
     ap.add_argument("--only", choices=["all", "draft", "target", "eval"], default="all")
@@ -195,28 +196,28 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     cuda = device.type == "cuda"
     if args.tiny:
-        args.vocab_size, args.seq_len, args.batch_size, args.log_every = 384, 64, 4, 2
+        args.vocab_size, args.seq_len, args.batch_draft, args.batch_target, args.log_every = 384, 64, 4, 4, 2
         args.warmup = 2
         if args.minutes_draft is None:
             args.steps_draft = args.steps_draft or 4
         if args.minutes_target is None:
             args.steps_target = args.steps_target or 4
         args.max_positions = 256
-    if cuda and args.batch_size == 16:
-        args.batch_size = 64
+    args.batch_draft = args.batch_draft or (64 if cuda else 4)
+    args.batch_target = args.batch_target or (64 if cuda else 8)
     md = args.minutes_draft or (5 if cuda else 11)
-    mt = args.minutes_target or (15 if cuda else 65)
+    mt = args.minutes_target or (15 if cuda else 55)
     log(f"args: {vars(args)} threads={torch.get_num_threads()}")
     out, ckdir = Path(args.out_dir), Path(args.ckpt_dir)
     tok, train_ids, val_ids, meta = stdlib_corpus.prepare(ckdir, args.vocab_size, args.max_positions, args.tiny, log)
     results_path = ckdir / "train_stats.json"
     stats = json.loads(results_path.read_text()) if results_path.exists() and args.resume else {}
     stats["seed"], stats["device"], stats["threads"] = args.seed, str(device), torch.get_num_threads()
-    for name, minutes, steps, lr in (("draft", md, args.steps_draft, args.lr_draft),
-                                     ("target", mt, args.steps_target, args.lr_target)):
+    for name, minutes, steps, lr, bsz in (("draft", md, args.steps_draft, args.lr_draft, args.batch_draft),
+                                          ("target", mt, args.steps_target, args.lr_target, args.batch_target)):
         if args.only not in ("all", name):
             continue
-        model, st = train_one(name, args, tok, train_ids, device, minutes, steps, lr)
+        model, st = train_one(name, args, tok, train_ids, device, minutes, steps, lr, bsz)
         stats[name] = st
         save_model(model, tok, out / name, args.save_dtype)
         results_path.write_text(json.dumps(stats, indent=1))
