@@ -9,10 +9,11 @@ from .runner import generate
 from .sampling import Sampling
 from .trace import Trace
 
-METHODS = ("greedy", "lookahead", "prompt_lookup")
+METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
 # Documented caps: beyond them a step's query or a run would be too large to be useful or safe.
 LIMITS = {"max_new_tokens": (1, 4096), "window": (1, 64), "ngram": (2, 16), "guesses": (0, 64),
-          "num_tokens": (1, 64), "max_ngram": (1, 8), "candidates": (1, 16), "top_k": (0, 100000)}
+          "num_tokens": (1, 64), "max_ngram": (1, 8), "candidates": (1, 16), "top_k": (0, 100000),
+          "draft_tokens": (1, 32), "tree_width": (1, 16), "tree_depth": (1, 16), "tree_budget": (1, 256)}
 
 
 def check_range(name: str, value: int) -> None:
@@ -34,6 +35,13 @@ def make_drafter(method: str, **p):
                          prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True))
     if method == "prompt_lookup":
         return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
+    if method == "speculative":
+        from .speculative import Speculative, check_compatible
+        d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
+                        bool(p.get("staged", False)), ngram_table=p.get("ngram_table"))
+        if p.get("target_model") is not None:
+            check_compatible(p["target_model"], d.draft, p.get("tokenizer"), p.get("draft_tokenizer"))
+        return d
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 

@@ -38,6 +38,8 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     eos = _eos_set(eos_token_id)
     ctx_mgr = step_context or (lambda i, kind: contextlib.nullcontext())
     gen = None if sampling.greedy else make_generator(sampling)
+    if hasattr(drafter, "bind"):  # drafters with their own model (speculative) check it and learn sampling
+        drafter.bind(model, sampling)
     core = Core(model)
     out: list[int] = []
     tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
@@ -73,11 +75,15 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
             preds = logits.argmax(-1).tolist()  # the one host sync of the step
             if gen is None:
                 v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)
+            elif plan.q is not None:  # drafts sampled from a draft model: exact speculative sampling
+                v = verify.speculative(plan.tokens, plan.parents, plan.proposal, logits, plan.q, sampling, gen)
             else:
                 v = verify.sampled(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
             core.commit(v.path)
             step = Step(index, "decode", kv_len, len(plan.tokens), [], [])
-            stop = _accept(out, context, v.tokens, step, max_new_tokens, eos, plan.origin)
+            origin = plan.origin if plan.origins is None else [plan.origins[i] for i in v.path[1:]]
+            stop = _accept(out, context, v.tokens, step, max_new_tokens, eos, origin)
+            plan.logits = logits
             drafter.observe(plan, preds, v, context)
             if trace:
                 step.tokens, step.parents, step.roles = plan.tokens, plan.parents, plan.roles
@@ -96,13 +102,13 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
 
 
 def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, limit: int,
-            eos: set[int], origin: str = "target") -> bool:
+            eos: set[int], origin: str | list[str] = "target") -> bool:
     """Append accepted tokens up to the limit or the first EOS; True when decoding must stop."""
     for k, t in enumerate(tokens):
         out.append(t)
         context.append(t)
         step.accepted.append(t)
-        step.origins.append("target" if k == len(tokens) - 1 else origin)
+        step.origins.append("target" if k == len(tokens) - 1 else origin if isinstance(origin, str) else origin[k])
         if t in eos or len(out) >= limit:
             return True
     return False

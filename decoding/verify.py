@@ -77,6 +77,49 @@ def sampled(tokens: list[int], parents: list[int], proposal: list[bool], logits:
     return Verdict(_path_to(cur[0], parents), out)
 
 
+def speculative(tokens: list[int], parents: list[int], proposal: list[bool], logits: torch.Tensor,
+                q: torch.Tensor, s: Sampling, gen: torch.Generator) -> Verdict:
+    """Exact speculative sampling for drafts SAMPLED from the draft model (chain and token tree).
+
+    q[u] is the draft distribution the children of node u were drawn from, without replacement, in
+    query order (a chain has one child per node). Rule (Leviathan et al. for one child; recursive
+    rejection sampling, the without-replacement form of SpecInfer's multi-step rule, for several): at
+    node u let r = p_u, the target's warped distribution, and q' = q[u]. For each child c (token x) in
+    order: accept x with probability min(1, r(x) / q'(x)) and move to c; on rejection set
+    r <- norm(max(r - q', 0)) and q' <- norm(q' with x removed) (the law of the next draw), then try the
+    next child. If every child is rejected, or u has no children (the bonus token after a fully accepted
+    path), sample the next token from r and stop. Each trial is one Leviathan step with proposal q', whose
+    output is distributed as the current r; so the token that leaves u is distributed exactly as p_u, and
+    the accepted text is distributed exactly as plain sampling from the target."""
+    children: dict[int, list[int]] = {}
+    for i in range(1, len(tokens)):
+        if proposal[i]:
+            children.setdefault(parents[i], []).append(i)
+    u, out = 0, []
+    while True:
+        r = warp(logits[u], s).cpu()
+        qq = q[u].float().cpu().clone()
+        nxt = None
+        for c in children.get(u, []):
+            x = tokens[c]
+            if float(qq[x]) > 0 and uniform(gen) < min(1.0, float(r[x]) / float(qq[x])):
+                nxt = c
+                break
+            res = (r - qq).clamp_min(0)
+            if float(res.sum()) > 1e-12:  # else r == q' up to rounding: rejection was (almost) impossible
+                r = res / res.sum()
+            qq[x] = 0.0
+            if float(qq.sum()) <= 0:
+                break
+            qq = qq / qq.sum()
+        if nxt is None:
+            out.append(sample(r, gen))
+            break
+        out.append(tokens[nxt])
+        u = nxt
+    return Verdict(_path_to(u, parents), out)
+
+
 def _path_to(node: int, parents: list[int]) -> list[int]:
     path = []
     while node >= 0:

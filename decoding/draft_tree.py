@@ -1,0 +1,253 @@
+"""The draft side of speculative decoding: the draft model's KV cache and the token tree it expands.
+
+The draft keeps its own Core. Above the accepted prefix its cache holds a *speculative region*: the
+catch-up tokens (accepted text the draft has not seen yet, ending with x0) and every tree node already
+run through the draft. A node attends to the prefix, its ancestors and itself (a float tree mask over
+the region), at position prefix length + depth. The tree grows level by level: ONE draft forward runs
+the whole frontier, so draft forwards = depth, not nodes. After the target's verdict `settle` keeps
+only the catch-up tokens and the accepted path and drops the rest of the region.
+
+Staged mode: a stage-2 drafter (an n-gram model) proposes a chain under the most probable frontier
+node; it rides in the same draft forward and the draft verifies it like the target verifies the draft
+(greedy: equal to the draft's argmax; sampling: the point-mass rule, so each child is still a sample
+from the draft's distribution). Accepted stage-2 tokens are tree nodes with origin "stage2".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .core import Core
+from .masks import tree_visibility
+from .sampling import Sampling, uniform, warp
+
+
+class DraftCore(Core):
+    """Core plus a speculative region of tree nodes kept above the accepted prefix."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.spec_parents: list[int] = []   # parent of each region node within the region (-1 = prefix)
+        self.spec_depths: list[int] = []
+
+    @torch.inference_mode()
+    def grow(self, tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q, V]."""
+        n0, q, past = len(self.spec_parents), len(tokens), self.length
+        depths = list(self.spec_depths)
+        for p in parents:
+            depths.append(0 if p < 0 else depths[p] + 1)
+        allp = self.spec_parents + list(parents)
+        vis = torch.from_numpy(np.array(tree_visibility(allp)[n0:]))
+        mask = torch.zeros((q, past + n0 + q), dtype=self.dtype)
+        mask[:, past:].masked_fill_(~vis, torch.finfo(self.dtype).min)
+        pos = torch.tensor([depths[n0:]], dtype=torch.long, device=self.device) + past
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask.to(self.device)[None, None],
+                         past_key_values=self.cache, use_cache=True)
+        self.spec_parents, self.spec_depths = allp, depths
+        return out.logits[0].float()
+
+    @torch.inference_mode()
+    def settle(self, keep: list[int]) -> None:
+        """Keep region nodes `keep` (a root-first chain, ascending) as accepted text; drop the rest."""
+        past, n, k = self.length, len(self.spec_parents), len(keep)
+        if keep != list(range(k)):
+            idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
+            for layer in self.cache.layers:
+                layer.keys[..., past:past + k, :] = layer.keys.index_select(-2, idx)
+                layer.values[..., past:past + k, :] = layer.values.index_select(-2, idx)
+        if k < n:
+            self.cache.crop(-(n - k))
+        self.length = past + k
+        self.spec_parents, self.spec_depths = [], []
+
+
+@dataclass
+class Node:
+    token: int
+    parent: int                 # index in the node list (-1 for the root x0)
+    depth: int
+    prob: float | None          # draft probability of `token` at its parent (None for the root)
+    score: float                # cumulative draft probability of the path
+    origin: str                 # "target" (x0), "draft", "stage2"
+    spec: int = -1              # index in the draft's speculative region once run, else -1
+    dist: torch.Tensor | None = field(default=None, repr=False)  # draft distribution for the children
+    kids: list[int] = field(default_factory=list)
+    expanded: bool = False
+
+
+@dataclass
+class Shape:
+    """chain: widths [1] * K; tree: widths per depth; dynamic: best `budget` nodes up to depth K."""
+    mode: str
+    widths: list[int]
+    budget: int = 0
+    branch: int = 4             # dynamic mode: children considered per node
+
+    @property
+    def depth(self) -> int:
+        return len(self.widths)
+
+
+class TreeBuilder:
+    def __init__(self, dcore: DraftCore, shape: Shape, sampling: Sampling, gen: torch.Generator | None,
+                 stage2=None):
+        self.core, self.shape, self.s, self.gen, self.stage2 = dcore, shape, sampling, gen, stage2
+
+    def _dist(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.softmax(-1) if self.gen is None else warp(logits, self.s)
+
+    def build(self, context: list[int]) -> tuple[list[Node], int, dict]:
+        """Expand the draft tree for the next step; returns (nodes, catch-up length, counters)."""
+        D = self.shape.depth
+        catch = context[self.core.length:]
+        nodes = [Node(context[-1], -1, 0, None, 1.0, "target")]
+        pending = [0]
+        stats = {"draft_forwards": 0, "draft_nodes_run": 0, "stage2_proposed": 0, "stage2_accepted": 0}
+        first = True
+        while pending:
+            n0 = len(self.core.spec_parents)
+            toks, pars = [], []
+            if first:  # catch-up chain; the root x0 is its last token
+                toks, pars = list(catch), list(range(-1, len(catch) - 1))
+                nodes[0].spec = n0 + len(catch) - 1
+                pending = []
+            for i in pending:
+                nodes[i].spec = n0 + len(toks)
+                toks.append(nodes[i].token)
+                pars.append(nodes[nodes[i].parent].spec)
+            run = ([0] if first else []) + pending
+            chain: list[int] = []
+            if self.stage2 is not None:
+                prim = max(run, key=lambda i: (nodes[i].score, -i))
+                path = self._path_tokens(nodes, prim)
+                chain = self.stage2.propose(context[:-1] + path, D - nodes[prim].depth)
+                stats["stage2_proposed"] += len(chain)
+                c0 = n0 + len(toks)
+                for j, t in enumerate(chain[:-1]):
+                    toks.append(t)
+                    pars.append(nodes[prim].spec if j == 0 else c0 + j - 1)
+            logits = self.core.grow(toks, pars)
+            stats["draft_forwards"] += 1
+            stats["draft_nodes_run"] += len(toks)
+            for i in run:
+                nodes[i].dist = self._dist(logits[nodes[i].spec - n0])
+            if chain:
+                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, logits, c0 - n0, n0)
+            new: list[int] = []
+            for i in range(len(nodes)):
+                nd = nodes[i]
+                if nd.dist is not None and not nd.expanded and nd.depth < D:
+                    new += self._expand(nodes, i)
+            if self.shape.mode == "dynamic":
+                self._prune(nodes, new)
+            pending = [i for i in range(len(nodes))
+                       if nodes[i].spec < 0 and nodes[i].depth < D and nodes[i].token >= 0]
+            first = False
+        if self.shape.mode == "dynamic":
+            nodes = self._select(nodes)
+        return nodes, len(catch), stats
+
+    @staticmethod
+    def _path_tokens(nodes: list[Node], i: int) -> list[int]:
+        out = []
+        while i >= 0:
+            out.append(nodes[i].token)
+            i = nodes[i].parent
+        return out[::-1]
+
+    def _add(self, nodes: list[Node], parent: int, token: int, origin: str) -> int:
+        p = nodes[parent]
+        prob = float(p.dist[token])
+        nodes.append(Node(token, parent, p.depth + 1, prob, p.score * prob, origin))
+        p.kids.append(len(nodes) - 1)
+        return len(nodes) - 1
+
+    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], logits: torch.Tensor,
+                     c0: int, n0: int) -> int:
+        """Draft-level verification of the stage-2 chain under `prim`; returns tokens accepted."""
+        u, taken = prim, 0
+        for j, t in enumerate(chain):
+            q = nodes[u].dist
+            if self.gen is None:
+                ok = int(q.argmax()) == t
+                tok = t if ok else int(q.argmax())
+            else:  # point mass: accept t with prob q(t), else sample from q without t -> child ~ q
+                ok = uniform(self.gen) < float(q[t])
+                if ok:
+                    tok = t
+                else:
+                    r = q.clone()
+                    r[t] = 0.0
+                    tok = int(torch.multinomial(r / r.sum(), 1, generator=self.gen))
+            v = self._add(nodes, u, tok, "stage2" if ok else "draft")
+            if not ok:
+                return taken
+            taken += 1
+            if j < len(chain) - 1:  # this chain token ran in the forward: its distribution is known
+                nodes[v].spec = n0 + c0 + j
+                nodes[v].dist = self._dist(logits[c0 + j])
+            u = v
+        return taken
+
+    def _expand(self, nodes: list[Node], i: int) -> list[int]:
+        """Children of node i (its distribution is known); returns the new node indices."""
+        nd = nodes[i]
+        nd.expanded = True
+        q = nd.dist
+        w = self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nd.depth]
+        have = [nodes[k].token for k in nd.kids]
+        need = min(w - len(have), int((q > 0).sum()) - len(have))
+        if need <= 0:
+            return []
+        r = q.clone()
+        if have:
+            r[have] = 0.0
+        if self.gen is None or self.shape.mode == "dynamic":
+            toks = torch.topk(r, need).indices.tolist()  # deterministic children
+        else:  # i.i.d. without replacement from q (given the children already drawn)
+            toks = torch.multinomial(r / r.sum(), need, replacement=False, generator=self.gen).tolist()
+        return [self._add(nodes, i, t, "draft") for t in toks]
+
+    def _prune(self, nodes: list[Node], new: list[int]) -> list[int]:
+        """Dynamic mode: drop this level's candidates that cannot be among the best `budget` nodes."""
+        B = self.shape.budget
+        if not new:
+            return new
+        old = [n.score for n in nodes[1:] if n.token >= 0 and n.depth < nodes[new[0]].depth]
+        cand = sorted(new, key=lambda k: -nodes[k].score)[:B]
+        scores = sorted(old + [nodes[k].score for k in cand], reverse=True)
+        cut = scores[B - 1] if len(scores) >= B else -1.0
+        keep = {k for k in cand if nodes[k].score >= cut}
+        for k in new:
+            if k not in keep:
+                nodes[k].token = -1  # tombstone: removed by _select
+        return [k for k in new if k in keep]
+
+    def _select(self, nodes: list[Node]) -> list[Node]:
+        """Dynamic mode: the best `budget` nodes by cumulative draft probability (ancestor-closed:
+        a child never scores above its parent, and ties go to the shallower, earlier node)."""
+        live = [k for k in range(1, len(nodes)) if nodes[k].token >= 0]
+        best = set(sorted(live, key=lambda k: (-nodes[k].score, nodes[k].depth, k))[:self.shape.budget])
+        best = {k for k in best if all(a in best or a == 0 for a in _ancestors(nodes, k))}
+        order = [0] + sorted(best)
+        remap = {old: new for new, old in enumerate(order)}
+        out = []
+        for k in order:
+            nd = nodes[k]
+            nd.parent = remap[nd.parent] if nd.parent >= 0 else -1
+            nd.kids = [remap[c] for c in nd.kids if c in remap]
+            out.append(nd)
+        return out
+
+
+def _ancestors(nodes: list[Node], k: int) -> list[int]:
+    out = []
+    k = nodes[k].parent
+    while k > 0:
+        out.append(k)
+        k = nodes[k].parent
+    return out

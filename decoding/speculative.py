@@ -1,0 +1,218 @@
+"""Speculative decoding as a drafter on the shared engine: a draft model proposes a chain or a token tree,
+the target verifies it in the runner's one forward (decoding/runner.py), optionally staged (an n-gram
+stage 2 drafts for the draft model, decoding/staged.py). Draft-side machinery: decoding/draft_tree.py.
+
+Modes: chain (draft_tokens=K: K tokens, the target checks K + 1 positions), tree (widths per depth, e.g.
+[3, 2, 1]) and dynamic (tree_budget=B: the B best nodes by cumulative draft probability, depth <= K).
+Greedy: the target's argmax decides (verify.greedy), so the output equals plain greedy decoding.
+Sampling: chain and fixed-width trees draw children from the draft's warped distribution q and are
+verified by verify.speculative (min(1, p/q), residual norm(max(p - q, 0)), bonus from the target);
+dynamic trees pick children deterministically and use verify.sampled (point-mass multi-candidate rule).
+Both rules keep the output distribution exactly that of sampling from the target.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import torch
+
+from .draft_tree import DraftCore, Shape, TreeBuilder
+from .drafters import Plan
+from .models import ModelError
+from .sampling import Sampling, make_generator, warp
+from .staged import NGramStage2, Table
+from .trace import Trace
+from .verify import Verdict
+
+MAX_TREE_NODES = 256
+
+
+def check_compatible(target, draft, target_tok=None, draft_tok=None) -> None:
+    """Refuse a draft that does not share the target's vocabulary (one clear message)."""
+    tv, dv = _vocab_size(target), _vocab_size(draft)
+    if tv != dv:
+        raise ModelError(f"draft vocabulary ({dv} tokens) does not match the target's ({tv} tokens): "
+                         "speculative decoding needs a draft that shares the target's tokenizer")
+    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ModelError(f"draft tokenizer ({len(draft_tok)} tokens) differs from the target's "
+                         f"({len(target_tok)} tokens): speculative decoding needs a shared tokenizer")
+
+
+def _vocab_size(model) -> int:
+    emb = model.get_output_embeddings()
+    return int(emb.weight.shape[0]) if emb is not None else int(model.config.vocab_size)
+
+
+def parse_tree(text: str | list[int]) -> list[int]:
+    """'3,2,1' -> [3, 2, 1] (children per node at depths 1, 2, 3)."""
+    if isinstance(text, (list, tuple)):
+        widths = list(text)
+    else:
+        try:
+            widths = [int(x) for x in str(text).replace(" ", "").split(",")]
+        except ValueError:
+            raise ValueError(f"tree must be comma-separated widths per depth like 3,2,1, got {text!r}") from None
+    return widths
+
+
+def make_shape(draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
+               staged: bool = False) -> Shape:
+    """Validate the speculative parameters; the limits are documented in api.LIMITS."""
+    from .api import LIMITS, check_range
+    if tree is not None and tree_budget is not None:
+        raise ValueError("give either tree (fixed widths) or tree-budget (dynamic tree), not both")
+    if tree is not None and draft_tokens is not None:
+        raise ValueError("tree widths set the depth: do not also give draft-tokens")
+    if draft_tokens is not None:
+        check_range("draft_tokens", draft_tokens)
+    if tree is not None:
+        widths = parse_tree(tree)
+        lo, hi = LIMITS["tree_depth"]
+        if not lo <= len(widths) <= hi:
+            raise ValueError(f"tree must have {lo}..{hi} depths, got {len(widths)}")
+        for w in widths:
+            check_range("tree_width", w)
+        total, level = 0, 1
+        for w in widths:
+            level *= w
+            total += level
+        if total > MAX_TREE_NODES:
+            raise ValueError(f"tree {','.join(map(str, widths))} has {total} nodes; at most {MAX_TREE_NODES}")
+        return Shape("chain" if all(w == 1 for w in widths) else "tree", widths)
+    if tree_budget is not None:
+        check_range("tree_budget", tree_budget)
+        if staged:
+            raise ValueError("staged works with chain and fixed-width tree modes, not tree-budget")
+        return Shape("dynamic", [1] * (draft_tokens or 6), budget=tree_budget)
+    return Shape("chain", [1] * (draft_tokens or 4))
+
+
+class Speculative:
+    """Drafter: the draft model (and optionally stage 2) proposes, the runner's target forward verifies."""
+    name = "speculative"
+
+    def __init__(self, draft_model, draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
+                 staged: bool = False, ngram: int = 3, ngram_table: Table | None = None):
+        self.shape = make_shape(draft_tokens, tree, tree_budget, staged)
+        if draft_model is None:
+            raise ValueError("speculative decoding needs a draft model")
+        self.draft = draft_model
+        self.staged, self.ngram = staged, ngram
+        self.stage2 = NGramStage2(ngram, ngram_table) if staged else None
+        self.sampling, self.gen = Sampling(), None
+
+    def config(self) -> dict:
+        cfg = self.draft.config
+        return {"mode": self.shape.mode, "draft_tokens": self.shape.depth, "tree": self.shape.widths,
+                "tree_budget": self.shape.budget or None, "staged": self.staged,
+                "stage2": self.stage2.config() if self.stage2 else None,
+                "draft": {"name": getattr(self.draft, "name_or_path_", getattr(cfg, "_name_or_path", "")),
+                          "model_type": cfg.model_type,
+                          "n_params": sum(p.numel() for p in self.draft.parameters())}}
+
+    def max_depth(self) -> int:
+        return self.shape.depth + 1
+
+    def bind(self, target, sampling: Sampling) -> None:
+        """Called by the runner with the target: check the vocabulary, learn the sampling settings."""
+        check_compatible(target, self.draft)
+        self.sampling = sampling
+        self.gen = None if sampling.greedy else make_generator(Sampling(seed=sampling.seed + 7919))
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.core = DraftCore(self.draft)
+        t0 = time.perf_counter()
+        self.core.prefill(list(prompt_ids))
+        self.core.commit(list(range(len(prompt_ids))))
+        self.prefill_ms = (time.perf_counter() - t0) * 1e3
+        if self.stage2 is not None:
+            self.stage2.start(list(prompt_ids))
+        self.builder = TreeBuilder(self.core, self.shape, self.sampling, self.gen, self.stage2)
+
+    def plan(self, context: list[int]) -> Plan:
+        t0 = time.perf_counter()
+        if self.stage2 is not None:
+            self.stage2.update(context)
+        nodes, n_catch, st = self.builder.build(context)
+        n = len(nodes)
+        parents = [nd.parent for nd in nodes]
+        depths = [nd.depth for nd in nodes]
+        origins = [nd.origin for nd in nodes]
+        roles = ["x0"] + ["stage2" if o == "stage2" else "draft" for o in origins[1:]]
+        q = None
+        if self.gen is not None and self.shape.mode != "dynamic":
+            V = nodes[0].dist.shape[-1]
+            q = torch.zeros((n, V))
+            for i, nd in enumerate(nodes):
+                if nd.kids:
+                    q[i] = nd.dist
+        self._keep = list(range(n_catch - 1)) + [nodes[0].spec]
+        self._spec = [nd.spec for nd in nodes]
+        draft_ms = (time.perf_counter() - t0) * 1e3
+        info = {"tree": {"tokens": [nd.token for nd in nodes], "parents": parents, "depth": depths,
+                         "draft_prob": [nd.prob for nd in nodes], "target_prob": [None] * n, "origin": origins},
+                **st, "draft_ms": draft_ms, "target_forwards": 1, "mode": self.shape.mode}
+        if self.stage2 is None:
+            info.pop("stage2_proposed"), info.pop("stage2_accepted")
+        else:
+            info["stage2"] = {"proposed": st["stage2_proposed"], "accepted_by_draft": st["stage2_accepted"]}
+        self._t_plan_end = time.perf_counter()
+        return Plan([nd.token for nd in nodes], parents, depths, roles, [[i, d] for i, d in enumerate(depths)],
+                    [False] + [True] * (n - 1), origin="draft", info=info, q=q, origins=origins)
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        t0 = time.perf_counter()
+        info = plan.info
+        info["target_ms"] = (t0 - self._t_plan_end) * 1e3
+        path = verdict.path
+        keep = self._keep + [self._spec[i] for i in path[1:] if self._spec[i] >= 0]
+        self.core.settle(keep)
+        kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
+        info["accepted_path"] = list(path)
+        info["first_rejected"] = kids[0] if kids else None
+        if plan.logits is not None and len(plan.tokens) > 1:
+            lg = plan.logits[plan.parents[1:]]
+            p = lg.softmax(-1) if self.sampling.greedy else warp(lg, self.sampling)
+            tp = p.gather(-1, torch.tensor(plan.tokens[1:])[:, None])[:, 0].tolist()
+            info["tree"]["target_prob"] = [None] + [round(x, 6) for x in tp]
+        info["tree"]["draft_prob"] = [None if x is None else round(x, 6) for x in info["tree"]["draft_prob"]]
+        info["settle_ms"] = (time.perf_counter() - t0) * 1e3
+
+
+def speculative_stats(tr: Trace) -> dict:
+    """Run statistics of a speculative trace (traced steps only): acceptance length, rates per depth,
+    accepted-length histogram, compression (new tokens per target forward, prefill included)."""
+    steps = [s for s in tr.steps if s.kind == "decode" and "tree" in s.info]
+    if not steps:
+        return {}
+    acc = [len(s.info["accepted_path"]) - 1 for s in steps]
+    drafted = sum(len(s.info["tree"]["tokens"]) - 1 for s in steps)
+    maxd = max(max(s.info["tree"]["depth"]) for s in steps)
+    tried, reached = [0] * (maxd + 1), [0] * (maxd + 1)
+    for s, a in zip(steps, acc):
+        path, par = s.info["accepted_path"], s.info["tree"]["parents"]
+        for d in range(1, maxd + 1):
+            if d - 1 <= a and any(p == path[d - 1] for p in par[1:]):
+                tried[d] += 1
+                reached[d] += d <= a
+    forwards = len(tr.steps)
+    origins = Counter(o for s in tr.steps if s.kind == "decode" for o in s.origins)
+    out = {
+        "mean_acceptance_length": 1 + sum(acc) / len(steps),
+        "draft_acceptance_rate": sum(acc) / drafted if drafted else 0.0,
+        "acceptance_rate_per_depth": {str(d): reached[d] / tried[d] for d in range(1, maxd + 1) if tried[d]},
+        "accepted_length_histogram": {str(k): v for k, v in sorted(Counter(acc).items())},
+        "compression": len(tr.output_ids) / forwards if forwards else 0.0,
+        "target_forwards": forwards,
+        "draft_forwards": sum(s.info.get("draft_forwards", 0) for s in steps),
+        "drafted_tokens": drafted,
+        "draft_ms": sum(s.info.get("draft_ms", 0.0) for s in steps),
+        "target_ms": sum(s.info.get("target_ms", 0.0) for s in steps),
+        "origins": dict(origins),
+    }
+    if any("stage2" in s.info for s in steps):
+        out["stage2_proposed"] = sum(s.info["stage2"]["proposed"] for s in steps if "stage2" in s.info)
+        out["stage2_accepted_by_draft"] = sum(s.info["stage2"]["accepted_by_draft"] for s in steps
+                                              if "stage2" in s.info)
+    return out

@@ -1,0 +1,94 @@
+"""Stage-2 drafter for staged speculative decoding: an n-gram model that drafts for the draft model.
+
+Continuation rule: repeatedly take the longest suffix (n = max_n .. 1) of the sequence that occurred
+earlier in the prompt/accepted text and append the token that followed its most recent occurrence; if
+the text has no match, fall back to an optional corpus table (n-gram -> most frequent next token, built
+by `build_table` from tokenised training text). It costs no model forward; the draft model verifies
+every proposal, so a poor stage-2 guess only costs a few extra nodes in a draft forward.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable
+
+Table = dict[tuple[int, ...], int]
+
+
+class NGramStage2:
+    name = "stage2"
+
+    def __init__(self, max_n: int = 3, table: Table | None = None):
+        if max_n < 1:
+            raise ValueError("stage-2 n-gram size must be >= 1")
+        self.max_n = max_n
+        self.table = table or {}
+
+    def config(self) -> dict:
+        return {"max_n": self.max_n, "table_entries": len(self.table)}
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.index: Table = {}
+        self._done = 0
+        self.update(prompt_ids)
+
+    def update(self, context: list[int]) -> None:
+        """Index every n-gram of the committed text that has a known next token (latest wins)."""
+        for end in range(max(self._done, 0), len(context) - 1):
+            for n in range(1, self.max_n + 1):
+                if end - n + 1 >= 0:
+                    self.index[tuple(context[end - n + 1:end + 1])] = context[end + 1]
+        self._done = max(self._done, len(context) - 1)
+
+    def next_token(self, seq: list[int]) -> int | None:
+        for n in range(min(self.max_n, len(seq)), 0, -1):
+            key = tuple(seq[-n:])
+            t = self.index.get(key)
+            if t is None:
+                t = self.table.get(key)
+            if t is not None:
+                return t
+        return None
+
+    def propose(self, seq: list[int], m: int) -> list[int]:
+        """Up to m tokens continuing seq (committed context plus the tree path)."""
+        tail = list(seq[-self.max_n:])
+        out: list[int] = []
+        for _ in range(m):
+            t = self.next_token(tail)
+            if t is None:
+                break
+            out.append(t)
+            tail = (tail + [t])[-self.max_n:]
+        return out
+
+
+def build_table(sequences: Iterable[list[int]], max_n: int = 3, min_count: int = 2,
+                max_entries: int = 200_000) -> Table:
+    """n-gram -> most frequent next token over tokenised corpus sequences (a small, static stage 2)."""
+    counts: dict[tuple[int, ...], Counter] = defaultdict(Counter)
+    for seq in sequences:
+        for end in range(len(seq) - 1):
+            for n in range(1, max_n + 1):
+                if end - n + 1 >= 0:
+                    counts[tuple(seq[end - n + 1:end + 1])][seq[end + 1]] += 1
+    rows = []
+    for key, c in counts.items():
+        tok, k = c.most_common(1)[0]
+        if k >= min_count:
+            rows.append((k, key, tok))
+    rows.sort(key=lambda r: -r[0])
+    return {key: tok for _, key, tok in rows[:max_entries]}
+
+
+def save_table(table: Table, path: str | Path) -> None:
+    Path(path).write_text(json.dumps({" ".join(map(str, k)): v for k, v in table.items()}))
+
+
+def load_table(path: str | Path) -> Table:
+    try:
+        raw = json.loads(Path(path).read_text())
+        return {tuple(int(x) for x in k.split()): int(v) for k, v in raw.items()}
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"cannot read n-gram table {path}: {e}") from None
