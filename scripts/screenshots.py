@@ -36,9 +36,9 @@ def chromium() -> str:
     return exe
 
 
-def shoot(html_path: Path, png: Path, size: tuple[int, int], step: int | None = None, timeout: int = 60) -> Path:
-    """One page → one PNG. Runs with a throwaway profile so nothing persists between shots."""
-    url = html_path.resolve().as_uri() + (f"#step={step}" if step is not None else "")
+def shoot(page: Path | str, png: Path, size: tuple[int, int], step: int | None = None, timeout: int = 60) -> Path:
+    """One page (file or URL) → one PNG. A throwaway browser profile, so nothing persists between shots."""
+    url = page if isinstance(page, str) else page.resolve().as_uri() + (f"#step={step}" if step is not None else "")
     png.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as prof:
         subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={prof}", f"--screenshot={png}",
@@ -95,10 +95,25 @@ def jobs() -> dict:
     }
 
 
+def gradio_shot(out: Path) -> Path:
+    """The step view inside a live Gradio 6 app (gr.HTML + gradio_html_kwargs), next to a per-step gr.Plot."""
+    import gradio as gr
+    tr = load("lookahead")
+    with gr.Blocks() as demo:
+        gr.HTML(value=viz.step_view_html(tr, initial_step=6), **viz.gradio_html_kwargs())
+        gr.Plot(value=viz.mask.figure(tr, 6))
+    demo.launch(prevent_thread_lock=True, quiet=True)
+    try:
+        return shoot(demo.local_url, out / "gradio_step_view.png", (1400, 2200), timeout=120)
+    finally:
+        demo.close()
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--only", nargs="*", help="names of the shots to take (default: all)")
+    ap.add_argument("--gradio", action="store_true", help="also shoot the step view inside a Gradio app")
     args = ap.parse_args(argv)
     out, done = Path(args.out), []
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,6 +124,9 @@ def main(argv: list[str] | None = None) -> list[Path]:
             page.write_text(build(), encoding="utf-8")
             done.append(shoot(page, out / f"{name}.png", size, step))
             print("wrote", done[-1])
+    if args.gradio:
+        done.append(gradio_shot(out))
+        print("wrote", done[-1])
     return done
 
 

@@ -51,7 +51,8 @@ def test_every_view_builds_for_every_step(name):
 def test_fixtures_cover_each_method():
     methods = {load(n).method for n in METHODS}
     assert methods == {"greedy", "lookahead", "prompt_lookup", "speculative"}
-    assert {load(n).config["kind"] for n in METHODS if n.startswith("spec")} == {"chain", "tree", "staged"}
+    shapes = {(load(n).config["mode"], load(n).config["staged"]) for n in METHODS if n.startswith("spec")}
+    assert shapes == {("chain", False), ("tree", False), ("tree", True)}
 
 
 def test_window_cells_equal_the_trace_window():
@@ -217,12 +218,14 @@ def test_profile_views_equal_the_profile():
     runs = {n: (load(n), prof(n)) for n in ("greedy", "lookahead", "prompt_lookup")}
     for cd in profile.compare_data(runs):
         tr, p = runs[cd["name"]]
-        assert cd["flops"] == [s["flops"] for s in p["steps"]]
+        assert cd["flops"] == [s["total_flops"] for s in p["steps"]]
+        assert cd["cum_tokens"] == p["series"]["cum_tokens"] and cd["cum_flops"] == p["series"]["cum_flops"]
         assert cd["cum_tokens"][-1] == len(tr.output_ids)
         assert cd["cum_flops"][-1] == pytest.approx(sum(s["flops"] for s in p["steps"]))
     rf = profile.roofline_data(prof("lookahead"))
     assert rf["intensity"] == [s["intensity"] for s in prof("lookahead")["steps"]]
-    assert rf["machine"]["peak_flops"] == prof("lookahead")["machine"]["peak_flops"]
+    assert rf["achieved_flops"] == [s["achieved_flops"] for s in prof("lookahead")["steps"]]
+    assert rf["machine"]["peak_flops"] == prof("lookahead")["peaks"]["flops"]
     lat = profile.latency_data([(load("lookahead"), None)])[0]
     decode = [s for s in load("lookahead").steps if s.kind == "decode"]
     assert lat["n_query"] == [s.n_query for s in decode] and lat["wall_ms"] == [s.wall_ms for s in decode]

@@ -1,21 +1,22 @@
 """Profile pictures: FLOPs per step, tokens vs FLOPs per method, the roofline, latency vs query size.
 
-The profile is a plain dict (what profiling/ produces); the keys read here are:
+The profile is the plain dict profiling.profiler.profile_run() returns (schema "decodescope.profile/1");
+only these keys are read, so a hand-made dict with just them works too:
 
     profile = {
-        "name": "lookahead",             # optional label (falls back to the trace's method)
-        "machine": {"name": "H200", "peak_flops": 9.89e14, "peak_bw": 4.8e12},   # FLOP/s, byte/s
-        "steps": [{"index": 0,           # trace step index (prefill = 0)
-                   "flops": 1.2e9,       # FLOPs of the step's forward
-                   "bytes": 3.4e8,       # bytes moved (weights + KV read/write + activations)
-                   "intensity": 3.5,     # flops / bytes  (computed if missing)
-                   "achieved_flops": 2e12,  # FLOP/s reached (computed from flops / wall_ms if missing)
-                   "achieved_bw": 6e11,  # byte/s reached (optional)
-                   "wall_ms": 0.6, "n_query": 21, "kv_len": 130,
-                   "new_tokens": 4}]}    # optional; else len(trace.steps[index].accepted)
+        "method": "lookahead",                  # label (else the trace's method)
+        "peaks": {"flops": 7.9e10, "bandwidth": 1.6e10, "device": "cpu:x86_64"},  # FLOP/s, byte/s; may be None
+        "steps": [{"index": 6,                  # trace step index (prefill = 0)
+                   "flops": 1.08e6,             # the target forward's FLOPs (roofline point)
+                   "total_flops": 1.08e6,       # optional: + a draft model's FLOPs (FLOPs-vs-steps plots)
+                   "bytes": 1.76e5,             # bytes moved by the step
+                   "intensity": 6.1,            # flops / bytes (computed if missing)
+                   "achieved_flops": 1.8e8,     # FLOP/s reached (computed from flops / wall_ms if missing)
+                   "wall_ms": 6.1, "n_query": 21, "kv_len": 20,
+                   "accepted": 4}]}             # optional new-token count; else len(trace.steps[i].accepted)
 
-Machine peaks may also sit at the top level of the dict (peak_flops, peak_bw, name). Latency vs query
-tokens needs no profile: the trace records n_query and wall_ms for every step.
+Also accepted for peaks: "machine": {"peak_flops", "peak_bw", "name"} or those three keys at the top
+level. Latency vs query tokens needs no profile: the trace records n_query and wall_ms of every step.
 """
 from __future__ import annotations
 
@@ -32,8 +33,13 @@ Run = tuple  # (trace, profile | None)
 
 
 def machine(profile: dict) -> dict:
-    m = profile.get("machine") or {}
-    return {k: m.get(k, profile.get(k)) for k in ("name", "peak_flops", "peak_bw")}
+    """Peaks as {name, peak_flops, peak_bw} from profile["peaks"], profile["machine"] or the top level."""
+    p = profile.get("peaks") or {}
+    if p:
+        return {"name": p.get("device") or profile.get("device"), "peak_flops": p.get("flops"),
+                "peak_bw": p.get("bandwidth")}
+    m = profile.get("machine") or profile
+    return {k: m.get(k) for k in ("name", "peak_flops", "peak_bw")}
 
 
 def steps_of(profile: dict | None, trace=None) -> list[dict]:
@@ -47,8 +53,11 @@ def steps_of(profile: dict | None, trace=None) -> list[dict]:
             s["intensity"] = s["flops"] / s["bytes"]
         if s.get("achieved_flops") is None and s.get("wall_ms"):
             s["achieved_flops"] = s["flops"] / (s["wall_ms"] / 1e3)
-        if s.get("new_tokens") is None and trace is not None and 0 <= s.get("index", -1) < len(trace.steps):
+        acc = s.get("accepted")
+        s["new_tokens"] = len(acc) if isinstance(acc, list) else acc
+        if s["new_tokens"] is None and trace is not None and 0 <= s.get("index", -1) < len(trace.steps):
             s["new_tokens"] = len(trace.steps[s["index"]].accepted)
+        s["total_flops"] = s.get("total_flops", s["flops"])
         out.append(s)
     return out
 
@@ -75,9 +84,9 @@ def compare_data(runs) -> list[dict]:
         st = steps_of(prof, tr)
         cum_f, cum_t, f_acc, t_acc = [], [], 0.0, 0
         for s in st:
-            f_acc += s["flops"]; t_acc += s.get("new_tokens") or 0
+            f_acc += s["total_flops"]; t_acc += s.get("new_tokens") or 0
             cum_f.append(f_acc); cum_t.append(t_acc)
-        res.append({"name": name, "steps": [s["index"] for s in st], "flops": [s["flops"] for s in st],
+        res.append({"name": name, "steps": [s["index"] for s in st], "flops": [s["total_flops"] for s in st],
                     "cum_flops": cum_f, "cum_tokens": cum_t})
     return res
 
