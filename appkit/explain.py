@@ -1,0 +1,55 @@
+"""Plain-words explanations shown beside the live pictures, one per method (markdown)."""
+from __future__ import annotations
+
+COMMON = ("**Why extra tokens per step are nearly free.** Decoding one token reads every weight of the model "
+          "from memory but does little arithmetic with it: the step is *memory-bound*. Checking 10 or 50 "
+          "tokens in the same forward pass reads the same weights once, so it costs about the same time — "
+          "until the step becomes compute-bound (see the roofline and *step latency vs query tokens* in the "
+          "Profile tab). Every method here spends that spare compute on guesses and keeps only the guesses "
+          "the model itself agrees with.")
+
+EXPLAIN = {
+    "greedy": (
+        "### Greedy decoding\n"
+        "One forward pass per new token: the model reads the text so far and picks its most likely next "
+        "token. It is the baseline every other method is compared with — in greedy mode they all return "
+        "**exactly these tokens**, only in fewer steps.\n\n"
+        "The **mask** view shows what each query token may attend to: here a single row (x0, the last "
+        "accepted token) that sees the whole cache."),
+    "lookahead": (
+        "### Lookahead decoding\n"
+        "Each step is **one** forward pass over three things at once (see the *window* and *pool* views):\n\n"
+        "- **x0**, the last accepted token — the model's own next token always comes from here, so a step "
+        "never gives less than plain decoding;\n"
+        "- the **Jacobi window**: **W** columns × **N−1** levels of guessed future tokens. Each step every "
+        "column is refined by one level (fixed-point iteration), and each column then yields an **N-gram** "
+        "that goes into the pool;\n"
+        "- up to **G** **candidates** from the **n-gram pool** whose first token is x0: the target verifies "
+        "them in the same pass and the longest one that equals its own greedy choices is accepted.\n\n"
+        "**W** = how many guesses run in parallel, **N** = how long each guessed n-gram is (at most N tokens "
+        "per step), **G** = how many pool candidates are checked per step. Query tokens per step ≈ "
+        "(W+G)(N−1): bigger is more hits but more compute; the *Sweep* tab shows the trade-off."),
+    "prompt_lookup": (
+        "### Prompt lookup\n"
+        "Code and chat often repeat what is already in the text. Prompt lookup finds the last few tokens "
+        "(up to **max n-gram**) earlier in the prompt or output and proposes what followed them there (up "
+        "to **num tokens**). The model checks the copy in one forward pass and keeps the part that matches "
+        "its own choices. No second model, no training — the *pool* view shows the matched key and the "
+        "candidate copies."),
+    "speculative": (
+        "### Speculative decoding\n"
+        "A small **draft model** (same tokenizer) guesses ahead; the big **target** checks all guesses in "
+        "one forward pass (see the *tree* view: orange = drafted, the path the target accepted, and the "
+        "first rejected node).\n\n"
+        "- **chain**: **K** draft tokens in a row, the target checks K+1 positions;\n"
+        "- **tree**: **widths** per depth, e.g. `3,2,1` = 3 alternatives at depth 1, 2 under each at depth "
+        "2, 1 under each at depth 3 — branching early catches the draft's 2nd and 3rd choices;\n"
+        "- **budget**: the B most probable nodes by cumulative draft probability;\n"
+        "- **staged**: a cheap n-gram model drafts for the draft model too (stage 2).\n\n"
+        "Greedy output equals the target's own greedy output; with sampling, accept/reject keeps the "
+        "target's distribution exactly."),
+}
+
+
+def explain(method: str) -> str:
+    return EXPLAIN.get(method, "") + "\n\n" + COMMON

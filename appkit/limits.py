@@ -1,0 +1,105 @@
+"""Limits on every number the app accepts, and public mode (DECODESCOPE_PUBLIC=1).
+
+Local mode uses the engine's documented caps (decoding.api.LIMITS). Public mode (a shared Space) tightens
+them, accepts only allow-listed models and refuses local paths. Every check raises ValueError with one
+sentence for the user; app.py turns it into gr.Error.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from decoding.api import LIMITS
+from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+# Tighter caps for a public Space: a step stays small and a run stays short.
+PUBLIC_CAPS = {"max_new_tokens": 256, "window": 16, "ngram": 8, "guesses": 16, "num_tokens": 16,
+               "max_ngram": 5, "candidates": 4, "draft_tokens": 8, "tree_width": 4, "tree_depth": 6,
+               "tree_budget": 64}
+# The app's own ranges for values the engine does not cap as integers.
+TEMPERATURE = (0.0, 2.0)
+SWEEP_MAX_RUNS = 40
+PUBLIC_SWEEP_MAX_RUNS = 16
+# Hub models a public Space may load (small, decoder-only, full attention), plus the embedded pair.
+PUBLIC_HUB_MODELS = ("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M", "Qwen/Qwen2.5-0.5B",
+                     "Qwen/Qwen2.5-Coder-0.5B", "openai-community/gpt2", "distilbert/distilgpt2")
+MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused
+MAX_PROMPT_CHARS = 20000
+
+
+def public_mode() -> bool:
+    return os.environ.get("DECODESCOPE_PUBLIC", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Limits:
+    """The ranges in force (local or public) and the checks that use them."""
+
+    def __init__(self, public: bool | None = None, default_target: str = DEFAULT_TARGET,
+                 default_draft: str = DEFAULT_DRAFT):
+        self.public = public_mode() if public is None else public
+        self.ranges = dict(LIMITS)
+        if self.public:
+            for k, hi in PUBLIC_CAPS.items():
+                self.ranges[k] = (self.ranges[k][0], min(self.ranges[k][1], hi))
+        self.sweep_max_runs = PUBLIC_SWEEP_MAX_RUNS if self.public else SWEEP_MAX_RUNS
+        self.default_target, self.default_draft = default_target, default_draft
+        extra = [m.strip() for m in os.environ.get("DECODESCOPE_ALLOWED_MODELS", "").split(",") if m.strip()]
+        self.allowed = [default_target, default_draft, *PUBLIC_HUB_MODELS, *extra]
+
+    def lo(self, name: str) -> int:
+        return self.ranges[name][0]
+
+    def hi(self, name: str) -> int:
+        return self.ranges[name][1]
+
+    def info(self, name: str) -> str:
+        lo, hi = self.ranges[name]
+        return f"{lo}–{hi}" + (" (public mode)" if self.public and name in PUBLIC_CAPS else "")
+
+    def int(self, name: str, value) -> int:
+        """value as an int inside the range, else ValueError naming the field and the range."""
+        lo, hi = self.ranges[name]
+        label = name.replace("_", " ")
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{label} must be a whole number in [{lo}, {hi}], got {value!r}") from None
+        if f != int(f) or not lo <= f <= hi:
+            raise ValueError(f"{label} must be a whole number in [{lo}, {hi}]"
+                             f"{' in public mode' if self.public and name in PUBLIC_CAPS else ''}, got {value}")
+        return int(f)
+
+    def temperature(self, value) -> float:
+        try:
+            t = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"temperature must be a number, got {value!r}") from None
+        if not TEMPERATURE[0] <= t <= TEMPERATURE[1]:
+            raise ValueError(f"temperature must be in [{TEMPERATURE[0]}, {TEMPERATURE[1]}], got {t}")
+        return t
+
+    def prompt(self, text) -> str:
+        text = "" if text is None else str(text)
+        if not text.strip():
+            raise ValueError("the prompt is empty: type some text or pick an example")
+        if len(text) > MAX_PROMPT_CHARS:
+            raise ValueError(f"the prompt is too long ({len(text)} characters; at most {MAX_PROMPT_CHARS})")
+        return text
+
+    def model_name(self, name, role: str = "target") -> str:
+        """A model name the app may load: allow-listed only in public mode, never a local path there."""
+        name = ("" if name is None else str(name)).strip()
+        if not name:
+            raise ValueError(f"no {role} model given: pick one from the list or type a hub id")
+        if self.public and name not in self.allowed:
+            local = name.startswith((".", "/", "~")) or Path(name).exists()
+            if local:
+                raise ValueError(f"local model paths are disabled in public mode; choose an allow-listed {role} "
+                                 f"model: {', '.join(self.allowed_labels())}")
+            raise ValueError(f"{name!r} is not on this Space's allow list; choose one of "
+                             f"{', '.join(self.allowed_labels())}")
+        return name
+
+    def allowed_labels(self) -> list[str]:
+        return ["the embedded models"] + [m for m in self.allowed
+                                          if m not in (self.default_target, self.default_draft)]

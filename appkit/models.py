@@ -1,0 +1,73 @@
+"""Models loaded on demand and kept: one cache shared by every session (the weights are read-only).
+
+Loading goes through decoding.load (never trust_remote_code). The cache keeps the few most recently used
+(name, device, dtype) entries; a lock per key means two sessions asking for the same model load it once.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from decoding import load
+from decoding.models import ModelError, pick_device
+
+
+class ModelCache:
+    def __init__(self, capacity: int = 3, loader=load):
+        self.capacity, self.loader = capacity, loader
+        self._models: OrderedDict[tuple, tuple] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple, threading.Lock] = {}
+
+    @staticmethod
+    def key(name: str, device: str | None, dtype: str | None) -> tuple:
+        device = pick_device(None if device in (None, "", "auto") else device)
+        return (name, device, dtype if dtype not in (None, "") else "auto")
+
+    def cached(self, name: str, device: str | None = None, dtype: str | None = None) -> bool:
+        return self.key(name, device, dtype) in self._models
+
+    def get(self, name: str, device: str | None = None, dtype: str | None = None):
+        """(model, tokenizer), loading on first use; ModelError with one line when it cannot load."""
+        key = self.key(name, device, dtype)
+        if key[1].startswith("cuda"):
+            import torch
+            if not torch.cuda.is_available():
+                raise ModelError("device cuda was chosen but no CUDA GPU is available here; choose cpu or auto")
+        with self._lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
+            klock = self._key_locks.setdefault(key, threading.Lock())
+        with klock:
+            with self._lock:
+                if key in self._models:
+                    return self._models[key]
+            try:
+                pair = self.loader(name, device=key[1], dtype=None if key[2] == "auto" else key[2])
+            except ModelError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any loader failure is "cannot load" for the user
+                raise ModelError(f"cannot load model {name!r}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+            with self._lock:
+                self._models[key] = pair
+                while len(self._models) > self.capacity:
+                    self._models.popitem(last=False)
+            return pair
+
+
+def describe(model, tok) -> dict:
+    """What the model picker shows: parameters, device, dtype, vocabulary, context length."""
+    p = next(model.parameters())
+    cfg = model.config
+    return {"name": getattr(model, "name_or_path_", ""), "type": cfg.model_type,
+            "params": sum(x.numel() for x in model.parameters()), "device": str(p.device),
+            "dtype": str(p.dtype).replace("torch.", ""), "vocab": len(tok) if tok is not None else None,
+            "positions": getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)}
+
+
+def human(n: int) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
