@@ -72,10 +72,15 @@ def profile(name: str) -> dict:
 def jobs() -> dict:
     """name → (page html builder, window size, step)."""
     la, pl, gr = load("lookahead"), load("prompt_lookup"), load("greedy")
-    runs = {n: (load(n), profile(n)) for n in ("greedy", "lookahead", "prompt_lookup")}
+    runs = {n: (load(n), profile(n)) for n in ("greedy", "lookahead", "prompt_lookup", "speculative_recorded")}
+    sr = load("speculative_recorded")
+    sr_step = max(range(len(sr.steps)), key=lambda i: (len(sr.steps[i].accepted), i))
     return {
         "report_lookahead": (lambda: viz.report.report_html(la, profile("lookahead"), compare=runs), (1400, 2600), 6),
         "report_speculative_staged": (lambda: viz.report.report_html(load("speculative_staged")), (1400, 1900), 4),
+        "report_speculative_recorded": (lambda: viz.report.report_html(sr, profile("speculative_recorded")),
+                                        (1400, 2200), sr_step),
+        "tree_speculative_recorded": (lambda: figure_page(viz.tree.figure(sr, sr_step), "tree"), (760, 460), None),
         "report_prompt_lookup": (lambda: viz.report.report_html(pl), (1400, 1900), 7),
         "window_lookahead": (lambda: figure_page(viz.window.figure(la, 6), "window"), (760, 520), None),
         "pool_lookahead": (lambda: figure_page(viz.pool.figure(la, 6), "pool"), (760, 260), None),

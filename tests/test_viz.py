@@ -23,7 +23,8 @@ from viz import mask, pool, profile, report, stepper, tokens, tree, window  # no
 from viz.common import ORIGIN_COLORS  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
-METHODS = ["greedy", "lookahead", "prompt_lookup", "speculative_chain", "speculative_tree", "speculative_staged"]
+METHODS = ["greedy", "lookahead", "prompt_lookup", "speculative_chain", "speculative_tree", "speculative_staged",
+           "speculative_recorded"]
 VIEWS = [window.figure, pool.figure, mask.figure, tree.figure]
 
 
@@ -158,7 +159,8 @@ def test_pool_view_equals_trace_info(name):
     assert run["found"] == [bool(s.info["candidates"]) for s in steps]
 
 
-@pytest.mark.parametrize("name", ["speculative_chain", "speculative_tree", "speculative_staged"])
+@pytest.mark.parametrize("name", ["speculative_chain", "speculative_tree", "speculative_staged",
+                                  "speculative_recorded"])
 def test_tree_view_equals_trace_tree(name):
     tr = load(name)
     for i, s in enumerate(tr.steps[1:], start=1):
@@ -175,7 +177,7 @@ def test_tree_view_equals_trace_tree(name):
         fig = tree.figure(tr, i)
         drawn = [txt for tr_ in fig.data if tr_.mode == "markers+text" for txt in tr_.text]
         assert sorted(drawn) == sorted(tr.token_text(x) for x in t["tokens"])
-    if name == "speculative_staged":
+    if name in ("speculative_staged", "speculative_recorded"):
         assert any("stage2" in s.origins for s in tr.steps)
 
 

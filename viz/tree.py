@@ -102,7 +102,8 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
              + (f", first rejected node {rej}" if rej is not None else ""))
     fig.update_layout(title=dict(text=title, font=dict(size=13)), plot_bgcolor="white",
-                      xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False),
+                      xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False,
+                                 range=[-0.3, max(n["depth"] for n in nodes) + 0.8]),
                       yaxis=dict(visible=False, autorange="reversed"),
                       height=max(220, min(900, 110 + 34 * rows)), margin=dict(l=20, r=20, t=60, b=40),
                       legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"))
