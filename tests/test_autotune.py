@@ -1,0 +1,32 @@
+"""The automatic lookahead choice ranks real pilot runs by compression / measured step latency."""
+from conftest import tiny
+from profiling.autotune import GRID, autotune, interpolate, monotone
+
+PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
+
+
+def test_monotone_and_interpolate():
+    c = monotone({1: 5.0, 2: 3.0, 4: 4.0, 8: 8.0})
+    assert c == {1: 3.0, 2: 3.0, 4: 4.0, 8: 8.0}
+    assert interpolate(c, 6) == 6.0 and interpolate(c, 16) == 16.0 and interpolate(c, 1) == 3.0
+
+
+def test_autotune_with_a_given_curve_prefers_cheap_steps():
+    model = tiny("llama")
+    # a CPU-like curve: every extra query token costs 10% of a one-token step
+    curve = {q: 1.0 + 0.1 * (q - 1) for q in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+    r = autotune(model, None, PROMPT, pilot_tokens=24, curve=curve)
+    ranks = [x["predicted_speedup"] for x in r["ranking"]]
+    assert ranks == sorted(ranks, reverse=True) and len(ranks) == len(GRID)
+    best = r["ranking"][0]
+    assert (best["window"], best["ngram"], best["guesses"]) in GRID
+    assert r["best"] == {k: best[k] for k in ("window", "ngram", "guesses")}
+    for x in r["ranking"]:
+        assert abs(x["predicted_speedup"] - x["compression"] / interpolate(curve, round(x["query_tokens"]))) < 1e-9
+    # on this curve the paper's GPU setting (120 query tokens) cannot win
+    assert (best["window"], best["ngram"]) != (15, 5)
+
+
+def test_autotune_measures_a_curve_when_none_is_given():
+    r = autotune(tiny("llama"), None, PROMPT, pilot_tokens=8, grid=[(2, 3, 2), (3, 4, 3)], kv_len=32)
+    assert set(r["curve"]) >= {"1", "2", "4"} and all(v > 0 for v in r["curve"].values())
