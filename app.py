@@ -59,27 +59,28 @@ CSS = """
 """
 
 
-class Slider(gr.Slider):
-    """gr.Slider whose out-of-range error names the field and its range (the UI shows the same range)."""
-    is_template = True  # rendered by the ordinary slider frontend
+def named_range(comp):
+    """Out-of-range values sent to this slider/number fail with the field's name and range (the UI shows the
+    same range). Patched on the instance: a subclass would make Gradio write a .pyi stub next to app.py."""
+    check = comp.preprocess
 
-    def preprocess(self, payload):
+    def preprocess(payload):
         try:
-            return super().preprocess(payload)
+            return check(payload)
         except gr.Error:
-            lo, hi = (int(x) if float(x).is_integer() else x for x in (self.minimum, self.maximum))
-            raise gr.Error(f"{self.label} must be in [{lo}, {hi}], got {payload}") from None
+            lo, hi = (int(x) if float(x).is_integer() else x for x in (comp.minimum, comp.maximum))
+            raise gr.Error(f"{comp.label} must be in [{lo}, {hi}], got {payload}") from None
+
+    comp.preprocess = preprocess
+    return comp
 
 
-class Number(gr.Number):
-    """gr.Number with the same field-naming range error."""
-    is_template = True
+def Slider(*a, **k):  # noqa: N802 - reads like the component it makes
+    return named_range(gr.Slider(*a, **k))
 
-    def preprocess(self, payload):
-        try:
-            return super().preprocess(payload)
-        except gr.Error:
-            raise gr.Error(f"{self.label} must be in [{self.minimum}, {self.maximum}], got {payload}") from None
+
+def Number(*a, **k):  # noqa: N802
+    return named_range(gr.Number(*a, **k))
 
 
 def gpu(duration: int = 120):
@@ -387,7 +388,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                 model_info = gr.Markdown("Models load on first use and stay cached.")
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14,
+                prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
                                     info=f"at most {20000} characters")
                 gr.Examples(EXAMPLES, inputs=[prompt], label="examples: code completion and chat")
             with gr.Column(scale=2):
