@@ -134,6 +134,10 @@ def _tmpdir() -> Path:
 def stats_md(tr, live: bool = False, note: str = "") -> str:
     st = tr.stats()
     head = "running…" if live else f"done ({tr.stop_reason or 'finished'})"
+    m = tr.model if isinstance(tr.model, dict) else {}
+    if m.get("name"):
+        note = " · ".join(x for x in (note, f"model `{Path(str(m['name'])).name}` on {m.get('device', '?')} "
+                                             f"({m.get('dtype', '?')})") if x)
     return (f"**{tr.method}** · {head}{' · ' + note if note else ''}\n\n"
             f"| tokens/s | new tokens | steps (forward passes) | compression | mean accepted / step | wall s |\n"
             f"|---|---|---|---|---|---|\n"
@@ -360,7 +364,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({_message(e)})") from None
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
-        return html, stats_md(tr, note=f"model {Path(str(model)).name or model}"), tr.text
+        return html, stats_md(tr, note="recorded" if model == "?" else ""), tr.text
 
     def on_method(method, spec_mode):
         return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),

@@ -28,7 +28,11 @@ MAX_PROMPT_CHARS = 20000
 
 
 def public_mode() -> bool:
-    return os.environ.get("DECODESCOPE_PUBLIC", "").strip().lower() in ("1", "true", "yes", "on")
+    """DECODESCOPE_PUBLIC=1/0 decides; unset, a Hugging Face Space (SPACE_ID is set there) is public."""
+    v = os.environ.get("DECODESCOPE_PUBLIC", "").strip().lower()
+    if v:
+        return v in ("1", "true", "yes", "on")
+    return bool(os.environ.get("SPACE_ID"))
 
 
 class Limits:

@@ -22,6 +22,9 @@ import app as app_module
 from appkit.models import ModelCache
 from decoding import Trace, load, run
 
+# Gradio's queue builds DataFrames with options pandas 3 deprecates; not ours to fix.
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated:Warning")]
 PROMPT = "def f ( x ) : return x + 1"
 FIXTURES = Path(__file__).parent / "fixtures"
 
