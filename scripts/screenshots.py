@@ -36,7 +36,8 @@ def chromium() -> str:
     return exe
 
 
-def shoot(page: Path | str, png: Path, size: tuple[int, int], step: int | None = None, timeout: int = 60) -> Path:
+def shoot(page: Path | str, png: Path, size: tuple[int, int], step: int | str | None = None,
+          timeout: int = 60) -> Path:
     """One page (file or URL) → one PNG. A throwaway browser profile, so nothing persists between shots."""
     url = page if isinstance(page, str) else page.resolve().as_uri() + (f"#step={step}" if step is not None else "")
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +70,11 @@ def profile(name: str) -> dict:
     return json.loads((FIX / f"profile_{name}.json").read_text())
 
 
+def _first_pos(tr, step: int) -> int:
+    """Absolute position of the first token a step accepted (to preselect it with #pos=)."""
+    return len(tr.prompt_ids) + sum(len(s.accepted) for s in tr.steps[:step])
+
+
 def jobs() -> dict:
     """name → (page html builder, window size, step)."""
     la, pl, gr = load("lookahead"), load("prompt_lookup"), load("greedy")
@@ -77,6 +83,8 @@ def jobs() -> dict:
     sr_step = max(range(len(sr.steps)), key=lambda i: (len(sr.steps[i].accepted), i))
     return {
         "report_lookahead": (lambda: viz.report.report_html(la, profile("lookahead"), compare=runs), (1400, 2600), 6),
+        "report_lookahead_selected_token": (lambda: viz.report.report_html(la), (1400, 1500),
+                                            f"{6}&pos={_first_pos(la, 6)}"),
         "report_speculative_staged": (lambda: viz.report.report_html(load("speculative_staged")), (1400, 1900), 4),
         "report_speculative_recorded": (lambda: viz.report.report_html(sr, profile("speculative_recorded")),
                                         (1400, 2200), sr_step),

@@ -276,6 +276,11 @@ PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
   document.querySelector(".ds-prev").click(); log.push(cap());
   document.querySelector('.ds-text .ds-tok[data-step="3"]').click(); log.push(cap());
   log.push(String(document.querySelectorAll(".ds-text .ds-tok.ds-cur").length));
+  document.querySelector('.ds-text .ds-tok[data-step="6"]').click();  // select a token: outlined everywhere
+  const outlined = (v) => [...document.querySelectorAll(`.ds-plot[data-view="${v}"] path`)]
+    .filter((p) => (p.style.stroke || "").replace(/ /g, "") === "rgb(231,41,138)").length;
+  log.push(cap(), ["window", "pool", "mask"].map((v) => outlined(v) > 0).join(","));
+  log.push(document.querySelector(".ds-selinfo").textContent.startsWith("selected") ? "info" : "none");
   const probe = document.createElement("pre"); probe.id = "probe"; probe.textContent = log.join("|");
   document.body.appendChild(probe);
 }, 50));</script>"""
@@ -293,10 +298,10 @@ def test_views_render_in_headless_chromium(tmp_path):
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
     dom = subprocess.run([screenshots.chromium(), *screenshots.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p'}",
                           "--dump-dom", probe.as_uri() + "#step=6"], capture_output=True, text=True, timeout=60).stdout
-    assert 'class="ds-caption">Step 3: one forward pass over 15' in dom  # after the probe's clicks
+    assert 'class="ds-caption">Step 6: one forward pass over 21' in dom  # after the probe's clicks
     assert dom.count('class="plot-container plotly"') >= 3 + 4  # window, pool, mask + 4 run plots
     n_step3 = len(tr.steps[3].accepted)
-    assert f'<pre id="probe">Step 6|Step 8|Step 7|Step 3|{n_step3}</pre>' in dom
+    assert f'<pre id="probe">Step 6|Step 8|Step 7|Step 3|{n_step3}|Step 6|true,true,true|info</pre>' in dom
     png = screenshots.shoot(page, tmp_path / "r.png", (1200, 1400), step=6)
     img = Image.open(png).convert("RGB")
     assert img.size == (1200, 1400) and len(img.getcolors(1 << 20)) > 100

@@ -63,6 +63,12 @@ def step_at(trace: Trace, step_index: int):
     return trace.steps[step_index]
 
 
+def box(x: float, y: float, pos: int | None, half: float = .5) -> list:
+    """A selectable box [x0, x1, y0, y1, position] in a figure's layout.meta["cells"]: the step script
+    outlines every box whose absolute position is the selected token's (linked views)."""
+    return [x - half, x + half, y - half, y + half, pos]
+
+
 def rel_label(role: str, slot: list, rel_pos: int) -> str:
     """Short row/column label: role + position relative to x0 (the paper's mask labels)."""
     if role == "window":

@@ -40,14 +40,17 @@ def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figur
     labels = [f"{i}:{lab}" for i, lab in enumerate(d["labels"][:n])]  # index keeps category labels unique
     z = [([2] if d["kv_len"] else []) + row[:n] for row in d["matrix"][:n]]
     cols = ([f"cache×{d['kv_len']}"] if d["kv_len"] else []) + labels
-    hover = [([f"{labels[i]} sees the whole KV cache ({d['kv_len']} tokens)"] if d["kv_len"] else []) +
-             [f"{labels[i]} ({d['text'][i]!r}) {'sees' if v else 'does not see'} {labels[j]} ({d['text'][j]!r})"
-              for j, v in enumerate(row[:n])] for i, row in enumerate(d["matrix"][:n])]
-    fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, zmin=0, zmax=2, showscale=False, hoverinfo="text",
-                               text=hover, xgap=1, ygap=1,
+    # one hover template, not a string per cell: a 120-token step would otherwise embed 14,400 strings
+    fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
+                               hovertemplate="query %{y}<br>key %{x}<br>%{z}<extra>2 = KV cache, 1 = may attend,"
+                                             " 0 = masked</extra>",
                                colorscale=[[0, "#f7f7f7"], [0.5, "#2171b5"], [1, "#6baed6"]]))
     cut = f" (first {n} of {len(d['labels'])} shown)" if n < len(d["labels"]) else ""
     size = max(260, min(900, 140 + 18 * n))
+    off = 1 if d["kv_len"] else 0  # rows and columns of query tokens at the selected position
+    rows = [[-.5, len(cols) - .5, i - .5, i + .5, p] for i, p in enumerate(d["positions"][:n])]
+    fig.update_layout(meta={"cells": rows + [[i + off - .5, i + off + .5, -.5, n - .5, p]
+                                             for i, p in enumerate(d["positions"][:n])]})
     fig.update_layout(title=dict(text=f"Attention mask of step {d['step']}: {len(d['labels'])}×{len(d['labels'])}"
                                       f"{cut}; blue = may attend", font=dict(size=13)),
                       xaxis=dict(side="top", tickangle=-90, tickfont=dict(size=9), type="category"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, text_of
+from .common import TraceLike, as_trace, box, text_of
 from .window import _empty
 
 
@@ -24,9 +24,11 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     cands = [list(c) for c in info["candidates"]]
     matched = list(info.get("matched") or [0] * len(cands))
     sources = list(info.get("candidate_sources") or [""] * len(cands))
+    pos = {tuple(sl): p for r, sl, p in zip(step.roles, step.slots, step.positions) if r == "candidate"}
+    positions = [[pos.get((g, i)) for i in range(len(c))] for g, c in enumerate(cands)]
     return {"step": step.index, "key": key_tokens, "key_text": [text_of(tr, t) for t in key_tokens],
             "candidates": cands, "candidate_text": [[text_of(tr, t) for t in c] for c in cands],
-            "matched": matched, "sources": sources, "chosen": info.get("chosen"),
+            "positions": positions, "matched": matched, "sources": sources, "chosen": info.get("chosen"),
             "accepted": list(step.accepted), "accepted_text": [text_of(tr, t) for t in step.accepted],
             "origins": list(step.origins), "pool_size": info.get("pool_size")}
 
@@ -41,7 +43,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     if not d["candidates"]:
         return _empty(f"Step {d['step']}: key {key!r} found no candidates — the model's own token was accepted")
     xs, ys, labels, hover, shapes = [], [], [], [], []
-    names = []
+    names, cells_meta = [], []
     for g, (toks, texts) in enumerate(zip(d["candidates"], d["candidate_text"])):
         m = d["matched"][g] if g < len(d["matched"]) else 0
         chosen = g == d["chosen"]
@@ -49,7 +51,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
         for i, (t, s) in enumerate(zip(toks, texts)):
             ok = i < m
             color = "#a1d99b" if ok else ("#fcbba1" if i == m else "#f0f0f0")
-            xs.append(i); ys.append(g); labels.append(s)
+            xs.append(i); ys.append(g); labels.append(s); cells_meta.append(box(i, g, d["positions"][g][i]))
             hover.append(f"token {t} {s!r}<br>{'matches the model' if ok else 'rejected' if i == m else 'not checked'}")
             shapes.append(dict(type="rect", x0=i - .46, x1=i + .46, y0=g - .4, y1=g + .4, fillcolor=color,
                                line=dict(color="#238b45" if chosen else "#aaa", width=2 if chosen else 1),
@@ -59,7 +61,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     n = len(d["candidates"])
     width = max(len(c) for c in d["candidates"])
     acc = "".join(d["accepted_text"])
-    fig.update_layout(shapes=shapes, plot_bgcolor="white", height=130 + 45 * n,
+    fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, plot_bgcolor="white", height=130 + 45 * n,
                       title=dict(text=f"Step {d['step']}: key {key!r} → {n} candidate(s); accepted {acc!r}",
                                  font=dict(size=13)),
                       xaxis=dict(title="candidate token", tickvals=list(range(width)), range=[-.6, width - .4],

@@ -7,9 +7,18 @@
   const CONFIG = { displaylogo: false, responsive: true };
   let active = null; // the stepper that keyboard arrows drive
 
-  function draw(div, fig) {
+  // sel = absolute position of the selected token: every box in layout.meta.cells at that position is
+  // outlined, so one click shows the token's guesses in the window, its candidate, tree node and mask rows.
+  function draw(div, fig, sel) {
     if (!div || !fig || !window.Plotly) return;
-    window.Plotly.react(div, fig.data || [], fig.layout || {}, CONFIG);
+    let layout = fig.layout || {};
+    const cells = (layout.meta && layout.meta.cells) || [];
+    if (sel !== null && sel !== undefined && cells.length) {
+      const extra = cells.filter((c) => c[4] === sel).map((c) => ({ type: "rect", x0: c[0], x1: c[1], y0: c[2],
+        y1: c[3], line: { color: "#e7298a", width: 3 }, fillcolor: "rgba(0,0,0,0)" }));
+      layout = Object.assign({}, layout, { shapes: (layout.shapes || []).concat(extra) });
+    }
+    window.Plotly.react(div, fig.data || [], layout, CONFIG);
   }
 
   function initialStep(root, n) {
@@ -30,7 +39,7 @@
     const slider = q(".ds-slider"), label = q(".ds-label"), caption = q(".ds-caption");
     const playBtn = q(".ds-play");
     slider.max = String(n - 1);
-    let cur = 0, timer = null;
+    let cur = 0, timer = null, sel = null;
 
     // Run-level figures are drawn once; the current step is marked on them at every change.
     Object.entries(data.run || {}).forEach(([name, fig]) => {
@@ -66,14 +75,24 @@
       slider.value = String(cur);
       label.textContent = `step ${s.index} / ${steps[n - 1].index}`;
       caption.textContent = s.caption;
-      Object.entries(s.figs).forEach(([name, fig]) => draw(q(`.ds-plot[data-view="${name}"]`), fig));
+      Object.entries(s.figs).forEach(([name, fig]) => draw(q(`.ds-plot[data-view="${name}"]`), fig, sel));
       root.querySelectorAll(".ds-text .ds-tok").forEach((t) => {
         const st = t.dataset.step === "" ? -1 : parseInt(t.dataset.step, 10);
         t.classList.toggle("ds-cur", st === s.index);
         t.classList.toggle("ds-future", st > s.index);
+        t.classList.toggle("ds-sel", sel !== null && parseInt(t.dataset.pos, 10) === sel);
       });
       markRun(s.index);
       root.dataset.step = String(s.index);
+    }
+
+    function select(t) {
+      const pos = parseInt(t.dataset.pos, 10);
+      sel = sel === pos ? null : pos;
+      q(".ds-selinfo").textContent = sel === null ? "" :
+        `selected ${JSON.stringify(t.textContent)} at position ${pos}: ` +
+        (t.dataset.step ? `step ${t.dataset.step}, origin ${t.dataset.origin}` : "prompt") +
+        " (outlined in every view; click again or Esc to clear)";
     }
 
     function stop() { if (timer) { clearInterval(timer); timer = null; playBtn.textContent = "▶ play"; } }
@@ -99,12 +118,12 @@
         go(cur);
         return;
       }
-      const t = e.target.closest && e.target.closest(".ds-tok");
-      if (!t || !t.dataset.step) return;
-      const k = data.index_of[parseInt(t.dataset.step, 10)];
-      root.querySelectorAll(".ds-tok.ds-sel").forEach((x) => x.classList.remove("ds-sel"));
-      t.classList.add("ds-sel");
-      if (k !== undefined) { stop(); go(k); }
+      const t = e.target.closest && e.target.closest(".ds-text .ds-tok");
+      if (!t) return;
+      select(t);
+      const k = t.dataset.step ? data.index_of[parseInt(t.dataset.step, 10)] : undefined;
+      stop();
+      go(k !== undefined ? k : cur);
     });
     root.addEventListener("keydown", (e) => key(e));
     root.addEventListener("pointerdown", () => { active = root; });
@@ -114,10 +133,14 @@
       else if (e.key === "Home") { stop(); go(0); }
       else if (e.key === "End") { stop(); go(n - 1); }
       else if (e.key === " ") play();
+      else if (e.key === "Escape" && sel !== null) { sel = null; q(".ds-selinfo").textContent = ""; go(cur); }
       else return false;
       return true;
     };
     if (!active) active = root;
+    const m = /pos=(\d+)/.exec(window.location.hash || "");  // #step=6&pos=23 preselects a token
+    const pre = m && root.querySelector(`.ds-text .ds-tok[data-pos="${m[1]}"]`);
+    if (pre) select(pre);
     go(initialStep(root, n));
   };
 

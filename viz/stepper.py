@@ -33,6 +33,7 @@ CSS = """
 .ds-tok.ds-cur{border-bottom-color:#d62728;box-shadow:0 0 0 1px #d62728}
 .ds-tok.ds-sel{outline:2px solid #000}
 .ds-legend{margin:4px 0;font-size:12px}
+.ds-selinfo{font-size:12px;color:#a50f15;min-height:1em}
 .ds-mode.ds-on{background:#dbe9f6;font-weight:600}
 .ds-grid{display:flex;flex-wrap:wrap;gap:8px}
 .ds-plot{flex:1 1 460px;min-width:320px}
@@ -71,7 +72,9 @@ def caption(trace: TraceLike, step_index: int) -> str:
         n = len((t or {}).get("tokens") or s.tokens) - 1
         drafted = sum(1 for o in s.origins if o in ("draft", "stage2"))
         rej = info.get("first_rejected")
-        rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})" if rej is not None and rej < len(s.tokens) else ""
+        rej_s = ""
+        if rej is not None and rej < len(s.tokens):
+            rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})"
         return (f"{head}: the target checked {n} drafted token(s), accepted {drafted}{rej_s}, "
                 f"and added its own token — {got}.")
     return f"{head} (plain next-token decoding) gave {got}."
@@ -120,7 +123,8 @@ def build(trace: TraceLike, profile: dict | None = None, max_steps: int = MAX_ST
         run["pool_run"], marks["pool_run"] = _fig_json(pool.run_figure(tr)), "xline"
     lat = prof.latency_data([(tr, profile)])[0]
     run["latency"] = _fig_json(_point_trace(prof.latency_figure([(tr, profile)])))
-    marks["latency"], points["latency"] = "point", {i: [q, w] for i, q, w in zip(lat["steps"], lat["n_query"], lat["wall_ms"])}
+    marks["latency"] = "point"
+    points["latency"] = {i: [q, w] for i, q, w in zip(lat["steps"], lat["n_query"], lat["wall_ms"])}
     if profile:
         rf = prof.roofline_data(profile, tr)
         run["roofline"] = _fig_json(_point_trace(prof.roofline_figure(profile, tr)))
@@ -139,8 +143,9 @@ def step_view_html(trace: TraceLike, profile: dict | None = None, initial_step: 
     tr = as_trace(trace)
     d = build(tr, profile, max_steps)
     stats = tr.stats()
+    config = json.dumps({k: v for k, v in tr.config.items() if k != "sampling"})
     head = (f"<b>{esc(tr.method)}</b> · {stats['new_tokens']} tokens in {stats['steps']} steps "
-            f"(compression {stats['compression']:.2f}) · config {esc(json.dumps({k: v for k, v in tr.config.items() if k != 'sampling'}))}")
+            f"(compression {stats['compression']:.2f}) · config {esc(config)}")
     trunc = f" (first {max_steps} steps shown)" if d["truncated"] else ""
     views = "".join(f"<div class='ds-plot' data-view='{v}'></div>" for v in d["views"])
     runs = "".join(f"<div class='ds-run-plot' data-view='{v}'></div>" for v in d["run"])
@@ -154,6 +159,7 @@ def step_view_html(trace: TraceLike, profile: dict | None = None, initial_step: 
 <span>colour by</span><button class="ds-mode ds-on" data-mode="origin">origin</button><button class="ds-mode" data-mode="step">step</button></div>
 <div class="ds-caption"></div>
 {d['text_html']['origin']}
+<div class="ds-selinfo"></div>
 {tokens.legend_html()}
 <div class="ds-grid">{views}</div>
 <div class="ds-run">{runs}</div>
@@ -170,7 +176,8 @@ def head_html(include_plotly: bool = True) -> str:
 
 JS_ON_LOAD = ("(function m(){ if (window.DecodeScope) { window.DecodeScope.mountAll(element); }"
               " else { setTimeout(m, 100); } })();"
-              " if (typeof watch === 'function') watch('value', () => window.DecodeScope && window.DecodeScope.mountAll(element));")
+              " if (typeof watch === 'function')"
+              " watch('value', () => window.DecodeScope && window.DecodeScope.mountAll(element));")
 
 
 def gradio_html_kwargs(include_plotly: bool = True) -> dict:

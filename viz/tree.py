@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import ORIGIN_COLORS, TraceLike, as_trace, text_of
+from .common import ORIGIN_COLORS, TraceLike, as_trace, box, text_of
 from .window import _empty
 
 NODE_COLORS = {**ORIGIN_COLORS, "target": ORIGIN_COLORS["x0"], "candidate": "#a1d99b"}
@@ -38,7 +38,8 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     path = info.get("accepted_path", step.kept) or []
     path = [p for p in path if 0 <= p < len(tokens)]
     rejected = info.get("first_rejected")
-    nodes = [{"id": i, "token": t, "text": text_of(tr, t), "parent": parents[i], "depth": depth[i],
+    base = step.positions[0] if step.positions else step.kv_len
+    nodes = [{"id": i, "token": t, "text": text_of(tr, t), "parent": parents[i], "depth": depth[i], "pos": base + depth[i],
               "draft_prob": _get(tree.get("draft_prob"), i), "target_prob": _get(tree.get("target_prob"), i),
               "origin": _get(origin, i) or "draft", "accepted": i in path, "rejected": i == rejected}
              for i, t in enumerate(tokens)]
@@ -102,6 +103,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
              + (f", first rejected node {rej}" if rej is not None else ""))
     fig.update_layout(title=dict(text=title, font=dict(size=13)), plot_bgcolor="white",
+                      meta={"cells": [box(n["depth"], y[n["id"]], n["pos"], .3) for n in nodes]},
                       xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False,
                                  range=[-0.3, max(n["depth"] for n in nodes) + 0.8]),
                       yaxis=dict(visible=False, autorange="reversed"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import ORIGIN_COLORS, TraceLike, as_trace, text_of
+from .common import ORIGIN_COLORS, TraceLike, as_trace, box, text_of
 
 AGE_COLORS = ["#e6550d", "#fd8d3c", "#fdae6b", "#fdd0a2", "#feedde", "#fff5eb"]
 INIT_COLOR, NEW_COLOR = "#e0e0e0", "#74c476"
@@ -75,11 +75,11 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     if d["new"]:
         rows.append(("new guesses", d["new"]))
     xs, ys, colors, hover, labels = [], [], [], [], []
-    shapes = []
+    shapes, cells_meta = [], []
     for r, (_, cells) in enumerate(rows):
         for c in cells:
             color, why = _cell_style(c, d["step"])
-            xs.append(c["col"]); ys.append(r); colors.append(color)
+            xs.append(c["col"]); ys.append(r); colors.append(color); cells_meta.append(box(c["col"], r, c["pos"]))
             labels.append(f"<b>{c['text']}</b><br><span style='font-size:9px'>@{c['pos']}</span>")
             hover.append(f"token {c['token']} {c['text']!r}<br>position {c['pos']}<br>{why}")
             shapes.append(dict(type="rect", x0=c["col"] - .46, x1=c["col"] + .46, y0=r - .44, y1=r + .44,
@@ -93,7 +93,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     for name, color in _legend(d):  # colour key: invisible points that only make legend entries
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="square", size=12, color=color)))
-    fig.update_layout(shapes=shapes, title=dict(text=_title(d), font=dict(size=13)),
+    fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, title=dict(text=_title(d), font=dict(size=13)),
                       xaxis=dict(title="window column", tickmode="array", tickvals=list(range(d["width"])),
                                  range=[-.6, d["width"] - .4], zeroline=False, showgrid=False),
                       yaxis=dict(tickmode="array", tickvals=list(range(len(rows))), ticktext=[n for n, _ in rows],
