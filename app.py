@@ -366,6 +366,9 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         return html, stats_md(tr, note="recorded" if model == "?" else ""), tr.text
 
+    def on_spec_mode(mode):
+        return gr.update(visible=mode != "tree"), gr.update(visible=mode == "tree"), gr.update(visible=mode == "budget")
+
     def on_method(method, spec_mode):
         return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),
                 gr.update(visible=method == "speculative"), explain(method))
@@ -418,10 +421,10 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                     with gr.Row():
                         K = Slider(lim.lo("draft_tokens"), lim.hi("draft_tokens"), value=4, step=1,
                                       label="K draft tokens (depth)", info=lim.info("draft_tokens"))
-                        widths = gr.Textbox("3,2,1", label="tree widths per depth",
+                        widths = gr.Textbox("3,2,1", label="tree widths per depth", visible=False,
                                             info=f"e.g. 3,2,1; each {lim.info('tree_width')}, "
                                                  f"≤ {lim.hi('tree_depth')} depths")
-                        budget = Slider(lim.lo("tree_budget"), lim.hi("tree_budget"), value=16, step=1,
+                        budget = Slider(lim.lo("tree_budget"), lim.hi("tree_budget"), value=16, step=1, visible=False,
                                            label="tree budget (nodes)", info=lim.info("tree_budget"))
                     staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
                 with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
@@ -516,6 +519,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         # ---------------------------------------------------------------- events
         method.change(on_method, [method, spec_mode], [la_group, pl_group, sp_group, explain_md],
                       api_visibility="private", queue=False)
+        spec_mode.change(on_spec_mode, [spec_mode], [K, widths, budget], api_visibility="private", queue=False)
         load_btn.click(load_models, [target, draft, device, dtype], [model_info], api_name="load_models",
                        concurrency_id=GPU, concurrency_limit=1)
         run_ev = run_btn.click(run_stream, settings, [output, live_a, live_b, step_view, stats, trace_file, last],

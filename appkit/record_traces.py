@@ -1,0 +1,59 @@
+"""Record the traces shipped for the app's Replay tab (assets/traces/) with the embedded models.
+
+    python -m appkit.record_traces [--target DIR] [--draft DIR] [--out assets/traces] [--max-new-tokens 64]
+
+Each file is a plain decoding.Trace JSON (≤ 1 MB) so a workshop without a GPU can step through it.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from decoding import load, run
+from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\"\n"
+CODE2 = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+RECORDINGS = [  # (file stem, prompt, method, parameters)
+    ("lookahead_W5_N4_G5", CODE, "lookahead", dict(window=5, ngram=4, guesses=5)),
+    ("prompt_lookup", CODE2, "prompt_lookup", dict(max_ngram=3, num_tokens=10)),
+    ("speculative_tree_3-2-1", CODE, "speculative", dict(tree=[3, 2, 1])),
+    ("speculative_staged_chain", CODE2, "speculative", dict(draft_tokens=4, staged=True)),
+]
+MAX_BYTES = 1_000_000
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--out", default=str(ROOT / "assets" / "traces"))
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    model, tok = load(a.target, device="cpu")
+    draft = load(a.draft, device="cpu")[0]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stem, prompt, method, params in RECORDINGS:
+        kw = dict(params, draft_model=draft) if method == "speculative" else params
+        n = a.max_new_tokens
+        while True:
+            tr = run(model, tok, prompt, method, max_new_tokens=n, **kw)
+            text = tr.to_json()
+            if len(text.encode()) <= MAX_BYTES or n <= 8:
+                break
+            n //= 2
+        path = out / f"{stem}.json"
+        path.write_text(text)
+        st = tr.stats()
+        print(f"{path.name}: {st['new_tokens']} tokens in {st['steps']} steps "
+              f"(compression {st['compression']:.2f}), {len(text) / 1e3:.0f} kB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
