@@ -86,6 +86,7 @@ class Shape:
     widths: list[int]
     budget: int = 0
     branch: int = 4             # dynamic mode: children considered per node
+    confidence: float = 0.0     # a node whose draft probability is below this is a leaf (HF's confidence stop)
 
     @property
     def depth(self) -> int:
@@ -140,16 +141,20 @@ class TreeBuilder:
             new: list[int] = []
             for i in range(len(nodes)):
                 nd = nodes[i]
-                if nd.dist is not None and not nd.expanded and nd.depth < D:
+                if nd.dist is not None and not nd.expanded and self._grows(nd):
                     new += self._expand(nodes, i)
             if self.shape.mode == "dynamic":
                 self._prune(nodes, new)
-            pending = [i for i in range(len(nodes))
-                       if nodes[i].spec < 0 and nodes[i].depth < D and nodes[i].token >= 0]
+            pending = [i for i in range(len(nodes)) if nodes[i].spec < 0 and self._grows(nodes[i])]
             first = False
         if self.shape.mode == "dynamic":
             nodes = self._select(nodes)
         return nodes, len(catch), stats
+
+    def _grows(self, nd: Node) -> bool:
+        """Whether a node gets children: above the depth limit, not pruned, confident enough."""
+        return nd.depth < self.shape.depth and nd.token >= 0 and (
+            nd.prob is None or nd.prob >= self.shape.confidence or nd.origin == "stage2")
 
     @staticmethod
     def _path_tokens(nodes: list[Node], i: int) -> list[int]:

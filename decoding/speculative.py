@@ -26,6 +26,7 @@ from .trace import Trace
 from .verify import Verdict
 
 MAX_TREE_NODES = 256
+DEFAULT_CONFIDENCE = 0.4  # chains stop below this draft probability (HF assisted generation's default)
 
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> None:
@@ -57,8 +58,21 @@ def parse_tree(text: str | list[int]) -> list[int]:
 
 
 def make_shape(draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
-               staged: bool = False) -> Shape:
-    """Validate the speculative parameters; the limits are documented in api.LIMITS."""
+               staged: bool = False, confidence: float | None = None) -> Shape:
+    """Validate the speculative parameters; the limits are documented in api.LIMITS. confidence: a drafted
+    node whose draft probability is below it is not expanded further (default 0.4 for chains, as HF's
+    assisted generation; 0 for trees, whose widths already bound the work)."""
+    shape = _shape(draft_tokens, tree, tree_budget, staged)
+    if confidence is not None:
+        if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+            raise ValueError(f"draft-confidence must be in [0, 1], got {confidence}")
+        shape.confidence = float(confidence)
+    elif shape.mode == "chain":
+        shape.confidence = DEFAULT_CONFIDENCE
+    return shape
+
+
+def _shape(draft_tokens, tree, tree_budget, staged) -> Shape:
     from .api import LIMITS, check_range
     if tree is not None and tree_budget is not None:
         raise ValueError("give either tree (fixed widths) or tree-budget (dynamic tree), not both")
@@ -93,8 +107,9 @@ class Speculative:
     name = "speculative"
 
     def __init__(self, draft_model, draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
-                 staged: bool = False, ngram: int = 3, ngram_table: Table | None = None):
-        self.shape = make_shape(draft_tokens, tree, tree_budget, staged)
+                 staged: bool = False, ngram: int = 3, ngram_table: Table | None = None,
+                 confidence: float | None = None):
+        self.shape = make_shape(draft_tokens, tree, tree_budget, staged, confidence)
         if draft_model is None:
             raise ValueError("speculative decoding needs a draft model")
         self.draft = draft_model
@@ -106,6 +121,7 @@ class Speculative:
         cfg = self.draft.config
         return {"mode": self.shape.mode, "draft_tokens": self.shape.depth, "tree": self.shape.widths,
                 "tree_budget": self.shape.budget or None, "staged": self.staged,
+                "confidence": self.shape.confidence,
                 "stage2": self.stage2.config() if self.stage2 else None,
                 "draft": {"name": getattr(self.draft, "name_or_path_", getattr(cfg, "_name_or_path", "")),
                           "model_type": cfg.model_type,

@@ -92,3 +92,30 @@ def load_table(path: str | Path) -> Table:
         return {tuple(int(x) for x in k.split()): int(v) for k, v in raw.items()}
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"cannot read n-gram table {path}: {e}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m decoding.staged --tokenizer DIR --out table.json PATH... (files or directories of .py)"""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m decoding.staged", description="build a stage-2 n-gram table")
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-n", type=int, default=3)
+    ap.add_argument("--min-count", type=int, default=2)
+    ap.add_argument("--max-entries", type=int, default=100_000)
+    args = ap.parse_args(argv)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    files = [f for p in map(Path, args.paths) for f in (sorted(p.rglob("*.py")) if p.is_dir() else [p])]
+    seqs = [tok(f.read_text(errors="replace"))["input_ids"] for f in files]
+    table = build_table(seqs, args.max_n, args.min_count, args.max_entries)
+    save_table(table, args.out)
+    print(f"{len(table)} n-grams from {len(files)} files, {sum(map(len, seqs))} tokens -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
