@@ -596,6 +596,15 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO)
     port = int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
     demo = build_demo()
+    if spaces is not None and os.environ.get("SPACES_ZERO_GPU"):
+        # ZeroGPU: weights are placed at start-up (spaces defers the real CUDA move to each GPU call), so
+        # the embedded pair is not reloaded inside every @spaces.GPU call.
+        cache = demo.decodescope["cache"]
+        for name in (DEFAULT_TARGET, DEFAULT_DRAFT):
+            try:
+                cache.get(name, "cuda", None)
+            except ModelError as e:
+                log.warning("could not preload %s: %s", name, e)
     demo.launch(server_port=port, **launch_kwargs())
 
 

@@ -128,10 +128,16 @@ def test_each_method_streams_and_finishes(client, dirs, method, kw):
         assert tr["config"]["tree"] == [2, 2]
 
 
-def test_sampling_run_is_reproducible(client, dirs):
+def test_sampling_run_is_reproducible_and_kept_per_session(server, dirs):
+    client = Client(server[0], verbose=False)
     a = client.predict(*settings(dirs, method="lookahead", temperature=0.8, top_k=20, seed=7), api_name="/run")
     b = client.predict(*settings(dirs, method="lookahead", temperature=0.8, top_k=20, seed=7), api_name="/run")
     assert a[0] == b[0] and saved_trace(a[5])["config"]["sampling"]["temperature"] == 0.8
+    # the session keeps its last run: Replay with nothing picked replays it
+    html, stats, text = client.predict(None, None, api_name="/replay")
+    assert text == b[0] and "ds-stepper" in html
+    other = Client(server[0], verbose=False)  # a fresh session has no last run
+    expect_error(other, [None, None], "/replay", "run something first")
 
 
 def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
@@ -297,11 +303,13 @@ def test_app_module_contract():
     src = Path(app_module.__file__).read_text()
     assert src.index("import spaces") < src.index("import gradio") < src.index("from decoding")
     assert "trust_remote_code=True" not in src
-    fns = list(app_module.build_demo(public=False).fns.values())
+    demo = app_module.build_demo(public=False)
+    fns = list(demo.fns.values())
     by = {f.api_name: f for f in fns}
     gpu = [by[n] for n in ("run", "race", "profile", "sweep", "load_models")]
     assert {f.concurrency_id for f in gpu} == {app_module.GPU} and all(f.concurrency_limit == 1 for f in gpu)
     assert by["replay"].concurrency_id != app_module.GPU  # replay needs no model: it never waits for the GPU
     cancelled = {fns[i].api_name for f in fns for i in (f.cancels or [])}
     assert cancelled == {"run", "race", "profile", "sweep"}  # every long event has a Stop
+    assert demo._queue.max_size == 32  # a bounded queue: a crowd gets "queue full", not an endless wait
     assert torch.get_num_threads() == 1
