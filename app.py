@@ -19,6 +19,7 @@ import functools
 import inspect
 import logging
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -127,8 +128,21 @@ def friendly(fn):
     return call
 
 
+TMP = Path(tempfile.gettempdir()) / "decodescope-app"
+TMP_MAX_AGE_S = 3600
+
+
 def _tmpdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="decodescope-"))
+    """A fresh folder for one request's downloads; folders older than an hour are removed."""
+    TMP.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in TMP.iterdir():
+        try:
+            if now - old.stat().st_mtime > TMP_MAX_AGE_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(dir=TMP))
 
 
 def stats_md(tr, live: bool = False, note: str = "") -> str:
@@ -243,7 +257,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         session = getattr(request, "session_hash", None)
         stop = sessions.start(session)
         try:
-            yield (gr.skip(), gr.skip(), gr.skip(), gr.skip(), "loading model…", gr.skip(), gr.skip())
+            yield ("", None, None, "", "loading model…", None, gr.skip())
             prompt, max_new, sampling, model, tok, kw = prepare(
                 target, draft, device, dtype, prompt, method, max_new, W, N, G, max_ngram, num_tokens,
                 spec_mode, K, widths, budget, staged, temperature, top_k, top_p, seed)
@@ -374,7 +388,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                 gr.update(visible=method == "speculative"), explain(method))
 
     # ---------------------------------------------------------------- layout
-    with gr.Blocks(title="DecodeScope", analytics_enabled=False) as demo:
+    with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
                     "step, on a real model. Greedy modes return exactly greedy's tokens — in fewer forward "
                     "passes." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))

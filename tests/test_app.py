@@ -264,6 +264,8 @@ def test_stop_cancels_and_frees_the_worker(server, dirs):
     while len(job.outputs()) < 3 and time.time() - t0 < 60:  # the run is streaming
         time.sleep(0.05)
     assert not job.done()
+    live = [o for o in job.outputs() if "running" in o[4]]  # step-by-step updates: partial text + live view
+    assert live and 0 < len(live[-1][0]) and live[-1][1]["type"] == "plotly"
     sessions = server[1].decodescope["sessions"]
     c.predict(api_name="/stop")
     t1 = time.time()
