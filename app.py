@@ -251,6 +251,21 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 
     @gpu(duration=120)
     @friendly
+    def autotune(target, draft, device, dtype, prompt, progress=gr.Progress()):
+        from profiling.autotune import GRID, autotune as tune
+        prompt = lim.prompt(prompt)
+        model, tok, _, _ = models(target, draft, device, dtype, False)
+        progress(0.2, desc="measuring step latency vs query tokens, then pilot runs on this prompt")
+        grid = [c for c in GRID if c[0] <= lim.hi("window") and c[1] <= lim.hi("ngram") and c[2] <= lim.hi("guesses")]
+        res = tune(model, tok, prompt, pilot_tokens=32, grid=grid)
+        best, top = res["best"], res["ranking"][0]
+        note = (f"Autotuned for this model, device and prompt: **W={best['window']}, N={best['ngram']}, "
+                f"G={best['guesses']}** — {top['query_tokens']:.0f} query tokens/step, compression "
+                f"{top['compression']:.2f}, predicted {top['predicted_speedup']:.2f}× greedy.")
+        return best["window"], best["ngram"], best["guesses"], note
+
+    @gpu(duration=120)
+    @friendly
     def run_stream(target, draft, device, dtype, prompt, method, max_new, W, N, G, max_ngram, num_tokens,
                    spec_mode, K, widths, budget, staged, temperature, top_k, top_p, seed,
                    request: gr.Request = None):
@@ -424,6 +439,9 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                                       info=lim.info("ngram"))
                         G = Slider(lim.lo("guesses"), lim.hi("guesses"), value=5, step=1, label="G guesses",
                                       info=lim.info("guesses"))
+                    with gr.Row():
+                        tune_btn = gr.Button("Autotune W, N, G for this model and prompt", size="sm")
+                    tune_md = gr.Markdown()
                 with gr.Group(visible=False) as pl_group:
                     with gr.Row():
                         max_ngram = Slider(lim.lo("max_ngram"), lim.hi("max_ngram"), value=3, step=1,
@@ -534,6 +552,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         method.change(on_method, [method, spec_mode], [la_group, pl_group, sp_group, explain_md],
                       api_visibility="private", queue=False)
         spec_mode.change(on_spec_mode, [spec_mode], [K, widths, budget], api_visibility="private", queue=False)
+        tune_btn.click(autotune, [target, draft, device, dtype, prompt], [W, N, G, tune_md], api_name="autotune",
+                       concurrency_id=GPU, concurrency_limit=1)
         load_btn.click(load_models, [target, draft, device, dtype], [model_info], api_name="load_models",
                        concurrency_id=GPU, concurrency_limit=1)
         run_ev = run_btn.click(run_stream, settings, [output, live_a, live_b, step_view, stats, trace_file, last],

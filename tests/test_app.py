@@ -173,6 +173,12 @@ def test_profile_returns_plots_and_downloads(client, dirs):
     assert "ds-stepper" in page and "<script src=" not in page  # offline report: everything inline
 
 
+def test_autotune_sets_lookahead_parameters(client, dirs):
+    W, N, G, note = client.predict(dirs["target"], dirs["draft"], "auto", "auto", PROMPT, api_name="/autotune")
+    assert 1 <= W <= 64 and 2 <= N <= 16 and 0 <= G <= 64
+    assert f"W={W}, N={N}" in note and "predicted" in note
+
+
 def test_sweep_streams_progress(client, dirs):
     job = client.submit(dirs["target"], dirs["draft"], "auto", "auto", PROMPT, [3, 4], [1, 2], 16, api_name="/sweep")
     fig, table, status = job.result(timeout=120)
@@ -308,7 +314,7 @@ def test_app_module_contract():
     demo = app_module.build_demo(public=False)
     fns = list(demo.fns.values())
     by = {f.api_name: f for f in fns}
-    gpu = [by[n] for n in ("run", "race", "profile", "sweep", "load_models")]
+    gpu = [by[n] for n in ("run", "race", "profile", "sweep", "load_models", "autotune")]
     assert {f.concurrency_id for f in gpu} == {app_module.GPU} and all(f.concurrency_limit == 1 for f in gpu)
     assert by["replay"].concurrency_id != app_module.GPU  # replay needs no model: it never waits for the GPU
     cancelled = {fns[i].api_name for f in fns for i in (f.cancels or [])}
