@@ -1,8 +1,8 @@
 """Lookahead compression of a shipped model on held-out code prompts (uses the `decoding` package).
 
-    python assets/decoding_eval.py --model assets/target --window 15 --ngram 5 --guesses 15 --max-new-tokens 128
+    python assets/decoding_eval.py --model assets/target --window 15 --ngram 5 --guesses 15 --max-new-tokens 96
 
-Prompts: for each held-out file with at least two `def` lines (codec tables under encodings/ excluded), the 30
+Prompts: for each held-out file with at least two `def` lines (codec tables under encodings/ excluded), the 12
 lines ending with the second `def` signature (the same rule as the greedy completions in eval_models.py).
 Compression = generated tokens / decoding steps (one target forward per step), summed over all prompts.
 Every lookahead output is checked token for token against plain `model.generate(do_sample=False)`.
@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import stdlib_corpus  # noqa: E402
+from eval_models import PROMPT_LINES  # noqa: E402
 
 
 def prompts(limit: int) -> list[tuple[str, str]]:
@@ -34,7 +35,7 @@ def prompts(limit: int) -> list[tuple[str, str]]:
         lines = held[rel].splitlines(keepends=True)
         defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
         if len(defs) >= 2:
-            out.append((rel, "".join(lines[max(0, defs[1] - 29) : defs[1] + 1])))
+            out.append((rel, "".join(lines[max(0, defs[1] - PROMPT_LINES + 1) : defs[1] + 1])))
     return out[:limit]
 
 
@@ -69,7 +70,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=15)
     ap.add_argument("--ngram", type=int, default=5)
     ap.add_argument("--guesses", type=int, default=15)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--draft", default=str(HERE / "draft"), help="draft for the speculative replay ('' = skip)")

@@ -47,14 +47,17 @@ def heldout_nll(model, ids: np.ndarray, ctx: int, batch: int = 8) -> tuple[float
     return total, count
 
 
+PROMPT_LINES = 12  # short prompts: prompt + continuation stay within the 256-token training context
+
+
 def completion_prompts(held: dict[str, str]) -> list[tuple[str, str]]:
-    """(file, prompt): the 30 lines ending with the second method/def signature line of each prompt file."""
+    """(file, prompt): the PROMPT_LINES lines ending with the second def signature line of each prompt file."""
     out = []
     for rel in PROMPT_FILES if all(f in held for f in PROMPT_FILES) else sorted(held)[:3]:
         lines = held[rel].splitlines(keepends=True)
         defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
         end = defs[1] if len(defs) > 1 else (defs[0] if defs else min(10, len(lines) - 1))
-        out.append((rel, "".join(lines[max(0, end - 29) : end + 1])))
+        out.append((rel, "".join(lines[max(0, end - PROMPT_LINES + 1) : end + 1])))
     return out
 
 
@@ -79,7 +82,9 @@ def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=T
         t0 = time.time()
         model = AutoModelForCausalLM.from_pretrained(out_dir / name).to(device).eval()
         nll, n = heldout_nll(model, val_ids, ctx)
-        r = {"params": sum(p.numel() for p in model.parameters()), "dtype_loaded": str(model.dtype),
+        nll2, n2 = heldout_nll(model, val_ids, 2 * ctx)  # beyond the training context: how much worse
+        r = {"loss_ctx_x2": nll2 / n2, "bits_per_byte_ctx_x2": bits_per_byte(nll2, heldout_bytes), "ctx": ctx,
+             "params": sum(p.numel() for p in model.parameters()), "dtype_loaded": str(model.dtype),
              "loss": nll / n, "tokens": n, "bits_per_byte": bits_per_byte(nll, heldout_bytes),
              "disk_mb": round(sum(f.stat().st_size for f in (out_dir / name).iterdir()) / 1e6, 2),
              "completions": []}
@@ -89,7 +94,8 @@ def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=T
             r["completions"].append({"file": rel, "prompt": prompt,
                                      "completion": tok.decode(gen[0, enc["input_ids"].shape[1]:])})
         res["models"][name] = r
-        log(f"[eval] {name}: loss {r['loss']:.4f}, {r['bits_per_byte']:.4f} bits/byte ({time.time()-t0:.0f} s)")
+        log(f"[eval] {name}: loss {r['loss']:.4f}, {r['bits_per_byte']:.4f} bits/byte at ctx {ctx}; at ctx {2 * ctx}: "
+            f"{r['loss_ctx_x2']:.4f}, {r['bits_per_byte_ctx_x2']:.4f} bits/byte ({time.time()-t0:.0f} s)")
     return res
 
 
@@ -101,7 +107,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out-dir", default=str(here))
     ap.add_argument("--ckpt-dir", default=str(here / ".ckpt"))
-    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--ctx", type=int, default=256, help="the training context (seq_len)")
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args()
     if a.threads:

@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         save_model(model, tok, out / name, args.save_dtype)
         results_path.write_text(json.dumps(stats, indent=1))
         log(f"[{name}] saved to {out / name}")
-    ev = evaluate_dirs(out, val_ids, meta["heldout_bytes"], args.seq_len * 2, log=log,
+    ev = evaluate_dirs(out, val_ids, meta["heldout_bytes"], args.seq_len, log=log,
                        completions=not args.tiny, device="cpu")
     stats["eval"] = ev
     results_path.write_text(json.dumps(stats, indent=1))
