@@ -96,6 +96,7 @@ def test_asset_sizes_within_budget():
 def _tiny_run(out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(ASSETS / "train_models.py"), "--tiny", "--threads", "1", "--seed", "7",
            "--out-dir", str(out), "--ckpt-dir", str(out / "ckpt"), *extra]
+    out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAYON_NUM_THREADS="1", OMP_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
