@@ -84,8 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=6, help="how many bench/prompts/code.jsonl prompts")
     ap.add_argument("--draft-tokens", type=int, default=4)
-    ap.add_argument("--tree", default="2,2,1,1")
-    ap.add_argument("--staged-tree", default="2,1,1,1,1,1")
+    ap.add_argument("--tree", default="4,2")
+    ap.add_argument("--staged-tree", default="2,1,1,1,1")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--corpus-table", action="store_true",
                     help="also run staged with an n-gram table from the stdlib TRAIN split (assets/stdlib_corpus)")

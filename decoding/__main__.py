@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative: dynamic tree of the B best nodes by draft probability")
     g.add_argument("--staged", action="store_true", help="speculative: an n-gram stage 2 drafts for the draft")
     g.add_argument("--draft-confidence", type=float, default=None,
-                   help="speculative: stop drafting below this draft probability (default 0.4 chain, 0 tree)")
+                   help="speculative: do not extend a draft token below this draft probability (default 0.4)")
     g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)

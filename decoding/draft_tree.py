@@ -33,8 +33,9 @@ class DraftCore(Core):
         self.spec_depths: list[int] = []
 
     @torch.inference_mode()
-    def grow(self, tokens: list[int], parents: list[int]) -> torch.Tensor:
-        """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q, V]."""
+    def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> torch.Tensor:
+        """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q - skip, V]
+        for all but the first `skip` nodes (catch-up tokens whose predictions nobody reads)."""
         n0, q, past = len(self.spec_parents), len(tokens), self.length
         depths = list(self.spec_depths)
         for p in parents:
@@ -45,10 +46,18 @@ class DraftCore(Core):
         mask[:, past:].masked_fill_(~vis, torch.finfo(self.dtype).min)
         pos = torch.tensor([depths[n0:]], dtype=torch.long, device=self.device) + past
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        kw = {"logits_to_keep": q - skip} if skip and self._keeps_logits() else {}
         out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask.to(self.device)[None, None],
-                         past_key_values=self.cache, use_cache=True)
+                         past_key_values=self.cache, use_cache=True, **kw)
         self.spec_parents, self.spec_depths = allp, depths
-        return out.logits[0].float()
+        logits = out.logits[0].float()
+        return logits[skip:] if logits.shape[0] == q else logits
+
+    def _keeps_logits(self) -> bool:
+        if not hasattr(self, "_logits_to_keep"):
+            import inspect
+            self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        return self._logits_to_keep
 
     @torch.inference_mode()
     def settle(self, keep: list[int]) -> None:
@@ -99,7 +108,7 @@ class TreeBuilder:
         self.core, self.shape, self.s, self.gen, self.stage2 = dcore, shape, sampling, gen, stage2
 
     def _dist(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits.softmax(-1) if self.gen is None else warp(logits, self.s)
+        return logits.softmax(-1) if self.gen is None else warp(logits, self.s).cpu()  # CPU generator
 
     def build(self, context: list[int]) -> tuple[list[Node], int, dict]:
         """Expand the draft tree for the next step; returns (nodes, catch-up length, counters)."""
@@ -131,7 +140,9 @@ class TreeBuilder:
                 for j, t in enumerate(chain[:-1]):
                     toks.append(t)
                     pars.append(nodes[prim].spec if j == 0 else c0 + j - 1)
-            logits = self.core.grow(toks, pars)
+            skip = len(catch) - 1 if first else 0
+            logits = self.core.grow(toks, pars, skip)  # row r = batch node skip + r
+            n0 += skip
             stats["draft_forwards"] += 1
             stats["draft_nodes_run"] += len(toks)
             for i in run:

@@ -26,7 +26,7 @@ from .trace import Trace
 from .verify import Verdict
 
 MAX_TREE_NODES = 256
-DEFAULT_CONFIDENCE = 0.4  # chains stop below this draft probability (HF assisted generation's default)
+DEFAULT_CONFIDENCE = 0.4  # drafting stops below this draft probability (HF assisted generation's default)
 
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> None:
@@ -60,14 +60,15 @@ def parse_tree(text: str | list[int]) -> list[int]:
 def make_shape(draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
                staged: bool = False, confidence: float | None = None) -> Shape:
     """Validate the speculative parameters; the limits are documented in api.LIMITS. confidence: a drafted
-    node whose draft probability is below it is not expanded further (default 0.4 for chains, as HF's
-    assisted generation; 0 for trees, whose widths already bound the work)."""
+    node whose draft probability is below it is not expanded further (default 0.4, HF's assisted
+    generation default, for chains and fixed-width trees; unused by dynamic trees, which rank nodes by
+    cumulative probability within the budget)."""
     shape = _shape(draft_tokens, tree, tree_budget, staged)
     if confidence is not None:
         if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
             raise ValueError(f"draft-confidence must be in [0, 1], got {confidence}")
         shape.confidence = float(confidence)
-    elif shape.mode == "chain":
+    elif shape.mode != "dynamic":
         shape.confidence = DEFAULT_CONFIDENCE
     return shape
 

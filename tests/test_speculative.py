@@ -15,9 +15,11 @@ from decoding.models import ModelError
 from decoding.sampling import warp
 from decoding.speculative import speculative_stats
 
-MODES = [("chain", dict(draft_tokens=4, confidence=0.0)), ("tree", dict(tree=[3, 2, 1])),
+# confidence=0: never stop drafting early (tiny random models are unsure of everything)
+MODES = [("chain", dict(draft_tokens=4, confidence=0.0)), ("tree", dict(tree=[3, 2, 1], confidence=0.0)),
          ("dynamic", dict(tree_budget=12)), ("staged", dict(staged=True, confidence=0.0)),
-         ("staged_tree", dict(tree=[2, 2, 1], staged=True)), ("chain_confidence_stop", dict(draft_tokens=5))]
+         ("staged_tree", dict(tree=[2, 2, 1], staged=True, confidence=0.0)),
+         ("chain_confidence_stop", dict(draft_tokens=5))]
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12], [40, 3, 17, 22, 9, 31, 2, 60, 14, 7, 33, 51]]
 
 
@@ -67,18 +69,18 @@ def test_staged_records_origins(models):
     """Stage 2 proposes from the text so far; with the target as draft its proposals are accepted and the
     accepted tokens carry origin 'stage2'; the draft needs fewer forwards than tokens drafted."""
     t = models["llama"]
-    tr = _run(t, t, PROMPTS[0], n=60, staged=True, draft_tokens=6)
+    tr = _run(t, t, PROMPTS[0], n=60, staged=True, draft_tokens=6, confidence=0.0)
     st = speculative_stats(tr)
     assert st["origins"].get("stage2", 0) > 0 and st["origins"].get("target", 0) > 0
     assert st["stage2_accepted_by_draft"] > 0
-    plain = speculative_stats(_run(t, t, PROMPTS[0], n=60, draft_tokens=6))
+    plain = speculative_stats(_run(t, t, PROMPTS[0], n=60, draft_tokens=6, confidence=0.0))
     assert st["draft_forwards"] < plain["draft_forwards"]
     assert tr.output_ids == hf_greedy(t, PROMPTS[0], 60)
 
 
 def test_trace_and_stats(models):
     t, d = models["llama"], models["llama_b"]
-    tr = _run(t, d, PROMPTS[1], tree=[3, 2])
+    tr = _run(t, d, PROMPTS[1], tree=[3, 2], confidence=0.0)
     s = tr.steps[1]
     tree = s.info["tree"]
     n = len(s.tokens)
@@ -204,3 +206,20 @@ def test_cli(tmp_path, capsys):
                       + ([] if "--draft" in args else ["--draft", ddir]))
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("error:"), (args, err)
+
+
+def test_stage2_ngram_model_and_table(tmp_path):
+    from decoding.staged import NGramStage2, build_table, load_table, save_table
+    s2 = NGramStage2(max_n=2)
+    s2.start([1, 2, 3, 4, 2, 3])
+    assert s2.propose([9, 2, 3], 3) == [4, 2, 3]       # latest occurrence of (2, 3) continues with 4
+    assert s2.propose([9, 8], 3) == []                  # no match, no table: nothing proposed
+    table = build_table([[7, 8, 5, 6], [7, 8, 5, 0], [7, 8, 5, 6]], max_n=2, min_count=1)
+    save_table(table, tmp_path / "t.json")
+    loaded = load_table(tmp_path / "t.json")
+    assert loaded == table and loaded[(8, 5)] == 6
+    s2 = NGramStage2(max_n=2, table=loaded)
+    s2.start([1, 2, 3])
+    assert s2.propose([1, 7, 8], 3) == [5, 6]           # the corpus table continues unseen text
+    with pytest.raises(ValueError, match="n-gram table"):
+        load_table(tmp_path / "missing.json")
