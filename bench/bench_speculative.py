@@ -148,6 +148,8 @@ def main(argv=None) -> int:
         f"ours_staged_chain_K{K + 2}": ours(dict(draft_tokens=K + 2, staged=True)),
         f"ours_staged_tree_{args.staged_tree}": ours(dict(tree=[int(x) for x in args.staged_tree.split(",")],
                                                           staged=True)),
+        f"ours_tree_{args.tree}_adaptive": ours(dict(tree=[int(x) for x in args.tree.split(",")], adaptive=True)),
+        f"ours_staged_chain_K{K + 2}_adaptive": ours(dict(draft_tokens=K + 2, staged=True, adaptive=True)),
     }
     if args.corpus_table and not args.quick:
         table = corpus_table(tok)

@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--staged", action="store_true", help="speculative: an n-gram stage 2 drafts for the draft")
     g.add_argument("--draft-confidence", type=float, default=None,
                    help="speculative: do not extend a draft token below this draft probability (default 0.4)")
+    g.add_argument("--adaptive", action="store_true",
+                   help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
@@ -72,7 +74,8 @@ def generate(args: argparse.Namespace) -> int:
         from .speculative import make_shape
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
-                                               args.staged or None, args.ngram_table, args.draft_confidence)):
+                                               args.staged or None, args.ngram_table, args.draft_confidence,
+                                               args.adaptive or None)):
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
@@ -85,7 +88,8 @@ def generate(args: argparse.Namespace) -> int:
                            trust_remote_code=args.trust_remote_code)
         drafter = make_drafter("speculative", draft_model=draft, draft_tokens=args.draft_tokens,
                                tree=args.tree, tree_budget=args.tree_budget, staged=args.staged,
-                               ngram_table=table, confidence=args.draft_confidence, target_model=model,
+                               ngram_table=table, confidence=args.draft_confidence,
+                               adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter)

@@ -39,7 +39,7 @@ def make_drafter(method: str, **p):
         from .speculative import Speculative, check_compatible
         d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
-                        confidence=p.get("confidence"))
+                        confidence=p.get("confidence"), adaptive=bool(p.get("adaptive", False)))
         if p.get("target_model") is not None:
             check_compatible(p["target_model"], d.draft, p.get("tokenizer"), p.get("draft_tokenizer"))
         return d

@@ -109,8 +109,9 @@ class Speculative:
 
     def __init__(self, draft_model, draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
                  staged: bool = False, ngram: int = 3, ngram_table: Table | None = None,
-                 confidence: float | None = None):
+                 confidence: float | None = None, adaptive: bool = False):
         self.shape = make_shape(draft_tokens, tree, tree_budget, staged, confidence)
+        self.adaptive = bool(adaptive)
         if draft_model is None:
             raise ValueError("speculative decoding needs a draft model")
         self.draft = draft_model
@@ -122,7 +123,7 @@ class Speculative:
         cfg = self.draft.config
         return {"mode": self.shape.mode, "draft_tokens": self.shape.depth, "tree": self.shape.widths,
                 "tree_budget": self.shape.budget or None, "staged": self.staged,
-                "confidence": self.shape.confidence,
+                "confidence": self.shape.confidence, "adaptive": self.adaptive,
                 "stage2": self.stage2.config() if self.stage2 else None,
                 "draft": {"name": getattr(self.draft, "name_or_path_", getattr(cfg, "_name_or_path", "")),
                           "model_type": cfg.model_type,
@@ -146,9 +147,39 @@ class Speculative:
         if self.stage2 is not None:
             self.stage2.start(list(prompt_ids))
         self.builder = TreeBuilder(self.core, self.shape, self.sampling, self.gen, self.stage2)
+        self._ema: dict[str, float] = {}  # adaptive: tokens and ms per drafted step, ms per plain step
+        self._drafted, self._plain_run = 0, 0
+
+    def _draft_now(self) -> bool:
+        """Adaptive mode: draft only while drafted steps yield more tokens per second than plain target
+        steps (both measured as they run; a plain step is probed after 3 drafted ones, a drafted step after
+        8 plain ones). Timing-driven, so a sampling seed no longer reproduces a run exactly; the output law
+        and greedy exactness are unaffected (the choice never looks at the current step's verification)."""
+        if not self.adaptive:
+            return True
+        e = self._ema
+        if "plain_ms" not in e:
+            return self._drafted < 3
+        if "spec_ms" not in e or self._plain_run >= 8:
+            return True
+        return e["gain"] / e["spec_ms"] >= 1.0 / e["plain_ms"]
+
+    def _update(self, key: str, value: float) -> None:
+        self._ema[key] = value if key not in self._ema else 0.7 * self._ema[key] + 0.3 * value
 
     def plan(self, context: list[int]) -> Plan:
         t0 = time.perf_counter()
+        if not self._draft_now():  # a plain target step: the draft catches up later in one forward
+            self._plain_run += 1
+            self._keep = None
+            info = {"tree": {"tokens": [context[-1]], "parents": [-1], "depth": [0], "draft_prob": [None],
+                             "target_prob": [None], "origin": ["target"]}, "drafted": False, "draft_forwards": 0,
+                    "draft_ms": 0.0, "target_forwards": 1, "mode": self.shape.mode}
+            self._t_plan_end = time.perf_counter()
+            return Plan([context[-1]], [-1], [0], ["x0"], [[0, 0]], [False], origin="draft", info=info,
+                        origins=["target"])
+        self._drafted += 1
+        self._plain_run = 0
         if self.stage2 is not None:
             self.stage2.update(context)
         nodes, n_catch, st = self.builder.build(context)
@@ -169,12 +200,12 @@ class Speculative:
         draft_ms = (time.perf_counter() - t0) * 1e3
         info = {"tree": {"tokens": [nd.token for nd in nodes], "parents": parents, "depth": depths,
                          "draft_prob": [nd.prob for nd in nodes], "target_prob": [None] * n, "origin": origins},
-                **st, "draft_ms": draft_ms, "target_forwards": 1, "mode": self.shape.mode}
+                **st, "drafted": True, "draft_ms": draft_ms, "target_forwards": 1, "mode": self.shape.mode}
         if self.stage2 is None:
             info.pop("stage2_proposed"), info.pop("stage2_accepted")
         else:
             info["stage2"] = {"proposed": st["stage2_proposed"], "accepted_by_draft": st["stage2_accepted"]}
-        self._t_plan_end = time.perf_counter()
+        self._t_plan_start, self._t_plan_end = t0, time.perf_counter()
         return Plan([nd.token for nd in nodes], parents, depths, roles, [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, q=q, origins=origins)
 
@@ -183,8 +214,14 @@ class Speculative:
         info = plan.info
         info["target_ms"] = (t0 - self._t_plan_end) * 1e3
         path = verdict.path
+        if self._keep is None:  # plain step
+            info["accepted_path"], info["first_rejected"] = list(path), None
+            self._update("plain_ms", info["target_ms"])
+            return
         keep = self._keep + [self._spec[i] for i in path[1:] if self._spec[i] >= 0]
         self.core.settle(keep)
+        self._update("gain", len(verdict.tokens))
+        self._update("spec_ms", (t0 - self._t_plan_start) * 1e3)
         kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
         info["accepted_path"] = list(path)
         info["first_rejected"] = kids[0] if kids else None
@@ -223,6 +260,7 @@ def speculative_stats(tr: Trace) -> dict:
         "compression": len(tr.output_ids) / forwards if forwards else 0.0,
         "target_forwards": forwards,
         "draft_forwards": sum(s.info.get("draft_forwards", 0) for s in steps),
+        "plain_steps": sum(not s.info.get("drafted", True) for s in steps),
         "drafted_tokens": drafted,
         "draft_ms": sum(s.info.get("draft_ms", 0.0) for s in steps),
         "target_ms": sum(s.info.get("target_ms", 0.0) for s in steps),

@@ -223,3 +223,14 @@ def test_stage2_ngram_model_and_table(tmp_path):
     assert s2.propose([1, 7, 8], 3) == [5, 6]           # the corpus table continues unseen text
     with pytest.raises(ValueError, match="n-gram table"):
         load_table(tmp_path / "missing.json")
+
+
+def test_adaptive_skips_a_useless_draft_and_stays_exact(models):
+    """Adaptive mode measures drafted vs plain steps; with an unrelated draft (nothing accepted, a draft
+    as slow as the target) it falls back to plain target steps, and the output is still HF greedy."""
+    t, d = models["llama"], models["gpt2_b"]
+    tr = _run(t, d, PROMPTS[1], n=48, adaptive=True, confidence=0.0)
+    assert tr.output_ids == hf_greedy(t, PROMPTS[1], 48)
+    st = speculative_stats(tr)
+    assert st["plain_steps"] > 10 and st["plain_steps"] < len(tr.steps) - 1
+    assert tr.config["adaptive"] is True
