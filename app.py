@@ -15,6 +15,7 @@ try:  # ZeroGPU: `spaces` must be imported before anything touches CUDA
 except ImportError:  # everywhere else the decorator is a no-op
     spaces = None
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -298,10 +299,26 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     def stop_run(request: gr.Request = None):
         sessions.stop(getattr(request, "session_hash", None))
 
+    @contextlib.contextmanager
+    def stoppable(request):
+        """on_step hook for runs made in the handler's own thread: Stop ends them at the next step."""
+        session = getattr(request, "session_hash", None)
+        ev = sessions.start(session)
+
+        def check(step=None, out=None):
+            if ev.is_set():
+                raise Stopped()
+        try:
+            yield check
+        finally:
+            ev.set()
+            sessions.end(session, ev)
+
     @gpu(duration=180)
     @friendly
     def race(target, draft, device, dtype, prompt, max_new, W, N, G, max_ngram, num_tokens, spec_mode, K, widths,
-             budget, staged, temperature, top_k, top_p, seed, methods, progress=gr.Progress()):
+             budget, staged, temperature, top_k, top_p, seed, methods, progress=gr.Progress(),
+             request: gr.Request = None):
         methods = [m for m in (methods or []) if m in RACE_CHOICES]
         if not methods:
             raise ValueError("pick at least one accelerated method to race against greedy")
@@ -313,20 +330,24 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         model, tok, dmodel, dtok = models(target, draft, device, dtype, "speculative" in methods)
         runs, rows = {}, []
         names = ["greedy", *methods]
-        for k, m in enumerate(names):
-            progress(k / len(names), desc=f"running {m}")
-            kw = method_kw(m, W, N, G, max_ngram, num_tokens, spec_mode, K, widths, budget, staged,
-                           model, tok, dmodel, dtok)
-            tr = run(model, tok, prompt, m, max_new_tokens=max_new, sampling=sampling, drafter=drafter_for(m, kw))
-            runs[m] = tr
-            rows.append(race_row(m, tr, runs["greedy"], not sampling.greedy))
-            yield _race_table(rows), _race_summary(rows, sampling.greedy), race_figure(runs), \
-                viz.profile.latency_figure({n: (t, None) for n, t in runs.items()})
+        with stoppable(request) as check:
+            run(model, tok, prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: the first forward is slow
+            for k, m in enumerate(names):
+                progress(k / len(names), desc=f"running {m}")
+                kw = method_kw(m, W, N, G, max_ngram, num_tokens, spec_mode, K, widths, budget, staged,
+                               model, tok, dmodel, dtok)
+                tr = run(model, tok, prompt, m, max_new_tokens=max_new, sampling=sampling,
+                         drafter=drafter_for(m, kw), on_step=check)
+                runs[m] = tr
+                rows.append(race_row(m, tr, runs["greedy"], not sampling.greedy))
+                yield _race_table(rows), _race_summary(rows, sampling.greedy), race_figure(runs), \
+                    viz.profile.latency_figure({n: (t, None) for n, t in runs.items()})
 
     @gpu(duration=240)
     @friendly
     def profile(target, draft, device, dtype, prompt, method, max_new, W, N, G, max_ngram, num_tokens,
-                spec_mode, K, widths, budget, staged, temperature, top_k, top_p, seed, progress=gr.Progress()):
+                spec_mode, K, widths, budget, staged, temperature, top_k, top_p, seed, progress=gr.Progress(),
+                request: gr.Request = None):
         from profiling import profile_run
         prompt, max_new, sampling, model, tok, kw = prepare(
             target, draft, device, dtype, prompt, method, max_new, W, N, G, max_ngram, num_tokens,
@@ -339,8 +360,9 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
             mkw = method_kw(m, W, N, G, max_ngram, num_tokens, spec_mode, K, widths, budget, staged,
                             model, tok, *models(target, draft, device, dtype, m == "speculative")[2:])
             mkw = {k2: v for k2, v in mkw.items() if k2 not in ("target_model", "tokenizer", "draft_tokenizer")}
-            tr, prof = profile_run(model, tok, prompt, m, max_new_tokens=max_new, sampling=sampling,
-                                   perfetto_path=out / f"{m}.perfetto.json", **mkw)
+            with stoppable(request) as check:
+                tr, prof = profile_run(model, tok, prompt, m, max_new_tokens=max_new, sampling=sampling,
+                                       perfetto_path=out / f"{m}.perfetto.json", on_step=check, **mkw)
             runs[m] = (tr, for_viz(prof))
         progress(len(names) / (len(names) + 1), desc="drawing")
         tr, prof = runs[method]
@@ -360,7 +382,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 
     @gpu(duration=240)
     @friendly
-    def sweep(target, draft, device, dtype, prompt, ns, ws, max_new, progress=gr.Progress()):
+    def sweep(target, draft, device, dtype, prompt, ns, ws, max_new, progress=gr.Progress(),
+              request: gr.Request = None):
         prompt = lim.prompt(prompt)
         max_new = lim.int("max_new_tokens", max_new)
         ns = [lim.int("ngram", n) for n in (ns or [])]
@@ -371,11 +394,12 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         if len(cells) > lim.sweep_max_runs:
             raise ValueError(f"the sweep has {len(cells)} runs; at most {lim.sweep_max_runs} — pick fewer N or W")
         model, tok, _, _ = models(target, draft, device, dtype, False)
-        points = [sweepkit.baseline(model, tok, prompt, max_new)]
-        for k, (n, w) in enumerate(cells):
-            progress(k / len(cells), desc=f"N={n} W={w} ({k + 1}/{len(cells)})")
-            points.append(sweepkit.point(model, tok, prompt, n, w, max_new))
-            yield sweepkit.figure(points), _sweep_table(points), f"{k + 1}/{len(cells)} runs done"
+        with stoppable(request) as check:
+            points = [sweepkit.baseline(model, tok, prompt, max_new, on_step=check)]
+            for k, (n, w) in enumerate(cells):
+                progress(k / len(cells), desc=f"N={n} W={w} ({k + 1}/{len(cells)})")
+                points.append(sweepkit.point(model, tok, prompt, n, w, max_new, on_step=check))
+                yield sweepkit.figure(points), _sweep_table(points), f"{k + 1}/{len(cells)} runs done"
         yield sweepkit.figure(points), _sweep_table(points), f"done: {len(cells)} runs (+ greedy baseline)"
 
     @friendly
@@ -562,14 +586,14 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         race_ev = race_btn.click(race, settings[:5] + settings[6:] + [race_methods],
                                  [race_table, race_md, race_plot, race_lat], api_name="race",
                                  concurrency_id=GPU, concurrency_limit=1)
-        race_stop.click(None, None, None, cancels=[race_ev], api_visibility="private")
+        race_stop.click(stop_run, None, None, cancels=[race_ev], api_visibility="private", queue=False)
         prof_ev = prof_btn.click(profile, settings, [roof_plot, flops_plot, lat_plot, prof_md, prof_files],
                                  api_name="profile", concurrency_id=GPU, concurrency_limit=1)
-        prof_stop.click(None, None, None, cancels=[prof_ev], api_visibility="private")
+        prof_stop.click(stop_run, None, None, cancels=[prof_ev], api_visibility="private", queue=False)
         sw_ev = sw_btn.click(sweep, [target, draft, device, dtype, prompt, sw_n, sw_w, sw_max],
                              [sw_plot, sw_table, sw_status], api_name="sweep", concurrency_id=GPU,
                              concurrency_limit=1)
-        sw_stop.click(None, None, None, cancels=[sw_ev], api_visibility="private")
+        sw_stop.click(stop_run, None, None, cancels=[sw_ev], api_visibility="private", queue=False)
         rp_btn.click(replay, [rp_upload, rp_pick, last], [rp_view, rp_stats, rp_text], api_name="replay",
                      concurrency_limit=4)
     demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),

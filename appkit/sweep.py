@@ -18,9 +18,9 @@ def grid(ns: list[int], ws: list[int]) -> list[tuple[int, int]]:
     return [(n, w) for n in sorted(set(ns)) for w in sorted(set(ws))]
 
 
-def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int) -> dict:
+def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=None) -> dict:
     tr = run(model, tok, prompt, "lookahead", max_new_tokens=max_new_tokens, trace=False,
-             window=w, ngram=n, guesses=w)
+             window=w, ngram=n, guesses=w, on_step=on_step)
     p = next(model.parameters())
     costs = [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
         trace_costs(tr, model.config, p.dtype)
@@ -30,8 +30,8 @@ def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int) -> dict:
             "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
 
 
-def baseline(model, tok, prompt: str, max_new_tokens: int) -> dict:
-    tr = run(model, tok, prompt, "greedy", max_new_tokens=max_new_tokens, trace=False)
+def baseline(model, tok, prompt: str, max_new_tokens: int, on_step=None) -> dict:
+    tr = run(model, tok, prompt, "greedy", max_new_tokens=max_new_tokens, trace=False, on_step=on_step)
     p = next(model.parameters())
     costs = [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
         trace_costs(tr, model.config, p.dtype)
