@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub read it at import
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,  # noqa: E402
+                          Qwen2ForCausalLM)
 torch.set_num_threads(1)  # 2 cores: more threads on tiny models only add contention
 
 
