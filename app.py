@@ -48,12 +48,13 @@ SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree")
 RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
 LIVE_VIEWS = {"greedy": ("mask", None), "lookahead": ("window", "pool"), "prompt_lookup": ("pool", "mask"),
               "speculative": ("tree", "mask")}
-EXAMPLES = [
-    ["def fibonacci(n):\n    "],
-    ["import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\"\n"],
-    ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"],
+EXAMPLES = [  # code completion (what the embedded models know: the Python standard library), then chat
+    ["def fibonacci(n):"],
+    ["import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""],
+    ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"],
+    ["def read_config(path):\n    with open(path) as f:"],
     ["User: What is a hash table? Answer in two sentences.\nAssistant:"],
-    ["User: Write a Python function that reverses a string.\nAssistant: Here it is:\n\ndef reverse(s):\n"],
+    ["User: Write a Python function that reverses a string.\nAssistant: Here it is:\n\ndef reverse(s):"],
 ]
 CSS = """
 .ds-badge{font-weight:600}
@@ -450,7 +451,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
             with gr.Column(scale=3):
                 prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
                                     info=f"at most {20000} characters")
-                gr.Examples(EXAMPLES, inputs=[prompt], label="examples: code completion and chat")
+                gr.Examples(EXAMPLES, inputs=[prompt], label="examples: code completion, and chat (for a hub chat model)")
             with gr.Column(scale=2):
                 method = gr.Radio(METHOD_CHOICES, value="lookahead", label="method")
                 max_new = Slider(lim.lo("max_new_tokens"), lim.hi("max_new_tokens"), value=64, step=1,

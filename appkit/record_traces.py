@@ -15,8 +15,8 @@ from decoding import load, run
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\"\n"
-CODE2 = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""
+CODE2 = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
 RECORDINGS = [  # (file stem, prompt, method, parameters)
     ("lookahead_W5_N4_G5", CODE, "lookahead", dict(window=5, ngram=4, guesses=5)),
     ("prompt_lookup", CODE2, "prompt_lookup", dict(max_ngram=3, num_tokens=10)),

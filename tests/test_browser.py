@@ -13,8 +13,6 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from conftest import save_tiny_dir
-
 import app as app_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +29,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    root = tmp_path_factory.mktemp("browser_models")
-    demo = app_module.build_demo(save_tiny_dir(root / "target", "llama", 0), save_tiny_dir(root / "draft", "llama", 1),
-                                 public=False)
+def url():
+    # the real defaults: the embedded target and draft in assets/ (what `python app.py` serves)
+    demo = app_module.build_demo(public=False)
     _, local, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
                               **app_module.launch_kwargs())
     yield local
