@@ -32,7 +32,8 @@ def make_drafter(method: str, **p):
         return Greedy()
     if method == "lookahead":
         return Lookahead(p.get("window", 5), p.get("ngram", 4), p.get("guesses", 5),
-                         prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True))
+                         prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True),
+                         dedupe=p.get("dedupe", True))
     if method == "prompt_lookup":
         return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
     if method == "speculative":

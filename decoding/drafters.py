@@ -24,6 +24,7 @@ class Plan:
     origin: str = "target"            # origin label of an accepted proposal token
     info: dict = field(default_factory=dict)
     q: torch.Tensor | None = None     # draft probabilities per node (speculative sampling), else None
+    rows: list[int] | None = None     # nodes whose logits are read (None = all): the LM head skips the rest
     origins: list[str] | None = None  # per-node origin labels (query-aligned); overrides `origin`
     logits: torch.Tensor | None = field(default=None, repr=False)  # target logits, set by the runner
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from .drafters import Plan
-from .masks import lookahead_layout
+from .masks import add_chains, add_trie, lookahead_layout
 from .pool import Pool
 from .verify import Verdict
 
@@ -20,18 +20,19 @@ class Lookahead:
     name = "lookahead"
 
     def __init__(self, window: int = 5, ngram: int = 4, guesses: int = 5, prompt_ngrams: bool = True,
-                 output_ngrams: bool = True, pool_cap: int | None = None, seed: int = 0):
+                 output_ngrams: bool = True, pool_cap: int | None = None, seed: int = 0, dedupe: bool = True):
         if window < 1 or ngram < 2 or guesses < 0:
             raise ValueError("lookahead needs window >= 1, ngram >= 2, guesses >= 0")
         self.W, self.N, self.G = window, ngram, guesses
         self.prompt_ngrams, self.output_ngrams = prompt_ngrams, output_ngrams
         self.pool_cap = pool_cap or max(guesses, 1)
-        self.seed = seed
-        self._layouts: dict[tuple[int, int], dict] = {}
+        self.seed, self.dedupe = seed, dedupe
+        self._layouts: dict[int, dict] = {}
 
     def config(self) -> dict:
         return {"window": self.W, "ngram": self.N, "guesses": self.G, "prompt_ngrams": self.prompt_ngrams,
-                "output_ngrams": self.output_ngrams, "pool_cap": self.pool_cap, "seed": self.seed}
+                "output_ngrams": self.output_ngrams, "pool_cap": self.pool_cap, "seed": self.seed,
+                "dedupe": self.dedupe}
 
     def max_depth(self) -> int:
         return self.W + self.N
@@ -45,23 +46,37 @@ class Lookahead:
             self._next = self.pool.add_text(prompt_ids, 0, "prompt")
 
     def plan(self, context: list[int]) -> Plan:
+        """Query = x0, the window levels, then the candidates (merged into a prefix tree when dedupe is
+        on: shared prefixes cost no extra query tokens, the outputs are identical)."""
         x0 = context[-1]
         prev = context[-2] if len(context) > 1 else None
         cands, sources = self.pool.lookup(x0, self.G, prev) if self.G else ([], [])
-        key = (len(self.levels), len(cands))
-        lay = self._layouts.get(key)
+        lay = self._layouts.get(len(self.levels))
         if lay is None:
-            lay = self._layouts[key] = lookahead_layout(self.W, self.N, len(self.levels), len(cands))
-        tokens = [x0] + [t for level in self.levels for t in level] + [t for c in cands for t in c]
-        proposal = [r == "candidate" for r in lay["roles"]]
+            lay = self._layouts[len(self.levels)] = lookahead_layout(self.W, self.N, len(self.levels), 0)
+        parents, roles, slots = list(lay["parents"]), list(lay["roles"]), list(lay["slots"])
+        tokens = [x0] + [t for level in self.levels for t in level]
+        n_window = len(tokens)
+        if self.dedupe:
+            tokens += add_trie(parents, roles, slots, [list(c) for c in cands])
+        else:
+            add_chains(parents, roles, slots, [len(c) for c in cands])
+            tokens += [t for c in cands for t in c]
+        depths = lay["depths"] + [slots[i][1] + 1 for i in range(n_window, len(tokens))]
+        top = self._top()
+        rows = [0] + list(range(top, top + self.W)) + list(range(n_window, len(tokens)))
         info = {"window": [list(level) for level in self.levels], "pool_key": x0,
                 "candidates": [list(c) for c in cands], "candidate_sources": sources}
-        return Plan(tokens, lay["parents"], lay["depths"], lay["roles"], lay["slots"], proposal,
-                    origin="candidate", info=info)
+        return Plan(tokens, parents, depths, roles, slots, [r == "candidate" for r in roles],
+                    origin="candidate", info=info, rows=sorted(set(rows)))
+
+    def _top(self) -> int:
+        """First query index of the top window level (row 0 = [x0, L0] when it is the only level)."""
+        return 0 if len(self.levels) == 1 else self.W + (len(self.levels) - 2) * self.W
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         W, levels = self.W, self.levels
-        top = 0 if len(levels) == 1 else W + (len(levels) - 2) * W  # first query index of the top level
+        top = self._top()
         out = preds[top:top + W]
         harvested = []
         if len(levels) == self.N - 1:  # full window: harvest one n-gram per column, then shift
@@ -78,7 +93,7 @@ class Lookahead:
             self._next = self.pool.add_text(context, self._next, "output")
         accepted = verdict.tokens
         matched = [_common_prefix(c, accepted) for c in plan.info["candidates"]]
-        chosen = plan.slots[verdict.path[1]][0] if len(verdict.path) > 1 else None
+        chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None  # deepest node's candidate
         plan.info.update(window_next=[list(level) for level in self.levels], harvested=harvested,
                          matched=matched, chosen=chosen, pool_size=self.pool.size)
 

@@ -94,3 +94,20 @@ def add_chains(parents: list[int], roles: list[str], slots: list, lengths: list[
         for i in range(n):
             parents.append(0 if i == 0 else len(parents) - 1)
             roles.append(role); slots.append((g, i))
+
+
+def add_trie(parents: list[int], roles: list[str], slots: list, cands: list[list[int]]) -> list[int]:
+    """Append candidates merged into a prefix tree under x0: candidates that share a prefix share its
+    nodes, so the step spends no query tokens on repeats. slot = (first candidate, offset) of a node.
+    Returns the query tokens appended."""
+    children: dict[tuple[int, int], int] = {}
+    tokens = []
+    for g, cand in enumerate(cands):
+        node = 0
+        for i, t in enumerate(cand):
+            nxt = children.get((node, t))
+            if nxt is None:
+                nxt = children[(node, t)] = len(parents)
+                parents.append(node); roles.append("candidate"); slots.append((g, i)); tokens.append(t)
+            node = nxt
+    return tokens

@@ -71,7 +71,7 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
             t0 = time.perf_counter()
             plan = drafter.plan(context)
             kv_len = core.length
-            logits = core.forward(plan.tokens, plan.parents, plan.depths)
+            logits = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows)
             preds = logits.argmax(-1).tolist()  # the one host sync of the step
             if gen is None:
                 v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)

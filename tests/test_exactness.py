@@ -13,6 +13,7 @@ CONFIGS = [
     ("lookahead", dict(window=4, ngram=5, guesses=0), False),    # G = 0: window only, no verification
     ("lookahead", dict(window=1, ngram=2, guesses=0), False),
     ("lookahead", dict(window=6, ngram=3, guesses=4, prompt_ngrams=False, output_ngrams=False), True),
+    ("lookahead", dict(window=4, ngram=4, guesses=6, dedupe=False), True),     # the paper's layout
     ("prompt_lookup", dict(), True),
     ("prompt_lookup", dict(num_tokens=4, max_ngram=2, candidates=3), True),
     ("greedy", dict(), False),

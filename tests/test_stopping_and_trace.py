@@ -74,8 +74,9 @@ def test_trace_records_what_the_step_did(tiny_models):
     for s in tr.steps[1:-1]:  # the last step may be cut at max_new_tokens
         info = s.info
         n_levels = len(info["window"])
-        assert s.n_query == len(s.tokens) == 1 + (W - 1) + (n_levels - 1) * W + len(info["candidates"]) * (N - 1)
-        assert s.roles.count("candidate") == len(info["candidates"]) * (N - 1)
+        n_cand = s.roles.count("candidate")  # candidates share prefix nodes (dedupe)
+        assert s.n_query == len(s.tokens) == 1 + (W - 1) + (n_levels - 1) * W + n_cand
+        assert n_cand == len({tuple(c[:i + 1]) for c in info["candidates"] for i in range(N - 1)})
         assert s.tokens[0] == info["pool_key"] and s.positions[0] == s.kv_len
         assert len(info["matched"]) == len(info["candidates"])
         if info["chosen"] is not None:
@@ -85,6 +86,14 @@ def test_trace_records_what_the_step_did(tiny_models):
         assert s.kept[0] == 0 and len(s.kept) == len(s.accepted)
     # the window fills its N-1 levels during warm-up, then stays full
     assert [len(s.info["window"]) for s in tr.steps[1:5]] == [1, 2, 3, 3]
+
+
+def test_paper_layout_without_dedupe(tiny_models):
+    W, N, G = 5, 4, 5
+    tr = generate(tiny_models["llama"], PROMPT, make_drafter("lookahead", window=W, ngram=N, guesses=G, dedupe=False),
+                  max_new_tokens=30)
+    for s in tr.steps[1:]:
+        assert s.n_query == 1 + (W - 1) + (len(s.info["window"]) - 1) * W + len(s.info["candidates"]) * (N - 1)
 
 
 def test_tracing_off_keeps_counts(tiny_models):
