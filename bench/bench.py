@@ -28,7 +28,7 @@ import transformers  # noqa: E402
 from decoding import METHODS, load, make_drafter, run  # noqa: E402
 from decoding.models import DEFAULT_DRAFT  # noqa: E402
 
-LOOKAHEAD = [(3, 3, 3), (5, 4, 5), (7, 5, 7), (15, 5, 15)]
+LOOKAHEAD = [(1, 4, 2), (1, 5, 2), (2, 5, 2), (5, 4, 5), (15, 5, 15)]  # (W, N, G); the last is the paper's GPU setting
 
 
 def load_prompts(sets: list[str]) -> list[dict]:
@@ -56,10 +56,13 @@ def ours_runner(model, tok, method: str, **params):
     return go
 
 
-def contenders(model, tok, draft, k: int) -> dict:
+def contenders(model, tok, draft, k: int, auto: dict | None = None) -> dict:
     c = {"HF greedy": hf_runner(model, tok), "ours greedy": ours_runner(model, tok, "greedy")}
     for W, N, G in LOOKAHEAD:
         c[f"ours lookahead W{W} N{N} G{G}"] = ours_runner(model, tok, "lookahead", window=W, ngram=N, guesses=G)
+    if auto:
+        c[f"ours lookahead auto (W{auto['window']} N{auto['ngram']} G{auto['guesses']})"] = ours_runner(
+            model, tok, "lookahead", **auto)
     c["HF prompt lookup"] = hf_runner(model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
     c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
     if draft is not None:
@@ -73,8 +76,10 @@ def contenders(model, tok, draft, k: int) -> dict:
     return c
 
 
-def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None) -> list[dict]:
-    runners = {name: fn for name, fn in contenders(model, tok, draft, k).items() if not only or only in name}
+def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
+          auto: dict | None = None) -> list[dict]:
+    runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto).items()
+               if not only or only in name or name == "HF greedy"}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--only", default=None, help="only methods whose name contains this (HF greedy always runs)")
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny random models, 1 run, 16 tokens")
+    ap.add_argument("--no-auto", action="store_true", help="skip the autotuned lookahead row")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for the .md and .json")
     a = ap.parse_args(argv)
     if a.threads:
@@ -162,9 +168,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         prompts = load_prompts(a.prompts.split(","))
         name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{Path(a.model or 'embedded').name}-"
                 f"{a.prompts.replace(',', '+')}")
-    only = None if not a.only else a.only
-    rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, only)
-    meta = {**machine(model), "model": a.model or "embedded (assets/target)", "prompts": a.prompts if not a.quick
+    auto = None
+    if not a.no_auto:  # W/N/G chosen from this device's latency curve and a pilot on the first prompt
+        from profiling.autotune import autotune
+        tuned = autotune(model, tok, prompts[0]["prompt"], pilot_tokens=min(48, a.max_new_tokens))
+        auto = tuned["best"]
+        print(f"autotune picked {auto} (curve {tuned['curve']})", file=sys.stderr)
+    rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto)
+    meta = {**machine(model), "autotuned": auto, "model": a.model or "embedded (assets/target)", "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
     md = markdown(rows, meta)
     print(md)
