@@ -25,11 +25,11 @@ def race_row(name: str, trace, greedy_trace, sampled: bool) -> dict:
     elif greedy_trace is None or trace is greedy_trace:
         badge = "reference"
     elif trace.output_ids == greedy_trace.output_ids:
-        badge = "✅ identical to greedy"
+        badge = "✓ identical to greedy"
     else:
         n = next((i for i, (a, b) in enumerate(zip(trace.output_ids, greedy_trace.output_ids)) if a != b),
                  min(len(trace.output_ids), len(greedy_trace.output_ids)))
-        badge = f"❌ differs from greedy at token {n}"
+        badge = f"✗ differs from greedy at token {n}"
     return {"method": name, "tokens": st["new_tokens"], "steps": st["steps"],
             "compression": round(st["compression"], 3), "mean accepted": round(st["mean_accepted"], 3),
             "tokens/s": round(st["tokens_per_s"], 1), "wall s": round(st["wall_s"], 3),

@@ -146,7 +146,7 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     rows = {r[0]: dict(zip(table["headers"], r)) for r in table["data"]}
     assert list(rows) == ["greedy", "lookahead", "prompt_lookup", "speculative"]
     for m in ("lookahead", "prompt_lookup", "speculative"):
-        assert rows[m]["exact"] == "✅ identical to greedy", rows[m]
+        assert rows[m]["exact"] == "✓ identical to greedy", rows[m]
         assert rows[m]["tokens"] == rows["greedy"]["tokens"] == 20
         assert rows[m]["speedup vs greedy"] > 0 and rows[m]["compression"] >= 1.0
     assert summary.count("identical to greedy") == 3

@@ -15,6 +15,9 @@ from playwright.sync_api import expect, sync_playwright
 
 import app as app_module
 
+# Gradio's queue builds DataFrames with options pandas 3 deprecates; not ours to fix.
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated:Warning")]
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
