@@ -299,6 +299,10 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 
     def stop_run(request: gr.Request = None):
         sessions.stop(getattr(request, "session_hash", None))
+        return "**Stopped.** The output so far is kept above; press **Run** to start again."
+
+    def stop_quietly(request: gr.Request = None):
+        sessions.stop(getattr(request, "session_hash", None))
 
     @contextlib.contextmanager
     def stoppable(request):
@@ -583,18 +587,18 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                        concurrency_id=GPU, concurrency_limit=1)
         run_ev = run_btn.click(run_stream, settings, [output, live_a, live_b, step_view, stats, trace_file, last],
                                api_name="run", concurrency_id=GPU, concurrency_limit=1)
-        stop_btn.click(stop_run, None, None, cancels=[run_ev], api_name="stop", queue=False)
+        stop_btn.click(stop_run, None, [stats], cancels=[run_ev], api_name="stop", queue=False)
         race_ev = race_btn.click(race, settings[:5] + settings[6:] + [race_methods],
                                  [race_table, race_md, race_plot, race_lat], api_name="race",
                                  concurrency_id=GPU, concurrency_limit=1)
-        race_stop.click(stop_run, None, None, cancels=[race_ev], api_visibility="private", queue=False)
+        race_stop.click(stop_quietly, None, None, cancels=[race_ev], api_visibility="private", queue=False)
         prof_ev = prof_btn.click(profile, settings, [roof_plot, flops_plot, lat_plot, prof_md, prof_files],
                                  api_name="profile", concurrency_id=GPU, concurrency_limit=1)
-        prof_stop.click(stop_run, None, None, cancels=[prof_ev], api_visibility="private", queue=False)
+        prof_stop.click(stop_quietly, None, None, cancels=[prof_ev], api_visibility="private", queue=False)
         sw_ev = sw_btn.click(sweep, [target, draft, device, dtype, prompt, sw_n, sw_w, sw_max],
                              [sw_plot, sw_table, sw_status], api_name="sweep", concurrency_id=GPU,
                              concurrency_limit=1)
-        sw_stop.click(stop_run, None, None, cancels=[sw_ev], api_visibility="private", queue=False)
+        sw_stop.click(stop_quietly, None, None, cancels=[sw_ev], api_visibility="private", queue=False)
         rp_btn.click(replay, [rp_upload, rp_pick, last], [rp_view, rp_stats, rp_text], api_name="replay",
                      concurrency_limit=4)
     demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),

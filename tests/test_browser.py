@@ -131,6 +131,16 @@ def test_error_message_and_replay_tab(browser, url):
     page.locator("#ds-prompt textarea").fill("")
     page.locator("#ds-run").click()
     expect(page.get_by_text("the prompt is empty").first).to_be_visible(timeout=20000)
+    # Stop: a long run streams, Stop ends it and says so, the next run works
+    page.locator("#ds-prompt textarea").fill("def fibonacci(n):")
+    page.get_by_label("number input for max new tokens").fill("1500")
+    page.get_by_label("number input for max new tokens").press("Enter")
+    page.locator("#ds-run").click()
+    expect(page.locator("#ds-stats")).to_contain_text("running", timeout=60000)
+    page.locator("#ds-stop").click()
+    expect(page.locator("#ds-stats")).to_contain_text("Stopped", timeout=10000)
+    page.wait_for_timeout(1500)
+    expect(page.locator("#ds-stats")).to_contain_text("Stopped")  # the cancelled run sends nothing more
     # Replay a shipped trace (no model involved)
     page.get_by_role("tab", name="Replay").click()
     page.get_by_label("recorded traces (assets/traces)").click()
