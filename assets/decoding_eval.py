@@ -35,7 +35,7 @@ def prompts(limit: int) -> list[tuple[str, str]]:
         lines = held[rel].splitlines(keepends=True)
         defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
         if len(defs) >= 2:
-            out.append((rel, "".join(lines[max(0, defs[1] - PROMPT_LINES + 1) : defs[1] + 1])))
+            out.append((rel, "".join(lines[max(0, defs[1] - PROMPT_LINES + 1) : defs[1] + 1]).rstrip("\n")))
     return out[:limit]
 
 

@@ -57,12 +57,14 @@ def completion_prompts(held: dict[str, str]) -> list[tuple[str, str]]:
         lines = held[rel].splitlines(keepends=True)
         defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
         end = defs[1] if len(defs) > 1 else (defs[0] if defs else min(10, len(lines) - 1))
-        out.append((rel, "".join(lines[max(0, end - PROMPT_LINES + 1) : end + 1])))
+        # no trailing newline: BPE merges "\n" with the next line's indentation, so a prompt ending in a bare
+        # "\n" token is a boundary the model never saw in training (it then dedents to column 0)
+        out.append((rel, "".join(lines[max(0, end - PROMPT_LINES + 1) : end + 1]).rstrip("\n")))
     return out
 
 
 def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=True, device="cpu",
-                  max_new_tokens=64):
+                  max_new_tokens=64, loss=True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out_dir = Path(out_dir)
@@ -81,8 +83,8 @@ def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=T
             continue
         t0 = time.time()
         model = AutoModelForCausalLM.from_pretrained(out_dir / name).to(device).eval()
-        nll, n = heldout_nll(model, val_ids, ctx)
-        nll2, n2 = heldout_nll(model, val_ids, 2 * ctx)  # beyond the training context: how much worse
+        nll, n = heldout_nll(model, val_ids, ctx) if loss else (float("nan"), 1)
+        nll2, n2 = heldout_nll(model, val_ids, 2 * ctx) if loss else (float("nan"), 1)  # past the training context
         r = {"loss_ctx_x2": nll2 / n2, "bits_per_byte_ctx_x2": bits_per_byte(nll2, heldout_bytes), "ctx": ctx,
              "params": sum(p.numel() for p in model.parameters()), "dtype_loaded": str(model.dtype),
              "loss": nll / n, "tokens": n, "bits_per_byte": bits_per_byte(nll, heldout_bytes),
@@ -109,13 +111,14 @@ def main() -> int:
     ap.add_argument("--ckpt-dir", default=str(here / ".ckpt"))
     ap.add_argument("--ctx", type=int, default=256, help="the training context (seq_len)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--completions-only", action="store_true", help="skip the held-out loss")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     meta = json.loads((Path(a.ckpt_dir) / "corpus_meta.json").read_text())
     val_ids = np.load(Path(a.ckpt_dir) / "val_ids.npy")
-    res = evaluate_dirs(a.out_dir, val_ids, meta["heldout_bytes"], a.ctx)
+    res = evaluate_dirs(a.out_dir, val_ids, meta["heldout_bytes"], a.ctx, loss=not a.completions_only)
     print(json.dumps(res, indent=1))
     return 0
 
