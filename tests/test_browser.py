@@ -131,6 +131,8 @@ def test_error_message_and_replay_tab(browser, url):
     page.locator("#ds-prompt textarea").fill("")
     page.locator("#ds-run").click()
     expect(page.get_by_text("the prompt is empty").first).to_be_visible(timeout=20000)
+    page.locator(".toast-close").first.click()
+    expect(page.get_by_text("the prompt is empty")).to_have_count(0, timeout=5000)
     # Stop: a long run streams, Stop ends it and says so, the next run works
     page.locator("#ds-prompt textarea").fill("def fibonacci(n):")
     page.get_by_label("number input for max new tokens").fill("1500")
