@@ -623,7 +623,9 @@ def _bad_widths(text):
 
 def _model_line(role: str, model, tok) -> str:
     d = describe(model, tok)
-    return (f"**{role}**: `{d['name']}` · {d['type']} · {human(d['params'])} parameters · device **{d['device']}** · "
+    root = str(Path(__file__).resolve().parent) + os.sep
+    name = d["name"][len(root):] if str(d["name"]).startswith(root) else d["name"]  # no absolute local paths
+    return (f"**{role}**: `{name}` · {d['type']} · {human(d['params'])} parameters · device **{d['device']}** · "
             f"dtype **{d['dtype']}** · vocabulary {d['vocab']} · {d['positions']} positions")
 
 
