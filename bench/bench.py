@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from decoding import METHODS, load, make_drafter, run  # noqa: E402
+from decoding import load, run  # noqa: E402
 from decoding.models import DEFAULT_DRAFT  # noqa: E402
 
 LOOKAHEAD = [(1, 4, 2), (1, 5, 2), (2, 5, 2), (5, 4, 5), (15, 5, 15)]  # (W, N, G); the last is the paper's GPU setting
@@ -66,13 +66,16 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None) -> dict:
     c["HF prompt lookup"] = hf_runner(model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
     c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
     if draft is not None:
-        c[f"HF assisted K{k}"] = hf_runner(model, tok, assistant_model=draft, num_assistant_tokens=k,
-                                           num_assistant_tokens_schedule="constant")
-        if "speculative" in METHODS:
-            c[f"ours speculative chain K{k}"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=k)
-            c["ours speculative tree 3,2,1"] = ours_runner(model, tok, "speculative", draft_model=draft, tree=[3, 2, 1])
-            c[f"ours speculative staged K{k}"] = ours_runner(model, tok, "speculative", draft_model=draft,
-                                                             draft_tokens=k, staged=True)
+        # HF reads K from the ASSISTANT's generation config (a generate() kwarg is ignored); 0.4 is its
+        # default confidence stop, which our chains and fixed trees use too
+        gc = draft.generation_config
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = k, "constant", 0.4
+        c[f"HF assisted K{k}"] = hf_runner(model, tok, assistant_model=draft)
+        spec = lambda **p: ours_runner(model, tok, "speculative", draft_model=draft, **p)  # noqa: E731
+        c[f"ours speculative chain K{k}"] = spec(draft_tokens=k)
+        c["ours speculative tree 4,2"] = spec(tree=[4, 2])
+        c[f"ours speculative staged chain K{k + 2}"] = spec(draft_tokens=k + 2, staged=True)
+        c["ours speculative staged tree 2,1,1,1,1"] = spec(tree=[2, 1, 1, 1, 1], staged=True)
     return c
 
 
