@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--window", type=int, default=None, help="lookahead W (default 5)")
     g.add_argument("--ngram", type=int, default=None, help="lookahead N (default 4)")
     g.add_argument("--guesses", type=int, default=None, help="lookahead G (default 5)")
+    g.add_argument("--auto", action="store_true",
+                   help="lookahead: pick W/N/G for this device from a latency sweep and pilot runs on the prompt")
     g.add_argument("--no-prompt-ngrams", action="store_true", help="lookahead: do not seed the pool with the prompt")
     g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
     g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
     return ap
@@ -79,7 +82,10 @@ def generate(args: argparse.Namespace) -> int:
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
-    model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    if args.auto and (args.method != "lookahead" or any(v is not None for v in (args.window, args.ngram, args.guesses))):
+        raise ValueError("--auto chooses W/N/G itself: use it with --method lookahead and without --window/--ngram/--guesses")
+    model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                      threads=args.threads)
     if args.method == "speculative":
         from .models import DEFAULT_DRAFT
         from .staged import load_table
@@ -91,6 +97,11 @@ def generate(args: argparse.Namespace) -> int:
                                ngram_table=table, confidence=args.draft_confidence,
                                adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
+    if args.auto:
+        from profiling.autotune import autotune
+        best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
+        print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
+        drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"])
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter)
     st = tr.stats()

@@ -42,6 +42,8 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
     (["--prompt", "x", "--model", "/no/such/dir"], "does not exist"),
     (["--prompt", "x", "--model", "no-such-org/no-such-model"], "cannot load"),
     (["--prompt", "x " * 600, "--max-new-tokens", "8"], "positions"),
+    (["--prompt", "x", "--auto", "--window", "3"], "--auto"),
+    (["--prompt", "x", "--auto", "--method", "greedy"], "--auto"),
 ])
 def test_bad_input_one_line_exit_2(tiny_dir, args, needle, capsys):
     """In-process (main() is what the entry point runs) to keep the suite fast."""
@@ -56,3 +58,12 @@ def test_bad_input_one_line_exit_2(tiny_dir, args, needle, capsys):
 def test_bad_input_in_a_real_process(tiny_dir):
     r = cli("--model", tiny_dir, "--prompt", "x", "--window", "0")
     assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_auto_picks_a_lookahead_config_and_stays_exact(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "auto.json"
+    assert main(["generate", "--model", tiny_dir, "--prompt", "def x ( y ) : return y + 1", "--auto",
+                 "--max-new-tokens", "12", "--json", str(out)]) == 0
+    assert "[auto] window" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["method"] == "lookahead" and len(doc["output_ids"]) == 12
