@@ -280,8 +280,12 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                 spec_mode, K, widths, budget, staged, temperature, top_k, top_p, seed)
             drafter = drafter_for(method, kw)
             va, vb = LIVE_VIEWS[method]
-            for live in stream(model, tok, prompt, method, stop, max_new_tokens=max_new, sampling=sampling,
-                               drafter=drafter, thread_setup=_thread_setup):
+            lives = stream(model, tok, prompt, method, stop, max_new_tokens=max_new, sampling=sampling,
+                           drafter=drafter, thread_setup=_thread_setup)
+            for live in _until_stopped(lives):
+                if live is None:  # Stop: say so, keep the partial output on screen
+                    yield (gr.skip(),) * 4 + (STOPPED, gr.skip(), gr.skip())
+                    return
                 if live.done:
                     tr = live.final
                     path = _tmpdir() / f"{tr.method}-trace.json"
@@ -298,8 +302,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
             sessions.end(session, stop)
 
     def stop_run(request: gr.Request = None):
-        sessions.stop(getattr(request, "session_hash", None))
-        return "**Stopped.** The output so far is kept above; press **Run** to start again."
+        sessions.stop(getattr(request, "session_hash", None), wait_s=3.0)
+        return STOPPED
 
     def stop_quietly(request: gr.Request = None):
         sessions.stop(getattr(request, "session_hash", None))
@@ -605,6 +609,17 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                default_concurrency_limit=1)
     demo.decodescope = {"limits": lim, "cache": cache, "sessions": sessions}
     return demo
+
+
+STOPPED = "**Stopped.** The output so far is kept above; press **Run** to start again."
+
+
+def _until_stopped(gen):
+    """Iterate gen; a Stopped ends it with one final None."""
+    try:
+        yield from gen
+    except Stopped:
+        yield None
 
 
 def launch_kwargs() -> dict:

@@ -38,22 +38,32 @@ class Sessions:
         self._lock = threading.Lock()
 
     def start(self, session: str | None) -> threading.Event:
+        """The stop event of a new run; ev.ended is set when the run's handler has finished."""
         ev = threading.Event()
+        ev.ended = threading.Event()
         with self._lock:
             self._events[session or ""] = ev
         return ev
 
-    def stop(self, session: str | None) -> bool:
+    def stop(self, session: str | None, wait_s: float = 0.0) -> bool:
+        """Ask the session's run to stop; optionally wait (up to wait_s) until its handler has finished,
+        so nothing the run sends arrives after the caller's own 'stopped' message."""
         with self._lock:
             ev = self._events.pop(session or "", None)
-        if ev is not None:
-            ev.set()
-        return ev is not None
+        if ev is None:
+            return False
+        ev.set()
+        if wait_s > 0:
+            ev.ended.wait(wait_s)
+        return True
 
     def end(self, session: str | None, ev: threading.Event) -> None:
         with self._lock:
             if self._events.get(session or "") is ev:
                 del self._events[session or ""]
+        ended = getattr(ev, "ended", None)
+        if ended is not None:
+            ended.set()
 
 
 def stream(model, tok, prompt: str, method: str, stop: threading.Event, *, min_interval: float = 0.2,
