@@ -122,6 +122,8 @@ def friendly(fn):
             return fn(*a, **k)
         except gr.Error:
             raise
+        except Stopped:
+            raise gr.Error("stopped") from None
         except (ValueError, ModelError, KeyError, TypeError, OSError) as e:
             raise gr.Error(_message(e)) from None
         except Exception as e:  # noqa: BLE001
@@ -416,6 +418,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         if upload:
             tr = load_trace(upload if isinstance(upload, str) else upload.name, max_trace_bytes)
         elif shipped_path:
+            if shipped_path not in [path for _, path in shipped()]:  # never read other files on the server
+                raise ValueError("pick one of the recorded traces in the list")
             tr = load_trace(shipped_path)
         elif last:
             tr = load_trace_dict(last)

@@ -224,6 +224,7 @@ def test_bad_inputs_are_errors_and_the_server_keeps_serving(client, dirs, tmp_pa
     expect_error(client, settings(dirs, target=""), "/run", "no target model")
     expect_error(client, settings(dirs, method="speculative", draft=dirs["bad_draft"]), "/run", "vocabulary")
     expect_error(client, race_settings(dirs, []), "/race", "at least one")
+    expect_error(client, [None, str(FIXTURES / "greedy.json")], "/replay", "")  # only the shipped list is readable
     expect_error(client, [dirs["target"], dirs["draft"], "auto", "auto", PROMPT, [], [1], 16], "/sweep", "at least one")
     bad = tmp_path / "corrupt.json"
     bad.write_text('{"schema": "decodescope.trace/1", "method": "greedy"')
