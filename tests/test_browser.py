@@ -1,7 +1,8 @@
 """The app in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright; .ci/run installs it):
 load the page, run the default example, see the streamed output and the window view, step back and
 forward, replay a recorded trace, no console errors, no request leaves the machine; screenshots go to
-docs/screenshots/.
+out/screenshots/ (gitignored, so a test run leaves the tree clean; the committed ones in docs/screenshots/
+come from the same test: copy them over when the UI changes).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import app as app_module
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated:Warning")]
 ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "docs" / "screenshots"
+SHOTS = ROOT / "out" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--disable-dev-shm-usage", "--no-first-run"]
