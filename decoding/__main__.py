@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params)")
+    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
     return ap

@@ -1,6 +1,7 @@
 """Loading target and draft models (hub id or local directory) and the checks the engine needs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -56,11 +57,13 @@ def max_positions(config: PretrainedConfig) -> int | None:
 
 
 def set_cpu_threads(model, threads: int | None) -> None:
-    """Threads for CPU inference. Auto: one thread for small models — their matmuls are too small to
-    split, and on a 2-core machine a second busy process makes 2-thread decoding 10x slower (measured)."""
+    """Threads for CPU inference. Auto: one thread for small models on machines with at most 2 cores:
+    there, any second busy process (the app server, a browser) made 2-thread decoding ~10x slower
+    (measured), while a quiet machine gained only 5-30% from the second thread."""
     if threads:
         torch.set_num_threads(threads)
-    elif next(model.parameters()).device.type == "cpu" and sum(p.numel() for p in model.parameters()) < 1e8:
+    elif (next(model.parameters()).device.type == "cpu" and (os.cpu_count() or 1) <= 2
+          and sum(p.numel() for p in model.parameters()) < 1e8):
         torch.set_num_threads(1)
 
 

@@ -7,7 +7,7 @@ instead of a scan of the whole context every step.
 from __future__ import annotations
 
 from .drafters import Plan
-from .masks import add_chains, depths_of
+from .masks import add_trie, depths_of
 from .verify import Verdict
 
 
@@ -57,8 +57,7 @@ class PromptLookup:
                         break
             break
         parents, roles, slots = [-1], ["x0"], [(0, 0)]
-        add_chains(parents, roles, slots, [len(c) for c in cands])
-        tokens = [context[-1]] + [t for c in cands for t in c]
+        tokens = [context[-1]] + add_trie(parents, roles, slots, cands)  # shared prefixes verified once
         info = {"key": key, "candidates": cands}
         return Plan(tokens, parents, depths_of(parents), roles, slots, [r == "candidate" for r in roles],
                     origin="prompt_lookup", info=info)
@@ -67,4 +66,4 @@ class PromptLookup:
         acc = verdict.tokens
         plan.info["matched"] = [next((i for i, (x, y) in enumerate(zip(c, acc)) if x != y), min(len(c), len(acc)))
                                 for c in plan.info["candidates"]]
-        plan.info["chosen"] = plan.slots[verdict.path[1]][0] if len(verdict.path) > 1 else None
+        plan.info["chosen"] = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None
