@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         model, tok, draft, prompts = quick_models()
         a.runs, a.max_new_tokens, name = 1, 16, "quick"
     else:
-        model, tok = load(a.model, dtype=a.dtype)
-        draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype)[0] if (a.draft or Path(DEFAULT_DRAFT).exists()) else None
+        model, tok = load(a.model, dtype=a.dtype, threads=a.threads)
+        draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype, threads=a.threads)[0] if (a.draft or Path(DEFAULT_DRAFT).exists()) else None
         prompts = load_prompts(a.prompts.split(","))
         name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{Path(a.model or 'embedded').name}-"
                 f"{a.prompts.replace(',', '+')}")
