@@ -13,7 +13,7 @@ import random
 from .drafters import Plan
 from .masks import add_chains, add_trie, lookahead_layout
 from .pool import Pool
-from .verify import Verdict
+from .verify import Verdict, common_prefix
 
 
 class Lookahead:
@@ -92,16 +92,8 @@ class Lookahead:
         if self.output_ngrams:
             self._next = self.pool.add_text(context, self._next, "output")
         accepted = verdict.tokens
-        matched = [_common_prefix(c, accepted) for c in plan.info["candidates"]]
+        matched = [common_prefix(c, accepted) for c in plan.info["candidates"]]
         chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None  # deepest node's candidate
         plan.info.update(window_next=[list(level) for level in self.levels], harvested=harvested,
                          matched=matched, chosen=chosen, pool_size=self.pool.size)
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

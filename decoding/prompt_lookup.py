@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .drafters import Plan
 from .masks import add_trie, depths_of
-from .verify import Verdict
+from .verify import Verdict, common_prefix
 
 
 class PromptLookup:
@@ -64,6 +64,5 @@ class PromptLookup:
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         acc = verdict.tokens
-        plan.info["matched"] = [next((i for i, (x, y) in enumerate(zip(c, acc)) if x != y), min(len(c), len(acc)))
-                                for c in plan.info["candidates"]]
+        plan.info["matched"] = [common_prefix(c, acc) for c in plan.info["candidates"]]
         plan.info["chosen"] = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None

@@ -126,3 +126,13 @@ def _path_to(node: int, parents: list[int]) -> list[int]:
         path.append(node)
         node = parents[node]
     return path[::-1]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two sequences share: a candidate's matched length against the accepted text."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
