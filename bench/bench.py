@@ -56,21 +56,28 @@ def ours_runner(model, tok, method: str, **params):
     return go
 
 
-def contenders(model, tok, draft, k: int, auto: dict | None = None) -> dict:
-    c = {"HF greedy": hf_runner(model, tok), "ours greedy": ours_runner(model, tok, "greedy")}
+def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None) -> dict:
+    """HF rows run on hf_model/hf_draft: the same weights as loaded by transformers (stock layout), which is
+    what a user would run instead; ours run on the engine's load (see decoding/layout.py). The extra row
+    'HF greedy (engine layout)' shows how much of our speed-up comes from the weight layout alone."""
+    hf_model, hf_draft = hf_model or model, hf_draft or draft
+    c = {"HF greedy": hf_runner(hf_model, tok)}
+    if getattr(model, "weight_layout_", "stock") != getattr(hf_model, "weight_layout_", "stock"):
+        c[f"HF greedy ({model.weight_layout_} layout)"] = hf_runner(model, tok)
+    c["ours greedy"] = ours_runner(model, tok, "greedy")
     for W, N, G in LOOKAHEAD:
         c[f"ours lookahead W{W} N{N} G{G}"] = ours_runner(model, tok, "lookahead", window=W, ngram=N, guesses=G)
     if auto:
         c[f"ours lookahead auto (W{auto['window']} N{auto['ngram']} G{auto['guesses']})"] = ours_runner(
             model, tok, "lookahead", **auto)
-    c["HF prompt lookup"] = hf_runner(model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
+    c["HF prompt lookup"] = hf_runner(hf_model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
     c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
     if draft is not None:
         # HF reads K from the ASSISTANT's generation config (a generate() kwarg is ignored); 0.4 is its
         # default confidence stop, which our chains and fixed trees use too
-        gc = draft.generation_config
+        gc = hf_draft.generation_config
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = k, "constant", 0.4
-        c[f"HF assisted K{k}"] = hf_runner(model, tok, assistant_model=draft)
+        c[f"HF assisted K{k}"] = hf_runner(hf_model, tok, assistant_model=hf_draft)
         spec = lambda **p: ours_runner(model, tok, "speculative", draft_model=draft, **p)  # noqa: E731
         c[f"ours speculative chain K{k}"] = spec(draft_tokens=k)
         c["ours speculative tree 4,2"] = spec(tree=[4, 2])
@@ -80,8 +87,8 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None) -> dict:
 
 
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
-          auto: dict | None = None) -> list[dict]:
-    runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto).items()
+          auto: dict | None = None, hf_model=None, hf_draft=None) -> list[dict]:
+    runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto, hf_model, hf_draft).items()
                if not only or only in name or name == "HF greedy"}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
@@ -140,9 +147,11 @@ def quick_models():
     from conftest import save_tiny_dir
     import tempfile
     d = Path(tempfile.mkdtemp())
-    model, tok = load(save_tiny_dir(d / "target", seed=0), device="cpu")
-    draft, _ = load(save_tiny_dir(d / "draft", seed=1), device="cpu")
-    return model, tok, draft, [{"set": "quick", "prompt": "def x ( y ) : return y + 1"}]
+    t, dr = save_tiny_dir(d / "target", seed=0), save_tiny_dir(d / "draft", seed=1)
+    model, tok = load(t, device="cpu")
+    draft, _ = load(dr, device="cpu")
+    stock = load(t, device="cpu", layout="stock")[0], load(dr, device="cpu", layout="stock")[0]
+    return model, tok, draft, stock, [{"set": "quick", "prompt": "def x ( y ) : return y + 1"}]
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -163,22 +172,29 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.quick:
-        model, tok, draft, prompts = quick_models()
+        model, tok, draft, (hf_model, hf_draft), prompts = quick_models()
         a.runs, a.max_new_tokens, name = 1, 16, "quick"
     else:
         model, tok = load(a.model, dtype=a.dtype, threads=a.threads)
-        draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype, threads=a.threads)[0] if (a.draft or Path(DEFAULT_DRAFT).exists()) else None
+        hf_model = load(a.model, dtype=a.dtype, threads=a.threads, layout="stock")[0]
+        draft = hf_draft = None
+        if a.draft or Path(DEFAULT_DRAFT).exists():
+            draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype, threads=a.threads)[0]
+            hf_draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype, threads=a.threads, layout="stock")[0]
         prompts = load_prompts(a.prompts.split(","))
         name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{Path(a.model or 'embedded').name}-"
                 f"{a.prompts.replace(',', '+')}")
     auto = None
-    if not a.no_auto:  # W/N/G chosen from this device's latency curve and a pilot on the first prompt
+    if not a.no_auto:  # W/N/G chosen from this device's latency curve and pilots on the first 3 prompts
         from profiling.autotune import autotune
-        tuned = autotune(model, tok, prompts[0]["prompt"], pilot_tokens=min(48, a.max_new_tokens))
+        tuned = autotune(model, tok, [p["prompt"] for p in prompts[:3]], pilot_tokens=min(48, a.max_new_tokens))
         auto = tuned["best"]
         print(f"autotune picked {auto} (curve {tuned['curve']})", file=sys.stderr)
-    rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto)
-    meta = {**machine(model), "autotuned": auto, "model": a.model or "embedded (assets/target)", "prompts": a.prompts if not a.quick
+    rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
+                 hf_model, hf_draft)
+    meta = {**machine(model), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
+                                                "hf": getattr(hf_model, "weight_layout_", "stock")},
+            "autotuned": auto, "model": "tiny random" if a.quick else a.model or "embedded (assets/target)", "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
     md = markdown(rows, meta)
     print(md)

@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--guesses", type=int, default=None, help="lookahead G (default 5)")
     g.add_argument("--auto", action="store_true",
                    help="lookahead: pick W/N/G for this device from a latency sweep and pilot runs on the prompt")
+    g.add_argument("--text-span", type=int, default=None,
+                   help="lookahead: tokens offered after a prompt/output n-gram match (default 7; N-1 = the paper)")
     g.add_argument("--no-prompt-ngrams", action="store_true", help="lookahead: do not seed the pool with the prompt")
     g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
     g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
@@ -49,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
+    g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
+                   help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
     return ap
@@ -71,7 +75,7 @@ def generate(args: argparse.Namespace) -> int:
         raise ValueError("the prompt is empty")
     sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
-                  max_ngram=args.max_ngram, candidates=args.candidates,
+                  max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None)
     if args.method == "speculative":  # validate before the (slow) model loads
         from .speculative import make_shape
@@ -85,13 +89,13 @@ def generate(args: argparse.Namespace) -> int:
     if args.auto and (args.method != "lookahead" or any(v is not None for v in (args.window, args.ngram, args.guesses))):
         raise ValueError("--auto chooses W/N/G itself: use it with --method lookahead and without --window/--ngram/--guesses")
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                      threads=args.threads)
+                      threads=args.threads, layout=args.layout)
     if args.method == "speculative":
         from .models import DEFAULT_DRAFT
         from .staged import load_table
         table = load_table(args.ngram_table) if args.ngram_table else None
         draft, dtok = load(args.draft or DEFAULT_DRAFT, device=args.device, dtype=args.dtype,
-                           trust_remote_code=args.trust_remote_code)
+                           trust_remote_code=args.trust_remote_code, layout=args.layout)
         drafter = make_drafter("speculative", draft_model=draft, draft_tokens=args.draft_tokens,
                                tree=args.tree, tree_budget=args.tree_budget, staged=args.staged,
                                ngram_table=table, confidence=args.draft_confidence,
@@ -101,7 +105,7 @@ def generate(args: argparse.Namespace) -> int:
         from profiling.autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
-        drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"])
+        drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter)
     st = tr.stats()

@@ -20,27 +20,29 @@ class Lookahead:
     name = "lookahead"
 
     def __init__(self, window: int = 5, ngram: int = 4, guesses: int = 5, prompt_ngrams: bool = True,
-                 output_ngrams: bool = True, pool_cap: int | None = None, seed: int = 0, dedupe: bool = True):
+                 output_ngrams: bool = True, pool_cap: int | None = None, seed: int = 0, dedupe: bool = True,
+                 text_span: int | None = None):
         if window < 1 or ngram < 2 or guesses < 0:
             raise ValueError("lookahead needs window >= 1, ngram >= 2, guesses >= 0")
         self.W, self.N, self.G = window, ngram, guesses
         self.prompt_ngrams, self.output_ngrams = prompt_ngrams, output_ngrams
         self.pool_cap = pool_cap or max(guesses, 1)
         self.seed, self.dedupe = seed, dedupe
+        self.text_span = max(text_span or ngram - 1, ngram - 1)  # continuation length of text n-grams
         self._layouts: dict[int, dict] = {}
 
     def config(self) -> dict:
         return {"window": self.W, "ngram": self.N, "guesses": self.G, "prompt_ngrams": self.prompt_ngrams,
                 "output_ngrams": self.output_ngrams, "pool_cap": self.pool_cap, "seed": self.seed,
-                "dedupe": self.dedupe}
+                "dedupe": self.dedupe, "text_span": self.text_span}
 
     def max_depth(self) -> int:
-        return self.W + self.N
+        return max(self.W + self.N, self.text_span + 1)
 
     def start(self, prompt_ids: list[int]) -> None:
         rng = random.Random(self.seed)
         self.levels: list[list[int]] = [[rng.choice(prompt_ids) for _ in range(self.W - 1)]]
-        self.pool = Pool(self.N - 1, self.pool_cap)
+        self.pool = Pool(self.N - 1, self.pool_cap, self.text_span)
         self._next = 0 if self.prompt_ngrams else max(0, len(prompt_ids) - self.N + 1)
         if self.prompt_ngrams:
             self._next = self.pool.add_text(prompt_ids, 0, "prompt")
@@ -50,7 +52,7 @@ class Lookahead:
         on: shared prefixes cost no extra query tokens, the outputs are identical)."""
         x0 = context[-1]
         prev = context[-2] if len(context) > 1 else None
-        cands, sources = self.pool.lookup(x0, self.G, prev) if self.G else ([], [])
+        cands, sources = self.pool.lookup(x0, self.G, prev, context) if self.G else ([], [])
         lay = self._layouts.get(len(self.levels))
         if lay is None:
             lay = self._layouts[len(self.levels)] = lookahead_layout(self.W, self.N, len(self.levels), 0)

@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
+from .layout import LAYOUTS, apply_layout
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEFAULT_TARGET = str(ASSETS / "target")
 DEFAULT_DRAFT = str(ASSETS / "draft")
@@ -68,10 +70,14 @@ def set_cpu_threads(model, threads: int | None) -> None:
 
 
 def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
-         attn: str = "sdpa", trust_remote_code: bool = False, threads: int | None = None):
+         attn: str = "sdpa", trust_remote_code: bool = False, threads: int | None = None,
+         layout: str = "auto"):
     """(model, tokenizer) for a hub id or local dir; the embedded target when name is None.
-    threads: CPU threads (None = automatic, see set_cpu_threads)."""
+    threads: CPU threads (None = automatic, see set_cpu_threads); layout: weight storage (see layout.py;
+    "stock" keeps transformers' own, e.g. for a baseline)."""
     name = name or DEFAULT_TARGET
+    if layout not in LAYOUTS:
+        raise ModelError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     device = pick_device(device)
     torch_dtype = pick_dtype(dtype, device)
     local = Path(name).expanduser()
@@ -93,6 +99,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
+    model.weight_layout_ = apply_layout(model, layout)
     set_cpu_threads(model, threads)
     model.name_or_path_ = name
     return model, tok
@@ -105,6 +112,7 @@ def describe(model) -> dict:
     return {"name": getattr(model, "name_or_path_", getattr(cfg, "_name_or_path", "")),
             "model_type": cfg.model_type, "n_params": sum(x.numel() for x in model.parameters()),
             "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device),
+            "weight_layout": getattr(model, "weight_layout_", "stock"),
             "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
 
 

@@ -49,9 +49,25 @@ def test_matches_hf_greedy(tiny_models, arch, method, params, expect_multi):
 def test_full_match_accepts_bonus_token():
     """On a full candidate match lookahead takes N tokens in a step (the reference caps at N-1)."""
     model = tiny("llama", seed=3)
-    tr = generate(model, prompts(64)[1], make_drafter("lookahead", window=4, ngram=4, guesses=4), max_new_tokens=64)
+    tr = generate(model, prompts(64)[1], make_drafter("lookahead", window=4, ngram=4, guesses=4, text_span=3),
+                  max_new_tokens=64)
     assert tr.output_ids == hf_greedy(model, prompts(64)[1], 64)
     assert max(len(s.accepted) for s in tr.steps) == 4
+
+
+def test_text_span_offers_longer_text_continuations():
+    """Text n-grams continue past N-1 tokens (up to text_span), output stays exact, and accepts grow."""
+    model = tiny("llama", seed=3)
+    ref = hf_greedy(model, prompts(64)[1], 64)
+    longest = {}
+    for span in (3, 9):
+        tr = generate(model, prompts(64)[1], make_drafter("lookahead", window=4, ngram=4, guesses=4, text_span=span),
+                      max_new_tokens=64)
+        assert tr.output_ids == ref
+        cands = [c for s in tr.steps for c in s.info.get("candidates", [])]
+        assert max(len(c) for c in cands) <= span
+        longest[span] = max(len(s.accepted) for s in tr.steps)
+    assert longest[3] == 4 and longest[9] > 4
 
 
 def test_larger_model_longer_run():

@@ -76,7 +76,8 @@ def test_trace_records_what_the_step_did(tiny_models):
         n_levels = len(info["window"])
         n_cand = s.roles.count("candidate")  # candidates share prefix nodes (dedupe)
         assert s.n_query == len(s.tokens) == 1 + (W - 1) + (n_levels - 1) * W + n_cand
-        assert n_cand == len({tuple(c[:i + 1]) for c in info["candidates"] for i in range(N - 1)})
+        assert n_cand == len({tuple(c[:i + 1]) for c in info["candidates"] for i in range(len(c))})
+        assert all(N - 1 <= len(c) <= 7 for c in info["candidates"])  # text n-grams may run to text_span
         assert s.tokens[0] == info["pool_key"] and s.positions[0] == s.kv_len
         assert len(info["matched"]) == len(info["candidates"])
         if info["chosen"] is not None:
@@ -90,8 +91,8 @@ def test_trace_records_what_the_step_did(tiny_models):
 
 def test_paper_layout_without_dedupe(tiny_models):
     W, N, G = 5, 4, 5
-    tr = generate(tiny_models["llama"], PROMPT, make_drafter("lookahead", window=W, ngram=N, guesses=G, dedupe=False),
-                  max_new_tokens=30)
+    tr = generate(tiny_models["llama"], PROMPT, make_drafter("lookahead", window=W, ngram=N, guesses=G, dedupe=False,
+                                                             text_span=N - 1), max_new_tokens=30)
     for s in tr.steps[1:]:
         assert s.n_query == 1 + (W - 1) + (len(s.info["window"]) - 1) * W + len(s.info["candidates"]) * (N - 1)
 
