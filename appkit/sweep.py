@@ -20,7 +20,7 @@ def grid(ns: list[int], ws: list[int]) -> list[tuple[int, int]]:
 
 def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=None) -> dict:
     tr = run(model, tok, prompt, "lookahead", max_new_tokens=max_new_tokens, trace=False,
-             window=w, ngram=n, guesses=w, on_step=on_step)
+             window=w, ngram=n, guesses=w, text_span=n - 1, on_step=on_step)  # the paper's pool: the law is about W
     p = next(model.parameters())
     costs = [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
         trace_costs(tr, model.config, p.dtype)

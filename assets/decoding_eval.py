@@ -84,7 +84,8 @@ def main() -> int:
     draft = AutoModelForCausalLM.from_pretrained(a.draft).eval() if a.draft else None
     rows, new_total, steps_total, spec = [], 0, 0, []
     for rel, prompt in prompts(a.prompts):
-        drafter = make_drafter("lookahead", window=a.window, ngram=a.ngram, guesses=a.guesses)
+        drafter = make_drafter("lookahead", window=a.window, ngram=a.ngram, guesses=a.guesses,
+                               text_span=a.ngram - 1)  # the paper's pool, as the model card reports
         t0 = time.time()
         tr = run(model, tok, prompt, "lookahead", max_new_tokens=a.max_new_tokens, drafter=drafter, trace=False)
         dt = time.time() - t0

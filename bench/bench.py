@@ -28,7 +28,9 @@ import transformers  # noqa: E402
 from decoding import load, run  # noqa: E402
 from decoding.models import DEFAULT_DRAFT  # noqa: E402
 
-LOOKAHEAD = [(1, 4, 2), (1, 5, 2), (2, 5, 2), (5, 4, 5), (15, 5, 15)]  # (W, N, G); the last is the paper's GPU setting
+# (W, N, G, text_span): None = the engine's default span; N - 1 = the paper's pool; (15, 5, 15) = its GPU setting
+LOOKAHEAD = [(1, 3, 2, None), (1, 4, 1, None), (1, 5, 2, None), (1, 5, 2, 4), (2, 5, 2, None), (5, 4, 5, None),
+             (15, 5, 15, None), (15, 5, 15, 4)]
 
 
 def load_prompts(sets: list[str]) -> list[dict]:
@@ -65,8 +67,9 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
     if getattr(model, "weight_layout_", "stock") != getattr(hf_model, "weight_layout_", "stock"):
         c[f"HF greedy ({model.weight_layout_} layout)"] = hf_runner(model, tok)
     c["ours greedy"] = ours_runner(model, tok, "greedy")
-    for W, N, G in LOOKAHEAD:
-        c[f"ours lookahead W{W} N{N} G{G}"] = ours_runner(model, tok, "lookahead", window=W, ngram=N, guesses=G)
+    for W, N, G, span in LOOKAHEAD:
+        name = f"ours lookahead W{W} N{N} G{G}" + (" (span N-1, paper pool)" if span == N - 1 else "")
+        c[name] = ours_runner(model, tok, "lookahead", window=W, ngram=N, guesses=G, text_span=span)
     if auto:
         c[f"ours lookahead auto (W{auto['window']} N{auto['ngram']} G{auto['guesses']})"] = ours_runner(
             model, tok, "lookahead", **auto)
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                  hf_model, hf_draft)
     meta = {**machine(model), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},
-            "autotuned": auto, "model": "tiny random" if a.quick else a.model or "embedded (assets/target)", "prompts": a.prompts if not a.quick
+            "autotuned": auto, "model": "tiny random" if a.quick else a.model or "embedded (assets/target)",
+            "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
     md = markdown(rows, meta)
     print(md)

@@ -24,6 +24,15 @@ def table() -> str:
         if "rows" not in doc or "meta" not in doc or doc["meta"].get("prompts") == "quick":
             continue
         meta = doc["meta"]
+        if doc["rows"] and "n_query" in doc["rows"][0]:  # bench_layout.py: step latency per weight layout
+            parts.append(f"**{path.stem}** — step latency, stock vs column-major weights, measured on {where(meta)}; "
+                         f"model {meta.get('model')}, kv length {meta.get('kv_len')}, median of {meta.get('reps')} "
+                         f"interleaved steps (`bench/results/{path.name}`).\n")
+            parts.append("| query tokens | stock ms | column ms | speed-up |\n|---|---|---|---|")
+            parts += [f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |"
+                      for r in doc["rows"]]
+            parts.append("")
+            continue
         parts.append(f"**{path.stem}** — measured on {where(meta)}; model {meta.get('model')}, prompts "
                      f"`{meta.get('prompts')}`, {meta.get('max_new_tokens')} new tokens each, median of "
                      f"{meta.get('runs')} interleaved runs (`bench/results/{path.name}`).\n")

@@ -35,7 +35,8 @@ def measure(model, tok, prompts: list[str], ws: list[int], ns: list[int], n_new:
             flops = 0.0
             for p, ref in zip(prompts, greedy):
                 tr = run(model, tok, p, "lookahead", max_new_tokens=n_new,
-                         drafter=make_drafter("lookahead", window=W, ngram=N, guesses=W))
+                         drafter=make_drafter("lookahead", window=W, ngram=N, guesses=W,
+                                               text_span=N - 1))  # the paper's pool: the law is about W
                 assert tr.output_ids == ref, f"W={W} N={N} diverged from greedy"
                 costs = trace_costs(tr)[1:]
                 toks += len(tr.output_ids) - 1

@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--auto", action="store_true",
                    help="lookahead: pick W/N/G for this device from a latency sweep and pilot runs on the prompt")
     g.add_argument("--text-span", type=int, default=None,
-                   help="lookahead: tokens offered after a prompt/output n-gram match (default 7; N-1 = the paper)")
+                   help="lookahead: tokens offered after a prompt/output n-gram match "
+                        "(default 7; at least N-1, the paper's pool)")
     g.add_argument("--no-prompt-ngrams", action="store_true", help="lookahead: do not seed the pool with the prompt")
     g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
     g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
@@ -51,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
+    g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager", "decodescope_split"),
+                   help="attention: decodescope_split = cache pass (flash-attn on CUDA when installed) + masked "
+                        "step pass, merged by log-sum-exp")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
                    help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
@@ -89,13 +93,13 @@ def generate(args: argparse.Namespace) -> int:
     if args.auto and (args.method != "lookahead" or any(v is not None for v in (args.window, args.ngram, args.guesses))):
         raise ValueError("--auto chooses W/N/G itself: use it with --method lookahead and without --window/--ngram/--guesses")
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                      threads=args.threads, layout=args.layout)
+                      threads=args.threads, layout=args.layout, attn=args.attn)
     if args.method == "speculative":
         from .models import DEFAULT_DRAFT
         from .staged import load_table
         table = load_table(args.ngram_table) if args.ngram_table else None
         draft, dtok = load(args.draft or DEFAULT_DRAFT, device=args.device, dtype=args.dtype,
-                           trust_remote_code=args.trust_remote_code, layout=args.layout)
+                           trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
         drafter = make_drafter("speculative", draft_model=draft, draft_tokens=args.draft_tokens,
                                tree=args.tree, tree_budget=args.tree_budget, staged=args.staged,
                                ngram_table=table, confidence=args.draft_confidence,

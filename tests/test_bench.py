@@ -16,3 +16,13 @@ def test_quick_benchmark_runs_and_greedy_modes_are_exact(tmp_path):
     doc = json.loads((tmp_path / "quick.json").read_text())
     assert doc["meta"]["torch"] and len(doc["rows"]) == len(rows)
     assert "| HF greedy |" in (tmp_path / "quick.md").read_text()
+    # HF rows run on stock-layout copies; the engine's own layout is a separate, labelled row
+    assert doc["meta"]["weight_layout"] == {"ours": "column", "hf": "stock"}
+    assert "HF greedy (column layout)" in names
+
+
+def test_layout_bench_quick():
+    import bench_layout
+    rows = bench_layout.main(["--quick"])
+    assert [r["n_query"] for r in rows] == [1, 2, 4, 8]
+    assert all(r["stock_ms"] > 0 and r["column_ms"] > 0 for r in rows)

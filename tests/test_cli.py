@@ -31,6 +31,22 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
     assert doc["text"] in r.stdout
 
 
+@pytest.mark.parametrize("extra", [["--attn", "decodescope_split", "--layout", "stock"],
+                                   ["--text-span", "2", "--layout", "column"]])
+def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    prompt = "def x ( y ) : return y + 1 def x ( y ) :"
+    out = tmp_path / "run.json"
+    r = cli("--model", tiny_dir, "--prompt", prompt, "--max-new-tokens", "16", "--json", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    tok, model = AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert doc["output_ids"] == hf_greedy(model, tok(prompt)["input_ids"], 16)
+    assert doc["trace"]["model"]["weight_layout"] == extra[-1]
+    if "--text-span" in extra:
+        assert doc["config"]["text_span"] == 3  # never below N-1 (default N=4)
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--prompt", "   "], "empty"),
     (["--prompt", "x", "--max-new-tokens", "0"], "max-new-tokens"),
