@@ -26,9 +26,12 @@ EXPLAIN = {
         "that goes into the pool;\n"
         "- up to **G** **candidates** from the **n-gram pool** whose first token is x0: the target verifies "
         "them in the same pass and the longest one that equals its own greedy choices is accepted.\n\n"
-        "**W** = how many guesses run in parallel, **N** = how long each guessed n-gram is (at most N tokens "
-        "per step), **G** = how many pool candidates are checked per step. Query tokens per step ≈ "
-        "(W+G)(N−1): bigger is more hits but more compute; the *Sweep* tab shows the trade-off."),
+        "**W** = how many guesses run in parallel, **N** = how long each guessed n-gram is, **G** = how many "
+        "pool candidates are checked per step. Window guesses give at most N tokens per step; n-grams that "
+        "occurred in the prompt or the output are offered with up to 7 tokens of what followed them there "
+        "(on a small model that is where most accepted guesses come from). Query tokens per step ≈ "
+        "W(N−1) + G × candidate length: bigger is more hits but more compute; the *Sweep* tab shows the "
+        "trade-off."),
     "prompt_lookup": (
         "### Prompt lookup\n"
         "Code and chat often repeat what is already in the text. Prompt lookup finds the last few tokens "

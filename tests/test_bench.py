@@ -26,3 +26,18 @@ def test_layout_bench_quick():
     rows = bench_layout.main(["--quick"])
     assert [r["n_query"] for r in rows] == [1, 2, 4, 8]
     assert all(r["stock_ms"] > 0 and r["column_ms"] > 0 for r in rows)
+
+
+def test_gpu_scaling_quick_runs_on_cpu():
+    import gpu_scaling
+    doc = gpu_scaling.main(["--quick"])
+    assert [p["n_query"] for p in doc["sweep"]["points"]] == [1, 2, 4]
+    assert doc["decode_bandwidth"]["achieved_bandwidth"] > 0
+    assert all(r["argmax_equal"] and r["max_abs_diff"] < 1e-3 for r in doc["split_attention"])
+
+
+def test_lookahead_sources_quick():
+    import lookahead_sources
+    rows = lookahead_sources.main(["--quick"])
+    assert len(rows) == 2 and all(r["decode_steps"] > 0 and r["compression"] >= 1 for r in rows)
+    assert all(set(r["extra_tokens"]) <= {"prompt", "output", "window"} for r in rows)
