@@ -645,7 +645,8 @@ def _model_line(role: str, model, tok) -> str:
     root = str(Path(__file__).resolve().parent) + os.sep
     name = d["name"][len(root):] if str(d["name"]).startswith(root) else d["name"]  # no absolute local paths
     return (f"**{role}**: `{name}` · {d['type']} · {human(d['params'])} parameters · device **{d['device']}** · "
-            f"dtype **{d['dtype']}** · vocabulary {d['vocab']} · {d['positions']} positions")
+            f"dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "
+            f"{d['positions']} positions")
 
 
 def _thread_setup():

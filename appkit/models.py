@@ -63,7 +63,8 @@ def describe(model, tok) -> dict:
     return {"name": getattr(model, "name_or_path_", ""), "type": cfg.model_type,
             "params": sum(x.numel() for x in model.parameters()), "device": str(p.device),
             "dtype": str(p.dtype).replace("torch.", ""), "vocab": len(tok) if tok is not None else None,
-            "positions": getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)}
+            "positions": getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None),
+            "layout": getattr(model, "weight_layout_", "stock")}
 
 
 def human(n: int) -> str:
