@@ -58,7 +58,8 @@ def ours_runner(model, tok, method: str, **params):
     return go
 
 
-def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None) -> dict:
+def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,
+               spec_auto: dict | None = None) -> dict:
     """HF rows run on hf_model/hf_draft: the same weights as loaded by transformers (stock layout), which is
     what a user would run instead; ours run on the engine's load (see decoding/layout.py). The extra row
     'HF greedy (engine layout)' shows how much of our speed-up comes from the weight layout alone."""
@@ -86,12 +87,16 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         c["ours speculative tree 4,2"] = spec(tree=[4, 2])
         c[f"ours speculative staged chain K{k + 2}"] = spec(draft_tokens=k + 2, staged=True)
         c["ours speculative staged tree 2,1,1,1,1"] = spec(tree=[2, 1, 1, 1, 1], staged=True)
+        if spec_auto:
+            from profiling.autotune_speculative import label
+            c[f"ours speculative auto ({label(spec_auto)})"] = spec(**spec_auto)
     return c
 
 
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
-          auto: dict | None = None, hf_model=None, hf_draft=None) -> list[dict]:
-    runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto, hf_model, hf_draft).items()
+          auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None) -> list[dict]:
+    runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto, hf_model, hf_draft,
+                                                   spec_auto).items()
                if not only or only in name or name == "HF greedy"}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
@@ -187,17 +192,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
         prompts = load_prompts(a.prompts.split(","))
         name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{Path(a.model or 'embedded').name}-"
                 f"{a.prompts.replace(',', '+')}")
-    auto = None
+    auto = spec_auto = None
     if not a.no_auto:  # W/N/G chosen from this device's latency curve and pilots on the first 3 prompts
         from profiling.autotune import autotune
         tuned = autotune(model, tok, [p["prompt"] for p in prompts[:3]], pilot_tokens=min(48, a.max_new_tokens))
         auto = tuned["best"]
         print(f"autotune picked {auto} (curve {tuned['curve']})", file=sys.stderr)
+        if draft is not None:  # K / tree / staged chosen by timing pilots on the same 3 prompts
+            from profiling.autotune_speculative import autotune_speculative
+            spec_auto = autotune_speculative(model, draft, tok, [p["prompt"] for p in prompts[:3]],
+                                             pilot_tokens=min(32, a.max_new_tokens))["best"]
+            print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
-                 hf_model, hf_draft)
+                 hf_model, hf_draft, spec_auto)
     meta = {**machine(model), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},
-            "autotuned": auto, "model": "tiny random" if a.quick else a.model or "embedded (assets/target)",
+            "autotuned": auto, "speculative_autotuned": spec_auto,
+            "model": "tiny random" if a.quick else a.model or "embedded (assets/target)",
             "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
     md = markdown(rows, meta)

@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ngram", type=int, default=None, help="lookahead N (default 4)")
     g.add_argument("--guesses", type=int, default=None, help="lookahead G (default 5)")
     g.add_argument("--auto", action="store_true",
-                   help="lookahead: pick W/N/G for this device from a latency sweep and pilot runs on the prompt")
+                   help="lookahead: pick W/N/G from this device's latency curve and pilot runs on the prompt; "
+                        "speculative: pick K / tree / staged by timing pilot runs")
     g.add_argument("--text-span", type=int, default=None,
                    help="lookahead: tokens offered after a prompt/output n-gram match "
                         "(default 7; at least N-1, the paper's pool)")
@@ -90,8 +91,11 @@ def generate(args: argparse.Namespace) -> int:
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
-    if args.auto and (args.method != "lookahead" or any(v is not None for v in (args.window, args.ngram, args.guesses))):
-        raise ValueError("--auto chooses W/N/G itself: use it with --method lookahead and without --window/--ngram/--guesses")
+    if args.auto and (args.method not in ("lookahead", "speculative")
+                      or any(v is not None for v in (args.window, args.ngram, args.guesses, args.draft_tokens,
+                                                     args.tree, args.tree_budget)) or args.staged):
+        raise ValueError("--auto chooses the shape itself: use it with --method lookahead (without --window/--ngram/"
+                         "--guesses) or --method speculative (without --draft-tokens/--tree/--tree-budget/--staged)")
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn)
     if args.method == "speculative":
@@ -100,12 +104,19 @@ def generate(args: argparse.Namespace) -> int:
         table = load_table(args.ngram_table) if args.ngram_table else None
         draft, dtok = load(args.draft or DEFAULT_DRAFT, device=args.device, dtype=args.dtype,
                            trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
-        drafter = make_drafter("speculative", draft_model=draft, draft_tokens=args.draft_tokens,
-                               tree=args.tree, tree_budget=args.tree_budget, staged=args.staged,
-                               ngram_table=table, confidence=args.draft_confidence,
-                               adaptive=args.adaptive, target_model=model,
+        shape = dict(draft_tokens=args.draft_tokens, tree=args.tree, tree_budget=args.tree_budget,
+                     staged=args.staged)
+        if args.auto:
+            from .speculative import check_compatible
+            from profiling.autotune_speculative import autotune_speculative, label
+            check_compatible(model, draft, tok, dtok)  # before piloting: a clear error, not a crash mid-tune
+            tuned = autotune_speculative(model, draft, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))
+            shape = tuned["best"]
+            print(f"[auto] {label(shape)}", file=sys.stderr)
+        drafter = make_drafter("speculative", draft_model=draft, **shape, ngram_table=table,
+                               confidence=args.draft_confidence, adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
-    if args.auto:
+    elif args.auto:
         from profiling.autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)

@@ -27,8 +27,9 @@ def column_major_linears(model: torch.nn.Module) -> int:
     moved, seen = 0, set()
     for mod in model.modules():
         w = getattr(mod, "weight", None)
-        if not isinstance(mod, torch.nn.Linear) or w is None or id(w) in seen or is_column_major(w):
-            continue
+        if (not isinstance(mod, torch.nn.Linear) or w is None or id(w) in seen or is_column_major(w)
+                or type(w) is not torch.nn.Parameter or not w.dtype.is_floating_point):
+            continue  # plain float weights only: quantized or wrapped parameters keep their own storage
         seen.add(id(w))
         w.data = w.data.t().contiguous().t()
         moved += 1

@@ -200,8 +200,13 @@ def test_cli(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["method"] == "speculative" and "mean_acceptance_length" in doc["speculative"]
     capsys.readouterr()
+    # --auto times pilot runs of every shape and decodes with the fastest; output stays greedy's
+    rc = cli_main(["generate", "--model", tdir, "--method", "speculative", "--draft", ddir, "--auto",
+                   "--prompt", "def f ( x ) :", "--max-new-tokens", "12", "--json", str(tmp_path / "auto.json")])
+    assert rc == 0 and "[auto] " in capsys.readouterr().err
+    assert json.loads((tmp_path / "auto.json").read_text())["output_ids"] == doc["output_ids"]
     for args in (["--draft-tokens", "0"], ["--tree", "3,x"], ["--tree", "2", "--tree-budget", "4"],
-                 ["--draft", str(tmp_path / "missing")], ["--tree-budget", "999"]):
+                 ["--draft", str(tmp_path / "missing")], ["--tree-budget", "999"], ["--auto", "--draft-tokens", "3"]):
         rc = cli_main(["generate", "--model", tdir, "--method", "speculative", "--prompt", "x", *args]
                       + ([] if "--draft" in args else ["--draft", ddir]))
         err = capsys.readouterr().err.strip()
