@@ -31,11 +31,8 @@ def friendly(fn):
                 raise
             except Stopped:
                 return
-            except (ValueError, ModelError, KeyError, TypeError, OSError) as e:
-                raise gr.Error(one_line(e)) from None
             except Exception as e:  # noqa: BLE001
-                log.exception("unexpected error")
-                raise gr.Error(f"{type(e).__name__}: {one_line(e)}") from None
+                raise _as_gr_error(e) from None
         return gen
 
     @functools.wraps(fn)
@@ -46,9 +43,15 @@ def friendly(fn):
             raise
         except Stopped:
             raise gr.Error("stopped") from None
-        except (ValueError, ModelError, KeyError, TypeError, OSError) as e:
-            raise gr.Error(one_line(e)) from None
         except Exception as e:  # noqa: BLE001
-            log.exception("unexpected error")
-            raise gr.Error(f"{type(e).__name__}: {one_line(e)}") from None
+            raise _as_gr_error(e) from None
     return call
+
+
+def _as_gr_error(e: Exception) -> gr.Error:
+    """Bad input reads as its own first line; anything else is logged with its traceback (call this
+    inside the except block) and shown with its type."""
+    if isinstance(e, (ValueError, ModelError, KeyError, TypeError, OSError)):
+        return gr.Error(one_line(e))
+    log.exception("unexpected error")
+    return gr.Error(f"{type(e).__name__}: {one_line(e)}")

@@ -149,13 +149,18 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def quick_models():
-    """Tiny random Llama target and draft plus a word-level tokenizer: checks the bench runs, not speed."""
+def tiny_dir(seed: int = 0) -> str:
+    """A tiny random Llama plus a word-level tokenizer saved as a real HF directory: the quick modes of
+    the bench scripts check that they run, not speed."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import save_tiny_dir
     import tempfile
-    d = Path(tempfile.mkdtemp())
-    t, dr = save_tiny_dir(d / "target", seed=0), save_tiny_dir(d / "draft", seed=1)
+    from conftest import save_tiny_dir
+    return save_tiny_dir(Path(tempfile.mkdtemp()) / "tiny", seed=seed)
+
+
+def quick_models():
+    """Tiny random target and draft (bench.py --quick)."""
+    t, dr = tiny_dir(seed=0), tiny_dir(seed=1)
     model, tok = load(t, device="cpu")
     draft, _ = load(dr, device="cpu")
     stock = load(t, device="cpu", layout="stock")[0], load(dr, device="cpu", layout="stock")[0]

@@ -12,31 +12,17 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-
 from decoding import load  # noqa: E402
 from decoding.core import Core  # noqa: E402
 from decoding.masks import chain_parents  # noqa: E402
+from profiling.sweep import time_step  # noqa: E402
 
-from bench import machine  # noqa: E402
-
-
-def step_ms(core: Core, q: int) -> float:
-    """One chain step of q tokens, undone afterwards so the cache stays at its length."""
-    if core.device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    core.forward(list(range(1, q + 1)), chain_parents(q))
-    if core.device.type == "cuda":
-        torch.cuda.synchronize()
-    core.commit([])
-    return (time.perf_counter() - t0) * 1e3
+from bench import machine, tiny_dir  # noqa: E402
 
 
 def compare(models: dict, sizes: tuple[int, ...], kv_len: int, reps: int) -> list[dict]:
@@ -50,7 +36,7 @@ def compare(models: dict, sizes: tuple[int, ...], kv_len: int, reps: int) -> lis
         times = {name: [] for name in cores}
         for r in range(reps + 3):
             for name, core in cores.items():
-                t = step_ms(core, q)
+                t = time_step(core, list(range(1, q + 1)), chain_parents(q), list(range(q)), 1)[0]
                 if r >= 3:  # the first repetitions warm caches and allocators
                     times[name].append(t)
         med = {name: statistics.median(v) for name, v in times.items()}
@@ -69,10 +55,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     a = ap.parse_args(argv)
     name = a.model
     if a.quick:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import tempfile
-        from conftest import save_tiny_dir
-        name, a.reps, a.kv_len = save_tiny_dir(Path(tempfile.mkdtemp()) / "t"), 3, 16
+        name, a.reps, a.kv_len = tiny_dir(), 3, 16
     models = {"stock": load(name, device="cpu", layout="stock", threads=a.threads)[0],
               "column": load(name, device="cpu", layout="column", threads=a.threads)[0]}
     sizes = (1, 2, 4, 8) if a.quick else (1, 2, 4, 8, 12, 16, 24, 32)

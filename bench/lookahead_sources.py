@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from decoding import load, run  # noqa: E402
 
-from bench import load_prompts, machine  # noqa: E402
+from bench import load_prompts, machine, tiny_dir  # noqa: E402
 
 CONFIGS = [(1, 3, 2, None), (1, 5, 2, None), (1, 5, 2, 4), (2, 5, 2, None), (5, 5, 5, None), (15, 5, 15, None)]
 
@@ -50,10 +50,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args(argv)
     if a.quick:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import tempfile
-        from conftest import save_tiny_dir
-        model, tok = load(save_tiny_dir(Path(tempfile.mkdtemp()) / "t"), device="cpu")
+        model, tok = load(tiny_dir(), device="cpu")
         prompts, n, configs = ["def x ( y ) : return y + 1 def x ( y ) :"], 16, CONFIGS[:2]
     else:
         model, tok = load(None)

@@ -16,8 +16,9 @@ LIMITS = {"max_new_tokens": (1, 4096), "window": (1, 64), "ngram": (2, 16), "gue
           "draft_tokens": (1, 32), "tree_width": (1, 16), "tree_depth": (1, 16), "tree_budget": (1, 256),
           "text_span": (1, 32)}
 # Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
-# on the embedded model and code prompts W1 N3 G2 went from compression 1.94 to 2.44 and from 1.28x to
-# 1.40x our greedy (python bench/bench.py --only lookahead); 7 was about as good as 10 at fewer query tokens.
+# on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
+# (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7
+# and 10, 7 was about as fast as 10 with fewer query tokens.
 TEXT_SPAN = 7
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 
+from .masks import chain_parents, step_mask
+
 NAME = "decodescope_split"
 
 
@@ -64,8 +66,7 @@ def split_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: t
     cache = total - q_len
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     if attention_mask is None:  # a plain causal chain of the step's tokens
-        attention_mask = torch.full((q_len, q_len), float("-inf"), device=query.device).triu(1)[None, None]
-        attention_mask = torch.cat([attention_mask.new_zeros(1, 1, q_len, cache), attention_mask], -1)
+        attention_mask = step_mask(chain_parents(q_len), cache, torch.float32, query.device)
     out, lse = _torch_pass(query, key[:, :, cache:], value[:, :, cache:], scale, attention_mask[..., cache:total])
     if cache:
         part = _flash_cache_pass(query, key[:, :, :cache], value[:, :, :cache], scale)
