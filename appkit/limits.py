@@ -1,6 +1,6 @@
 """Limits on every number the app accepts, and public mode (DECODESCOPE_PUBLIC=1).
 
-Local mode uses the engine's documented caps (decoding.api.LIMITS). Public mode (a shared Space) tightens
+Local mode uses the engine's documented caps (decoding.params.LIMITS). Public mode (a shared Space) tightens
 them, accepts only allow-listed models and refuses local paths. Every check raises ValueError with one
 sentence for the user; app.py turns it into gr.Error.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from decoding.api import LIMITS
+from decoding.params import LIMITS
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 # Tighter caps for a public Space: a step stays small and a run stays short.

@@ -9,8 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-from .api import LIMITS, METHODS, make_drafter, make_sampling, run
+from .api import METHODS, make_drafter, make_sampling, run
 from .models import ModelError, load
+from .params import LIMITS, make_shape
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +84,6 @@ def generate(args: argparse.Namespace) -> int:
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None)
     if args.method == "speculative":  # validate before the (slow) model loads
-        from .speculative import make_shape
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
                                                args.staged or None, args.ngram_table, args.draft_confidence,

@@ -4,28 +4,13 @@ from __future__ import annotations
 from .drafters import Greedy
 from .lookahead import Lookahead
 from .models import describe, max_positions
+from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
 from .runner import generate
 from .sampling import Sampling
 from .trace import Trace
 
 METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
-# Documented caps: beyond them a step's query or a run would be too large to be useful or safe.
-LIMITS = {"max_new_tokens": (1, 4096), "window": (1, 64), "ngram": (2, 16), "guesses": (0, 64),
-          "num_tokens": (1, 64), "max_ngram": (1, 8), "candidates": (1, 16), "top_k": (0, 100000),
-          "draft_tokens": (1, 32), "tree_width": (1, 16), "tree_depth": (1, 16), "tree_budget": (1, 256),
-          "text_span": (1, 32)}
-# Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
-# on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
-# (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7
-# and 10, 7 was about as fast as 10 with fewer query tokens.
-TEXT_SPAN = 7
-
-
-def check_range(name: str, value: int) -> None:
-    lo, hi = LIMITS[name]
-    if not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name.replace('_', '-')} must be an integer in [{lo}, {hi}], got {value}")
 
 
 def make_drafter(method: str, **p):

@@ -20,14 +20,11 @@ import torch
 from .draft_tree import DraftCore, Shape, TreeBuilder
 from .drafters import Plan
 from .models import ModelError
+from .params import make_shape
 from .sampling import Sampling, make_generator, warp
 from .staged import NGramStage2, Table
 from .trace import Trace
 from .verify import Verdict
-
-MAX_TREE_NODES = 256
-DEFAULT_CONFIDENCE = 0.4  # drafting stops below this draft probability (HF assisted generation's default)
-
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> None:
     """Refuse a draft that does not share the target's vocabulary (one clear message)."""
@@ -43,64 +40,6 @@ def check_compatible(target, draft, target_tok=None, draft_tok=None) -> None:
 def _vocab_size(model) -> int:
     emb = model.get_output_embeddings()
     return int(emb.weight.shape[0]) if emb is not None else int(model.config.vocab_size)
-
-
-def parse_tree(text: str | list[int]) -> list[int]:
-    """'3,2,1' -> [3, 2, 1] (children per node at depths 1, 2, 3)."""
-    if isinstance(text, (list, tuple)):
-        widths = list(text)
-    else:
-        try:
-            widths = [int(x) for x in str(text).replace(" ", "").split(",")]
-        except ValueError:
-            raise ValueError(f"tree must be comma-separated widths per depth like 3,2,1, got {text!r}") from None
-    return widths
-
-
-def make_shape(draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
-               staged: bool = False, confidence: float | None = None) -> Shape:
-    """Validate the speculative parameters; the limits are documented in api.LIMITS. confidence: a drafted
-    node whose draft probability is below it is not expanded further (default 0.4, HF's assisted
-    generation default, for chains and fixed-width trees; unused by dynamic trees, which rank nodes by
-    cumulative probability within the budget)."""
-    shape = _shape(draft_tokens, tree, tree_budget, staged)
-    if confidence is not None:
-        if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
-            raise ValueError(f"draft-confidence must be in [0, 1], got {confidence}")
-        shape.confidence = float(confidence)
-    elif shape.mode != "dynamic":
-        shape.confidence = DEFAULT_CONFIDENCE
-    return shape
-
-
-def _shape(draft_tokens, tree, tree_budget, staged) -> Shape:
-    from .api import LIMITS, check_range
-    if tree is not None and tree_budget is not None:
-        raise ValueError("give either tree (fixed widths) or tree-budget (dynamic tree), not both")
-    if tree is not None and draft_tokens is not None:
-        raise ValueError("tree widths set the depth: do not also give draft-tokens")
-    if draft_tokens is not None:
-        check_range("draft_tokens", draft_tokens)
-    if tree is not None:
-        widths = parse_tree(tree)
-        lo, hi = LIMITS["tree_depth"]
-        if not lo <= len(widths) <= hi:
-            raise ValueError(f"tree must have {lo}..{hi} depths, got {len(widths)}")
-        for w in widths:
-            check_range("tree_width", w)
-        total, level = 0, 1
-        for w in widths:
-            level *= w
-            total += level
-        if total > MAX_TREE_NODES:
-            raise ValueError(f"tree {','.join(map(str, widths))} has {total} nodes; at most {MAX_TREE_NODES}")
-        return Shape("chain" if all(w == 1 for w in widths) else "tree", widths)
-    if tree_budget is not None:
-        check_range("tree_budget", tree_budget)
-        if staged:
-            raise ValueError("staged works with chain and fixed-width tree modes, not tree-budget")
-        return Shape("dynamic", [1] * (draft_tokens or 6), budget=tree_budget)
-    return Shape("chain", [1] * (draft_tokens or 4))
 
 
 class Speculative:
