@@ -5,9 +5,11 @@
 Prompts: for each held-out file with at least two `def` lines (codec tables under encodings/ excluded), the 12
 lines ending with the second `def` signature (the same rule as the greedy completions in eval_models.py).
 Compression = generated tokens / decoding steps (one target forward per step), summed over all prompts.
-Every lookahead output is checked token for token against plain `model.generate(do_sample=False)`.
-With --draft, the draft's mean acceptance length (greedy speculative decoding, k drafted tokens, +1 bonus) is
-replayed on that greedy output with plain HF generate (no `decoding` speculative method needed).
+Three lookahead variants per prompt: the engine's defaults, the paper's pool, and the official reference
+implementation's rules (ReferenceStyle). Every output is checked token for token against plain
+`model.generate(do_sample=False)`. With --draft, the draft's mean acceptance length (k drafted tokens, +1
+bonus) is measured twice: replayed on the greedy output with plain HF generate, and on the engine's own
+speculative chain (with its default 0.4 confidence cutoff, and without one).
 """
 from __future__ import annotations
 
@@ -59,11 +61,68 @@ def speculative_acceptance(target_ids: list[int], prompt_ids: list[int], draft, 
     return lengths
 
 
+class ReferenceStyle:
+    """The official implementation's rules on our engine, for a like-for-like compression comparison: the
+    paper's pool (n-grams of N-1 tokens from window, prompt and output, keyed by one token) and at most N-1
+    accepted tokens per step (LADE drops the bonus token of a full match). The reference itself cannot run
+    here: it monkey-patches transformers 4.36 Llama classes. Candidates cut to N-2 tokens give exactly that cap:
+    k matched tokens still yield k + 1, and a full match yields N-1."""
+
+    def __init__(self, drafter):
+        self.inner, self.cut = drafter, drafter.N - 2
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def plan(self, context):
+        pool = self.inner.pool
+        if not hasattr(pool, "_uncut_lookup"):
+            pool._uncut_lookup = pool.lookup
+            cut = self.cut
+
+            def lookup(key, limit, prev=None, text=None):  # one-token keys, like the reference's pool
+                cands, sources = pool._uncut_lookup(key, limit, None, text)
+                kept = [(tuple(c[:cut]), s) for c, s in zip(cands, sources) if cut > 0]
+                seen, out = set(), []
+                for c, s in kept:
+                    if c not in seen:
+                        seen.add(c)
+                        out.append((c, s))
+                return [c for c, _ in out], [s for _, s in out]
+            pool.lookup = lookup
+        return self.inner.plan(context)
+
+
+def lookahead_row(model, tok, prompt: str, a, variant: str, ref_ids: list[int]) -> dict:
+    """One lookahead run: 'engine' (the defaults: text n-grams with up to 7 tokens of continuation),
+    'paper' (the paper's pool: N-1 tokens) or 'reference' (paper pool + the reference's N-1 accept cap)."""
+    from decoding.api import make_drafter, run
+
+    span = None if variant == "engine" else a.ngram - 1
+    drafter = make_drafter("lookahead", window=a.window, ngram=a.ngram, guesses=a.guesses, text_span=span)
+    if variant == "reference":
+        drafter = ReferenceStyle(drafter)
+    tr = run(model, tok, prompt, "lookahead", max_new_tokens=a.max_new_tokens, drafter=drafter, trace=False)
+    st = tr.stats()
+    return {"new_tokens": st["new_tokens"], "steps": st["steps"], "compression": st["compression"],
+            "matches_greedy": ref_ids[: len(tr.output_ids)] == tr.output_ids}
+
+
+def engine_acceptance(model, tok, draft, prompt: str, a, confidence: float | None) -> tuple[int, int]:
+    """(accepted + bonus tokens, verification steps) of the engine's greedy speculative chain."""
+    from decoding.api import run
+    from decoding.speculative import speculative_stats
+
+    tr = run(model, tok, prompt, "speculative", max_new_tokens=a.max_new_tokens, draft_model=draft,
+             draft_tokens=a.draft_tokens, confidence=confidence)
+    st = speculative_stats(tr)
+    steps = len([s for s in tr.steps if s.kind == "decode"])
+    return round(st["mean_acceptance_length"] * steps), steps
+
+
 def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from decoding.api import make_drafter, run
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(HERE / "target"))
@@ -73,7 +132,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--draft", default=str(HERE / "draft"), help="draft for the speculative replay ('' = skip)")
+    ap.add_argument("--draft", default=str(HERE / "draft"), help="draft for the speculative rows ('' = skip)")
     ap.add_argument("--draft-tokens", type=int, default=4)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -82,40 +141,48 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model).eval()
     draft = AutoModelForCausalLM.from_pretrained(a.draft).eval() if a.draft else None
-    rows, new_total, steps_total, spec = [], 0, 0, []
+    variants = ("engine", "paper", "reference")
+    rows, spec, eng = [], [], {"0.4": [0, 0], "0": [0, 0]}
     for rel, prompt in prompts(a.prompts):
-        drafter = make_drafter("lookahead", window=a.window, ngram=a.ngram, guesses=a.guesses,
-                               text_span=a.ngram - 1)  # the paper's pool, as the model card reports
-        t0 = time.time()
-        tr = run(model, tok, prompt, "lookahead", max_new_tokens=a.max_new_tokens, drafter=drafter, trace=False)
-        dt = time.time() - t0
-        st = tr.stats()
         enc = tok(prompt, return_tensors="pt")
         ref = model.generate(**enc, do_sample=False, max_new_tokens=a.max_new_tokens, pad_token_id=tok.eos_token_id)
         ref_ids = ref[0, enc["input_ids"].shape[1] :].tolist()
-        same = ref_ids[: len(tr.output_ids)] == tr.output_ids
-        rows.append({"file": rel, "new_tokens": st["new_tokens"], "steps": st["steps"],
-                     "compression": st["compression"], "seconds": round(dt, 2), "matches_greedy": same})
-        new_total, steps_total = new_total + st["new_tokens"], steps_total + st["steps"]
+        row = {"file": rel, **{v: lookahead_row(model, tok, prompt, a, v, ref_ids) for v in variants}}
         msg = ""
         if draft is not None:
             lens = speculative_acceptance(ref_ids, enc["input_ids"][0].tolist(), draft, a.draft_tokens)
             spec.extend(lens)
-            rows[-1]["spec_mean_accepted"] = sum(lens) / len(lens)
-            msg = f" | draft mean acceptance length {sum(lens) / len(lens):.2f}"
-        print(f"{rel:40s} {st['new_tokens']:4d} tokens {st['steps']:4d} steps compression {st['compression']:.2f} "
-              f"greedy-identical {same}{msg}", flush=True)
+            row["spec_replay_mean_accepted"] = sum(lens) / len(lens)
+            for key, conf in (("0.4", None), ("0", 0.0)):
+                n, steps = engine_acceptance(model, tok, draft, prompt, a, conf)
+                eng[key][0] += n
+                eng[key][1] += steps
+                row[f"spec_engine_mean_accepted_conf{key}"] = n / steps
+            msg = (f" | draft K{a.draft_tokens}: replay {row['spec_replay_mean_accepted']:.2f}, engine "
+                   f"{row['spec_engine_mean_accepted_conf0.4']:.2f} (cutoff 0.4) / "
+                   f"{row['spec_engine_mean_accepted_conf0']:.2f} (no cutoff)")
+        rows.append(row)
+        print(f"{rel:36s} compression engine {row['engine']['compression']:.2f} paper {row['paper']['compression']:.2f} "
+              f"reference {row['reference']['compression']:.2f} identical "
+              f"{all(row[v]['matches_greedy'] for v in variants)}{msg}", flush=True)
     res = {"model": a.model, "W": a.window, "N": a.ngram, "G": a.guesses, "max_new_tokens": a.max_new_tokens,
-           "prompts": len(rows), "compression": new_total / max(1, steps_total),
-           "mean_prompt_compression": sum(r["compression"] for r in rows) / max(1, len(rows)),
-           "all_match_greedy": all(r["matches_greedy"] for r in rows), "rows": rows,
-           "draft": a.draft, "draft_tokens": a.draft_tokens,
-           "spec_mean_acceptance_length": sum(spec) / len(spec) if spec else None}
-    print(f"overall compression {res['compression']:.3f} tokens/step over {len(rows)} prompts "
-          f"(mean per prompt {res['mean_prompt_compression']:.3f}); all identical to greedy: {res['all_match_greedy']}")
+           "prompts": len(rows), "rows": rows, "draft": a.draft, "draft_tokens": a.draft_tokens,
+           "spec_replay_mean_acceptance_length": sum(spec) / len(spec) if spec else None,
+           "spec_engine_mean_acceptance_length": {k: n / s for k, (n, s) in eng.items() if s}}
+    for v in variants:
+        new, steps = (sum(r[v][k] for r in rows) for k in ("new_tokens", "steps"))
+        res[v] = {"compression": new / max(1, steps), "all_match_greedy": all(r[v]["matches_greedy"] for r in rows),
+                  "mean_prompt_compression": sum(r[v]["compression"] for r in rows) / max(1, len(rows))}
+        print(f"{v:9s}: compression {res[v]['compression']:.3f} tokens/step over {len(rows)} prompts "
+              f"(mean per prompt {res[v]['mean_prompt_compression']:.3f}); identical to greedy: "
+              f"{res[v]['all_match_greedy']}")
+    res["engine_vs_reference"] = res["engine"]["compression"] / res["reference"]["compression"]
+    res["engine_vs_paper_pool"] = res["engine"]["compression"] / res["paper"]["compression"]
+    print(f"engine / reference-style compression {res['engine_vs_reference']:.3f}x; "
+          f"engine / paper pool {res['engine_vs_paper_pool']:.3f}x")
     if spec:
-        print(f"speculative replay with {a.draft_tokens} drafted tokens: mean acceptance length "
-              f"{res['spec_mean_acceptance_length']:.3f} over {len(spec)} steps")
+        print(f"draft, {a.draft_tokens} drafted tokens: mean acceptance length {res['spec_replay_mean_acceptance_length']:.3f}"
+              f" (HF replay), engine chain {res['spec_engine_mean_acceptance_length']}")
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return 0

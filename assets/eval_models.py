@@ -101,6 +101,22 @@ def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=T
     return res
 
 
+def heldout_stream(ckpt_dir: Path, tokenizer_json: Path) -> tuple[np.ndarray, int]:
+    """Held-out token stream and its UTF-8 byte count: the training run's cache when there is one, else the
+    held-out files encoded with the shipped tokenizer (the same ids), so a fresh clone can evaluate too."""
+    import json
+
+    meta_path, ids_path = ckpt_dir / "corpus_meta.json", ckpt_dir / "val_ids.npy"
+    if meta_path.exists() and ids_path.exists():
+        return np.load(ids_path), json.loads(meta_path.read_text())["heldout_bytes"]
+    from tokenizers import Tokenizer
+
+    held = stdlib_corpus.load_split()[1]
+    docs = [held[k] for k in sorted(held)]
+    return stdlib_corpus.encode_docs(Tokenizer.from_file(str(tokenizer_json)), docs), \
+        sum(len(t.encode("utf-8")) for t in docs)
+
+
 def main() -> int:
     import argparse
     import json
@@ -116,9 +132,8 @@ def main() -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    meta = json.loads((Path(a.ckpt_dir) / "corpus_meta.json").read_text())
-    val_ids = np.load(Path(a.ckpt_dir) / "val_ids.npy")
-    res = evaluate_dirs(a.out_dir, val_ids, meta["heldout_bytes"], a.ctx, loss=not a.completions_only)
+    val_ids, heldout_bytes = heldout_stream(Path(a.ckpt_dir), Path(a.out_dir) / "target" / "tokenizer.json")
+    res = evaluate_dirs(a.out_dir, val_ids, heldout_bytes, a.ctx, loss=not a.completions_only)
     print(json.dumps(res, indent=1))
     return 0
 

@@ -28,6 +28,12 @@ def is_heldout(rel: str) -> bool:
     return int(hashlib.sha256(rel.encode("utf-8")).hexdigest(), 16) % HELDOUT_MODULUS == 0
 
 
+def is_validation(rel: str, modulus: int) -> bool:
+    """Training files set aside to pick the best checkpoint (never the held-out evaluation files, which
+    is_heldout already removed from the training set); a salted hash, so it is independent of is_heldout."""
+    return modulus > 0 and int(hashlib.sha256(b"valid:" + rel.encode("utf-8")).hexdigest(), 16) % modulus == 0
+
+
 def list_files(root: Path | None = None) -> list[str]:
     """Sorted relative paths ("/"-separated) of the corpus files."""
     root = Path(root or stdlib_root())
@@ -149,3 +155,23 @@ def prepare(work: Path, vocab_size: int, max_len: int, tiny: bool, log=print):
         f"{meta['heldout_bytes']/1e3:.0f} kB -> {meta['heldout_tokens']} tokens"
     )
     return wrap_tokenizer(tok, max_len), train_ids, val_ids, meta
+
+
+def fit_and_validation(work: Path, train: dict[str, str], modulus: int, log=print) -> tuple[np.ndarray, np.ndarray]:
+    """(fit_ids, valid_ids): the training files minus a validation slice (is_validation) and that slice, both
+    encoded with the run's tokenizer (work/tokenizer.json) and cached. modulus 0: no slice (fit = all)."""
+    from tokenizers import Tokenizer
+
+    fit_path, valid_path = work / f"fit_ids_m{modulus}.npy", work / f"valid_ids_m{modulus}.npy"
+    if fit_path.exists() and valid_path.exists():
+        return np.load(fit_path), np.load(valid_path)
+    tok = Tokenizer.from_file(str(work / "tokenizer.json"))
+    names = sorted(train)
+    valid = [k for k in names if is_validation(k, modulus)]
+    fit_ids = encode_docs(tok, [train[k] for k in names if k not in set(valid)])
+    valid_ids = encode_docs(tok, [train[k] for k in valid]) if valid else np.zeros(0, dtype=np.uint16)
+    np.save(fit_path, fit_ids)
+    np.save(valid_path, valid_ids)
+    log(f"[corpus] validation slice: {len(valid)} training files, {valid_ids.size} tokens (modulus {modulus}); "
+        f"fit on {fit_ids.size} tokens")
+    return fit_ids, valid_ids

@@ -1,12 +1,14 @@
 """Train DecodeScope's default tokenizer, draft and target models on the local Python standard library.
 
-    python assets/train_models.py                       # CPU: ~11 min draft + ~55 min target
+    python assets/train_models.py --device cuda         # the shipped models: ~1.5 min on one H100
+    python assets/train_models.py                       # CPU: the same schedule, hours (it prints its ETA)
     python assets/train_models.py --resume              # continue from assets/.ckpt after an interruption
     python assets/train_models.py --tiny --out-dir /tmp/x --ckpt-dir /tmp/x/ckpt   # seconds, for tests
 
-The run is deterministic given --seed and the step counts (--steps-draft/--steps-target). With a time
-budget (--minutes-*) the step count is calibrated from the measured speed of the first steps and printed,
-so that the run can be reproduced exactly with --steps-*.  See assets/README.md.
+The schedule is counted in epochs over the fit tokens (--epochs-*; --steps-* for an exact step count), never
+in wall-clock minutes, so the same command trains the same model on any machine. One training file in
+--valid-modulus (by a salted hash; never a held-out evaluation file) forms a validation slice; the weights
+with the best validation loss are saved. Deterministic given --seed and the step counts. See assets/README.md.
 """
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ ARCH = {
     "tiny-target": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
     "tiny-draft": dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=1, intermediate_size=32),
 }
+
+
+# Default schedule in epochs over the fit tokens: the best points measured on a GPU (shared/models TRAINING.md:
+# target 1200 steps x 64 x 256 tokens = 6.3 epochs -> 0.893 bits/byte, 3000 steps -> 1.084 (over-fitted);
+# draft 1500 steps = 7.9 epochs -> 1.076, 3000 steps -> 1.096). The validation slice guards the rest.
+EPOCHS = {"target": 6.3, "draft": 7.9}
 
 
 def log(msg: str) -> None:
@@ -65,8 +73,33 @@ def lr_at(step: int, total: int, warmup: int, peak: float, floor: float = 0.1) -
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def train_one(name, args, tok, train_ids, device, minutes, steps, lr, bsz):
-    """Train one model; returns (model, stats). Checkpoints to ckpt_dir/<name>.pt."""
+def valid_loss(model, ids: np.ndarray, seq: int, device, max_windows: int) -> float:
+    """Mean next-token loss on the validation slice (the first max_windows non-overlapping windows)."""
+    n = min(max_windows, (ids.size - 1) // seq)
+    if n <= 0:
+        return float("nan")
+    x = torch.from_numpy(ids[: n * seq + 1].astype(np.int64))
+    total = 0.0
+    model.eval()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        for i in range(0, n, 16):
+            rows = torch.stack([x[j * seq : j * seq + seq + 1] for j in range(i, min(n, i + 16))]).to(device)
+            logits = model(input_ids=rows[:, :-1]).logits.float()
+            total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1),
+                                     reduction="sum").item()
+    model.train()
+    return total / (n * seq)
+
+
+def steps_for(epochs: float, tokens: int, bsz: int, seq: int) -> int:
+    """Optimizer steps that show the model `epochs` passes over `tokens` training tokens."""
+    return max(1, round(epochs * tokens / (bsz * seq)))
+
+
+def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
+    """Train one model for `steps` steps; keep the weights with the best validation loss (the corpus is
+    small: past ~6 epochs the model over-fits while the train loss still falls). Returns (model, stats);
+    checkpoints (latest and best) go to ckpt_dir/<name>.pt."""
     from transformers import LlamaForCausalLM
 
     arch = f"tiny-{name}" if args.tiny else name
@@ -80,28 +113,27 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr, bsz):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
     ckpt = Path(args.ckpt_dir) / f"{name}.pt"
-    step, total, elapsed, tokens_seen, ema, replans = 0, steps, 0.0, 0, None, []
+    step, elapsed, tokens_seen, ema, best, history = 0, 0.0, 0, None, None, []
     if args.resume and ckpt.exists():
         st = torch.load(ckpt, map_location=device, weights_only=False)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
-        step, total, elapsed, tokens_seen, ema = st["step"], st["total"], st["elapsed"], st["tokens"], st["ema"]
-        replans = st.get("replans", [])
-        log(f"[{name}] resumed at step {step}/{total}")
-    if st_done := (total is not None and step >= total):
-        log(f"[{name}] already finished ({step} steps)")
+        step, elapsed, tokens_seen, ema = st["step"], st["elapsed"], st["tokens"], st["ema"]
+        best, history = st.get("best"), st.get("history", [])
+        log(f"[{name}] resumed at step {step}/{steps}")
+    epochs = steps * bsz * args.seq_len / fit_ids.size
+    every = args.eval_every or max(1, steps // 12)
     log(f"[{name}] {n_params/1e6:.2f}M params, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
-        f"batch {bsz}x{args.seq_len}, peak lr {lr}, device {device}")
+        f"batch {bsz}x{args.seq_len}, {steps} steps = {epochs:.2f} epochs of {fit_ids.size:,} tokens, "
+        f"peak lr {lr}, device {device}; validation every {every} steps on {valid_ids.size:,} tokens")
     use_amp = device.type == "cuda"
-    warmup = max(2, min(args.warmup, steps // 10)) if steps else args.warmup
-    first, t_calib = step, None  # time budget: measure steps first+3 .. first+28 of this process
-    t_last_ckpt = time.time()
-    t0 = time.time() - elapsed
-    while not st_done and (total is None or step < total):
-        if total is None and step == first + 3:
-            t_calib = time.time()
-        x = batch_at(train_ids, step, args.seed, bsz, args.seq_len).to(device)
-        cur_lr = lr_at(step, total or 10**9, warmup, lr)
+    warmup = max(2, min(args.warmup, steps // 10))
+    first, t_start = step, time.time()
+    probe = first + max(1, min(5, (steps - first) // 2))
+    t_last_ckpt, t0 = t_start, t_start - elapsed
+    while step < steps:
+        x = batch_at(fit_ids, step, args.seed, bsz, args.seq_len).to(device)
+        cur_lr = lr_at(step, steps, warmup, lr)
         for g in opt.param_groups:
             g["lr"] = cur_lr
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
@@ -115,35 +147,35 @@ def train_one(name, args, tok, train_ids, device, minutes, steps, lr, bsz):
         tokens_seen += x[:, :-1].numel()
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         elapsed = time.time() - t0
-        if total is None and step == first + 28:
-            per_step = (time.time() - t_calib) / 25
-            total = max(step + 1, int((minutes * 60 - elapsed) / per_step) + step)
-            log(f"[{name}] calibrated: {per_step*1000:.0f} ms/step -> total {total} steps "
-                f"(reproduce with --steps-{name} {total})")
-        if steps is None and total and step % args.log_every == 0 and step < total:
-            # time budget: if the machine got slower (shared CPU), shorten the schedule to stay within it
-            per_step = elapsed / step
-            if elapsed + (total - step) * per_step > minutes * 60 * 1.08:
-                new_total = max(step + 1, step + int((minutes * 60 - elapsed) / per_step))
-                if new_total < total:
-                    log(f"[{name}] running slower than calibrated: total {total} -> {new_total} steps")
-                    replans.append([step, total, new_total])
-                    total = new_total
-        if step % args.log_every == 0 or step == total:
+        if step == probe:  # say early how long this run will take on this machine
+            per_step = (time.time() - t_start) / (step - first)
+            log(f"[{name}] {per_step*1000:.0f} ms/step on {device}: this run takes about "
+                f"{(steps - step) * per_step / 60:.1f} more minutes (ETA, validation not counted)")
+        if valid_ids.size and (step % every == 0 or step == steps):
+            v = valid_loss(model, valid_ids, args.seq_len, device, args.valid_windows)
+            history.append([step, round(v, 4)])
+            if best is None or v < best["loss"]:
+                best = {"loss": v, "step": step,
+                        "model": {k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()}}
+            log(f"[{name}] step {step} validation loss {v:.4f} (best {best['loss']:.4f} at step {best['step']})")
+        if step % args.log_every == 0 or step == steps:
             tps = tokens_seen / max(elapsed, 1e-9)
-            eta = (total - step) * elapsed / step if total else float("nan")
-            log(f"[{name}] step {step}/{total or '?'} loss {loss.item():.3f} (ema {ema:.3f}) lr {cur_lr:.2e} "
+            eta = (steps - step) * elapsed / step
+            log(f"[{name}] step {step}/{steps} loss {loss.item():.3f} (ema {ema:.3f}) lr {cur_lr:.2e} "
                 f"{tps:,.0f} tok/s elapsed {elapsed/60:.1f} min ETA {eta/60:.1f} min")
-        if time.time() - t_last_ckpt > args.ckpt_minutes * 60 or step == total:
+        if time.time() - t_last_ckpt > args.ckpt_minutes * 60 or step == steps:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "total": total,
-                        "elapsed": elapsed, "tokens": tokens_seen, "ema": ema, "replans": replans},
-                       str(ckpt) + ".tmp")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                        "tokens": tokens_seen, "ema": ema, "best": best, "history": history}, str(ckpt) + ".tmp")
             os.replace(str(ckpt) + ".tmp", ckpt)
             t_last_ckpt = time.time()
-    return model, {"params": n_params, "steps": step, "minutes": round(elapsed / 60, 2), "tokens": tokens_seen,
-                   "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": bsz, "seq_len": args.seq_len,
-                   "schedule_replans": replans}
+    if best is not None:
+        model.load_state_dict(best["model"])
+        log(f"[{name}] keeping the best checkpoint: step {best['step']}, validation loss {best['loss']:.4f}")
+    return model, {"params": n_params, "steps": step, "epochs": round(epochs, 3), "minutes": round(elapsed / 60, 2),
+                   "tokens": tokens_seen, "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": bsz,
+                   "seq_len": args.seq_len, "best_step": best["step"] if best else step,
+                   "best_valid_loss": round(best["loss"], 4) if best else None, "valid_history": history}
 
 
 def save_model(model, tok, out: Path, dtype: str) -> None:
@@ -177,10 +209,15 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-draft", type=int, default=None, help="sequences per step (default 4 CPU / 64 CUDA)")
     ap.add_argument("--batch-target", type=int, default=None, help="sequences per step (default 8 CPU / 64 CUDA)")
     ap.add_argument("--max-positions", type=int, default=2048)
-    ap.add_argument("--minutes-draft", type=float, default=None, help="time budget (default 11 CPU / 5 CUDA)")
-    ap.add_argument("--minutes-target", type=float, default=None, help="time budget (default 55 CPU / 15 CUDA)")
-    ap.add_argument("--steps-draft", type=int, default=None, help="exact step count (overrides --minutes-draft)")
-    ap.add_argument("--steps-target", type=int, default=None, help="exact step count (overrides --minutes-target)")
+    ap.add_argument("--epochs-draft", type=float, default=None, help=f"passes over the fit tokens (default {EPOCHS['draft']})")
+    ap.add_argument("--epochs-target", type=float, default=None, help=f"passes over the fit tokens (default {EPOCHS['target']})")
+    ap.add_argument("--steps-draft", type=int, default=None, help="exact step count (overrides --epochs-draft)")
+    ap.add_argument("--steps-target", type=int, default=None, help="exact step count (overrides --epochs-target)")
+    ap.add_argument("--valid-modulus", type=int, default=40,
+                    help="1 in M training files (by hash) is the validation slice that picks the best checkpoint; "
+                         "0 = none (fit on every training file, keep the last weights)")
+    ap.add_argument("--eval-every", type=int, default=None, help="steps between validations (default: 12 per run)")
+    ap.add_argument("--valid-windows", type=int, default=96, help="validation windows of seq-len tokens")
     ap.add_argument("--lr-draft", type=float, default=3e-3)
     ap.add_argument("--lr-target", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=60)
@@ -197,27 +234,32 @@ def main(argv=None) -> int:
     cuda = device.type == "cuda"
     if args.tiny:
         args.vocab_size, args.seq_len, args.batch_draft, args.batch_target, args.log_every = 384, 64, 4, 4, 2
-        args.warmup = 2
-        if args.minutes_draft is None:
+        args.warmup, args.max_positions, args.valid_modulus, args.valid_windows = 2, 256, 4, 4
+        if args.epochs_draft is None:
             args.steps_draft = args.steps_draft or 4
-        if args.minutes_target is None:
+        if args.epochs_target is None:
             args.steps_target = args.steps_target or 4
-        args.max_positions = 256
     args.batch_draft = args.batch_draft or (64 if cuda else 4)
     args.batch_target = args.batch_target or (64 if cuda else 8)
-    md = args.minutes_draft or (5 if cuda else 11)
-    mt = args.minutes_target or (15 if cuda else 55)
     log(f"args: {vars(args)} threads={torch.get_num_threads()}")
     out, ckdir = Path(args.out_dir), Path(args.ckpt_dir)
     tok, train_ids, val_ids, meta = stdlib_corpus.prepare(ckdir, args.vocab_size, args.max_positions, args.tiny, log)
+    fit_ids, valid_ids = train_ids, np.zeros(0, dtype=np.uint16)
+    if args.valid_modulus:
+        train_files = stdlib_corpus.load_split(tiny=args.tiny)[0]
+        fit_ids, valid_ids = stdlib_corpus.fit_and_validation(ckdir, train_files, args.valid_modulus, log)
     results_path = ckdir / "train_stats.json"
     stats = json.loads(results_path.read_text()) if results_path.exists() and args.resume else {}
     stats["seed"], stats["device"], stats["threads"] = args.seed, str(device), torch.get_num_threads()
-    for name, minutes, steps, lr, bsz in (("draft", md, args.steps_draft, args.lr_draft, args.batch_draft),
-                                          ("target", mt, args.steps_target, args.lr_target, args.batch_target)):
+    stats["valid_modulus"], stats["fit_tokens"], stats["valid_tokens"] = args.valid_modulus, int(fit_ids.size), \
+        int(valid_ids.size)
+    for name, epochs, steps, lr, bsz in (
+            ("draft", args.epochs_draft or EPOCHS["draft"], args.steps_draft, args.lr_draft, args.batch_draft),
+            ("target", args.epochs_target or EPOCHS["target"], args.steps_target, args.lr_target, args.batch_target)):
         if args.only not in ("all", name):
             continue
-        model, st = train_one(name, args, tok, train_ids, device, minutes, steps, lr, bsz)
+        steps = steps or steps_for(epochs, fit_ids.size, bsz, args.seq_len)
+        model, st = train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz)
         stats[name] = st
         save_model(model, tok, out / name, args.save_dtype)
         results_path.write_text(json.dumps(stats, indent=1))

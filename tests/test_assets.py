@@ -124,7 +124,25 @@ def test_training_program_end_to_end_tiny(tmp_path):
     assert (tmp_path / "a" / "ckpt" / "draft.pt").is_file()  # checkpoints go to --ckpt-dir, not to assets/
     stats = json.loads((tmp_path / "a" / "ckpt" / "train_stats.json").read_text())
     assert stats["eval"]["roundtrip_ok"] and stats["draft"]["steps"] == 4
+    assert "this run takes about" in log  # says early how long it will take on this machine
+    for name in MODELS:  # validated on the slice of training files after every step, best one kept
+        hist = stats[name]["valid_history"]
+        assert [s for s, _ in hist] == [1, 2, 3, 4]
+        assert stats[name]["best_valid_loss"] == min(v for _, v in hist)
+    assert stats["valid_tokens"] > 0 and stats["fit_tokens"] > 0
     # deterministic given the seed: a second run (draft only) reproduces the draft's weights exactly
     _tiny_run(tmp_path / "b", "--only", "draft")
     a, b = (load_file(next((tmp_path / x / "draft").glob("*.safetensors"))) for x in "ab")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_keeps_the_best_validation_checkpoint_and_counts_epochs(tmp_path):
+    """A diverging learning rate makes later steps worse: the saved target is the best step's, not the last;
+    the schedule comes from --epochs (steps = epochs x fit tokens / tokens per step)."""
+    r = _tiny_run(tmp_path / "c", "--only", "target", "--epochs-target", "0.05", "--lr-target", "0.3", "--warmup", "1")
+    stats = json.loads((tmp_path / "c" / "ckpt" / "train_stats.json").read_text())
+    st = stats["target"]
+    assert st["steps"] == round(0.05 * stats["fit_tokens"] / (4 * 64)) and abs(st["epochs"] - 0.05) < 0.01
+    hist = dict(st["valid_history"])
+    assert st["best_step"] < st["steps"] and hist[st["best_step"]] < hist[st["steps"]], hist
+    assert f"keeping the best checkpoint: step {st['best_step']}" in r.stdout
