@@ -16,62 +16,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .core import Core
-from .masks import tree_visibility
 from .sampling import Sampling, uniform, warp
 
 
 class DraftCore(Core):
-    """Core plus a speculative region of tree nodes kept above the accepted prefix."""
+    """A Core whose region of tree nodes persists across forwards until `settle`."""
 
-    def __init__(self, model):
-        super().__init__(model)
-        self.spec_parents: list[int] = []   # parent of each region node within the region (-1 = prefix)
-        self.spec_depths: list[int] = []
-
-    @torch.inference_mode()
     def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> torch.Tensor:
         """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q - skip, V]
         for all but the first `skip` nodes (catch-up tokens whose predictions nobody reads)."""
-        n0, q, past = len(self.spec_parents), len(tokens), self.length
-        depths = list(self.spec_depths)
-        for p in parents:
-            depths.append(0 if p < 0 else depths[p] + 1)
-        allp = self.spec_parents + list(parents)
-        vis = torch.from_numpy(np.array(tree_visibility(allp)[n0:]))
-        mask = torch.zeros((q, past + n0 + q), dtype=self.dtype)
-        mask[:, past:].masked_fill_(~vis, torch.finfo(self.dtype).min)
-        pos = torch.tensor([depths[n0:]], dtype=torch.long, device=self.device) + past
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        kw = {"logits_to_keep": q - skip} if skip and self._keeps_logits() else {}
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask.to(self.device)[None, None],
-                         past_key_values=self.cache, use_cache=True, **kw)
-        self.spec_parents, self.spec_depths = allp, depths
-        logits = out.logits[0].float()
-        return logits[skip:] if logits.shape[0] == q else logits
+        return self._run(tokens, parents, rows=len(tokens) - skip if skip else None)
 
-    def _keeps_logits(self) -> bool:
-        if not hasattr(self, "_logits_to_keep"):
-            import inspect
-            self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-        return self._logits_to_keep
-
-    @torch.inference_mode()
     def settle(self, keep: list[int]) -> None:
         """Keep region nodes `keep` (a root-first chain, ascending) as accepted text; drop the rest."""
-        past, n, k = self.length, len(self.spec_parents), len(keep)
-        if keep != list(range(k)):
-            idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
-            for layer in self.cache.layers:
-                layer.keys[..., past:past + k, :] = layer.keys.index_select(-2, idx)
-                layer.values[..., past:past + k, :] = layer.values.index_select(-2, idx)
-        if k < n:
-            self.cache.crop(-(n - k))
-        self.length = past + k
-        self.spec_parents, self.spec_depths = [], []
+        self.commit(keep)
 
 
 @dataclass
