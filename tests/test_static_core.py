@@ -1,0 +1,102 @@
+"""The static-shape path (decoding/static_cache.py) forced on, on CPU: the same ids as HF greedy for every
+method, the same logits as the dynamic path, buckets and padded rows that never leak into the output."""
+import pytest
+import torch
+
+from conftest import hf_greedy, tiny
+from decoding import generate, make_drafter
+from decoding.core import Core
+from decoding.draft_tree import DraftCore
+from decoding.static_cache import StaticKV, bucket
+
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]]
+METHODS = [("greedy", {}), ("lookahead", dict(window=5, ngram=4, guesses=5)),
+           ("lookahead", dict(window=3, ngram=2, guesses=3)), ("prompt_lookup", {}),
+           ("prompt_lookup", dict(num_tokens=4, max_ngram=2, candidates=3))]
+SPECULATIVE = [dict(draft_tokens=4, confidence=0.0), dict(tree=[3, 2, 1], confidence=0.0),
+               dict(tree_budget=12), dict(staged=True, confidence=0.0),
+               dict(tree=[2, 2, 1], staged=True, confidence=0.0), dict(draft_tokens=5)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("method,params", METHODS, ids=str)
+def test_static_matches_hf_greedy(tiny_models, arch, method, params):
+    model = tiny_models[arch]
+    multi = False
+    for prompt in PROMPTS:
+        tr = generate(model, prompt, make_drafter(method, **params), max_new_tokens=40, static=True)
+        assert tr.config["static"] is True
+        assert tr.output_ids == hf_greedy(model, prompt, 40), f"static {method} {params} diverged on {arch}"
+        multi |= any(len(s.accepted) > 1 for s in tr.steps)
+    assert multi or method == "greedy"
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("params", SPECULATIVE, ids=str)
+def test_static_speculative_matches_hf_greedy(arch, params):
+    target, draft = tiny(arch, seed=0), tiny(arch, seed=1)
+    for prompt in PROMPTS:
+        tr = generate(target, prompt, make_drafter("speculative", draft_model=draft, **params),
+                      max_new_tokens=40, static=True)
+        assert tr.output_ids == hf_greedy(target, prompt, 40)
+        assert tr.steps[1].info.get("draft_forwards", 0) >= 1
+
+
+def test_static_logits_equal_dynamic_logits():
+    """One lookahead-shaped tree step (7 tokens -> an 8-row bucket, one padded row) after a prefill,
+    twice, with a non-prefix commit between: the static logits equal the dynamic ones."""
+    model = tiny("llama", seed=4)
+    a, b = Core(model, static=False), Core(model, static=True, capacity=8)  # capacity forces regrowth
+    assert isinstance(b.cache, StaticKV) and not isinstance(a.cache, StaticKV)
+    parents = [-1, 0, 1, 0, 3, 3, 0]
+    for c in (a, b):
+        c.prefill(PROMPTS[0])
+        c.commit(list(range(len(PROMPTS[0]))))
+    for _ in range(2):
+        la, lb = a.forward([1, 2, 3, 4, 5, 6, 7], parents), b.forward([1, 2, 3, 4, 5, 6, 7], parents)
+        assert torch.allclose(la, lb, atol=1e-5), (la - lb).abs().max()
+        for c in (a, b):
+            c.commit([0, 3, 5])
+    assert a.length == b.length == len(PROMPTS[0]) + 6
+    # rows: only the requested rows are computed, the others come back as zeros
+    la, lb = a.forward([9, 8, 7], [-1, 0, 0], rows=[0, 2]), b.forward([9, 8, 7], [-1, 0, 0], rows=[0, 2])
+    assert torch.allclose(la, lb, atol=1e-5) and lb[1].abs().sum() == 0
+
+
+def test_draft_core_region_static_equals_dynamic():
+    """A draft region grown over several forwards (catch-up chain, then a level of the tree) and settled
+    on a non-prefix path gives the same logits on both caches."""
+    model = tiny("qwen2", seed=6)
+    cores = [DraftCore(model, static=False), DraftCore(model, static=True)]
+    outs = []
+    for c in cores:
+        c.prefill(PROMPTS[1][:10])
+        c.commit(list(range(10)))
+        l1 = c.grow(PROMPTS[1][10:], [-1, 0, 1, 2], skip=3)   # catch-up chain, logits of the last only
+        l2 = c.grow([11, 12, 13], [3, 3, 4])                  # children of x0 (region node 3) and of 11
+        c.settle([0, 1, 2, 3, 4, 6])
+        l3 = c.grow([20], [-1])
+        outs.append((l1, l2, l3))
+        assert c.length == 16 and c.spec_parents == [-1]
+    for x, y in zip(*outs):
+        assert x.shape == y.shape and torch.allclose(x, y, atol=1e-5)
+
+
+def test_buckets_and_padding():
+    assert [bucket(q) for q in (1, 2, 3, 5, 8, 9, 100, 128, 129, 300)] == [1, 2, 4, 8, 8, 16, 128, 128, 129, 300]
+    model = tiny("llama", seed=2)
+    core = Core(model, static=True)
+    core.prefill(PROMPTS[0])
+    core.commit(list(range(len(PROMPTS[0]))))
+    # a 3-token step runs as a 4-row bucket; its padded row writes one slot past the step, never committed
+    logits = core.forward([1, 2, 3], [-1, 0, 1])
+    assert logits.shape == (3, model.config.vocab_size) and torch.isfinite(logits).all()
+    core.commit([0, 1])
+    assert core.length == len(PROMPTS[0]) + 2
+
+
+def test_generate_default_and_trace_flag(tiny_models):
+    tr = generate(tiny_models["llama"], PROMPTS[0], max_new_tokens=4)
+    assert tr.config["static"] is False  # CPU default (bench/results/cpu-static.md)
+    tr = generate(tiny_models["llama"], PROMPTS[0], max_new_tokens=4, static=True)
+    assert tr.config["static"] is True
