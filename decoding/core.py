@@ -28,7 +28,8 @@ _OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("decodescope_cor
 
 @contextlib.contextmanager
 def core_options(**options):
-    """Within the block, Core(model) takes these defaults (static: bool, capacity: int)."""
+    """Within the block, Core(model) takes these defaults (static: bool, capacity: int; compiled: bool,
+    torch.compile of the static buckets, an experiment measured by bench/bench_static.py)."""
     token = _OPTIONS.set({**_OPTIONS.get(), **options})
     try:
         yield
@@ -60,7 +61,8 @@ class Core:
             raise ValueError("the static path cannot run split attention (it assumes the cache is the "
                              "visible prefix); use static=False or attn='sdpa'")
         cap = capacity if capacity is not None else opts.get("capacity", 512)
-        self.cache = StaticKV(model, cap) if self.static else DynamicCache(config=model.config)
+        self.cache = (StaticKV(model, cap, compiled=opts.get("compiled", False)) if self.static
+                      else DynamicCache(config=model.config))
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []

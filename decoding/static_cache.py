@@ -19,6 +19,7 @@ Plugs into transformers through the public Cache / CacheLayerMixin API; nothing 
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 GRAPH_MAX = 128   # largest bucket captured as a CUDA graph; larger steps (prefill) run eagerly
 ROUND = 256       # capacity granularity (a multiple of 16 keeps the mask aligned for SDPA kernels)
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> torch.compile'd model
 
 
 def bucket(q: int) -> int:
@@ -82,13 +84,18 @@ class SlotLayer(CacheLayerMixin):
 class StaticKV(Cache):
     """The preallocated cache plus the static step buffers and, on CUDA, one captured graph per bucket."""
 
-    def __init__(self, model, capacity: int = 0, graphs: bool | None = None):
+    def __init__(self, model, capacity: int = 0, graphs: bool | None = None, compiled: bool = False):
         n_layers = model.config.get_text_config().num_hidden_layers
         super().__init__(layers=[SlotLayer(self) for _ in range(n_layers)])
         emb = model.get_input_embeddings().weight
         self.model, self.device, self.dtype = model, emb.device, emb.dtype
         self.capacity = _round_up(max(capacity, 1), ROUND)
         self.graphs_on = self.device.type == "cuda" if graphs is None else graphs
+        # compiled: buckets run through torch.compile at the fixed [bucket, capacity] shapes (measured on
+        # CPU by bench/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
+        self.compiled = compiled
+        if compiled and model not in _COMPILED:
+            _COMPILED[model] = torch.compile(model, dynamic=False)
         self.slots = torch.zeros(0, dtype=torch.long, device=self.device)
         self.kv_len = 0
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor] | None] = {}
@@ -97,11 +104,11 @@ class StaticKV(Cache):
 
     def _alloc_buffers(self) -> None:
         """Static inputs of the graph path: ids / positions / slots rows, and the [GRAPH_MAX, capacity] mask."""
-        if not self.graphs_on:
+        if not (self.graphs_on or self.compiled):
             return
         self.io = torch.zeros((3, GRAPH_MAX), dtype=torch.long, device=self.device)
         self.mask = torch.zeros((1, 1, GRAPH_MAX, self.capacity), dtype=self.dtype, device=self.device)
-        self.pool = torch.cuda.graph_pool_handle()
+        self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None
         self.graphs.clear()
 
     def ensure(self, need: int) -> None:
@@ -127,10 +134,14 @@ class StaticKV(Cache):
         host = torch.tensor([[0] * pad + list(tokens), [0] * pad + [length + d for d in depths],
                              list(range(start + q, start + qb)) + list(range(start, start + q))], dtype=torch.long)
         vis_t = torch.from_numpy(np.array(vis, dtype=bool))
-        if self.graphs_on and qb <= GRAPH_MAX and self.graphs.get(qb, 0) is not None:
+        if (self.graphs_on or self.compiled) and qb <= GRAPH_MAX and self.graphs.get(qb, 0) is not None:
             self.io[:, :qb].copy_(host)
             self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
-            logits = self._replay(qb)[0, pad:]
+            if self.compiled:
+                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, _COMPILED[self.model])
+            else:
+                logits = self._replay(qb)
+            logits = logits[0, pad:]
         else:
             kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))
             io = host.to(self.device)
@@ -157,10 +168,10 @@ class StaticKV(Cache):
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 
-    def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep) -> torch.Tensor:
+    def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None) -> torch.Tensor:
         qb = io.shape[1]
         self.slots, self.kv_len = io[2, :qb], kv
-        out = self.model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
+        out = (self.model if fn is None else fn)(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
                          past_key_values=self, use_cache=True, logits_to_keep=keep)
         return out.logits
 
