@@ -121,7 +121,32 @@ class TreeBuilder:
             first = False
         if self.shape.mode == "dynamic":
             nodes = self._select(nodes)
+        stats["pruned"] = self._pruned(nodes)
         return nodes, len(catch), stats
+
+    def _pruned(self, nodes: list[Node]) -> dict[str, list]:
+        """The best children the tree left out, for the trace's tree view: for every node whose draft
+        distribution is known, its top-`width` tokens (branch in dynamic mode) that are not among its
+        children: cut by the width, by sampling (children drawn at random), or by the dynamic budget.
+        A node the confidence cutoff stopped never ran through the draft (that is the forward the cutoff
+        saves), so its children are unknown; its own draft_prob < confidence marks it in the tree."""
+        out: dict[str, list] = {"parents": [], "tokens": [], "draft_prob": []}
+        run = [i for i, nd in enumerate(nodes) if nd.dist is not None and nd.depth < self.shape.depth]
+        if not run:
+            return out
+        widths = [self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nodes[i].depth]
+                  for i in run]
+        dist = torch.stack([nodes[i].dist for i in run])
+        top = torch.topk(dist, min(max(widths), dist.shape[-1]))
+        probs, toks = top.values.tolist(), top.indices.tolist()  # one transfer for the whole tree
+        for i, w, ps, ts in zip(run, widths, probs, toks):
+            have = {nodes[k].token for k in nodes[i].kids}
+            for p, t in zip(ps[:w], ts[:w]):
+                if t not in have and p > 0:
+                    out["parents"].append(i)
+                    out["tokens"].append(t)
+                    out["draft_prob"].append(round(p, 6))
+        return out
 
     def _grows(self, nd: Node) -> bool:
         """Whether a node gets children: above the depth limit, not pruned, confident enough."""

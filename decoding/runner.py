@@ -110,7 +110,7 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
                 step.tokens, step.parents, step.roles = plan.tokens, plan.parents, plan.roles
                 step.positions = [kv_len + d for d in plan.depths]
                 step.slots = [list(s) for s in plan.slots]
-                step.kept, step.info = v.path, plan.info
+                step.kept, step.info = v.path, _tree_info(plan.info)
             step.wall_ms = (time.perf_counter() - t0) * 1e3
         tr.steps.append(step)
         if on_step:
@@ -132,6 +132,14 @@ def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, l
         if t in eos or len(out) >= limit:
             return True
     return False
+
+
+def _tree_info(info: dict) -> dict:
+    """A drafted tree's left-out candidates belong in its tree record (info["tree"]["pruned"], drawn by
+    the tree view); empty lists when nothing was pruned or the step drafted nothing."""
+    if "tree" in info:
+        info["tree"]["pruned"] = info.pop("pruned", None) or {"parents": [], "tokens": [], "draft_prob": []}
+    return info
 
 
 def _eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:

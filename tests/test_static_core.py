@@ -100,3 +100,42 @@ def test_generate_default_and_trace_flag(tiny_models):
     assert tr.config["static"] is False  # CPU default (bench/results/cpu-static.md)
     tr = generate(tiny_models["llama"], PROMPTS[0], max_new_tokens=4, static=True)
     assert tr.config["static"] is True
+
+
+def _pruned_ok(step, width: int) -> int:
+    tree, pr = step.info["tree"], step.info["tree"]["pruned"]
+    assert len(pr["parents"]) == len(pr["tokens"]) == len(pr["draft_prob"])
+    for par, tok, p in zip(pr["parents"], pr["tokens"], pr["draft_prob"]):
+        kids = [tree["tokens"][k] for k in range(len(tree["tokens"])) if tree["parents"][k] == par]
+        assert tok not in kids and 0 < p <= 1  # left out: not drafted
+    assert all(pr["parents"].count(par) <= width for par in set(pr["parents"]))
+    return len(pr["parents"])
+
+
+def test_pruned_draft_nodes_in_the_trace():
+    """Dynamic trees record the candidates the budget cut (scoring no better than any kept node); greedy
+    fixed trees draft their top-w children, so nothing is pruned there; the lists are always present."""
+    target, draft = tiny("llama", seed=0), tiny("llama", seed=1)
+    tr = generate(target, PROMPTS[0], make_drafter("speculative", draft_model=draft, tree_budget=6),
+                  max_new_tokens=24)
+    assert tr.output_ids == hf_greedy(target, PROMPTS[0], 24)
+    steps = [s for s in tr.steps if s.kind == "decode"]
+    assert sum(_pruned_ok(s, 4) for s in steps) > 0  # branch 4 per node, budget 6: cuts happen
+    for s in steps:
+        tree, pr = s.info["tree"], s.info["tree"]["pruned"]
+        kept = min(_score(tree, k) for k in range(1, len(tree["tokens"])))
+        for par, p in zip(pr["parents"], pr["draft_prob"]):
+            assert p * _score(tree, par) <= kept + 1e-6
+    tr = generate(target, PROMPTS[0], make_drafter("speculative", draft_model=draft, tree=[2, 2], confidence=0.0),
+                  max_new_tokens=12)
+    for s in tr.steps[1:]:
+        assert s.info["tree"]["pruned"] == {"parents": [], "tokens": [], "draft_prob": []}
+
+
+def _score(tree: dict, k: int) -> float:
+    """Cumulative draft probability of node k's path (the dynamic tree's ranking)."""
+    score = 1.0
+    while k > 0:
+        score *= tree["draft_prob"][k]
+        k = tree["parents"][k]
+    return score
