@@ -48,6 +48,14 @@ def attention_backends(device: torch.device) -> contextlib.AbstractContextManage
     return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
 
 
+def _kv_tensors(cache) -> list[torch.Tensor]:
+    """Every tensor of a cache with the sequence axis at -2: one for the static cache's fused store,
+    keys and values per layer for a DynamicCache."""
+    if isinstance(cache, StaticKV):
+        return cache.tensors()
+    return [t for layer in cache.layers if layer.is_initialized for t in (layer.keys, layer.values)]
+
+
 class Core:
     """A model plus its KV cache; `length` is the number of cached (accepted) tokens."""
 
@@ -129,10 +137,8 @@ class Core:
         past, n, k = self.length, len(self.spec_parents), len(keep)
         if keep != list(range(k)):  # not a prefix of the region: move the kept rows down
             idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
-            for layer in self.cache.layers:
-                if layer.is_initialized:
-                    layer.keys[..., past:past + k, :] = layer.keys.index_select(-2, idx)
-                    layer.values[..., past:past + k, :] = layer.values.index_select(-2, idx)
+            for t in _kv_tensors(self.cache):
+                t[..., past:past + k, :] = t.index_select(-2, idx)
         if k < n and not self.static:
             self.cache.crop(-(n - k))  # transformers 5: a negative count removes tokens
         self.length = past + k

@@ -44,15 +44,12 @@ class SlotLayer(CacheLayerMixin):
     """One layer's preallocated keys/values; update() writes the step's rows at the owner's slots."""
     is_compileable = True
 
-    def __init__(self, owner: "StaticKV"):
+    def __init__(self, owner: "StaticKV", idx: int):
         super().__init__()
-        self.owner = owner
+        self.owner, self.idx = owner, idx
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        b, h, _, d = key_states.shape
-        cap, dev = self.owner.capacity, key_states.device
-        self.keys = torch.zeros((b, h, cap, d), dtype=key_states.dtype, device=dev)
-        self.values = torch.zeros((b, h, cap, value_states.shape[-1]), dtype=value_states.dtype, device=dev)
+        self.owner.allocate(self, key_states, value_states)
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -62,14 +59,6 @@ class SlotLayer(CacheLayerMixin):
         self.values.index_copy_(2, self.owner.slots, value_states)
         n = self.owner.kv_len
         return self.keys[:, :, :n], self.values[:, :, :n]
-
-    def resize(self, capacity: int) -> None:
-        if self.is_initialized:
-            for name in ("keys", "values"):
-                old = getattr(self, name)
-                new = old.new_zeros((*old.shape[:2], capacity, old.shape[-1]))
-                new[:, :, :old.shape[2]] = old
-                setattr(self, name, new)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.kv_len, 0
@@ -86,7 +75,9 @@ class StaticKV(Cache):
 
     def __init__(self, model, capacity: int = 0, graphs: bool | None = None, compiled: bool = False):
         n_layers = model.config.get_text_config().num_hidden_layers
-        super().__init__(layers=[SlotLayer(self) for _ in range(n_layers)])
+        super().__init__(layers=[SlotLayer(self, i) for i in range(n_layers)])
+        self.store: torch.Tensor | None = None  # [layers, 2, B, H, capacity, D]: every layer's keys and values
+        self.fused = True                       # all layers are views of `store` (same head shapes)
         emb = model.get_input_embeddings().weight
         self.model, self.device, self.dtype = model, emb.device, emb.dtype
         self.capacity = _round_up(max(capacity, 1), ROUND)
@@ -111,13 +102,46 @@ class StaticKV(Cache):
         self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None
         self.graphs.clear()
 
+    def allocate(self, layer: SlotLayer, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Layer storage: a view of one tensor for all layers (compaction is then one gather for the whole
+        cache, not two per layer), or the layer's own pair when head shapes differ between layers."""
+        shape = (k.shape[0], k.shape[1], self.capacity, k.shape[-1])
+        if self.store is None and layer.idx == 0 and v.shape[-1] == k.shape[-1]:
+            self.store = k.new_zeros((len(self.layers), 2, *shape))
+        if self.store is not None and tuple(self.store.shape[2:]) == shape and v.shape[-1] == k.shape[-1]:
+            layer.keys, layer.values = self.store[layer.idx, 0], self.store[layer.idx, 1]
+        else:
+            self.fused = False
+            layer.keys = k.new_zeros(shape)
+            layer.values = v.new_zeros((*shape[:3], v.shape[-1]))
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The cache's tensors with the sequence axis at -2 (what a KV compaction moves)."""
+        if self.fused and self.store is not None:
+            return [self.store]
+        return [t for layer in self.layers if layer.is_initialized for t in (layer.keys, layer.values)]
+
     def ensure(self, need: int) -> None:
         """Room for `need` cache entries; growing reallocates and drops the captured graphs."""
         if need <= self.capacity:
             return
+        old = self.capacity
         self.capacity = _round_up(max(need, 2 * self.capacity), ROUND)
+        if self.store is not None:
+            store = self.store.new_zeros((*self.store.shape[:4], self.capacity, self.store.shape[-1]))
+            store[..., :old, :] = self.store
+            self.store = store
         for layer in self.layers:
-            layer.resize(self.capacity)
+            if not layer.is_initialized:
+                continue
+            if self.store is not None and layer.keys.shape[-1] == store.shape[-1] and self.fused:
+                layer.keys, layer.values = store[layer.idx, 0], store[layer.idx, 1]
+            else:
+                for name in ("keys", "values"):
+                    t = getattr(layer, name)
+                    new = t.new_zeros((*t.shape[:2], self.capacity, t.shape[-1]))
+                    new[:, :, :old] = t
+                    setattr(layer, name, new)
         self._alloc_buffers()
 
     def step(self, tokens: list[int], depths: list[int], vis: np.ndarray, length: int, start: int,

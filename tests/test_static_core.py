@@ -139,3 +139,23 @@ def _score(tree: dict, k: int) -> float:
         score *= tree["draft_prob"][k]
         k = tree["parents"][k]
     return score
+
+
+def test_cache_regrowth_keeps_contents():
+    """A step that does not fit reallocates the cache (and would drop CUDA graphs): same logits after."""
+    model = tiny("gpt2", seed=3)
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 64, (250,), generator=g).tolist()
+    a, b = Core(model, static=False), Core(model, static=True, capacity=1)
+    cap0 = b.cache.capacity
+    for c in (a, b):
+        c.prefill(prompt)
+        c.commit(list(range(250)))
+    parents = [-1, 0, 1, 0, 3, 4, 0, 6]
+    la, lb = a.forward(list(range(8)), parents), b.forward(list(range(8)), parents)
+    assert b.cache.capacity > cap0 and b.cache.fused and b.cache.store.shape[4] == b.cache.capacity
+    assert torch.allclose(la, lb, atol=1e-5)
+    for c in (a, b):
+        c.commit([0, 3, 4, 5])
+    la, lb = a.forward([9], [-1]), b.forward([9], [-1])
+    assert torch.allclose(la, lb, atol=1e-5)
