@@ -3,7 +3,7 @@
     python bench/bench_static.py            # embedded target, fp32, 1 thread, code prompts, greedy + lookahead
     python bench/bench_static.py --quick    # tiny random model, seconds (checks that it runs)
 
-Contenders per method: `dynamic` (DynamicCache, exact shapes), `static` (preallocated cache, buckets of
+Decode steps only (prefill excluded), exactly --max-new-tokens per run. Contenders per method: `dynamic` (DynamicCache, exact shapes), `static` (preallocated cache, buckets of
 1, 2, 4, ... 128 rows, eager), `compiled` (static + torch.compile of each bucket at [bucket, capacity];
 its compile time is paid in a warm-up run and reported separately). Interleaved A/B: every repetition runs
 each prompt with every contender in turn, so drift of a shared machine hits all alike; medians of
@@ -12,6 +12,7 @@ tokens/s. Every contender's ids must equal the dynamic path's. Writes bench/resu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from decoding import load, run  # noqa: E402
+from decoding import generate, load, make_drafter  # noqa: E402
 from decoding.core import core_options  # noqa: E402
 
 from bench import load_prompts, machine, tiny_dir  # noqa: E402
@@ -30,24 +31,40 @@ METHODS = {"greedy": {}, "lookahead W5 N4 G5": dict(method="lookahead", window=5
 CONTENDERS = {"dynamic": dict(static=False), "static": dict(static=True), "compiled": dict(static=True, compiled=True)}
 
 
-def one(model, tok, prompt: str, n: int, method: dict, contender: dict) -> tuple[float, float, list[int]]:
-    """(wall s, process CPU s, ids) of one run. CPU time: the dev box is shared, and with one thread a
-    run's CPU seconds are its compute, whatever the other processes on the machine do to its wall time."""
-    p = dict(method)
-    name = p.pop("method", "greedy")
-    with core_options(compiled=contender.get("compiled", False)):
+class StepTimer:
+    """step_context that sums wall and process CPU time over decode steps (prefill excluded). CPU time:
+    the dev box is shared, and with one thread a step's CPU seconds are its work, whatever the other
+    processes on the machine do to its wall time."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    @contextlib.contextmanager
+    def __call__(self, index: int, kind: str):
         t0, c0 = time.perf_counter(), time.process_time()
-        tr = run(model, tok, prompt, name, max_new_tokens=n, trace=False, static=contender["static"], **p)
-        return time.perf_counter() - t0, time.process_time() - c0, tr.output_ids
+        yield
+        if kind == "decode":
+            self.wall += time.perf_counter() - t0
+            self.cpu += time.process_time() - c0
 
 
-def bench(model, tok, prompts: list[str], n: int, reps: int, contenders: list[str]) -> tuple[list[dict], dict]:
+def one(model, ids: list[int], n: int, method: dict, contender: dict) -> tuple[float, float, list[int]]:
+    """(decode wall s, decode CPU s, ids) of one run of exactly n new tokens (no EOS stop)."""
+    p = dict(method)
+    timer = StepTimer()
+    with core_options(compiled=contender.get("compiled", False)):
+        tr = generate(model, ids, make_drafter(p.pop("method", "greedy"), **p), max_new_tokens=n,
+                      trace=False, static=contender["static"], step_context=timer)
+    return timer.wall, timer.cpu, tr.output_ids
+
+
+def bench(model, prompts: list[list[int]], n: int, reps: int, contenders: list[str]) -> tuple[list[dict], dict]:
     warm = {}
     for c in contenders:  # first runs: allocator warm-up, and for `compiled` every bucket's compilation
         t0 = time.perf_counter()
         for m in METHODS.values():
             for pr in prompts:
-                one(model, tok, pr, n, m, CONTENDERS[c])
+                one(model, pr, n, m, CONTENDERS[c])
         warm[c] = time.perf_counter() - t0
     times = {(m, c): [] for m in METHODS for c in contenders}
     cpu = {(m, c): [] for m in METHODS for c in contenders}
@@ -57,7 +74,7 @@ def bench(model, tok, prompts: list[str], n: int, reps: int, contenders: list[st
             for m, mp in METHODS.items():
                 ref = None
                 for c in contenders:
-                    dt, dc, ids = one(model, tok, pr, n, mp, CONTENDERS[c])
+                    dt, dc, ids = one(model, pr, n, mp, CONTENDERS[c])
                     ref = ids if ref is None else ref
                     exact[(m, c)] &= ids == ref
                     times[(m, c)].append(len(ids) / dt)
@@ -89,16 +106,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     name = tiny_dir() if a.quick else a.model
     model, tok = load(name, device="cpu", dtype="fp32", threads=a.threads)
     if a.quick:
-        prompts, a.reps, a.max_new_tokens = ["def x ( y ) : return y + 1"], 1, 8
-    else:
-        prompts = [p["prompt"][-1200:] for p in load_prompts(["code"])[:a.prompts]]
-    rows, warm = bench(model, tok, prompts, a.max_new_tokens, a.reps, contenders)
+        prompts, a.reps, a.max_new_tokens = [tok("def x ( y ) : return y + 1")["input_ids"]], 1, 8
+    else:  # the prompts' last 256 tokens: a realistic cache, a bounded prefill
+        prompts = [tok(p["prompt"])["input_ids"][-256:] for p in load_prompts(["code"])[:a.prompts]]
+    rows, warm = bench(model, prompts, a.max_new_tokens, a.reps, contenders)
     meta = {**machine(model), "model": "tiny random" if a.quick else name or "embedded (assets/target)",
             "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "reps": a.reps,
             "warmup_s": {c: round(v, 1) for c, v in warm.items()}}
     md = (f"Static path on CPU: {meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), torch "
-          f"{meta['torch']}, model {meta['model']} fp32, {len(prompts)} code prompts x {a.max_new_tokens} new "
-          f"tokens, medians of {a.reps} interleaved repetitions per prompt. Warm-up (first runs of "
+          f"{meta['torch']}, model {meta['model']} fp32, {len(prompts)} code prompts (last 256 tokens) x "
+          f"{a.max_new_tokens} new tokens, decode steps only, medians of {a.reps} interleaved repetitions per prompt. Warm-up (first runs of "
           f"every method and prompt; `compiled` includes compiling each bucket): "
           + ", ".join(f"{c} {v:.1f} s" for c, v in warm.items()) + ".\n\n"
           "Wall tokens/s suffer from whatever else the shared machine runs; CPU ms per token (process time, "
