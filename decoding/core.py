@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .masks import chain_parents, step_mask, tree_visibility
-from .static_cache import StaticKV
+from .static_cache import StaticKV, acquire, release
 
 # Defaults for Cores built while runner.generate runs, so that a drafter's own Core (the speculative
 # draft) follows the run's static setting without the drafter knowing about it.
@@ -69,8 +70,11 @@ class Core:
             raise ValueError("the static path cannot run split attention (it assumes the cache is the "
                              "visible prefix); use static=False or attn='sdpa'")
         cap = capacity if capacity is not None else opts.get("capacity", 512)
-        self.cache = (StaticKV(model, cap, compiled=opts.get("compiled", False)) if self.static
-                      else DynamicCache(config=model.config))
+        if self.static:  # a pooled cache (and its captured graphs) goes back to the model when this Core dies
+            self.cache = acquire(model, cap, compiled=opts.get("compiled", False))
+            weakref.finalize(self, release, weakref.ref(model), self.cache)
+        else:
+            self.cache = DynamicCache(config=model.config)
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []

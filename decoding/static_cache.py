@@ -79,13 +79,14 @@ class StaticKV(Cache):
         self.store: torch.Tensor | None = None  # [layers, 2, B, H, capacity, D]: every layer's keys and values
         self.fused = True                       # all layers are views of `store` (same head shapes)
         emb = model.get_input_embeddings().weight
-        self.model, self.device, self.dtype = model, emb.device, emb.dtype
+        self._model = weakref.ref(model)  # weak: a pooled cache must not keep an unloaded model alive
+        self.device, self.dtype = emb.device, emb.dtype
         self.capacity = _round_up(max(capacity, 1), ROUND)
         self.graphs_on = self.device.type == "cuda" if graphs is None else graphs
         # compiled: buckets run through torch.compile at the fixed [bucket, capacity] shapes (measured on
         # CPU by bench/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
         self.compiled = compiled
-        if compiled and model not in _COMPILED:
+        if compiled and model not in _COMPILED:  # (experiment: the compiled module keeps the model alive)
             _COMPILED[model] = torch.compile(model, dynamic=False)
         self.slots = torch.zeros(0, dtype=torch.long, device=self.device)
         self.kv_len = 0
@@ -162,7 +163,7 @@ class StaticKV(Cache):
             self.io[:, :qb].copy_(host)
             self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
             if self.compiled:
-                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, _COMPILED[self.model])
+                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, _COMPILED[self._model()])
             else:
                 logits = self._replay(qb)
             logits = logits[0, pad:]
@@ -195,7 +196,7 @@ class StaticKV(Cache):
     def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None) -> torch.Tensor:
         qb = io.shape[1]
         self.slots, self.kv_len = io[2, :qb], kv
-        out = (self.model if fn is None else fn)(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
+        out = (self._model() if fn is None else fn)(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
                          past_key_values=self, use_cache=True, logits_to_keep=keep)
         return out.logits
 
@@ -211,7 +212,7 @@ class StaticKV(Cache):
                     self._forward(*args)  # warm-up: the real step (it is idempotent: same rows, same slots)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool):
+                with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                     out = self._forward(*args)
                 entry = self.graphs[qb] = (graph, out)
             except Exception as e:  # noqa: BLE001 - a model that cannot be captured still decodes eagerly
@@ -221,6 +222,37 @@ class StaticKV(Cache):
                 return self._forward(*args)
         entry[0].replay()
         return entry[1]
+
+
+def acquire(model, capacity: int, compiled: bool = False) -> StaticKV:
+    """A static cache for `model` with room for `capacity` tokens: a pooled one from an earlier run when
+    one fits (its CUDA graphs are then already captured: a run after the first pays no capture), else new.
+    At most twice the room needed: in graph mode attention reads the whole capacity."""
+    need = _round_up(max(capacity, 1), ROUND)
+    pool = _pool(model)
+    for kv in sorted(pool, key=lambda c: c.capacity):
+        if need <= kv.capacity <= 2 * need and kv.compiled == compiled:
+            pool.remove(kv)
+            return kv
+    return StaticKV(model, capacity, compiled=compiled)
+
+
+def release(model_ref: "weakref.ref", kv: StaticKV, keep: int = 2) -> None:
+    """Return a cache to its model's pool (called when its Core is collected); keep the `keep` largest."""
+    model = model_ref()
+    if model is None:
+        return
+    pool = _pool(model)
+    pool.append(kv)
+    while len(pool) > keep:
+        pool.remove(min(pool, key=lambda c: c.capacity))
+
+
+def _pool(model) -> list[StaticKV]:
+    pool = model.__dict__.get("_decodescope_static_pool")
+    if pool is None:
+        pool = model.__dict__["_decodescope_static_pool"] = []
+    return pool
 
 
 def _keep_arg(rows, pad: int, q: int, device: torch.device):

@@ -159,3 +159,24 @@ def test_cache_regrowth_keeps_contents():
         c.commit([0, 3, 4, 5])
     la, lb = a.forward([9], [-1]), b.forward([9], [-1])
     assert torch.allclose(la, lb, atol=1e-5)
+
+
+def test_static_cache_is_reused_across_runs():
+    """A finished run's cache (with its captured graphs on CUDA) serves the next run of that model."""
+    import gc
+    model = tiny("llama", seed=7)
+    core = Core(model, static=True, capacity=100)
+    first = core.cache
+    del core
+    gc.collect()
+    again = Core(model, static=True, capacity=120)
+    assert again.cache is first
+    other = Core(model, static=True, capacity=120)  # in use: a second Core gets its own
+    assert other.cache is not first
+    big = Core(model, static=True, capacity=5000)    # far larger than the pooled one: a new cache
+    assert big.cache is not first and big.cache.capacity >= 5000
+    prompt = PROMPTS[0]
+    ref = hf_greedy(model, prompt, 16)
+    for _ in range(2):  # stale entries of the previous run are never visible
+        assert generate(model, prompt, make_drafter("lookahead", window=3, ngram=3, guesses=3),
+                        max_new_tokens=16, static=True).output_ids == ref
