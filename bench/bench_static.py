@@ -3,8 +3,8 @@
     python bench/bench_static.py            # embedded target, fp32, 1 thread, code prompts, greedy + lookahead
     python bench/bench_static.py --quick    # tiny random model, seconds (checks that it runs)
 
-Decode steps only (prefill excluded), exactly --max-new-tokens per run. Contenders per method: `dynamic` (DynamicCache, exact shapes), `static` (preallocated cache, buckets of
-1, 2, 4, ... 128 rows, eager), `compiled` (static + torch.compile of each bucket at [bucket, capacity];
+Decode steps only (prefill excluded), exactly --max-new-tokens per run. Contenders per method: `dynamic`
+(DynamicCache, exact shapes), `static` (preallocated cache, buckets of 1, 2, 4, ... 128 rows, eager), `compiled` (static + torch.compile of each bucket at [bucket, capacity];
 its compile time is paid in a warm-up run and reported separately). Interleaved A/B: every repetition runs
 each prompt with every contender in turn, so drift of a shared machine hits all alike; medians of
 tokens/s. Every contender's ids must equal the dynamic path's. Writes bench/results/cpu-static.{md,json}.
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "warmup_s": {c: round(v, 1) for c, v in warm.items()}}
     md = (f"Static path on CPU: {meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), torch "
           f"{meta['torch']}, model {meta['model']} fp32, {len(prompts)} code prompts (last 256 tokens) x "
-          f"{a.max_new_tokens} new tokens, decode steps only, medians of {a.reps} interleaved repetitions per prompt. Warm-up (first runs of "
-          f"every method and prompt; `compiled` includes compiling each bucket): "
+          f"{a.max_new_tokens} new tokens, decode steps only, medians of {a.reps} interleaved repetitions per "
+          f"prompt. Warm-up (first runs of every method and prompt; `compiled` includes compiling each bucket): "
           + ", ".join(f"{c} {v:.1f} s" for c, v in warm.items()) + ".\n\n"
           "Wall tokens/s suffer from whatever else the shared machine runs; CPU ms per token (process time, "
           "one thread) is the steadier measure of the work.\n\n"

@@ -163,7 +163,8 @@ class StaticKV(Cache):
             self.io[:, :qb].copy_(host)
             self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
             if self.compiled:
-                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, _COMPILED[self._model()])
+                fn = _COMPILED[self._model()]
+                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, fn)
             else:
                 logits = self._replay(qb)
             logits = logits[0, pad:]
@@ -196,8 +197,9 @@ class StaticKV(Cache):
     def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None) -> torch.Tensor:
         qb = io.shape[1]
         self.slots, self.kv_len = io[2, :qb], kv
-        out = (self._model() if fn is None else fn)(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
-                         past_key_values=self, use_cache=True, logits_to_keep=keep)
+        model = self._model() if fn is None else fn
+        out = model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
+                    past_key_values=self, use_cache=True, logits_to_keep=keep)
         return out.logits
 
     def _replay(self, qb: int) -> torch.Tensor:
