@@ -4,8 +4,9 @@
     python bench/bench_static.py --quick    # tiny random model, seconds (checks that it runs)
 
 Decode steps only (prefill excluded), exactly --max-new-tokens per run. Contenders per method: `dynamic`
-(DynamicCache, exact shapes), `static` (preallocated cache, buckets of 1, 2, 4, ... 128 rows, eager), `compiled` (static + torch.compile of each bucket at [bucket, capacity];
-its compile time is paid in a warm-up run and reported separately). Interleaved A/B: every repetition runs
+(DynamicCache, exact shapes), `static` (preallocated cache, buckets of 1, 2, 4, ... 128 rows, eager),
+`compiled` (static + torch.compile of each bucket at [bucket, capacity]; its compile time is paid in a
+warm-up run and reported separately). Interleaved A/B: every repetition runs
 each prompt with every contender in turn, so drift of a shared machine hits all alike; medians of
 tokens/s. Every contender's ids must equal the dynamic path's. Writes bench/results/cpu-static.{md,json}.
 """
