@@ -109,7 +109,8 @@ class StaticKV(Cache):
         shape = (k.shape[0], k.shape[1], self.capacity, k.shape[-1])
         if self.store is None and layer.idx == 0 and v.shape[-1] == k.shape[-1]:
             self.store = k.new_zeros((len(self.layers), 2, *shape))
-        if self.store is not None and tuple(self.store.shape[2:]) == shape and v.shape[-1] == k.shape[-1]:
+        if (self.store is not None and tuple(self.store.shape[2:]) == shape and v.shape[-1] == k.shape[-1]
+                and self.store.device == k.device):  # a model sharded over GPUs keeps per-layer storage
             layer.keys, layer.values = self.store[layer.idx, 0], self.store[layer.idx, 1]
         else:
             self.fused = False
