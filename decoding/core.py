@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import weakref
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
@@ -110,8 +111,9 @@ class Core:
         else:
             new_depths, depths = list(depths), list(depths)
         with attention_backends(self.device):
-            if self.static:
-                vis = tree_visibility(allp)[n0:]
+            if self.static:  # a chain (prefill) skips the cached builder: one entry per prompt length
+                chain = n0 == 0 and allp == chain_parents(q)
+                vis = np.tril(np.ones((q, q), dtype=bool)) if chain else tree_visibility(allp)[n0:]
                 logits = self.cache.step(tokens, new_depths, vis, past, past + n0, rows)
             else:
                 logits = self._dynamic(tokens, allp, new_depths, n0, rows)
