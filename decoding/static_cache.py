@@ -73,7 +73,8 @@ class SlotLayer(CacheLayerMixin):
 class StaticKV(Cache):
     """The preallocated cache plus the static step buffers and, on CUDA, one captured graph per bucket."""
 
-    def __init__(self, model, capacity: int = 0, graphs: bool | None = None, compiled: bool = False):
+    def __init__(self, model, capacity: int = 0, graphs: bool | None = None, compiled: bool = False,
+                 fixed: bool = False):
         n_layers = model.config.get_text_config().num_hidden_layers
         super().__init__(layers=[SlotLayer(self, i) for i in range(n_layers)])
         self.store: torch.Tensor | None = None  # [layers, 2, B, H, capacity, D]: every layer's keys and values
@@ -86,6 +87,9 @@ class StaticKV(Cache):
         # compiled: buckets run through torch.compile at the fixed [bucket, capacity] shapes (measured on
         # CPU by bench/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
         self.compiled = compiled
+        # fixed: the graph path's shapes and buffers (kv = capacity, all rows, static inputs), run eagerly:
+        # what a CUDA graph replays, testable on CPU (tests/test_static_core.py)
+        self.fixed = self.graphs_on or compiled or fixed
         if compiled and model not in _COMPILED:  # (experiment: the compiled module keeps the model alive)
             _COMPILED[model] = torch.compile(model, dynamic=False)
         self.slots = torch.zeros(0, dtype=torch.long, device=self.device)
@@ -96,7 +100,7 @@ class StaticKV(Cache):
 
     def _alloc_buffers(self) -> None:
         """Static inputs of the graph path: ids / positions / slots rows, and the [GRAPH_MAX, capacity] mask."""
-        if not (self.graphs_on or self.compiled):
+        if not self.fixed:
             return
         self.io = torch.zeros((3, GRAPH_MAX), dtype=torch.long, device=self.device)
         self.mask = torch.zeros((1, 1, GRAPH_MAX, self.capacity), dtype=self.dtype, device=self.device)
@@ -160,14 +164,14 @@ class StaticKV(Cache):
         host = torch.tensor([[0] * pad + list(tokens), [0] * pad + [length + d for d in depths],
                              list(range(start + q, start + qb)) + list(range(start, start + q))], dtype=torch.long)
         vis_t = torch.from_numpy(np.array(vis, dtype=bool))
-        if (self.graphs_on or self.compiled) and qb <= GRAPH_MAX and self.graphs.get(qb, 0) is not None:
+        if self.fixed and qb <= GRAPH_MAX and self.graphs.get(qb, 0) is not None:
             self.io[:, :qb].copy_(host)
             self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
-            if self.compiled:
-                fn = _COMPILED[self._model()]
-                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, fn)
-            else:
+            if self.graphs_on:
                 logits = self._replay(qb)
+            else:
+                fn = _COMPILED[self._model()] if self.compiled else None
+                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, fn)
             logits = logits[0, pad:]
         else:
             kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))

@@ -180,3 +180,18 @@ def test_static_cache_is_reused_across_runs():
     for _ in range(2):  # stale entries of the previous run are never visible
         assert generate(model, prompt, make_drafter("lookahead", window=3, ngram=3, guesses=3),
                         max_new_tokens=16, static=True).output_ids == ref
+
+
+@pytest.mark.parametrize("method,params", [("lookahead", dict(window=4, ngram=3, guesses=4)), ("prompt_lookup", {})],
+                         ids=str)
+def test_fixed_shape_path_is_exact(method, params):
+    """What a CUDA graph replays, run eagerly on CPU: static input buffers, a mask over the whole capacity
+    (stale entries of the previous run and padded rows behind it), every row's logits: still HF greedy."""
+    from decoding.static_cache import _pool
+    model = tiny("qwen2", seed=8)
+    kv = StaticKV(model, 256, fixed=True)
+    _pool(model).append(kv)  # the next static Core of this model takes it (capacity fits)
+    for prompt in PROMPTS:
+        tr = generate(model, prompt, make_drafter(method, **params), max_new_tokens=40, static=True)
+        assert tr.output_ids == hf_greedy(model, prompt, 40)
+        assert _pool(model) == [kv] and kv.mask.shape[-1] == kv.capacity == 256 and kv.kv_len == 256
