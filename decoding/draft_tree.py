@@ -106,10 +106,11 @@ class TreeBuilder:
             n0 += skip
             stats["draft_forwards"] += 1
             stats["draft_nodes_run"] += len(toks)
+            dists = self._dist(logits)  # one softmax (sampling: one transfer) for the whole level
             for i in run:
-                nodes[i].dist = self._dist(logits[nodes[i].spec - n0])
+                nodes[i].dist = dists[nodes[i].spec - n0]
             if chain:
-                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, logits, c0 - n0, n0)
+                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, dists, c0 - n0, n0)
             new: list[int] = []
             for i in range(len(nodes)):
                 nd = nodes[i]
@@ -168,7 +169,7 @@ class TreeBuilder:
         p.kids.append(len(nodes) - 1)
         return len(nodes) - 1
 
-    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], logits: torch.Tensor,
+    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], dists: torch.Tensor,
                      c0: int, n0: int) -> int:
         """Draft-level verification of the stage-2 chain under `prim`; returns tokens accepted."""
         u, taken = prim, 0
@@ -191,7 +192,7 @@ class TreeBuilder:
             taken += 1
             if j < len(chain) - 1:  # this chain token ran in the forward: its distribution is known
                 nodes[v].spec = n0 + c0 + j
-                nodes[v].dist = self._dist(logits[c0 + j])
+                nodes[v].dist = dists[c0 + j]
             u = v
         return taken
 
