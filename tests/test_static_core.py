@@ -195,3 +195,19 @@ def test_fixed_shape_path_is_exact(method, params):
         tr = generate(model, prompt, make_drafter(method, **params), max_new_tokens=40, static=True)
         assert tr.output_ids == hf_greedy(model, prompt, 40)
         assert _pool(model) == [kv] and kv.mask.shape[-1] == kv.capacity == 256 and kv.kv_len == 256
+
+
+@pytest.mark.parametrize("method,params", [("lookahead", dict(window=4, ngram=3, guesses=4)),
+                                           ("speculative", dict(tree=[3, 2, 1], confidence=0.0)),
+                                           ("speculative", dict(draft_tokens=4, confidence=0.0))], ids=str)
+def test_static_sampling_repeats_and_matches_dynamic(method, params):
+    """Sampling on the static path: the same seed gives the same tokens, and the same as the dynamic path
+    (logits equal to float rounding; a uniform draw would have to land within ~1e-7 of a threshold)."""
+    from decoding import Sampling
+    target, draft = tiny("llama", seed=0), tiny("llama", seed=1)
+    if method == "speculative":
+        params = dict(params, draft_model=draft)
+    s = Sampling(0.8, top_k=20, seed=5)
+    runs = [generate(target, PROMPTS[1], make_drafter(method, **params), max_new_tokens=32, sampling=s,
+                     static=static).output_ids for static in (True, True, False)]
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 32
