@@ -162,9 +162,9 @@ class TreeBuilder:
             i = nodes[i].parent
         return out[::-1]
 
-    def _add(self, nodes: list[Node], parent: int, token: int, origin: str) -> int:
+    def _add(self, nodes: list[Node], parent: int, token: int, origin: str, prob: float | None = None) -> int:
         p = nodes[parent]
-        prob = float(p.dist[token])
+        prob = float(p.dist[token]) if prob is None else prob
         nodes.append(Node(token, parent, p.depth + 1, prob, p.score * prob, origin))
         p.kids.append(len(nodes) - 1)
         return len(nodes) - 1
@@ -203,16 +203,21 @@ class TreeBuilder:
         q = nd.dist
         w = self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nd.depth]
         have = [nodes[k].token for k in nd.kids]
-        need = min(w - len(have), int((q > 0).sum()) - len(have))
-        if need <= 0:
+        if w - len(have) <= 0:
             return []
         r = q.clone()
         if have:
             r[have] = 0.0
-        if self.gen is None or self.shape.mode == "dynamic":
-            toks = torch.topk(r, need).indices.tolist()  # deterministic children
-        else:  # i.i.d. without replacement from q (given the children already drawn)
-            toks = torch.multinomial(r / r.sum(), need, replacement=False, generator=self.gen).tolist()
+        if self.gen is None or self.shape.mode == "dynamic":  # deterministic children: the best tokens
+            top = torch.topk(r, min(w - len(have), r.shape[-1]))
+            # one transfer per node for tokens and probabilities (zero-probability tokens are no children)
+            return [self._add(nodes, i, t, "draft", p) for t, p in zip(top.indices.tolist(), top.values.tolist())
+                    if p > 0]
+        need = min(w - len(have), int((q > 0).sum()) - len(have))
+        if need <= 0:
+            return []
+        # i.i.d. without replacement from q (given the children already drawn)
+        toks = torch.multinomial(r / r.sum(), need, replacement=False, generator=self.gen).tolist()
         return [self._add(nodes, i, t, "draft") for t in toks]
 
     def _prune(self, nodes: list[Node], new: list[int]) -> list[int]:
