@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -110,16 +111,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
         prompts, a.reps, a.max_new_tokens = [tok("def x ( y ) : return y + 1")["input_ids"]], 1, 8
     else:  # the prompts' last 256 tokens: a realistic cache, a bounded prefill
         prompts = [tok(p["prompt"])["input_ids"][-256:] for p in load_prompts(["code"])[:a.prompts]]
+    load0 = os.getloadavg()[0]
     rows, warm = bench(model, prompts, a.max_new_tokens, a.reps, contenders)
     meta = {**machine(model), "model": "tiny random" if a.quick else name or "embedded (assets/target)",
             "prompts": len(prompts), "max_new_tokens": a.max_new_tokens, "reps": a.reps,
-            "warmup_s": {c: round(v, 1) for c, v in warm.items()}}
+            "warmup_s": {c: round(v, 1) for c, v in warm.items()},
+            "load_average": [round(load0, 1), round(os.getloadavg()[0], 1)]}
     md = (f"Static path on CPU: {meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), torch "
           f"{meta['torch']}, model {meta['model']} fp32, {len(prompts)} code prompts (last 256 tokens) x "
           f"{a.max_new_tokens} new tokens, decode steps only, medians of {a.reps} interleaved repetitions per "
           f"prompt. Warm-up (first runs of every method and prompt; `compiled` includes compiling each bucket): "
           + ", ".join(f"{c} {v:.1f} s" for c, v in warm.items()) + ".\n\n"
-          "Wall tokens/s suffer from whatever else the shared machine runs; CPU ms per token (process time, "
+          f"Load average {meta['load_average'][0]} at the start, {meta['load_average'][1]} at the end: wall "
+          "tokens/s suffer from whatever else the shared machine runs; CPU ms per token (process time, "
           "one thread) is the steadier measure of the work.\n\n"
           "| method | path | CPU ms/token | speed-up (CPU time) | wall tokens/s | speed-up (wall) | same ids as "
           "dynamic |\n|---|---|---|---|---|---|---|\n")
