@@ -48,8 +48,10 @@ def make_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, 
 
 
 def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, max_new_tokens: int = 64,
-        sampling: Sampling = Sampling(), drafter=None, trace: bool = True, **params) -> Trace:
-    """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info."""
+        sampling: Sampling = Sampling(), drafter=None, trace: bool = True, static: bool | None = None,
+        **params) -> Trace:
+    """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info.
+    static: the static-shape path (None = the device default, see runner.default_static)."""
     check_range("max_new_tokens", max_new_tokens)
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
     if isinstance(prompt, str) and not prompt.strip() or not ids:
@@ -63,7 +65,7 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     if eos is None and tokenizer is not None:
         eos = tokenizer.eos_token_id
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                  sampling=sampling, trace=trace, **_hooks(params))
+                  sampling=sampling, trace=trace, static=static, **_hooks(params))
     tr.model = describe(model)
     if tokenizer is not None:
         tr.text = tokenizer.decode(tr.output_ids)

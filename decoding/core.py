@@ -1,72 +1,151 @@
 """The one place that runs a model: packed new tokens + position ids + 4D float mask against a KV cache.
 
-Every method (greedy, lookahead, prompt lookup, speculative target and draft) calls `forward` with a
-tree of new tokens and then `commit` with the tree nodes whose keys/values belong to the accepted text.
-The cache always holds exactly the accepted prefix between steps.
+Every method (greedy, lookahead, prompt lookup, speculative target and draft) runs a tree of new tokens
+and then keeps the nodes whose keys/values belong to the accepted text. Above the accepted prefix
+(`length` tokens) the cache holds a *region* of uncommitted nodes: the last forward's, or, for a draft
+model, several forwards' worth of tree nodes (draft_tree.DraftCore). A node attends to the prefix, its
+region ancestors and itself, at position length + depth. `commit(keep)` moves the kept region nodes down
+onto the prefix and drops the rest: the one KV-compaction routine, for target and draft alike.
+
+Two caches behind the same API: transformers' DynamicCache (grows by concatenation), or the static path
+(decoding/static_cache.py: preallocated, bucketed, CUDA-graph replay on GPUs).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import weakref
+
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .masks import chain_parents, depths_of, step_mask
+from .masks import chain_parents, step_mask, tree_visibility
+from .static_cache import StaticKV, acquire, release
+
+# Defaults for Cores built while runner.generate runs, so that a drafter's own Core (the speculative
+# draft) follows the run's static setting without the drafter knowing about it.
+_OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("decodescope_core", default={})
+
+
+@contextlib.contextmanager
+def core_options(**options):
+    """Within the block, Core(model) takes these defaults (static: bool, capacity: int; compiled: bool,
+    torch.compile of the static buckets, an experiment measured by bench/bench_static.py)."""
+    token = _OPTIONS.set({**_OPTIONS.get(), **options})
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
+
+
+def attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
+    """SDPA kernels for decoding, chosen on purpose. On CUDA: no cuDNN attention, which builds an
+    execution plan per new (query, cache) shape (a decoder meets a new shape every step: 28 instead of
+    7 ms per greedy step on the first run, REFERENCE.md "GPU facts"); memory-efficient attention takes
+    the additive tree mask, math is the fallback. CPU kernels are left as they are."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
+
+
+def _kv_tensors(cache) -> list[torch.Tensor]:
+    """Every tensor of a cache with the sequence axis at -2: one for the static cache's fused store,
+    keys and values per layer for a DynamicCache."""
+    if isinstance(cache, StaticKV):
+        return cache.tensors()
+    return [t for layer in cache.layers if layer.is_initialized for t in (layer.keys, layer.values)]
 
 
 class Core:
     """A model plus its KV cache; `length` is the number of cached (accepted) tokens."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, static: bool | None = None, capacity: int | None = None):
+        opts = _OPTIONS.get()
         self.model = model
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype
-        self.cache = DynamicCache(config=model.config)
+        self.static = bool(opts.get("static", False) if static is None else static)
+        if self.static and getattr(model.config, "_attn_implementation", None) == "decodescope_split":
+            raise ValueError("the static path cannot run split attention (it assumes the cache is the "
+                             "visible prefix); use static=False or attn='sdpa'")
+        cap = capacity if capacity is not None else opts.get("capacity", 512)
+        if self.static:  # a pooled cache (and its captured graphs) goes back to the model when this Core dies
+            self.cache = acquire(model, cap, compiled=opts.get("compiled", False))
+            weakref.finalize(self, release, weakref.ref(model), self.cache)
+        else:
+            self.cache = DynamicCache(config=model.config)
         self.length = 0
-        self._pending = 0  # tokens appended by the last forward, not yet committed
+        self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
+        self.spec_depths: list[int] = []
 
-    @torch.inference_mode()
     def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
                 rows: list[int] | None = None) -> torch.Tensor:
         """Run the model on a tree of new tokens; returns float logits [q, vocab].
 
         rows: the only nodes whose logits the caller reads; the LM head (a quarter of a small model's
-        FLOPs per token) skips the others, whose rows come back as zeros."""
-        if self._pending:
+        FLOPs per token) skips the others, whose rows come back as zeros (or as real values)."""
+        if self.spec_parents:
             raise RuntimeError("commit() the previous step before the next forward()")
-        depths = depths_of(parents) if depths is None else depths
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        pos = torch.tensor([depths], dtype=torch.long, device=self.device) + self.length
-        mask = step_mask(parents, self.length, self.dtype, self.device)
-        keep = 0 if rows is None else torch.tensor(rows, dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
-        self._pending = len(tokens)
-        if rows is None:
-            return out.logits[0].float()
-        full = torch.zeros((len(tokens), out.logits.shape[-1]), dtype=torch.float32, device=self.device)
-        full[keep] = out.logits[0].float()
-        return full
+        return self._run(tokens, parents, depths, rows)
 
     def prefill(self, tokens: list[int]) -> torch.Tensor:
         """Causal forward of the prompt (or any chain); the caller commits what it keeps."""
         return self.forward(tokens, chain_parents(len(tokens)))
 
     @torch.inference_mode()
-    def commit(self, keep: list[int]) -> None:
-        """Keep the KV entries of the last forward's nodes `keep` (ascending), drop the rest."""
-        q, past = self._pending, self.length
-        self._pending = 0
-        k = len(keep)
-        if keep != list(range(k)):  # not a prefix: move the kept rows down, then crop
-            idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
-            for layer in self.cache.layers:
-                layer.keys[..., past:past + k, :] = layer.keys.index_select(-2, idx)
-                layer.values[..., past:past + k, :] = layer.values.index_select(-2, idx)
-        if k < q:
-            self.cache.crop(-(q - k))  # transformers 5: a negative count removes tokens
-        self.length = past + k
+    def _run(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
+             rows: list[int] | int | None = None) -> torch.Tensor:
+        """Append nodes to the region (parents index the region: earlier nodes or this batch).
+        rows: None = logits of every new node, int k = of the last k, list = of those (others zero)."""
+        n0, q, past = len(self.spec_parents), len(tokens), self.length
+        allp = self.spec_parents + list(parents)
+        if depths is None or n0:
+            depths = list(self.spec_depths)
+            for i, p in enumerate(parents):
+                if not -1 <= p < n0 + i:
+                    raise ValueError(f"node {n0 + i} has parent {p}: parents must come first")
+                depths.append(0 if p < 0 else depths[p] + 1)
+            new_depths = depths[n0:]
+        else:
+            new_depths, depths = list(depths), list(depths)
+        with attention_backends(self.device):
+            if self.static:  # a chain (prefill) skips the cached builder: one entry per prompt length
+                chain = n0 == 0 and allp == chain_parents(q)
+                vis = np.tril(np.ones((q, q), dtype=bool)) if chain else tree_visibility(allp)[n0:]
+                logits = self.cache.step(tokens, new_depths, vis, past, past + n0, rows)
+            else:
+                logits = self._dynamic(tokens, allp, new_depths, n0, rows)
+        self.spec_parents, self.spec_depths = allp, depths
+        return logits
 
-    def rollback(self, n: int) -> None:
-        """Forget the last n committed tokens (a draft model's cache after a rejection)."""
-        if n > 0:
-            self.cache.crop(-n)
-            self.length -= n
+    def _dynamic(self, tokens: list[int], allp: list[int], depths: list[int], n0: int, rows) -> torch.Tensor:
+        q, past = len(tokens), self.length
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        pos = torch.tensor([depths], dtype=torch.long, device=self.device) + past
+        mask = step_mask(allp, past, self.dtype, self.device, first=n0)
+        if rows is None or isinstance(rows, int):
+            keep = 0 if rows is None else rows
+        else:
+            keep = torch.tensor(rows, dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        if not torch.is_tensor(keep):
+            return out.logits[0].float()
+        full = torch.zeros((q, out.logits.shape[-1]), dtype=torch.float32, device=self.device)
+        full[keep] = out.logits[0].float()
+        return full
+
+    @torch.inference_mode()
+    def commit(self, keep: list[int]) -> None:
+        """Keep region nodes `keep` (ascending; a root-first path) as accepted text, drop the rest."""
+        past, n, k = self.length, len(self.spec_parents), len(keep)
+        if keep != list(range(k)):  # not a prefix of the region: move the kept rows down
+            idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
+            for t in _kv_tensors(self.cache):
+                t[..., past:past + k, :] = t.index_select(-2, idx)
+        if k < n and not self.static:
+            self.cache.crop(-(n - k))  # transformers 5: a negative count removes tokens
+        self.length = past + k
+        self.spec_parents, self.spec_depths = [], []

@@ -16,62 +16,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .core import Core
-from .masks import tree_visibility
 from .sampling import Sampling, uniform, warp
 
 
 class DraftCore(Core):
-    """Core plus a speculative region of tree nodes kept above the accepted prefix."""
+    """A Core whose region of tree nodes persists across forwards until `settle`."""
 
-    def __init__(self, model):
-        super().__init__(model)
-        self.spec_parents: list[int] = []   # parent of each region node within the region (-1 = prefix)
-        self.spec_depths: list[int] = []
-
-    @torch.inference_mode()
     def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> torch.Tensor:
         """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q - skip, V]
         for all but the first `skip` nodes (catch-up tokens whose predictions nobody reads)."""
-        n0, q, past = len(self.spec_parents), len(tokens), self.length
-        depths = list(self.spec_depths)
-        for p in parents:
-            depths.append(0 if p < 0 else depths[p] + 1)
-        allp = self.spec_parents + list(parents)
-        vis = torch.from_numpy(np.array(tree_visibility(allp)[n0:]))
-        mask = torch.zeros((q, past + n0 + q), dtype=self.dtype)
-        mask[:, past:].masked_fill_(~vis, torch.finfo(self.dtype).min)
-        pos = torch.tensor([depths[n0:]], dtype=torch.long, device=self.device) + past
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        kw = {"logits_to_keep": q - skip} if skip and self._keeps_logits() else {}
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask.to(self.device)[None, None],
-                         past_key_values=self.cache, use_cache=True, **kw)
-        self.spec_parents, self.spec_depths = allp, depths
-        logits = out.logits[0].float()
-        return logits[skip:] if logits.shape[0] == q else logits
+        return self._run(tokens, parents, rows=len(tokens) - skip if skip else None)
 
-    def _keeps_logits(self) -> bool:
-        if not hasattr(self, "_logits_to_keep"):
-            import inspect
-            self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-        return self._logits_to_keep
-
-    @torch.inference_mode()
     def settle(self, keep: list[int]) -> None:
         """Keep region nodes `keep` (a root-first chain, ascending) as accepted text; drop the rest."""
-        past, n, k = self.length, len(self.spec_parents), len(keep)
-        if keep != list(range(k)):
-            idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
-            for layer in self.cache.layers:
-                layer.keys[..., past:past + k, :] = layer.keys.index_select(-2, idx)
-                layer.values[..., past:past + k, :] = layer.values.index_select(-2, idx)
-        if k < n:
-            self.cache.crop(-(n - k))
-        self.length = past + k
-        self.spec_parents, self.spec_depths = [], []
+        self.commit(keep)
 
 
 @dataclass
@@ -145,10 +106,11 @@ class TreeBuilder:
             n0 += skip
             stats["draft_forwards"] += 1
             stats["draft_nodes_run"] += len(toks)
+            dists = self._dist(logits)  # one softmax (sampling: one transfer) for the whole level
             for i in run:
-                nodes[i].dist = self._dist(logits[nodes[i].spec - n0])
+                nodes[i].dist = dists[nodes[i].spec - n0]
             if chain:
-                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, logits, c0 - n0, n0)
+                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, dists, c0 - n0, n0)
             new: list[int] = []
             for i in range(len(nodes)):
                 nd = nodes[i]
@@ -160,7 +122,32 @@ class TreeBuilder:
             first = False
         if self.shape.mode == "dynamic":
             nodes = self._select(nodes)
+        stats["pruned"] = self._pruned(nodes)
         return nodes, len(catch), stats
+
+    def _pruned(self, nodes: list[Node]) -> dict[str, list]:
+        """The best children the tree left out, for the trace's tree view: for every node whose draft
+        distribution is known, its top-`width` tokens (branch in dynamic mode) that are not among its
+        children: cut by the width, by sampling (children drawn at random), or by the dynamic budget.
+        A node the confidence cutoff stopped never ran through the draft (that is the forward the cutoff
+        saves), so its children are unknown; its own draft_prob < confidence marks it in the tree."""
+        out: dict[str, list] = {"parents": [], "tokens": [], "draft_prob": []}
+        run = [i for i, nd in enumerate(nodes) if nd.dist is not None and nd.depth < self.shape.depth]
+        if not run:
+            return out
+        widths = [self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nodes[i].depth]
+                  for i in run]
+        dist = torch.stack([nodes[i].dist for i in run])
+        top = torch.topk(dist, min(max(widths), dist.shape[-1]))
+        probs, toks = top.values.tolist(), top.indices.tolist()  # one transfer for the whole tree
+        for i, w, ps, ts in zip(run, widths, probs, toks):
+            have = {nodes[k].token for k in nodes[i].kids}
+            for p, t in zip(ps[:w], ts[:w]):
+                if t not in have and p > 0:
+                    out["parents"].append(i)
+                    out["tokens"].append(t)
+                    out["draft_prob"].append(round(p, 6))
+        return out
 
     def _grows(self, nd: Node) -> bool:
         """Whether a node gets children: above the depth limit, not pruned, confident enough."""
@@ -175,14 +162,14 @@ class TreeBuilder:
             i = nodes[i].parent
         return out[::-1]
 
-    def _add(self, nodes: list[Node], parent: int, token: int, origin: str) -> int:
+    def _add(self, nodes: list[Node], parent: int, token: int, origin: str, prob: float | None = None) -> int:
         p = nodes[parent]
-        prob = float(p.dist[token])
+        prob = float(p.dist[token]) if prob is None else prob
         nodes.append(Node(token, parent, p.depth + 1, prob, p.score * prob, origin))
         p.kids.append(len(nodes) - 1)
         return len(nodes) - 1
 
-    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], logits: torch.Tensor,
+    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], dists: torch.Tensor,
                      c0: int, n0: int) -> int:
         """Draft-level verification of the stage-2 chain under `prim`; returns tokens accepted."""
         u, taken = prim, 0
@@ -205,7 +192,7 @@ class TreeBuilder:
             taken += 1
             if j < len(chain) - 1:  # this chain token ran in the forward: its distribution is known
                 nodes[v].spec = n0 + c0 + j
-                nodes[v].dist = self._dist(logits[c0 + j])
+                nodes[v].dist = dists[c0 + j]
             u = v
         return taken
 
@@ -216,16 +203,21 @@ class TreeBuilder:
         q = nd.dist
         w = self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nd.depth]
         have = [nodes[k].token for k in nd.kids]
-        need = min(w - len(have), int((q > 0).sum()) - len(have))
-        if need <= 0:
+        if w - len(have) <= 0:
             return []
         r = q.clone()
         if have:
             r[have] = 0.0
-        if self.gen is None or self.shape.mode == "dynamic":
-            toks = torch.topk(r, need).indices.tolist()  # deterministic children
-        else:  # i.i.d. without replacement from q (given the children already drawn)
-            toks = torch.multinomial(r / r.sum(), need, replacement=False, generator=self.gen).tolist()
+        if self.gen is None or self.shape.mode == "dynamic":  # deterministic children: the best tokens
+            top = torch.topk(r, min(w - len(have), r.shape[-1]))
+            # one transfer per node for tokens and probabilities (zero-probability tokens are no children)
+            return [self._add(nodes, i, t, "draft", p) for t, p in zip(top.indices.tolist(), top.values.tolist())
+                    if p > 0]
+        need = min(w - len(have), int((q > 0).sum()) - len(have))
+        if need <= 0:
+            return []
+        # i.i.d. without replacement from q (given the children already drawn)
+        toks = torch.multinomial(r / r.sum(), need, replacement=False, generator=self.gen).tolist()
         return [self._add(nodes, i, t, "draft") for t in toks]
 
     def _prune(self, nodes: list[Node], new: list[int]) -> list[int]:

@@ -50,13 +50,14 @@ def _tree_additive(parents: tuple[int, ...], dtype: torch.dtype, device: str) ->
 
 
 def step_mask(parents: list[int] | tuple[int, ...], past_len: int, dtype: torch.dtype,
-              device: torch.device | str) -> torch.Tensor:
-    """Additive float mask [1, 1, q, past_len + q]: 0 = attend, finfo.min = masked.
+              device: torch.device | str, first: int = 0) -> torch.Tensor:
+    """Additive float mask [1, 1, q - first, past_len + q]: 0 = attend, finfo.min = masked.
 
     Float, not bool: transformers' eager attention mis-handles bool 4D masks (REFERENCE.md).
-    The whole cache (the accepted prefix) is visible to every query token.
+    The whole cache (the accepted prefix) is visible to every query token. `first`: the rows of nodes
+    first.. only (a draft core's region already holds nodes 0..first-1 in its cache, on the device).
     """
-    tree = _tree_additive(tuple(parents), dtype, str(device))
+    tree = _tree_additive(tuple(parents), dtype, str(device))[first:]
     q = tree.shape[0]
     if past_len == 0:
         return tree[None, None]

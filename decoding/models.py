@@ -25,9 +25,21 @@ def pick_device(device: str | None = None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def pick_dtype(dtype: str | None, device: str) -> torch.dtype:
+FP32_BELOW = 1e9  # parameters: on CUDA, models smaller than this load in fp32 by default
+
+
+def pick_dtype(dtype: str | None, device: str, n_params: int | None = None) -> torch.dtype:
+    """An explicit dtype wins. Auto: fp32 on CPU; on CUDA fp32 below ~1B parameters, bf16 above.
+
+    Why: identity to HF greedy is a fp32 property on GPU (REFERENCE.md "GPU facts": in bf16 a 4D float
+    mask selects other kernels than HF's causal path and near-ties flip, for HF's own assisted generation
+    too), so the default demo must run fp32 to be exact; a small model costs a GPU little in fp32 (the
+    embedded model: 341 vs 327 tok/s lookahead), while a 7B model needs bf16 to fit and to be fast.
+    n_params None (unknown) counts as large."""
     if dtype in (None, "auto"):
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+        if not device.startswith("cuda"):
+            return torch.float32
+        return torch.float32 if n_params is not None and n_params < FP32_BELOW else torch.bfloat16
     table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
              "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
     if dtype not in table:
@@ -80,7 +92,6 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     if layout not in LAYOUTS:
         raise ModelError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     device = pick_device(device)
-    torch_dtype = pick_dtype(dtype, device)
     local = Path(name).expanduser()
     if name.startswith((".", "/", "~")) and not local.exists():
         raise ModelError(f"model directory {name} does not exist")
@@ -89,6 +100,13 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     except Exception as e:  # noqa: BLE001 - hub, disk and parsing errors all mean "cannot load"
         raise ModelError(f"cannot load model {name!r}: {_first_line(e)}") from None
     check_architecture(config)
+    auto = dtype in (None, "auto") and device.startswith("cuda")
+    torch_dtype = pick_dtype(dtype, device, count_params(config, trust_remote_code) if auto else None)
+    if device.startswith("cuda"):
+        # cuDNN attention builds an execution plan per new (query, cache) shape: 4x slower first runs for
+        # the engine and for HF generate alike (REFERENCE.md "GPU facts"); the engine also picks its SDPA
+        # kernels per forward (core.attention_backends), this switch keeps HF baselines on equal terms
+        torch.backends.cuda.enable_cudnn_sdp(False)
     kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)
     if device == "cuda" and torch.cuda.device_count() > 1:
         kwargs["device_map"] = "auto"  # shard a model too big for one GPU (needs accelerate)
@@ -104,6 +122,16 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     set_cpu_threads(model, threads)
     model.name_or_path_ = name
     return model, tok
+
+
+def count_params(config: PretrainedConfig, trust_remote_code: bool = False) -> int | None:
+    """Parameters of the model a config describes, without allocating it (meta device); None if unknown."""
+    try:
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        return sum(p.numel() for p in m.parameters())
+    except Exception:  # noqa: BLE001 - an exotic config: fall back to the large-model default
+        return None
 
 
 def describe(model) -> dict:

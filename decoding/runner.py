@@ -12,24 +12,28 @@ import torch
 from transformers import PreTrainedModel
 
 from . import verify
-from .core import Core
+from .core import Core, core_options
 from .drafters import Drafter, Greedy
 from .masks import chain_parents
 from .sampling import Sampling, make_generator, sample, warp
+from .static_cache import GRAPH_MAX
 from .trace import Step, Trace
 
 StepContext = Callable[[int, str], ContextManager]
+STATIC_DEFAULT = {"cuda": True, "cpu": False}  # device type -> static path by default (measured: default_static)
 
 
 def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | None = None, *,
              max_new_tokens: int = 64, eos_token_id: int | Iterable[int] | None = None,
              sampling: Sampling = Sampling(), trace: bool = True,
              step_context: StepContext | None = None,
-             on_step: Callable[[Step, list[int]], None] | None = None) -> Trace:
+             on_step: Callable[[Step, list[int]], None] | None = None, static: bool | None = None) -> Trace:
     """Decode up to max_new_tokens new tokens (fewer only at EOS) with `drafter` (greedy if None).
 
     step_context(index, kind) wraps each step (the profiler puts a record_function range there);
-    on_step(step, output_so_far) is called after each step (the app streams from it)."""
+    on_step(step, output_so_far) is called after each step (the app streams from it);
+    static: the static-shape path (static_cache.py) for the target and any draft Core; None = the
+    device default (default_static)."""
     drafter = drafter or Greedy()
     if not prompt_ids:
         raise ValueError("the prompt is empty")
@@ -40,11 +44,31 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     gen = None if sampling.greedy else make_generator(sampling)
     if hasattr(drafter, "bind"):  # drafters with their own model (speculative) check it and learn sampling
         drafter.bind(model, sampling)
-    core = Core(model)
+    static = default_static(model) if static is None else bool(static)
+    # room for the whole run plus one bucket, so the static cache never regrows (and keeps its graphs)
+    with core_options(static=static, capacity=len(prompt_ids) + max_new_tokens + GRAPH_MAX):
+        core = Core(model)
+        tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
+                                                "sampling": sampling.to_dict(), "static": static},
+                   prompt_ids=list(prompt_ids))
+        _decode(core, drafter, tr, prompt_ids, max_new_tokens, eos, sampling, gen, trace, ctx_mgr, on_step)
+    return tr
+
+
+def default_static(model: PreTrainedModel) -> bool:
+    """The static path by default where it pays: on CUDA (graph replay removes the host overhead that
+    dominates a step); off on CPU, where bench/results/cpu-static.md measured it no faster (greedy
+    1.02x, lookahead 0.85x: padded bucket rows cost real CPU work). Split attention needs the dynamic cache."""
+    if getattr(model.config, "_attn_implementation", None) == "decodescope_split":
+        return False
+    if len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1:
+        return False  # sharded over devices (load's device_map="auto"): one graph cannot span them
+    return STATIC_DEFAULT.get(model.get_input_embeddings().weight.device.type, False)
+
+
+def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_new_tokens: int, eos: set[int],
+            sampling: Sampling, gen, trace: bool, ctx_mgr, on_step) -> None:
     out: list[int] = []
-    tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
-                                            "sampling": sampling.to_dict()},
-               prompt_ids=list(prompt_ids))
     context = list(prompt_ids)
     t_run = time.perf_counter()
 
@@ -89,7 +113,7 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
                 step.tokens, step.parents, step.roles = plan.tokens, plan.parents, plan.roles
                 step.positions = [kv_len + d for d in plan.depths]
                 step.slots = [list(s) for s in plan.slots]
-                step.kept, step.info = v.path, plan.info
+                step.kept, step.info = v.path, _tree_info(plan.info)
             step.wall_ms = (time.perf_counter() - t0) * 1e3
         tr.steps.append(step)
         if on_step:
@@ -98,7 +122,6 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     tr.wall_s = time.perf_counter() - t_run
     tr.output_ids = out
     tr.stop_reason = "eos" if out and out[-1] in eos else "max_new_tokens"
-    return tr
 
 
 def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, limit: int,
@@ -112,6 +135,14 @@ def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, l
         if t in eos or len(out) >= limit:
             return True
     return False
+
+
+def _tree_info(info: dict) -> dict:
+    """A drafted tree's left-out candidates belong in its tree record (info["tree"]["pruned"], drawn by
+    the tree view); empty lists when nothing was pruned or the step drafted nothing."""
+    if "tree" in info:
+        info["tree"]["pruned"] = info.pop("pruned", None) or {"parents": [], "tokens": [], "draft_prob": []}
+    return info
 
 
 def _eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:
