@@ -54,9 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
-    g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager", "decodescope_split"),
-                   help="attention: decodescope_split = cache pass (flash-attn on CUDA when installed) + masked "
-                        "step pass, merged by log-sum-exp")
+    g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
                    help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
@@ -108,7 +106,7 @@ def generate(args: argparse.Namespace) -> int:
                      staged=args.staged)
         if args.auto:
             from .speculative import check_compatible
-            from profiling.autotune_speculative import autotune_speculative, label
+            from .autotune_speculative import autotune_speculative, label
             check_compatible(model, draft, tok, dtok)  # before piloting: a clear error, not a crash mid-tune
             tuned = autotune_speculative(model, draft, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))
             shape = tuned["best"]
@@ -117,7 +115,7 @@ def generate(args: argparse.Namespace) -> int:
                                confidence=args.draft_confidence, adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
     elif args.auto:
-        from profiling.autotune import autotune
+        from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)

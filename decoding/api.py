@@ -8,6 +8,7 @@ from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
 from .runner import generate
 from .sampling import Sampling
+from .speculative import Speculative, check_compatible
 from .trace import Trace
 
 METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
@@ -28,7 +29,6 @@ def make_drafter(method: str, **p):
     if method == "prompt_lookup":
         return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
     if method == "speculative":
-        from .speculative import Speculative, check_compatible
         d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
                         confidence=p.get("confidence"), adaptive=bool(p.get("adaptive", False)))

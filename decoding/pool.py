@@ -24,8 +24,6 @@ class Pool:
         self.window: dict[int, OrderedDict[tuple[int, ...], str]] = {}
         self.text2: dict[tuple[int, int], OrderedDict[tuple[int, ...], str]] = {}
         self.size = 0
-        self.lookups = 0
-        self.hits = 0
 
     def add(self, key: int, value: tuple[int, ...], source: str, prev: int | None = None,
             at: int | None = None) -> None:
@@ -48,7 +46,6 @@ class Pool:
         """Up to `limit` distinct continuations of key: text n-grams that also match the previous token,
         then other text n-grams, then window n-grams; each shelf newest first. Given the text the pool
         was filled from, a text n-gram is offered with up to `span` tokens of what followed it there."""
-        self.lookups += 1
         found: dict[tuple[int, ...], str] = {}
         for shelf in (self.text2.get((prev, key)) if prev is not None else None, self.text.get(key),
                       self.window.get(key)):
@@ -60,8 +57,6 @@ class Pool:
                     if text is not None and at is not None and self.span > self.n1:
                         value = tuple(text[at + 1:at + 1 + self.span])
                     found.setdefault(value, source)
-        if found:
-            self.hits += 1
         return list(found), list(found.values())
 
 

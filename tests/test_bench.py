@@ -33,7 +33,9 @@ def test_gpu_scaling_quick_runs_on_cpu():
     doc = gpu_scaling.main(["--quick"])
     assert [p["n_query"] for p in doc["sweep"]["points"]] == [1, 2, 4]
     assert doc["decode_bandwidth"]["achieved_bandwidth"] > 0
-    assert all(r["argmax_equal"] and r["max_abs_diff"] < 1e-3 for r in doc["split_attention"])
+    assert doc["tree_step"]["n_query"] == 8 and doc["tree_step"]["ratio"] > 0
+    warm = doc["first_vs_warm"]
+    assert warm["first_ms"] > 0 and warm["warm_ms"] > 0 and warm["new_tokens"] == 4
 
 
 def test_lookahead_sources_quick():

@@ -31,7 +31,7 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
     assert doc["text"] in r.stdout
 
 
-@pytest.mark.parametrize("extra", [["--attn", "decodescope_split", "--layout", "stock"],
+@pytest.mark.parametrize("extra", [["--attn", "eager", "--layout", "stock"],
                                    ["--text-span", "2", "--layout", "column"]])
 def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
     from transformers import AutoModelForCausalLM, AutoTokenizer
