@@ -9,8 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from .api import METHODS, make_drafter, make_sampling, run
+import torch
+
+from .api import METHODS, eos_of, make_drafter, make_sampling, run
 from .models import ModelError, load
+from .reference import measure
 from .params import LIMITS, make_shape
 
 
@@ -58,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
                    help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
+    g.add_argument("--check-exact", action="store_true",
+                   help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
+                        "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
     return ap
 
@@ -78,6 +84,8 @@ def generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
     sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    if args.check_exact and not sampling.greedy:
+        raise ValueError("--check-exact compares greedy output with HF greedy: drop --temperature")
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None)
@@ -121,6 +129,7 @@ def generate(args: argparse.Namespace) -> int:
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter)
+    exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}
     if args.method == "speculative":
@@ -140,8 +149,25 @@ def generate(args: argparse.Namespace) -> int:
                "steps": st["steps"], "compression": st["compression"], "stats": st, "trace": tr.to_dict()}
         if spec:
             doc["speculative"] = spec
+        if tr.agreement is not None:
+            doc["agreement"] = tr.agreement
         Path(args.json).write_text(json.dumps(doc))
     return 0
+
+
+def exactness(model, tok, tr, sampling, force: bool) -> None:
+    """Say how the greedy output relates to HF greedy: fp32 is identical by construction; bf16/fp16 (or
+    --check-exact) runs HF generate on the same model and record the measured agreement in the trace."""
+    if not sampling.greedy:
+        return
+    dtype = next(model.parameters()).dtype
+    if dtype == torch.float32 and not force:
+        print("[exactness] float32 greedy: identical to HF greedy by construction (--check-exact measures it)",
+              file=sys.stderr)
+        return
+    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok))
+    note = "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
+    print(f"[exactness] {tr.agreement['dtype']} vs HF greedy: {tr.agreement['text']}{note}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -59,9 +59,7 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
         raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
                          f"({drafter.max_depth()}) exceeds the model's {limit} positions")
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
+    eos = eos_of(model, tokenizer)
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   sampling=sampling, trace=trace, **_hooks(params))
     tr.model = describe(model)
@@ -69,6 +67,14 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
         tr.text = tokenizer.decode(tr.output_ids)
         tr.vocab = vocab_for(tr, tokenizer)
     return tr
+
+
+def eos_of(model, tokenizer=None):
+    """The stop token(s) `run` uses: the model's generation config, else the tokenizer's."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    return eos
 
 
 def _hooks(params: dict) -> dict:
