@@ -57,12 +57,16 @@ def tree_vs_one(model, kv_len: int, q: int, reps: int) -> dict:
     core = Core(model)
     core.prefill([i % vocab for i in range(kv_len)])
     core.commit(list(range(kv_len)))
-    out = {"kv_len": kv_len, "n_query": q}
+    steps = {}
     for name, n in (("one_ms", 1), ("tree_ms", q)):
         parents = tree_parents(n, "tree")
-        tokens = [(7 * i + 3) % vocab for i in range(n)]
-        time_step(core, tokens, parents, depths_of(parents), 2)  # warm-up
-        out[name] = statistics.median(time_step(core, tokens, parents, depths_of(parents), reps))
+        steps[name] = ([(7 * i + 3) % vocab for i in range(n)], parents, depths_of(parents))
+        time_step(core, *steps[name], 2)  # warm-up
+    times = {name: [] for name in steps}
+    for _ in range(reps):  # interleaved, so a slow moment of the machine hits both sizes alike
+        for name, step in steps.items():
+            times[name] += time_step(core, *step, 1)
+    out = {"kv_len": kv_len, "n_query": q, **{name: statistics.median(t) for name, t in times.items()}}
     out["ratio"] = out["tree_ms"] / out["one_ms"]
     return out
 
