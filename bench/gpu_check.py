@@ -3,6 +3,9 @@ and the speed rows, each judged against issue 13's goals, in ONE report.
 
     python bench/gpu_check.py --out DIR                # on the GPU machine (all four items)
     python bench/gpu_check.py --out DIR --items c,d    # some items; the report merges what DIR holds
+
+On a session with a 10-minute limit per command, run the items in two or three commands into the same DIR
+(e.g. --items a,b then --items c then --items d): each run rewrites the report from every item file in DIR.
     python bench/gpu_check.py --out DIR --quick        # seconds, CPU, tiny models: checks it all runs
 
 Items: (a) pytest -m cuda tests/test_cuda.py, parsed from JUnit XML; (b) the exactness matrix (methods x
@@ -76,8 +79,9 @@ def item_c(out: Path, quick: bool) -> dict:
     return gpu_scaling.main(["--quick"] if quick else ["--out", str(out)])
 
 
-def item_d(out: Path, quick: bool, runs: int = 3) -> dict:
+def item_d(out: Path, quick: bool) -> dict:
     import gpu_rows
+    runs = int(os.environ.get("GPU_CHECK_RUNS", "3"))
     return gpu_rows.speed(quick, "cpu" if quick else "cuda", 16 if quick else 96, 1 if quick else runs)
 
 
@@ -226,11 +230,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="CPU, tiny models, seconds")
     ap.add_argument("--items", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
     ap.add_argument("--item-timeout", type=int, default=560, help="seconds before an item is killed")
+    ap.add_argument("--runs", type=int, default=3, help="timed rounds of the speed rows (item d)")
     ap.add_argument("--item", default=None, help=argparse.SUPPRESS)  # child process: run one item
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "bench"))
+    os.environ["GPU_CHECK_RUNS"] = str(a.runs)  # read by item d, in this process or a child
     if a.item:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         (out / f"item_{a.item}.json").write_text(json.dumps(ITEM_FNS[a.item](out, a.quick), indent=1, default=str))
