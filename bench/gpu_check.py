@@ -82,7 +82,8 @@ def item_c(out: Path, quick: bool) -> dict:
 def item_d(out: Path, quick: bool) -> dict:
     import gpu_rows
     runs = int(os.environ.get("GPU_CHECK_RUNS", "3"))
-    return gpu_rows.speed(quick, "cpu" if quick else "cuda", 16 if quick else 96, 1 if quick else runs)
+    dtype = os.environ.get("GPU_CHECK_DTYPE") or None
+    return gpu_rows.speed(quick, "cpu" if quick else "cuda", 16 if quick else 96, 1 if quick else runs, dtype)
 
 
 ITEM_FNS = {"a": item_a, "b": item_b, "c": item_c, "d": item_d}
@@ -231,12 +232,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--items", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
     ap.add_argument("--item-timeout", type=int, default=560, help="seconds before an item is killed")
     ap.add_argument("--runs", type=int, default=3, help="timed rounds of the speed rows (item d)")
+    ap.add_argument("--dtype", default="", help="speed rows' dtype (item d; default: what load() picks)")
     ap.add_argument("--item", default=None, help=argparse.SUPPRESS)  # child process: run one item
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "bench"))
     os.environ["GPU_CHECK_RUNS"] = str(a.runs)  # read by item d, in this process or a child
+    os.environ["GPU_CHECK_DTYPE"] = a.dtype
     if a.item:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         (out / f"item_{a.item}.json").write_text(json.dumps(ITEM_FNS[a.item](out, a.quick), indent=1, default=str))

@@ -108,11 +108,11 @@ def exactness(quick: bool, device: str, n: int) -> dict:
     return {"device": device, "new_tokens": n, "prompt_source": source, "rows": rows}
 
 
-def speed(quick: bool, device: str, n: int, runs: int) -> dict:
-    """Tokens/s of every contender, device-default dtype; a full untimed warm-up round first (HF's static
+def speed(quick: bool, device: str, n: int, runs: int, dtype: str | None = None) -> dict:
+    """Tokens/s of every contender (dtype None = load()'s default for the device); a full untimed warm-up round first (HF's static
     cache compiles there), then `runs` interleaved rounds; median of each contender's total time."""
     texts, source = prompts(quick)
-    target, tok, draft = models(quick, device, None)
+    target, tok, draft = models(quick, device, dtype)
     contenders = {**hf_contenders(target, tok, draft), **our_contenders(target, tok, draft)}
     order = sorted(texts, key=len, reverse=True)  # longest first: a static cache sized once for all
     for name, fn in contenders.items():

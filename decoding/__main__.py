@@ -1,6 +1,7 @@
 """CLI: python -m decoding generate --model M --method lookahead --prompt TEXT --max-new-tokens K ...
 
-Bad input ends with one line on stderr and exit status 2, never a traceback.
+Bad input ends with one line on stderr and exit status 2, never a traceback. Greedy output equals HF
+greedy in fp32 (by construction); in bf16/fp16 the CLI measures it against HF generate and says so.
 """
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
+    g.add_argument("--dtype", default=None,
+                   help="fp32 (CPU default; greedy output identical to HF greedy), bf16 / fp16 (faster on GPUs; "
+                        "greedy output is compared with HF greedy and may diverge at near-tied logits)")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
     g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
