@@ -55,7 +55,8 @@ class Pool:
             value = tuple(tokens[i + 1:i + 1 + self.n1])
             if value not in seen:
                 seen.add(value)
-                self.size += len(seen) <= self.cap
+                if len(seen) <= self.cap:
+                    self.size += 1
         return self.index.done
 
     def _source(self, at: int) -> str:
@@ -68,8 +69,8 @@ class Pool:
         Given the text the pool was filled from, a text n-gram is offered with up to `span` tokens of
         what followed its latest occurrence there."""
         found: dict[tuple[int, ...], str] = {}
-        shelves = [((prev, key),) if prev is not None else (), ((key,),)]
-        for (k,) in [s for s in shelves if s]:
+        keys = ([(prev, key)] if prev is not None else []) + [(key,)]  # two-token match first
+        for k in keys:
             for value, at in self.index.continuations(k, self.n1, self.cap):
                 if len(found) >= limit:
                     break
