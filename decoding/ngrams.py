@@ -18,6 +18,7 @@ class NGramIndex:
         self.ends: dict[tuple[int, ...], list[int]] = {}
         self.text: list[int] = []
         self.done = 0  # the next end position to index
+        self._memo: dict[tuple, tuple[int, list]] = {}  # (key, length, limit) -> (ends seen, answer)
 
     def skip_to(self, end: int) -> None:
         """Never index n-grams ending before `end` (text the caller does not want offered)."""
@@ -41,12 +42,26 @@ class NGramIndex:
 
     def continuations(self, key: tuple[int, ...], length: int, limit: int) -> list[tuple[tuple[int, ...], int]]:
         """Up to `limit` distinct continuations (up to `length` tokens of what followed key), newest
-        occurrence first, each with the end position of that latest occurrence."""
+        occurrence first, each with the end position of that latest occurrence.
+
+        When length <= follow a continuation never changes once indexed, so the last answer for this key
+        is extended with the occurrences since (an LRU of distinct continuations, as a shelf would keep)
+        instead of rescanning every occurrence of a frequent token."""
+        ends = self.ends.get(key, ())
+        stable = length <= self.follow
+        seen, before = self._memo.get((key, length, limit), (0, [])) if stable else (0, [])
         out: dict[tuple[int, ...], int] = {}
-        for end in reversed(self.ends.get(key, ())):
+        for end in reversed(ends[seen:]):
             if len(out) >= limit:
                 break
             cont = tuple(self.text[end + 1:end + 1 + length])
             if cont and cont not in out:
                 out[cont] = end
-        return list(out.items())
+        for cont, end in before:  # older than every occurrence above
+            if len(out) >= limit:
+                break
+            out.setdefault(cont, end)
+        answer = list(out.items())
+        if stable:
+            self._memo[(key, length, limit)] = (len(ends), answer)
+        return answer

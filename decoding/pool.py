@@ -60,7 +60,10 @@ class Pool:
         return self.index.done
 
     def _source(self, at: int) -> str:
-        return next(src for first, src in reversed(self.sources) if first <= at)
+        for first, src in reversed(self.sources):  # a short list: one entry per change of source
+            if first <= at:
+                return src
+        raise ValueError(f"position {at} was never indexed")
 
     def lookup(self, key: int, limit: int, prev: int | None = None,
                text: list[int] | None = None) -> tuple[list[tuple[int, ...]], list[str]]:
@@ -76,7 +79,8 @@ class Pool:
                     break
                 if text is not None and self.span > self.n1:
                     value = tuple(text[at + 1:at + 1 + self.span])
-                found.setdefault(value, self._source(at))
+                if value not in found:
+                    found[value] = self._source(at)
         for value in reversed(self.window.get(key, {})):
             if len(found) >= limit:
                 break

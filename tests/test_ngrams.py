@@ -20,3 +20,18 @@ def test_follow_and_skip_to():
     idx.update([4, 4, 5, 6, 4, 7, 8])
     assert idx.ends == {(5,): [2], (6,): [3]}  # ends 0-1 skipped; ends 4+ lack 3 following tokens
     assert idx.done == 4
+
+
+def test_cached_answers_equal_a_fresh_scan():
+    """Stable continuations (length <= follow) extend the last answer; it must equal scanning all ends."""
+    import random
+    rng = random.Random(0)
+    text = [rng.randrange(6) for _ in range(400)]
+    grown = NGramIndex(2, 1, follow=3)
+    for n in range(10, len(text), 7):
+        grown.update(text[:n])
+        fresh = NGramIndex(2, 1, follow=3)
+        fresh.update(text[:n])
+        for key in [(t,) for t in range(6)] + [(a, b) for a in range(3) for b in range(3)]:
+            for limit in (1, 3, 5):
+                assert grown.continuations(key, 3, limit) == fresh.continuations(key, 3, limit), (n, key, limit)
