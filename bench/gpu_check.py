@@ -209,6 +209,11 @@ def markdown(doc: dict) -> str:
                 "", "| method | dtype | identical prompts | first divergence per prompt |", "|---|---|---|---|"]
         out += [f"| {r['method']} | {r['dtype']} | {r['identical']}/{r['prompts']} | {r['first_divergence']} |"
                 for r in b["rows"]]
+    for name, err in d.get("errors", {}).items():
+        out += ["", f"Speed row {name} failed: {err}"]
+    for r in b.get("rows", []):
+        if "error" in r:
+            out += ["", f"Exactness row {r['method']} {r['dtype']} failed: {r['error']}"]
     for k, it in doc["items"].items():
         if "error" in it:
             out += ["", f"Item {k} ({ITEMS[k]}) failed: {it['error']}", "```", it.get("tail", "")[-2000:], "```"]
