@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from decoding import load  # noqa: E402
 from decoding.core import Core  # noqa: E402
 from decoding.masks import chain_parents  # noqa: E402
-from profiling.sweep import time_step  # noqa: E402
+from decoding.timing import time_step  # noqa: E402
 
 from bench import machine, tiny_dir  # noqa: E402
 

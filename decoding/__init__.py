@@ -1,4 +1,7 @@
-"""DecodeScope's exact decoding engine: greedy, lookahead, prompt lookup (and speculative) on one core."""
+"""DecodeScope's decoding engine: greedy, lookahead, prompt lookup and speculative decoding on one core.
+
+Greedy output equals HF greedy in fp32 (by construction, tests/test_exactness.py); in bf16/fp16 it is
+measured (decoding.reference, Trace.agreement). Sampling keeps the target's distribution."""
 from .api import METHODS, make_drafter, make_sampling, run
 from .models import ModelError, load
 from .runner import generate

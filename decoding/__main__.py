@@ -1,6 +1,7 @@
 """CLI: python -m decoding generate --model M --method lookahead --prompt TEXT --max-new-tokens K ...
 
-Bad input ends with one line on stderr and exit status 2, never a traceback.
+Bad input ends with one line on stderr and exit status 2, never a traceback. Greedy output equals HF
+greedy in fp32 (by construction); in bf16/fp16 the CLI measures it against HF generate and says so.
 """
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import json
 import sys
 from pathlib import Path
 
-from .api import METHODS, make_drafter, make_sampling, run
+import torch
+
+from .api import METHODS, eos_of, make_drafter, make_sampling, run
 from .models import ModelError, load
+from .reference import measure
 from .params import LIMITS, make_shape
 
 
@@ -51,15 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--dtype", default=None, help="fp32 (CPU default), bf16 (CUDA default), fp16")
+    g.add_argument("--dtype", default=None,
+                   help="fp32 (CPU default; greedy output identical to HF greedy), bf16 / fp16 (faster on GPUs; "
+                        "greedy output is compared with HF greedy and may diverge at near-tied logits)")
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
-    g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager", "decodescope_split"),
-                   help="attention: decodescope_split = cache pass (flash-attn on CUDA when installed) + masked "
-                        "step pass, merged by log-sum-exp")
+    g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
                    help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
+    g.add_argument("--check-exact", action="store_true",
+                   help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
+                        "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
     return ap
 
@@ -80,6 +87,8 @@ def generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
     sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    if args.check_exact and not sampling.greedy:
+        raise ValueError("--check-exact compares greedy output with HF greedy: drop --temperature")
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None)
@@ -108,7 +117,7 @@ def generate(args: argparse.Namespace) -> int:
                      staged=args.staged)
         if args.auto:
             from .speculative import check_compatible
-            from profiling.autotune_speculative import autotune_speculative, label
+            from .autotune_speculative import autotune_speculative, label
             check_compatible(model, draft, tok, dtok)  # before piloting: a clear error, not a crash mid-tune
             tuned = autotune_speculative(model, draft, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))
             shape = tuned["best"]
@@ -117,12 +126,13 @@ def generate(args: argparse.Namespace) -> int:
                                confidence=args.draft_confidence, adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
     elif args.auto:
-        from profiling.autotune import autotune
+        from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter)
+    exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}
     if args.method == "speculative":
@@ -142,8 +152,25 @@ def generate(args: argparse.Namespace) -> int:
                "steps": st["steps"], "compression": st["compression"], "stats": st, "trace": tr.to_dict()}
         if spec:
             doc["speculative"] = spec
+        if tr.agreement is not None:
+            doc["agreement"] = tr.agreement
         Path(args.json).write_text(json.dumps(doc))
     return 0
+
+
+def exactness(model, tok, tr, sampling, force: bool) -> None:
+    """Say how the greedy output relates to HF greedy: fp32 is identical by construction; bf16/fp16 (or
+    --check-exact) runs HF generate on the same model and record the measured agreement in the trace."""
+    if not sampling.greedy:
+        return
+    dtype = next(model.parameters()).dtype
+    if dtype == torch.float32 and not force:
+        print("[exactness] float32 greedy: identical to HF greedy by construction (--check-exact measures it)",
+              file=sys.stderr)
+        return
+    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok))
+    note = "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
+    print(f"[exactness] {tr.agreement['dtype']} vs HF greedy: {tr.agreement['text']}{note}", file=sys.stderr)
 
 
 if __name__ == "__main__":

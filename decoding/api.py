@@ -8,6 +8,7 @@ from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
 from .runner import generate
 from .sampling import Sampling
+from .speculative import Speculative, check_compatible
 from .trace import Trace
 
 METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
@@ -28,7 +29,6 @@ def make_drafter(method: str, **p):
     if method == "prompt_lookup":
         return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
     if method == "speculative":
-        from .speculative import Speculative, check_compatible
         d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
                         confidence=p.get("confidence"), adaptive=bool(p.get("adaptive", False)))
@@ -61,9 +61,7 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
         raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
                          f"({drafter.max_depth()}) exceeds the model's {limit} positions")
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
+    eos = eos_of(model, tokenizer)
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   sampling=sampling, trace=trace, static=static, **_hooks(params))
     tr.model = describe(model)
@@ -71,6 +69,14 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
         tr.text = tokenizer.decode(tr.output_ids)
         tr.vocab = vocab_for(tr, tokenizer)
     return tr
+
+
+def eos_of(model, tokenizer=None):
+    """The stop token(s) `run` uses: the model's generation config, else the tokenizer's."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    return eos
 
 
 def _hooks(params: dict) -> dict:

@@ -7,7 +7,6 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
-from . import split_attention  # noqa: F401 - registers attn="decodescope_split" with transformers
 from .layout import LAYOUTS, apply_layout
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"

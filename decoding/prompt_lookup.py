@@ -1,13 +1,14 @@
 """Prompt lookup decoding: find the latest earlier occurrence of the context's last n-gram and propose
 the tokens that followed it. Several distinct continuations can be verified in the same forward pass.
 
-An index (n-gram → positions where it ended) is updated incrementally, so a lookup costs O(1)
-instead of a scan of the whole context every step.
+The shared n-gram index (decoding/ngrams.py: n-gram → positions where it ended) is updated
+incrementally, so a lookup costs O(1) instead of a scan of the whole context every step.
 """
 from __future__ import annotations
 
 from .drafters import Plan
 from .masks import add_trie, depths_of
+from .ngrams import NGramIndex
 from .verify import Verdict, common_prefix
 
 
@@ -27,35 +28,18 @@ class PromptLookup:
         return self.K + 1
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.index: dict[tuple[int, ...], list[int]] = {}
-        self._indexed = 0
-
-    def _update_index(self, ctx: list[int]) -> None:
-        # ends < len(ctx) - 1 only: the n-gram ending at the last token is the one we look up
-        for end in range(self._indexed, len(ctx) - 1):
-            for n in range(self.min_ngram, self.max_ngram + 1):
-                if end - n + 1 >= 0:
-                    self.index.setdefault(tuple(ctx[end - n + 1:end + 1]), []).append(end)
-        self._indexed = max(self._indexed, len(ctx) - 1)
+        # n-grams ending before the last token: the one ending at it is what we look up
+        self.index = NGramIndex(self.max_ngram, self.min_ngram, follow=1)
 
     def plan(self, context: list[int]) -> Plan:
-        self._update_index(context)
+        self.index.update(context)
         cands: list[list[int]] = []
         key: list[int] = []
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if n > len(context):
-                continue
-            ends = self.index.get(tuple(context[-n:]))
-            if not ends:
-                continue
-            key = context[-n:]
-            for end in reversed(ends):
-                cont = context[end + 1:end + 1 + self.K]
-                if cont and cont not in cands:
-                    cands.append(cont)
-                    if len(cands) >= self.C:
-                        break
-            break
+        for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
+            found = self.index.continuations(tuple(context[-n:]), self.K, self.C)
+            if found:  # the longest n-gram that occurred earlier decides
+                key, cands = context[-n:], [list(c) for c, _ in found]
+                break
         parents, roles, slots = [-1], ["x0"], [(0, 0)]
         tokens = [context[-1]] + add_trie(parents, roles, slots, cands)  # shared prefixes verified once
         info = {"key": key, "candidates": cands}

@@ -40,12 +40,15 @@ def warp(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
 
 
 def make_generator(s: Sampling) -> torch.Generator:
+    """A CPU generator whatever the model's device: a seed then draws the same random numbers on CPU and
+    GPU, and the few values drawn per step (probabilities moved to the host) cost nothing to copy."""
     g = torch.Generator(device="cpu")
     g.manual_seed(s.seed)
     return g
 
 
 def sample(probs: torch.Tensor, gen: torch.Generator) -> int:
+    """One token from probs (any device) with the CPU generator."""
     return int(torch.multinomial(probs.cpu(), 1, generator=gen).item())
 
 

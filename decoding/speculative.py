@@ -79,10 +79,8 @@ class Speculative:
 
     def start(self, prompt_ids: list[int]) -> None:
         self.core = DraftCore(self.draft)
-        t0 = time.perf_counter()
         self.core.prefill(list(prompt_ids))
         self.core.commit(list(range(len(prompt_ids))))
-        self.prefill_ms = (time.perf_counter() - t0) * 1e3
         if self.stage2 is not None:
             self.stage2.start(list(prompt_ids))
         self.builder = TreeBuilder(self.core, self.shape, self.sampling, self.gen, self.stage2)
@@ -129,8 +127,8 @@ class Speculative:
         roles = ["x0"] + ["stage2" if o == "stage2" else "draft" for o in origins[1:]]
         q = None
         if self.gen is not None and self.shape.mode != "dynamic":
-            V = nodes[0].dist.shape[-1]
-            q = torch.zeros((n, V))
+            d0 = nodes[0].dist
+            q = torch.zeros((n, d0.shape[-1]), dtype=d0.dtype, device=d0.device)  # where the draft's dists live
             for i, nd in enumerate(nodes):
                 if nd.kids:
                     q[i] = nd.dist
@@ -167,7 +165,8 @@ class Speculative:
         if plan.logits is not None and len(plan.tokens) > 1:
             lg = plan.logits[plan.parents[1:]]
             p = lg.softmax(-1) if self.sampling.greedy else warp(lg, self.sampling)
-            tp = p.gather(-1, torch.tensor(plan.tokens[1:])[:, None])[:, 0].tolist()
+            idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]  # CUDA: same device
+            tp = p.gather(-1, idx)[:, 0].tolist()
             info["tree"]["target_prob"] = [None] + [round(x, 6) for x in tp]
         info["tree"]["draft_prob"] = [None if x is None else round(x, 6) for x in info["tree"]["draft_prob"]]
         info["settle_ms"] = (time.perf_counter() - t0) * 1e3

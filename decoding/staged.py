@@ -13,6 +13,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
 
+from .ngrams import NGramIndex
+
 Table = dict[tuple[int, ...], int]
 
 
@@ -29,22 +31,17 @@ class NGramStage2:
         return {"max_n": self.max_n, "table_entries": len(self.table)}
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.index: Table = {}
-        self._done = 0
+        self.index = NGramIndex(self.max_n, 1, follow=1)
         self.update(prompt_ids)
 
     def update(self, context: list[int]) -> None:
-        """Index every n-gram of the committed text that has a known next token (latest wins)."""
-        for end in range(max(self._done, 0), len(context) - 1):
-            for n in range(1, self.max_n + 1):
-                if end - n + 1 >= 0:
-                    self.index[tuple(context[end - n + 1:end + 1])] = context[end + 1]
-        self._done = max(self._done, len(context) - 1)
+        """Index every n-gram of the committed text that has a known next token (the latest wins)."""
+        self.index.update(context)
 
     def next_token(self, seq: list[int]) -> int | None:
         for n in range(min(self.max_n, len(seq)), 0, -1):
             key = tuple(seq[-n:])
-            t = self.index.get(key)
+            t = self.index.latest(key)
             if t is None:
                 t = self.table.get(key)
             if t is not None:
@@ -69,10 +66,11 @@ def build_table(sequences: Iterable[list[int]], max_n: int = 3, min_count: int =
     """n-gram -> most frequent next token over tokenised corpus sequences (a small, static stage 2)."""
     counts: dict[tuple[int, ...], Counter] = defaultdict(Counter)
     for seq in sequences:
-        for end in range(len(seq) - 1):
-            for n in range(1, max_n + 1):
-                if end - n + 1 >= 0:
-                    counts[tuple(seq[end - n + 1:end + 1])][seq[end + 1]] += 1
+        index = NGramIndex(max_n, 1, follow=1)
+        index.update(seq)
+        for key, ends in index.ends.items():
+            for end in ends:
+                counts[key][seq[end + 1]] += 1
     rows = []
     for key, c in counts.items():
         tok, k = c.most_common(1)[0]

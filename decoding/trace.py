@@ -15,6 +15,11 @@ Step fields:
   info: what the method did (lookahead: window, window_next, pool_key, candidates, candidate_sources,
     matched, chosen, harvested, pool_size; speculative: the tree, draft probabilities, ...).
 With tracing off, the query arrays and info are left empty and only counts and times are kept.
+
+Trace.agreement (optional, None = not measured; traces without it load): the output compared with HF
+greedy on the same model (decoding.reference.measure): {"reference": "hf_greedy", "identical",
+"first_divergence" (new-token index or None), "compared", "dtype", "device", "text"}. Greedy fp32 is
+identical by construction; bf16/fp16 runs may diverge at near-tied logits, so they are measured.
 """
 from __future__ import annotations
 
@@ -57,6 +62,7 @@ class Trace:
     wall_s: float = 0.0
     stop_reason: str = ""
     schema: str = SCHEMA
+    agreement: dict | None = None  # measured exactness against HF greedy (see the module docstring)
 
     def stats(self) -> dict:
         """Run-level numbers. steps counts target forward passes, prefill included."""

@@ -16,7 +16,6 @@ from .sampling import Sampling, sample, uniform, warp
 class Verdict:
     path: list[int]        # query indices of x0 and the accepted proposal nodes, in order
     tokens: list[int]      # new tokens: the accepted proposals, then the target's own next token
-    ok: list[bool] | None = None  # greedy only: node agrees with the target (and so do its ancestors)
 
 
 def greedy(tokens: list[int], parents: list[int], proposal: list[bool], preds: list[int]) -> Verdict:
@@ -38,7 +37,7 @@ def greedy(tokens: list[int], parents: list[int], proposal: list[bool], preds: l
             if depth[i] > depth[best]:
                 best = i
     path = _path_to(best, parents)
-    return Verdict(path, [tokens[i] for i in path[1:]] + [preds[best]], ok)
+    return Verdict(path, [tokens[i] for i in path[1:]] + [preds[best]])
 
 
 def sampled(tokens: list[int], parents: list[int], proposal: list[bool], logits: torch.Tensor,

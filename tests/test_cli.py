@@ -31,7 +31,7 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
     assert doc["text"] in r.stdout
 
 
-@pytest.mark.parametrize("extra", [["--attn", "decodescope_split", "--layout", "stock"],
+@pytest.mark.parametrize("extra", [["--attn", "eager", "--layout", "stock"],
                                    ["--text-span", "2", "--layout", "column"]])
 def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -83,3 +83,25 @@ def test_auto_picks_a_lookahead_config_and_stays_exact(tiny_dir, tmp_path, capsy
     assert "[auto] window" in capsys.readouterr().err
     doc = json.loads(out.read_text())
     assert doc["method"] == "lookahead" and len(doc["output_ids"]) == 12
+
+
+def test_exactness_line_fp32_by_construction_and_measured_in_bf16(tiny_dir, tmp_path, capsys):
+    """fp32 says identical by construction; bf16 (and --check-exact) runs HF greedy and reports it."""
+    prompt = "def x ( y ) : return y + 1 def x ( y ) :"
+    base = ["generate", "--model", tiny_dir, "--prompt", prompt, "--max-new-tokens", "12"]
+    assert main(base) == 0
+    assert "identical to HF greedy by construction" in capsys.readouterr().err
+    out = tmp_path / "exact.json"
+    assert main(base + ["--check-exact", "--json", str(out)]) == 0
+    assert "[exactness] float32 vs HF greedy: identical" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["agreement"]["identical"] and doc["trace"]["agreement"] == doc["agreement"]
+    out = tmp_path / "bf16.json"
+    assert main(base + ["--dtype", "bf16", "--json", str(out)]) == 0
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[exactness]")]
+    a = json.loads(out.read_text())["agreement"]
+    assert a["dtype"] == "bfloat16" and a["compared"] == 12
+    assert len(line) == 1 and a["text"] in line[0] and a["text"] in ("identical", f"first divergence at token "
+                                                                                 f"{a['first_divergence']}")
+    assert main(base + ["--check-exact", "--temperature", "0.7"]) == 2
+    assert "--check-exact" in capsys.readouterr().err

@@ -104,3 +104,28 @@ def test_tracing_off_keeps_counts(tiny_models):
     assert off.output_ids == on.output_ids
     assert [s.n_query for s in off.steps] == [s.n_query for s in on.steps]
     assert off.steps[1].tokens == [] and off.stats()["steps"] == on.stats()["steps"]
+
+
+def test_agreement_round_trips_and_old_traces_load(tiny_models, tmp_path):
+    """The optional measured-agreement field survives JSON; a trace written before it existed still loads."""
+    from decoding.reference import measure
+    model = tiny_models["llama"]
+    tr = generate(model, PROMPT, make_drafter("lookahead"), max_new_tokens=12)
+    tr.agreement = measure(model, PROMPT, tr.output_ids, 12)
+    assert tr.agreement["identical"] and tr.agreement["reference"] == "hf_greedy"
+    assert tr.agreement["dtype"] == "float32" and tr.agreement["text"] == "identical"
+    tr.save(tmp_path / "t.json")
+    assert Trace.load(tmp_path / "t.json").agreement == tr.agreement
+    old = tr.to_dict()
+    del old["agreement"]
+    assert Trace.from_dict(old).agreement is None
+
+
+def test_agreement_reports_the_first_divergence(tiny_models):
+    """A measurement must be able to fail: a changed token is reported at its index."""
+    from decoding.reference import measure
+    model = tiny_models["llama"]
+    ref = hf_greedy(model, PROMPT, 10)
+    bad = ref[:6] + [(ref[6] + 1) % 64] + ref[7:]
+    a = measure(model, PROMPT, bad, 10)
+    assert not a["identical"] and a["first_divergence"] == 6 and a["text"] == "first divergence at token 6"

@@ -2,7 +2,7 @@
 
 Why: the paper's GPU defaults (N=5, W=15, G=15: 120 query tokens per step) are 2x slower than greedy on a
 CPU, where a 16-token step already costs ~1.75 one-token steps. Speed = compression / step latency, and
-both are measurable: the step-latency curve (profiling.sweep) gives the cost of a step of q tokens on
+both are measurable: the step-latency curve (decoding.timing) gives the cost of a step of q tokens on
 this device, and short pilot runs on the user's own prompt give each candidate configuration's
 compression. The winner maximises predicted tokens per second: new tokens / the summed latency of the
 steps the pilot really took (each step's own query size, so steps without candidates count as cheap).
@@ -14,9 +14,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from decoding import make_drafter, run
-
-from .sweep import latency_sweep
+from .api import make_drafter, run
+from .timing import latency_curve
 
 # (W, N, G): from a near-greedy step to the paper's GPU setting.
 GRID = [(1, 3, 1), (1, 3, 2), (1, 4, 1), (1, 4, 2), (1, 5, 2), (2, 3, 2), (2, 4, 2), (2, 5, 2), (3, 4, 3),
@@ -57,8 +56,7 @@ def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tok
     pilots = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) else [prompt]
     if curve is None:
         sizes = tuple(sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128}))
-        sweep = latency_sweep(model, kv_len=kv_len, sizes=sizes, reps=5)
-        curve = {p["n_query"]: p["ms"] for p in sweep["points"]}
+        curve = latency_curve(model, kv_len, sizes, reps=5)[2]
     curve = monotone(curve)
     base = interpolate(curve, 1)
     ranking = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from decoding import run
+from .api import run
 
 SHAPES: list[dict] = [dict(draft_tokens=2), dict(draft_tokens=3), dict(draft_tokens=4), dict(draft_tokens=6),
                       dict(tree=[2, 1, 1]), dict(tree=[4, 2]), dict(tree=[3, 2, 1]),

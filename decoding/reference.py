@@ -1,0 +1,40 @@
+"""The reference every greedy method is judged against: transformers' own greedy `generate`.
+
+Why measured and not only promised: in fp32 every method returns HF greedy's tokens (the engine's
+forward is the same arithmetic, tests/test_exactness.py); in bf16/fp16 on a GPU the 4D tree mask selects
+other attention kernels than HF's causal path, so near-tied logits can flip and outputs can diverge
+(measured on an H100: docs in REFERENCE "GPU facts"). So reduced-precision runs report what happened.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from .params import agreement, describe_agreement
+
+
+def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int,
+              eos_token_id: int | Iterable[int] | None = None) -> list[int]:
+    """New token ids of `model.generate(do_sample=False)`, stopping where the engine stops (EOS or limit)."""
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    kw = dict(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0)
+    if eos_token_id is None:  # the engine never stops early: neither may HF (no generation-config EOS)
+        kw.update(eos_token_id=None, min_new_tokens=max_new_tokens)
+    else:
+        kw["eos_token_id"] = eos_token_id if isinstance(eos_token_id, int) else list(eos_token_id)
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def measure(model, prompt_ids: list[int], output_ids: list[int], max_new_tokens: int,
+            eos_token_id: int | Iterable[int] | None = None) -> dict:
+    """Trace-ready agreement of an output with HF greedy on the same model:
+    {"reference": "hf_greedy", "identical", "first_divergence", "compared", "dtype", "device", "text"}."""
+    ref = hf_greedy(model, prompt_ids, max_new_tokens, eos_token_id)
+    w = model.get_input_embeddings().weight
+    a = agreement(list(output_ids), ref)
+    return {"reference": "hf_greedy", **a, "dtype": str(w.dtype).replace("torch.", ""), "device": str(w.device),
+            "text": describe_agreement(a)}

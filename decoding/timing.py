@@ -1,0 +1,63 @@
+"""Timing one engine step, and the step-latency curve (ms per step vs query tokens) the autotuners price
+steps with. Here, not in profiling/, so the engine's CLI (`--auto`) needs nothing outside decoding/."""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import torch
+
+from .core import Core
+from .masks import chain_parents, depths_of
+from .models import max_positions
+
+
+def tree_parents(n: int, shape: str = "chain") -> list[int]:
+    """chain: a causal path (draft chain); tree: a binary tree (node i under (i-1)//2)."""
+    if shape == "chain":
+        return chain_parents(n)
+    if shape == "tree":
+        return [-1] + [(i - 1) // 2 for i in range(1, n)]
+    raise ValueError(f"shape must be 'chain' or 'tree', got {shape!r}")
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so host timers measure the kernels (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_step(core: Core, tokens: list[int], parents: list[int], depths: list[int], reps: int) -> list[float]:
+    """Milliseconds of `reps` forwards of one step, each undone afterwards (commit nothing)."""
+    out = []
+    for _ in range(reps):
+        sync(core.device)
+        t0 = time.perf_counter()
+        core.forward(tokens, parents, depths)
+        sync(core.device)
+        out.append((time.perf_counter() - t0) * 1e3)
+        core.commit([])  # crop the step's KV entries: the cache stays at kv_len
+    return out
+
+
+def latency_curve(model, kv_len: int, sizes: tuple[int, ...], shape: str = "chain", reps: int = 5,
+                  warmup: int = 2, seed: int = 0) -> tuple[Core, int, dict[int, float]]:
+    """(core, kv_len used, {query tokens: median ms}) of one step against a kv_len-token cache of random
+    tokens; kv_len shrinks so every position stays inside the model's range."""
+    limit = max_positions(model.config)
+    if limit is not None and kv_len + max(sizes) > limit:
+        kv_len = max(1, limit - max(sizes))
+    vocab = model.get_input_embeddings().weight.shape[0]
+    rng = random.Random(seed)
+    core = Core(model)
+    core.prefill([rng.randrange(vocab) for _ in range(kv_len)])
+    core.commit(list(range(kv_len)))
+    curve = {}
+    for q in sizes:
+        parents = tree_parents(q, shape)
+        depths = depths_of(parents)
+        tokens = [rng.randrange(vocab) for _ in range(q)]
+        time_step(core, tokens, parents, depths, warmup)
+        curve[q] = statistics.median(time_step(core, tokens, parents, depths, reps))
+    return core, kv_len, curve
