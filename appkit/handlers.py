@@ -147,7 +147,7 @@ class Handlers:
 
     # ------------------------------------------------------------------ Run tab
     @reported(6)
-    def run(self, *values, request: gr.Request = None):
+    def run(self, request: gr.Request, *values):
         """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
         s = Settings.from_values(values)
         session = getattr(request, "session_hash", None)

@@ -30,7 +30,7 @@ class Tabs(Handlers):
     """Run tab (Handlers) plus the other tabs."""
 
     @reported(5)
-    def race(self, *values, request: gr.Request = None):
+    def race(self, request: gr.Request, *values):
         """Greedy, then each picked method, same prompt and settings; rows stream in as runs finish."""
         s, methods = Settings.from_values(values[:-1]), [m for m in (values[-1] or []) if m in RACE_CHOICES]
         if not methods:
@@ -79,7 +79,7 @@ class Tabs(Handlers):
                 viz.profile.latency_figure({n: (t, None) for n, t in runs.items()}))
 
     @reported(6)
-    def profile(self, *values, request: gr.Request = None):
+    def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
         from profiling import profile_run
         s = Settings.from_values(values)
@@ -129,7 +129,7 @@ class Tabs(Handlers):
                 [str(trace_path), str(out / f"{method}.perfetto.json"), str(report)])
 
     @reported(4)
-    def sweep(self, *values, request: gr.Request = None):
+    def sweep(self, request: gr.Request, *values):
         """The lookahead scaling picture: one real run per (N, W), G = W; a point streams in per run."""
         s, ns, ws, n_new = Settings.from_values(values[:-3]), values[-3] or [], values[-2] or [], values[-1]
         problems: list[str] = []
