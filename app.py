@@ -53,13 +53,15 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     """The whole app. default_target/default_draft: the models preselected (the embedded pair by default)."""
     target0, draft0 = default_target or DEFAULT_TARGET, default_draft or DEFAULT_DRAFT
     lim = Limits(public, target0, draft0)
-    h = Tabs(lim, cache or ModelCache())
+    shown = {display_name(target0): target0, display_name(draft0): draft0}  # the page never carries server paths
+    h = Tabs(lim, cache or ModelCache(), aliases=shown)
     h.max_trace_bytes = max_trace_bytes
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
-    targets = [(f"embedded target ({display_name(target0)})", target0)] + [(m, m) for m in hub]
-    drafts = [(f"embedded draft ({display_name(draft0)})", draft0)] + [(m, m) for m in hub]
+    t0, d0 = display_name(target0), display_name(draft0)
+    targets = [(f"embedded target ({t0})", t0)] + [(m, m) for m in hub]
+    drafts = [(f"embedded draft ({d0})", d0)] + [(m, m) for m in hub]
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
-        p = layout(Page(), lim, target0, draft0, targets, drafts, _positions(target0))
+        p = layout(Page(), lim, t0, d0, targets, drafts, _positions(target0))
         wire(p, h)
     demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),
                default_concurrency_limit=1)

@@ -39,7 +39,8 @@ def failure(e: BaseException, n_outputs: int, status: str = NOT_RUN) -> tuple:
     """(persistent message, status reset, skip…) for an event with n_outputs outputs; shows a toast."""
     msg = text_of(e)
     gr.Warning(msg.replace("**", ""), title="Not run")
-    return (f"<div class='ds-msg-error'>⚠️ {msg}</div>", status, *([gr.skip()] * (n_outputs - 2)))
+    shown = f"⚠️ {msg}" if "\n" not in msg else f"⚠️ **Not run:**\n\n{msg}"
+    return (shown, status, *([gr.skip()] * (n_outputs - 2)))
 
 
 def reported(n_outputs: int, status: str = NOT_RUN):

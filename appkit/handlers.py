@@ -88,8 +88,14 @@ def step_views(trace, costs: dict | None, initial_step: int) -> str:
 class Handlers:
     """Shared state (limits, model cache, stop events) and the Run tab's handlers."""
 
-    def __init__(self, lim: Limits, cache: ModelCache):
+    def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
+        self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
+
+    def model_name(self, name, role: str) -> str:
+        """The model to load: the page's name for an embedded model is repo-relative, never a server path."""
+        name = "" if name is None else str(name).strip()
+        return self.lim.model_name(self.aliases.get(name, name), role)
 
     # ------------------------------------------------------------------ shared
     def plan(self, s: Settings, methods: list[str]) -> Plan:
@@ -99,8 +105,8 @@ class Handlers:
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         try:
-            target = self.lim.model_name(s.target, "target")
-            draft = self.lim.model_name(s.draft, "draft") if "speculative" in methods else None
+            target = self.model_name(s.target, "target")
+            draft = self.model_name(s.draft, "draft") if "speculative" in methods else None
         except ValueError as e:
             problems.append(str(e))
         raise_if(problems)

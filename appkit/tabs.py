@@ -171,12 +171,12 @@ class Tabs(Handlers):
         keep the result as the device's auto preset."""
         s = Settings.from_values(values)
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
-        name = self.lim.model_name(s.target, "target")
+        name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
         la = presets.tune(name, p.model, p.tok, "lookahead")["params"]
         note = f"lookahead {presets.describe('lookahead', la)}"
         if s.method == "speculative":
-            dmodel = self.cache.get(self.lim.model_name(s.draft, "draft"), p.settings.device, s.dtype)[0]
+            dmodel = self.cache.get(self.model_name(s.draft, "draft"), p.settings.device, s.dtype)[0]
             sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)["params"]
             note += f", speculative {presets.describe('speculative', sp)}"
         line = f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset)."
@@ -186,10 +186,10 @@ class Tabs(Handlers):
     def load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
         s = Settings(target=target, draft=draft, device=device, dtype=dtype)
-        model, tok = self.cache.get(self.lim.model_name(target, "target"), "auto" if self.lim.public else device, dtype)
+        model, tok = self.cache.get(self.model_name(target, "target"), "auto" if self.lim.public else device, dtype)
         lines = [model_line("target", model, tok)]
         try:
-            dmodel, dtok = self.cache.get(self.lim.model_name(draft, "draft"), s.device, dtype)
+            dmodel, dtok = self.cache.get(self.model_name(draft, "draft"), s.device, dtype)
             lines.append(model_line("draft", dmodel, dtok))
         except (ValueError, ModelError) as e:
             lines.append(f"draft: not loaded — {one_line(e)}")
