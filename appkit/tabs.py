@@ -11,7 +11,7 @@ import time
 import gradio as gr
 
 import viz
-from decoding import ModelError
+from decoding import ModelError, run
 
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
@@ -42,7 +42,7 @@ class Tabs(Handlers):
             p = self.plan(s, ["greedy", *methods])
 
             def work(job: Job):
-                p.run("greedy").steps  # warm-up: the first forwards are slow
+                run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
                 runs = {}
                 for m in ["greedy", *methods]:
                     job.report((dict(runs), m))

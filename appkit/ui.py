@@ -15,7 +15,7 @@ from .explain import explain
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
 from .replay import shipped
-from .settings import FIELDS
+from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
@@ -109,7 +109,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                           info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
                     p.budget = Int(16, "tree budget (nodes)", lim, "tree_budget", visible=False)
                 p.staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
-            p.budget_md = gr.Markdown(elem_id="ds-budget")
+            p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():
                     p.temperature = Int(0.0, "temperature", info=f"{TEMPERATURE[0]}–{TEMPERATURE[1]}")

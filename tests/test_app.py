@@ -211,6 +211,12 @@ def test_auto_preset_is_tuned_once_and_cached_outside_the_repo(client, dirs, cac
     assert not list(Path(app_module.__file__).parent.glob("**/presets.json"))
 
 
+def test_tune_button_sets_the_auto_preset(client, dirs, cache_dir):
+    msg, line, W, N, G, preset = client.predict(*settings(dirs, method="lookahead"), api_name="/tune")
+    assert msg == "" and preset == "auto" and 1 <= W <= 64 and 2 <= N <= 16 and 0 <= G <= 64
+    assert f"W{W} N{N} G{G}" in line and "saved as the auto preset" in line
+
+
 def test_profile_returns_plots_and_downloads(client, dirs):
     msg, summary, roof, flops, lat, files = client.predict(*settings(dirs, method="lookahead", max_new=12),
                                                            api_name="/profile")
