@@ -35,15 +35,16 @@ def text_of(e: BaseException) -> str:
     return f"{type(e).__name__}: {one_line(e)}"
 
 
-def failure(e: BaseException, n_outputs: int, status: str = NOT_RUN) -> tuple:
-    """(persistent message, status reset, skip…) for an event with n_outputs outputs; shows a toast."""
+def failure(e: BaseException, n_outputs: int, status: str | None = NOT_RUN) -> tuple:
+    """(persistent message, status reset, skip…) for an event with n_outputs outputs; shows a toast.
+    status None: the event has no status line of its own (its second output is left as it was)."""
     msg = text_of(e)
     gr.Warning(msg.replace("**", ""), title="Not run")
     shown = f"⚠️ {msg}" if "\n" not in msg else f"⚠️ **Not run:**\n\n{msg}"
-    return (shown, status, *([gr.skip()] * (n_outputs - 2)))
+    return (shown, gr.skip() if status is None else status, *([gr.skip()] * (n_outputs - 2)))
 
 
-def reported(n_outputs: int, status: str = NOT_RUN):
+def reported(n_outputs: int, status: str | None = NOT_RUN):
     """Decorator: failures become `failure(...)` instead of an exception (see the module docstring)."""
     def wrap(fn):
         if inspect.isgeneratorfunction(fn):

@@ -165,7 +165,7 @@ class Tabs(Handlers):
         finally:
             self.sessions.end(session, stop)
 
-    @reported(6)
+    @reported(6, status=None)
     def tune(self, *values):
         """Run the autotuner for this model and device now (lookahead, and speculative when chosen) and
         keep the result as the device's auto preset."""
@@ -182,7 +182,7 @@ class Tabs(Handlers):
         line = f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset)."
         return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
 
-    @reported(2, status="")
+    @reported(2, status=None)
     def load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
         s = Settings(target=target, draft=draft, device=device, dtype=dtype)
@@ -195,7 +195,7 @@ class Tabs(Handlers):
             lines.append(f"draft: not loaded — {one_line(e)}")
         return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
 
-    @reported(4, status="")
+    @reported(4, status=None)
     def replay(self, upload, shipped_name, last):
         if upload:
             tr = load_trace(upload if isinstance(upload, str) else upload.name, self.max_trace_bytes)
