@@ -51,7 +51,7 @@ class Tabs(Handlers):
                 return runs
 
             for kind, result in Job(work, stop, thread_setup).updates():
-                runs, current = result if kind != "done" else (result, None)
+                runs, current = (result, None) if kind == "done" else (result or ({}, None))
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
@@ -155,7 +155,7 @@ class Tabs(Handlers):
                 return points
 
             for kind, points in Job(work, stop, thread_setup).updates():
-                done = len(points or []) - 1
+                done = max(len(points or []) - 1, 0)
                 status = {"progress": f"{done}/{len(cells)} runs done", "stopped": f"Stopped after {done} runs.",
                           "done": f"done: {len(cells)} runs (+ greedy baseline)"}[kind]
                 if points:
