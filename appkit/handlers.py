@@ -98,7 +98,20 @@ class Handlers:
         return self.lim.model_name(self.aliases.get(name, name), role)
 
     # ------------------------------------------------------------------ shared
-    def plan(self, s: Settings, methods: list[str]) -> Plan:
+    def prepare(self, s: Settings, methods: list[str], n_outputs: int):
+        """Generator for the model events: yields status updates (loading, tuning) and returns the Plan
+        (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
+        rest = [gr.skip()] * (n_outputs - 2)
+        yield (CLEAR, "loading model…", *rest)
+        p = self.plan(s, methods, presets_too=False)
+        target = self.model_name(s.target, "target")
+        if s.preset == "auto" and any(presets.cached(target, p.model, m) is None for m in methods if m != "greedy"):
+            yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
+                              "CPU; cached afterwards)…", *rest)
+        self.apply_presets(p, methods)
+        return p
+
+    def plan(self, s: Settings, methods: list[str], presets_too: bool = True) -> Plan:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
         problems: list[str] = []
         common = check_common(s, self.lim, problems)
@@ -116,13 +129,20 @@ class Handlers:
         p = Plan(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
                  model, tok, dmodel, dtok, params)
+        if presets_too:
+            self.apply_presets(p, methods)
+        return p
+
+    def apply_presets(self, p: Plan, methods: list[str]) -> None:
+        """With preset "auto", each method's parameters come from presets (tuned now if unknown); then
+        every method's span is checked against the model's positions."""
+        target = self.model_name(p.settings.target, "target")
         for m in methods:
-            if auto and m != "greedy":
-                pr = presets.resolve(target, model, tok, m, dmodel)
+            if p.settings.preset == "auto" and m != "greedy":
+                pr = presets.resolve(target, p.model, p.tok, m, p.dmodel)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
             self.check_positions(p, m)
-        return p
 
     def check_positions(self, p: Plan, method: str) -> None:
         """prompt tokens + max new tokens + the method's span must fit the model's positions: say the numbers."""
@@ -159,8 +179,7 @@ class Handlers:
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            yield CLEAR, "loading model…", gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            p = self.plan(s, [s.method])
+            p = yield from self.prepare(s, [s.method], 6)
             drafter = p.drafter(s.method)
             rec = Recorder(s.method, p.tok(p.prompt)["input_ids"],
                            {**drafter.config(), "max_new_tokens": p.max_new, "sampling": p.sampling.to_dict()})

@@ -38,8 +38,7 @@ class Tabs(Handlers):
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            yield CLEAR, "loading model…", gr.skip(), gr.skip(), gr.skip()
-            p = self.plan(s, ["greedy", *methods])
+            p = yield from self.prepare(s, ["greedy", *methods], 5)
 
             def work(job: Job):
                 run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
@@ -86,8 +85,7 @@ class Tabs(Handlers):
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            yield CLEAR, "loading model…", gr.skip(), gr.skip(), gr.skip(), gr.skip()
-            p = self.plan(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"))
+            p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 6)
             out = tmpdir()
 
             def work(job: Job):
@@ -144,8 +142,7 @@ class Tabs(Handlers):
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            yield CLEAR, "loading model…", gr.skip(), gr.skip()
-            p = self.plan(s, ["greedy"])
+            p = yield from self.prepare(s, ["greedy"], 4)
 
             def work(job: Job):
                 points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]

@@ -202,8 +202,10 @@ def test_race_in_sampling_mode_does_not_claim_exactness(client, dirs):
 
 
 def test_auto_preset_is_tuned_once_and_cached_outside_the_repo(client, dirs, cache_dir):
-    out = client.predict(*settings(dirs, method="lookahead", preset="auto", max_new=12), api_name="/run")
+    job = client.submit(*settings(dirs, method="lookahead", preset="auto", max_new=12), api_name="/run")
+    out = job.result(timeout=300)
     assert out[0] == "" and "auto preset W" in out[1] and "tuned on this device just now" in out[1]
+    assert any("tuning the auto preset" in str(o[1]) for o in job.outputs())  # never a silent "loading model…"
     stored = json.loads((Path(cache_dir) / "presets.json").read_text())
     assert any(k.startswith(dirs["target"]) for k in stored)
     again = client.predict(*settings(dirs, method="lookahead", preset="auto", max_new=12), api_name="/run")
