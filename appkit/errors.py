@@ -1,5 +1,9 @@
-"""One error policy for every app event: a failure becomes one gr.Error line and the server keeps serving;
-Stop ends a run quietly."""
+"""One error policy for every app event.
+
+A failure must not wipe the page: the message goes to a persistent Markdown beside the settings (the
+event's first output) and to a toast, the status line (second output) is reset so it never stays on
+"loading model…", and every other output is left as it was (gr.skip(), no red "Error" badge).
+"""
 from __future__ import annotations
 
 import functools
@@ -10,9 +14,10 @@ import gradio as gr
 
 from decoding import ModelError
 
-from .stream import Stopped
+from .settings import InputError
 
 log = logging.getLogger("decodescope.app")
+NOT_RUN = "Not run — see the message above. The previous result is kept."
 
 
 def one_line(e: BaseException) -> str:
@@ -20,38 +25,44 @@ def one_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def friendly(fn):
-    """Turn every failure into one gr.Error line (the server keeps serving); Stop ends quietly."""
-    if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
-        def gen(*a, **k):
-            try:
-                yield from fn(*a, **k)
-            except (gr.Error, GeneratorExit):
-                raise
-            except Stopped:
-                return
-            except Exception as e:  # noqa: BLE001
-                raise _as_gr_error(e) from None
-        return gen
-
-    @functools.wraps(fn)
-    def call(*a, **k):
-        try:
-            return fn(*a, **k)
-        except gr.Error:
-            raise
-        except Stopped:
-            raise gr.Error("stopped") from None
-        except Exception as e:  # noqa: BLE001
-            raise _as_gr_error(e) from None
-    return call
-
-
-def _as_gr_error(e: Exception) -> gr.Error:
-    """Bad input reads as its own first line; anything else is logged with its traceback (call this
-    inside the except block) and shown with its type."""
+def text_of(e: BaseException) -> str:
+    """What the user reads: bad input as written, anything unexpected with its type (and logged)."""
+    if isinstance(e, InputError):
+        return str(e)
     if isinstance(e, (ValueError, ModelError, KeyError, TypeError, OSError)):
-        return gr.Error(one_line(e))
-    log.exception("unexpected error")
-    return gr.Error(f"{type(e).__name__}: {one_line(e)}")
+        return one_line(e)
+    log.error("unexpected error", exc_info=e)
+    return f"{type(e).__name__}: {one_line(e)}"
+
+
+def failure(e: BaseException, n_outputs: int, status: str | None = NOT_RUN) -> tuple:
+    """(persistent message, status reset, skip…) for an event with n_outputs outputs; shows a toast.
+    status None: the event has no status line of its own (its second output is left as it was)."""
+    msg = text_of(e)
+    gr.Warning(msg.replace("**", ""), title="Not run")
+    shown = f"⚠️ {msg}" if "\n" not in msg else f"⚠️ **Not run:**\n\n{msg}"
+    return (shown, gr.skip() if status is None else status, *([gr.skip()] * (n_outputs - 2)))
+
+
+def reported(n_outputs: int, status: str | None = NOT_RUN):
+    """Decorator: failures become `failure(...)` instead of an exception (see the module docstring)."""
+    def wrap(fn):
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen(*a, **k):
+                try:
+                    yield from fn(*a, **k)
+                except GeneratorExit:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    yield failure(e, n_outputs, status)
+            return gen
+
+        @functools.wraps(fn)
+        def call(*a, **k):
+            try:
+                return fn(*a, **k)
+            except Exception as e:  # noqa: BLE001
+                return failure(e, n_outputs, status)
+        return call
+    return wrap

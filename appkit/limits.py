@@ -1,8 +1,8 @@
 """Limits on every number the app accepts, and public mode (DECODESCOPE_PUBLIC=1).
 
 Local mode uses the engine's documented caps (decoding.params.LIMITS). Public mode (a shared Space) tightens
-them, accepts only allow-listed models and refuses local paths. Every check raises ValueError with one
-sentence for the user; app.py turns it into gr.Error.
+them, accepts only allow-listed models and refuses local paths. The checks of the values themselves are in
+appkit/settings.py (all problems at once, nothing clamped); appkit/errors.py shows them.
 """
 from __future__ import annotations
 
@@ -59,36 +59,6 @@ class Limits:
     def info(self, name: str) -> str:
         lo, hi = self.ranges[name]
         return f"{lo}–{hi}" + (" (public mode)" if self.public and name in PUBLIC_CAPS else "")
-
-    def int(self, name: str, value) -> int:
-        """value as an int inside the range, else ValueError naming the field and the range."""
-        lo, hi = self.ranges[name]
-        label = name.replace("_", " ")
-        try:
-            f = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{label} must be a whole number in [{lo}, {hi}], got {value!r}") from None
-        if f != int(f) or not lo <= f <= hi:
-            raise ValueError(f"{label} must be a whole number in [{lo}, {hi}]"
-                             f"{' in public mode' if self.public and name in PUBLIC_CAPS else ''}, got {value}")
-        return int(f)
-
-    def temperature(self, value) -> float:
-        try:
-            t = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"temperature must be a number, got {value!r}") from None
-        if not TEMPERATURE[0] <= t <= TEMPERATURE[1]:
-            raise ValueError(f"temperature must be in [{TEMPERATURE[0]}, {TEMPERATURE[1]}], got {t}")
-        return t
-
-    def prompt(self, text) -> str:
-        text = "" if text is None else str(text)
-        if not text.strip():
-            raise ValueError("the prompt is empty: type some text or pick an example")
-        if len(text) > MAX_PROMPT_CHARS:
-            raise ValueError(f"the prompt is too long ({len(text)} characters; at most {MAX_PROMPT_CHARS})")
-        return text
 
     def model_name(self, name, role: str = "target") -> str:
         """A model name the app may load: allow-listed only in public mode, never a local path there."""

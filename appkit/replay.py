@@ -12,8 +12,15 @@ TRACES = Path(__file__).resolve().parent.parent / "assets" / "traces"
 
 
 def shipped() -> list[tuple[str, str]]:
-    """(label, path) of every recorded trace in assets/traces/."""
-    return [(p.stem.replace("_", " "), str(p)) for p in sorted(TRACES.glob("*.json"))]
+    """(label, file name) of every recorded trace in assets/traces/ (no server path leaves the server)."""
+    return [(p.stem.replace("_", " "), p.name) for p in sorted(TRACES.glob("*.json"))]
+
+
+def shipped_path(name: str) -> Path:
+    """The recorded trace called `name`; only names from shipped() are accepted (no other server file)."""
+    if name not in [n for _, n in shipped()]:
+        raise ValueError("pick one of the recorded traces in the list")
+    return TRACES / name
 
 
 def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:

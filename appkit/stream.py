@@ -1,117 +1,123 @@
-"""Stream a decoding run step by step: the engine runs in a worker thread and reports every step through
-on_step; the caller (a Gradio generator) reads the steps from a queue and yields UI updates.
+"""ONE streaming and stop mechanism for Run, Race and Sweep.
 
-Stop: set the run's stop event (the Stop button does, and so does closing the generator when Gradio
-cancels the event); the worker raises Stopped at its next step, so the worker is freed within one step.
+The work (one run, or several in a row) goes to a worker thread; the Gradio generator only wakes at most
+every `min_interval` seconds to send a small update, so the engine keeps its speed and the browser's main
+thread stays free. Stop sets the session's event; the engine's on_step hook (`Job.check`, called after
+every step) raises Stopped, so a run ends within one step and the caller gets the partial result at once.
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
-from decoding import Trace, run
-from decoding.api import vocab_for
+from decoding import Step, Trace
+
+MIN_INTERVAL_S = 0.15  # at most ~7 UI updates a second: enough to read, light on the browser
 
 
 class Stopped(Exception):
     """Raised inside the engine's on_step when the user pressed Stop."""
 
 
-@dataclass
-class Live:
-    """What a running decode has produced so far (a partial Trace the pictures can draw)."""
-    trace: Trace
-    done: bool = False
-    final: Trace | None = None
-    error: BaseException | None = None
-    steps_seen: int = 0
-    t0: float = field(default_factory=time.perf_counter)
-
-
 class Sessions:
-    """Stop events per browser session, so Stop only stops the session that pressed it."""
+    """The stop event of each browser session's current job, so Stop only stops that session's work."""
 
     def __init__(self):
         self._events: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     def start(self, session: str | None) -> threading.Event:
-        """The stop event of a new run; ev.ended is set when the run's handler has finished."""
         ev = threading.Event()
-        ev.ended = threading.Event()
         with self._lock:
             self._events[session or ""] = ev
         return ev
 
-    def stop(self, session: str | None, wait_s: float = 0.0) -> bool:
-        """Ask the session's run to stop; optionally wait (up to wait_s) until its handler has finished,
-        so nothing the run sends arrives after the caller's own 'stopped' message."""
+    def stop(self, session: str | None) -> bool:
         with self._lock:
-            ev = self._events.pop(session or "", None)
+            ev = self._events.get(session or "")
         if ev is None:
             return False
         ev.set()
-        if wait_s > 0:
-            ev.ended.wait(wait_s)
         return True
 
     def end(self, session: str | None, ev: threading.Event) -> None:
         with self._lock:
             if self._events.get(session or "") is ev:
                 del self._events[session or ""]
-        ended = getattr(ev, "ended", None)
-        if ended is not None:
-            ended.set()
 
 
-def stream(model, tok, prompt: str, method: str, stop: threading.Event, *, min_interval: float = 0.2,
-           thread_setup=None, **kw):
-    """Yield Live snapshots while the run goes (at most one per min_interval), then the finished one.
+class Recorder:
+    """on_step target that keeps every step, so a stopped run still has its partial trace."""
 
-    kw go to decoding.run (max_new_tokens, sampling, method parameters). Exceptions from the engine are
-    re-raised here, in the caller's thread; Stopped is raised when stop was set."""
-    q: queue.Queue = queue.Queue()
-    ids = tok(prompt)["input_ids"]
-    partial = Trace(method=method, config={}, prompt_ids=list(ids))
+    def __init__(self, method: str, prompt_ids: list[int], config: dict | None = None):
+        self.trace = Trace(method=method, config=dict(config or {}), prompt_ids=list(prompt_ids))
+        self.t0 = time.perf_counter()
 
-    def on_step(step, out):
-        q.put(("step", step, list(out)))
-        if stop.is_set():
+    def add(self, step: Step, out: list[int]) -> None:
+        self.trace.steps.append(step)
+        self.trace.output_ids = list(out)
+        self.trace.wall_s = time.perf_counter() - self.t0
+
+
+class Job:
+    """A worker thread running work(job); the caller iterates job.updates() in the Gradio generator."""
+
+    def __init__(self, work: Callable[["Job"], Any], stop: threading.Event, setup: Callable[[], None] | None = None):
+        self.stop, self.result, self.error, self.stopped = stop, None, None, False
+        self.progress: Any = None
+        self._wake = threading.Condition()
+        self._done = False
+        self._thread = threading.Thread(target=self._main, args=(work, setup), daemon=True, name="decodescope-run")
+
+    def check(self, step: Step | None = None, out: list[int] | None = None) -> None:
+        """on_step hook: Stop ends the work here, after the step that just finished."""
+        if self.stop.is_set():
             raise Stopped()
 
-    def work():
-        if thread_setup:
-            thread_setup()
-        try:
-            q.put(("done", run(model, tok, prompt, method, on_step=on_step, **kw), None))
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-            q.put(("error", e, None))
+    def report(self, progress: Any) -> None:
+        """Latest progress (overwrites the previous one: the UI only needs the newest)."""
+        self.progress = progress
+        with self._wake:
+            self._wake.notify_all()
 
-    worker = threading.Thread(target=work, daemon=True, name="decodescope-run")
-    live = Live(partial)
-    worker.start()
-    last = 0.0
-    try:
-        while True:
-            kind, a, b = q.get()
-            if kind == "step":
-                partial.steps.append(a)
-                partial.output_ids = b
-                live.steps_seen += 1
-                now = time.perf_counter()
-                if now - last >= min_interval and q.empty():
-                    last = now
-                    partial.wall_s = now - live.t0
-                    partial.text = tok.decode(partial.output_ids)
-                    partial.vocab = vocab_for(partial, tok)
-                    yield live
-            elif kind == "error":
-                raise a
-            else:
-                live.done, live.final = True, a
-                yield live
-                return
-    finally:
-        stop.set()  # a cancelled or closed generator frees the worker at its next step
+    def _main(self, work, setup) -> None:
+        try:
+            if setup:
+                setup()
+            self.result = work(self)
+        except Stopped:
+            self.stopped = True
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            self.error = e
+        finally:
+            with self._wake:
+                self._done = True
+                self._wake.notify_all()
+
+    def updates(self, min_interval: float = MIN_INTERVAL_S) -> Iterator[tuple[str, Any]]:
+        """('progress', latest) at most every min_interval, then ('done', result) or ('stopped', latest);
+        the worker's exception is re-raised here. Closing the generator (a cancelled event) stops the work."""
+        self._thread.start()
+        last, seen = 0.0, None
+        try:
+            while True:
+                with self._wake:
+                    if not self._done:
+                        pending = self.progress is not seen
+                        remaining = last + min_interval - time.perf_counter()
+                        if not pending:
+                            self._wake.wait(1.0)  # until new progress or the end
+                        elif remaining > 0:
+                            self._wake.wait(remaining)  # throttle, but wake at once at the end
+                    done = self._done
+                if done:
+                    break
+                if self.progress is not seen and time.perf_counter() - last >= min_interval:
+                    seen, last = self.progress, time.perf_counter()
+                    yield "progress", seen
+        finally:
+            self.stop.set()
+        if self.error is not None:
+            raise self.error
+        yield ("stopped", self.progress) if self.stopped else ("done", self.result)

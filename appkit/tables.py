@@ -1,20 +1,57 @@
-"""The small tables and summaries the Race and Sweep tabs show."""
+"""The status lines and small tables the tabs show (markdown and DataFrames), and the names users see.
+
+Why one place: "mean accepted" is n/a without a decode step everywhere, and no absolute server path
+reaches a user (model names are repo-relative or the hub id).
+"""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pandas as pd
+
+from .race import mean_accepted
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def display_name(name) -> str:
+    """A model name as users see it: repo-relative inside the repo, the folder name for other local
+    directories, the hub id as given otherwise."""
+    name = str(name or "")
+    root = str(ROOT) + os.sep
+    if name.startswith(root):
+        return name[len(root):]
+    if os.path.isabs(name):
+        return Path(name).name
+    return name
+
+
+def stats_md(tr, head: str = "", note: str = "") -> str:
+    """The finished (or stopped) run's numbers under the output."""
+    st = tr.stats()
+    head = head or f"done ({tr.stop_reason or 'finished'})"
+    m = tr.model if isinstance(tr.model, dict) else {}
+    if m.get("name"):
+        note = " · ".join(x for x in (note, f"model `{display_name(m['name'])}` on {m.get('device', '?')} "
+                                             f"({m.get('dtype', '?')})") if x)
+    return (f"**{tr.method}** · {head}{' · ' + note if note else ''}\n\n"
+            f"| tokens/s | new tokens | steps (forward passes) | compression | mean accepted / step | wall s |\n"
+            f"|---|---|---|---|---|---|\n"
+            f"| {st['tokens_per_s']:.1f} | {st['new_tokens']} | {st['steps']} | {st['compression']:.2f} | "
+            f"{mean_accepted(tr)} | {st['wall_s']:.2f} |")
+
+
+def live_line(tr) -> str:
+    """The small line sent while a run streams (no table, no pictures: the browser stays free)."""
+    n, steps = len(tr.output_ids), len(tr.steps)
+    rate = n / tr.wall_s if tr.wall_s > 0 else 0.0
+    return (f"**{tr.method}** · running… step {steps} · {n} tokens · {rate:.0f} tokens/s · "
+            f"{n / steps if steps else 0:.2f} tokens/step")
 
 
 def race_table(rows: list[dict]):
     return pd.DataFrame(rows)
-
-
-def race_summary(rows: list[dict], greedy: bool) -> str:
-    parts = []
-    for r in rows[1:]:
-        parts.append(f"**{r['method']}**: {r['speedup vs greedy']}× wall-clock, {r['compression']} tokens/step, "
-                     f"<span class='ds-badge'>{r['exact']}</span>")
-    head = "Exactness checked on the spot (greedy mode)." if greedy else "Sampling mode: exactness is distributional."
-    return head + "\n\n" + "\n\n".join(parts)
 
 
 def sweep_table(points: list[dict]):

@@ -1,207 +1,212 @@
-"""The app's page: every Gradio component, laid out once. app.py wires events to them.
+"""The app's page: every Gradio component, laid out once, kept by name on a `Page`. app.py wires events.
 
-Why apart from app.py: the layout is long and declarative, the wiring is short and is the logic; reading
-either should not mean scrolling through the other.
+Why apart from app.py: the layout is long and declarative, the wiring is short and is the logic. The
+settings components carry the names of appkit.settings.Settings' fields, so `page.inputs()` is built
+from the dataclass, never from a hand-kept positional list. Every number is a plain gr.Number without
+minimum/maximum: the browser must not clamp 0 to 1 silently; the handlers say what is wrong.
 """
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import gradio as gr
 
 import viz
 
 from .explain import explain
-from .limits import TEMPERATURE, Limits
+from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
+from .presets import SHIPPED_CPU
 from .replay import shipped
+from .settings import FIELDS, Settings, budget_line
+from .tabs import RACE_CHOICES
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
                   ("speculative (draft model)", "speculative")]
-RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
+PRESETS = [("auto: tuned for this model and device", "auto"), ("manual: the values below", "manual")]
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
-EXAMPLES = [  # code completion (what the embedded models know: the Python standard library), then chat
+VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+          "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
+          "    def __sub__(self, other):")
+EXAMPLES = [  # code with repetition first (what the embedded models know: the Python standard library)
+    [VECTOR],
+    ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"],
     ["def fibonacci(n):"],
     ["import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""],
-    ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"],
-    ["def read_config(path):\n    with open(path) as f:"],
     ["User: What is a hash table? Answer in two sentences.\nAssistant:"],
-    ["User: Write a Python function that reverses a string.\nAssistant: Here it is:\n\ndef reverse(s):"],
 ]
 CSS = """
 .ds-badge{font-weight:600}
 #ds-output textarea{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
+.ds-msg-error{border-left:4px solid #d62728;background:#fdf0f0;padding:6px 10px;border-radius:4px}
+#ds-stepview .ds-plot,#ds-stepview .ds-run-plot,#ds-replay .ds-plot,#ds-replay .ds-run-plot{min-width:0;max-width:100%}
+.ds-stepper .js-plotly-plot,.ds-stepper .plot-container{max-width:100%}
+.ds-stepper,.ds-controls{min-width:0;max-width:100%}
+.ds-slider{min-width:80px}
 """
 
 
-def named_range(comp):
-    """Out-of-range values sent to this slider/number fail with the field's name and range (the UI shows the
-    same range). Patched on the instance: a subclass would make Gradio write a .pyi stub next to app.py."""
-    check = comp.preprocess
+class Page:
+    """Every component by name (attributes set in layout())."""
 
-    def preprocess(payload):
-        try:
-            return check(payload)
-        except gr.Error:
-            lo, hi = (int(x) if float(x).is_integer() else x for x in (comp.minimum, comp.maximum))
-            raise gr.Error(f"{comp.label} must be in [{lo}, {hi}], got {payload}") from None
-
-    comp.preprocess = preprocess
-    return comp
+    def inputs(self, *extra) -> list:
+        """The Settings fields' components, in the dataclass's order, then `extra`."""
+        return [getattr(self, f) for f in FIELDS] + list(extra)
 
 
-def Slider(*a, **k):  # noqa: N802 - reads like the component it makes
-    return named_range(gr.Slider(*a, **k))
+def Int(value, label: str, lim: Limits | None = None, key: str = "", info: str = "", **kw):  # noqa: N802
+    """A number field showing its range in `info`; no min/max, so nothing is clamped in the browser."""
+    if lim is not None and key:
+        info = info or lim.info(key)
+    return gr.Number(value, label=label, info=info, **kw)
 
 
-def Number(*a, **k):  # noqa: N802
-    return named_range(gr.Number(*a, **k))
-
-
-def layout(lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list) -> SimpleNamespace:
-    """Build the page inside an open gr.Blocks; returns the components by name (and `settings`, the inputs
-    every run-like event takes, in handler order)."""
+def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list,
+           positions: int | None) -> Page:
+    """Build the page inside an open gr.Blocks."""
+    p = page
     gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
                 "step, on a real model. Greedy modes return exactly greedy's tokens — in fewer forward "
                 "passes." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
-    last = gr.State(None)  # per session: the last finished run's trace
+    p.last = gr.State(None)  # per session: the last finished run's trace
     with gr.Accordion("Model", open=False):
         with gr.Row():
-            target = gr.Dropdown(target_choices, value=target0, label="target model",
-                                 allow_custom_value=True,
-                                 info="hub id" + ("" if lim.public else " or local directory") +
-                                      (" (allow list only)" if lim.public else ""))
-            draft = gr.Dropdown(draft_choices, value=draft0, label="draft model (speculative)",
-                                allow_custom_value=True, info="must share the target's tokenizer")
-            device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device", interactive=not lim.public)
-            dtype = gr.Radio(["auto", "fp32", "bf16", "fp16"], value="auto", label="dtype",
-                             info="auto = fp32 on CPU, bf16 on GPU")
+            p.target = gr.Dropdown(target_choices, value=target0, label="target model", allow_custom_value=True,
+                                   info="hub id" + (" (allow list only)" if lim.public else " or local directory"))
+            p.draft = gr.Dropdown(draft_choices, value=draft0, label="draft model (speculative)",
+                                  allow_custom_value=True, info="must share the target's tokenizer")
+            p.device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device", interactive=not lim.public)
+            p.dtype = gr.Radio(["auto", "fp32", "bf16", "fp16"], value="auto", label="dtype",
+                               info="auto = fp32 on CPU, bf16 on GPU")
         with gr.Row():
-            load_btn = gr.Button("Load models", size="sm")
-            model_info = gr.Markdown("Models load on first use and stay cached.")
+            p.load_btn = gr.Button("Load models", size="sm")
+            p.model_info = gr.Markdown("Models load on first use and stay cached.")
+    room = f"the model has {positions:,} positions for prompt + output; " if positions else ""
+    la = SHIPPED_CPU["lookahead"]
     with gr.Row():
-        with gr.Column(scale=3):
-            prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
-                                info=f"at most {20000} characters")
-            gr.Examples(EXAMPLES, inputs=[prompt], label="examples: code completion, and chat (for a hub chat model)")
-        with gr.Column(scale=2):
-            method = gr.Radio(METHOD_CHOICES, value="lookahead", label="method")
-            max_new = Slider(lim.lo("max_new_tokens"), lim.hi("max_new_tokens"), value=64, step=1,
-                                label="max new tokens", info=lim.info("max_new_tokens"))
-            with gr.Group(visible=True) as la_group:
+        with gr.Column(scale=3, min_width=280):
+            p.prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
+                                  info=f"{room}at most {MAX_PROMPT_CHARS:,} characters")
+            gr.Examples(EXAMPLES, inputs=[p.prompt], label="examples: code with repetition, then chat")
+        with gr.Column(scale=2, min_width=280):
+            p.method = gr.Radio(METHOD_CHOICES, value="lookahead", label="method")
+            p.preset = gr.Radio(PRESETS, value="auto", label="parameters", elem_id="ds-preset",
+                                info="auto: the autotuner's choice for this device (cached; the embedded model "
+                                     "on a CPU ships one). Editing a value below switches to manual.")
+            p.max_new = Int(128, "max new tokens", lim, "max_new_tokens", elem_id="ds-max-new")
+            with gr.Group(visible=True) as p.la_group:
                 with gr.Row():
-                    W = Slider(lim.lo("window"), lim.hi("window"), value=5, step=1, label="W window",
-                                  info=lim.info("window"))
-                    N = Slider(lim.lo("ngram"), lim.hi("ngram"), value=4, step=1, label="N n-gram",
-                                  info=lim.info("ngram"))
-                    G = Slider(lim.lo("guesses"), lim.hi("guesses"), value=5, step=1, label="G guesses",
-                                  info=lim.info("guesses"))
+                    p.window = Int(la["window"], "W window", lim, "window", elem_id="ds-W", min_width=80)
+                    p.ngram = Int(la["ngram"], "N n-gram", lim, "ngram", elem_id="ds-N", min_width=80)
+                    p.guesses = Int(la["guesses"], "G guesses", lim, "guesses", elem_id="ds-G", min_width=80)
+                p.tune_btn = gr.Button("Tune the auto preset for this model and device now", size="sm")
+            with gr.Group(visible=False) as p.pl_group:
                 with gr.Row():
-                    tune_btn = gr.Button("Autotune W, N, G for this model and prompt", size="sm")
-                tune_md = gr.Markdown()
-            with gr.Group(visible=False) as pl_group:
+                    p.max_ngram = Int(3, "max n-gram to match", lim, "max_ngram")
+                    p.num_tokens = Int(10, "tokens to copy", lim, "num_tokens")
+            with gr.Group(visible=False) as p.sp_group:
+                p.spec_mode = gr.Radio(SPEC_MODES, value="chain", label="speculative mode")
                 with gr.Row():
-                    max_ngram = Slider(lim.lo("max_ngram"), lim.hi("max_ngram"), value=3, step=1,
-                                          label="max n-gram to match", info=lim.info("max_ngram"))
-                    num_tokens = Slider(lim.lo("num_tokens"), lim.hi("num_tokens"), value=10, step=1,
-                                           label="tokens to copy", info=lim.info("num_tokens"))
-            with gr.Group(visible=False) as sp_group:
-                spec_mode = gr.Radio(SPEC_MODES, value="chain", label="speculative mode")
-                with gr.Row():
-                    K = Slider(lim.lo("draft_tokens"), lim.hi("draft_tokens"), value=4, step=1,
-                                  label="K draft tokens (depth)", info=lim.info("draft_tokens"))
-                    widths = gr.Textbox("3,2,1", label="tree widths per depth", visible=False,
-                                        info=f"e.g. 3,2,1; each {lim.info('tree_width')}, "
-                                             f"≤ {lim.hi('tree_depth')} depths")
-                    budget = Slider(lim.lo("tree_budget"), lim.hi("tree_budget"), value=16, step=1, visible=False,
-                                       label="tree budget (nodes)", info=lim.info("tree_budget"))
-                staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
+                    p.draft_tokens = Int(4, "K draft tokens (depth)", lim, "draft_tokens")
+                    p.widths = gr.Textbox("3,2,1", label="tree widths per depth", visible=False,
+                                          info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
+                    p.budget = Int(16, "tree budget (nodes)", lim, "tree_budget", visible=False)
+                p.staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
+            p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():
-                    temperature = Slider(TEMPERATURE[0], TEMPERATURE[1], value=0.0, step=0.05,
-                                            label="temperature", info=f"{TEMPERATURE[0]}–{TEMPERATURE[1]}")
-                    top_k = Number(0, label="top-k (0 = off)", precision=0, minimum=0,
-                                      maximum=lim.hi("top_k"))
-                    top_p = Slider(0.01, 1.0, value=1.0, step=0.01, label="top-p")
-                    seed = Number(0, label="seed", precision=0, minimum=0, maximum=2**31 - 1)
-    settings = [target, draft, device, dtype, prompt, method, max_new, W, N, G, max_ngram, num_tokens,
-                spec_mode, K, widths, budget, staged, temperature, top_k, top_p, seed]
-
+                    p.temperature = Int(0.0, "temperature", info=f"{TEMPERATURE[0]}–{TEMPERATURE[1]}")
+                    p.top_k = Int(0, "top-k (0 = off)", lim, "top_k")
+                    p.top_p = Int(1.0, "top-p", info="in (0, 1]")
+                    p.seed = Int(0, "seed", info=f"0–{2**31 - 1}")
+    p.msg = gr.Markdown("", elem_id="ds-msg")  # the persistent message of the last failed event
     with gr.Tabs():
-        with gr.Tab("Run", id="run"):
-            with gr.Row():
-                run_btn = gr.Button("Run", variant="primary", elem_id="ds-run")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="ds-stop")
-            stats = gr.Markdown("Press **Run**: the output streams step by step and the pictures follow.",
-                                elem_id="ds-stats")
-            with gr.Row():
-                with gr.Column(scale=3):
-                    output = gr.Textbox(label="output (new tokens)", lines=6, max_lines=16, elem_id="ds-output",
-                                        interactive=False)
-                    with gr.Row():
-                        live_a = gr.Plot(label="live view", elem_id="ds-live-a")
-                        live_b = gr.Plot(label="live view 2", elem_id="ds-live-b")
-                with gr.Column(scale=2):
-                    explain_md = gr.Markdown(explain("lookahead"), elem_id="ds-explain")
-            gr.Markdown("#### Step through the finished run\n◀ ▶ or the arrow keys; click a token to jump "
-                        "to the step that produced it.")
-            step_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-stepview")
-            trace_file = gr.File(label="trace JSON (replay it anywhere)", interactive=False)
+        run_tab(p)
+        race_tab(p)
+        profile_tab(p, lim)
+        sweep_tab(p, lim)
+        replay_tab(p)
+    return p
 
-        with gr.Tab("Race", id="race"):
-            gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
-                        "mode (temperature 0) every method must give **identical tokens**: checked here.")
-            race_methods = gr.CheckboxGroup(RACE_CHOICES, value=["lookahead", "prompt_lookup"],
-                                            label="accelerated methods")
-            with gr.Row():
-                race_btn = gr.Button("Race", variant="primary")
-                race_stop = gr.Button("Stop", variant="stop")
-            race_md = gr.Markdown()
-            race_table = gr.Dataframe(label="results", interactive=False)
-            with gr.Row():
-                race_plot = gr.Plot(label="tokens over time")
-                race_lat = gr.Plot(label="step latency vs query tokens")
 
-        with gr.Tab("Profile", id="profile"):
-            gr.Markdown("Profiles greedy and the chosen method with torch.profiler: roofline (where each "
-                        "step sits between memory- and compute-bound), FLOPs vs steps, step latency vs "
-                        "query tokens. Downloads: trace JSON, Perfetto trace (ui.perfetto.dev), "
-                        "standalone HTML report.")
-            with gr.Row():
-                prof_btn = gr.Button("Profile", variant="primary")
-                prof_stop = gr.Button("Stop", variant="stop")
-            prof_md = gr.Markdown()
-            with gr.Row():
-                roof_plot = gr.Plot(label="roofline")
-                lat_plot = gr.Plot(label="step latency vs query tokens")
-            flops_plot = gr.Plot(label="FLOPs vs steps")
-            prof_files = gr.Files(label="downloads", interactive=False)
+def run_tab(p: Page) -> None:
+    with gr.Tab("Run", id="run"):
+        with gr.Row():
+            p.run_btn = gr.Button("Run", variant="primary", elem_id="ds-run", min_width=100)
+            p.stop_btn = gr.Button("Stop", variant="stop", elem_id="ds-stop", min_width=100)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=2, min_width=300):
+                p.stats = gr.Markdown("Press **Run**: the text streams; the step view follows at the end "
+                                      "(and at Stop).", elem_id="ds-stats")
+                p.output = gr.Textbox(label="output (new tokens)", lines=8, max_lines=20, elem_id="ds-output",
+                                      interactive=False)
+                p.trace_file = gr.File(label="trace JSON (replay it anywhere)", interactive=False,
+                                       elem_id="ds-trace-file")
+                with gr.Accordion("How this method works", open=False):
+                    p.explain_md = gr.Markdown(explain("lookahead"), elem_id="ds-explain")
+            with gr.Column(scale=3, min_width=300):
+                gr.Markdown("#### Step through the run\n◀ ▶ or the arrow keys; click a token to jump to the "
+                            "step that produced it. The profile plots follow the selected step.")
+                p.step_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-stepview")
 
-        with gr.Tab("Sweep", id="sweep"):
-            gr.Markdown("The lookahead paper's scaling picture on the current target model and prompt: "
-                        "compression (tokens per step) vs per-step FLOPs, one line per N, one point per "
-                        "W (G = W). More FLOPs per step buy fewer steps — until steps stop being free.")
-            with gr.Row():
-                sw_n = gr.CheckboxGroup([2, 3, 4, 5, 7], value=[3, 5], label="N (n-gram sizes)")
-                sw_w = gr.CheckboxGroup([1, 2, 4, 8, 16], value=[1, 2, 4, 8], label="W (window sizes)")
-                sw_max = Slider(8, min(256, lim.hi("max_new_tokens")), value=48, step=8,
-                                   label="new tokens per run")
-            with gr.Row():
-                sw_btn = gr.Button("Run sweep", variant="primary")
-                sw_stop = gr.Button("Stop", variant="stop")
-            sw_status = gr.Markdown()
-            sw_plot = gr.Plot(label="compression vs log per-step FLOPs")
-            sw_table = gr.Dataframe(label="runs", interactive=False)
 
-        with gr.Tab("Replay", id="replay"):
-            gr.Markdown("Step through a trace recorded elsewhere (e.g. on a GPU with a big model) — no "
-                        "model needed. Pick a recorded trace, upload your own (`--json` of the CLI or the "
-                        "Run tab's download), or replay your last run.")
-            with gr.Row():
-                rp_pick = gr.Dropdown(shipped(), value=None, label="recorded traces (assets/traces)")
-                rp_upload = gr.File(label="upload trace JSON", file_types=[".json"], type="filepath")
-                rp_btn = gr.Button("Replay", variant="primary")
-            rp_stats = gr.Markdown()
-            rp_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-replay")
-            rp_text = gr.Textbox(label="text of the replayed run", lines=4, interactive=False)
+def race_tab(p: Page) -> None:
+    with gr.Tab("Race", id="race"):
+        gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
+                    "mode (temperature 0) every method must give **identical tokens**: checked here.")
+        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=["lookahead", "prompt_lookup"],
+                                          label="accelerated methods", elem_id="ds-race-methods")
+        with gr.Row():
+            p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
+            p.race_stop = gr.Button("Stop", variant="stop", min_width=100)
+        p.race_md = gr.Markdown(elem_id="ds-race-md")
+        p.race_table = gr.Dataframe(label="results", interactive=False)
+        with gr.Row():
+            p.race_plot = gr.Plot(label="tokens over time", min_width=300)
+            p.race_lat = gr.Plot(label="step latency vs query tokens", min_width=300)
 
-    return SimpleNamespace(**locals())  # every component by its variable name, plus `settings`
+
+def profile_tab(p: Page, lim: Limits) -> None:
+    with gr.Tab("Profile", id="profile"):
+        gr.Markdown("Profiles greedy and the chosen method with torch.profiler: roofline (where each "
+                    "step sits between memory- and compute-bound), FLOPs vs steps, step latency vs "
+                    "query tokens. Downloads: trace JSON, Perfetto trace (ui.perfetto.dev), standalone "
+                    "HTML report.")
+        with gr.Row():
+            p.prof_btn = gr.Button("Profile", variant="primary", min_width=100)
+            p.prof_stop = gr.Button("Stop", variant="stop", min_width=100)
+        p.prof_md = gr.Markdown()
+        with gr.Row():
+            p.roof_plot = gr.Plot(label="roofline", min_width=300)
+            p.lat_plot = gr.Plot(label="step latency vs query tokens", min_width=300)
+        p.flops_plot = gr.Plot(label="FLOPs vs steps")
+        p.prof_files = gr.Files(label="downloads", interactive=False)
+
+
+def sweep_tab(p: Page, lim: Limits) -> None:
+    with gr.Tab("Sweep", id="sweep"):
+        gr.Markdown("The lookahead paper's scaling picture on the current target model and prompt: "
+                    "compression (tokens per step) vs per-step FLOPs, one line per N, one point per "
+                    "W (G = W). More FLOPs per step buy fewer steps — until steps stop being free.")
+        with gr.Row():
+            p.sw_n = gr.CheckboxGroup([2, 3, 4, 5, 7], value=[3, 5], label="N (n-gram sizes)")
+            p.sw_w = gr.CheckboxGroup([1, 2, 4, 8, 16], value=[1, 2, 4, 8], label="W (window sizes)")
+            p.sw_max = Int(48, "new tokens per run", lim, "max_new_tokens")
+        with gr.Row():
+            p.sw_btn = gr.Button("Run sweep", variant="primary", min_width=100)
+            p.sw_stop = gr.Button("Stop", variant="stop", min_width=100)
+        p.sw_status = gr.Markdown()
+        p.sw_plot = gr.Plot(label="compression vs log per-step FLOPs")
+        p.sw_table = gr.Dataframe(label="runs", interactive=False)
+
+
+def replay_tab(p: Page) -> None:
+    with gr.Tab("Replay", id="replay"):
+        gr.Markdown("Step through a trace recorded elsewhere (e.g. on a GPU with a big model) — no "
+                    "model needed. Pick a recorded trace, upload your own (`--json` of the CLI or the "
+                    "Run tab's download), or replay your last run.")
+        with gr.Row():
+            p.rp_pick = gr.Dropdown(shipped(), value=None, label="recorded traces (assets/traces)")
+            p.rp_upload = gr.File(label="upload trace JSON", file_types=[".json"], type="filepath")
+            p.rp_btn = gr.Button("Replay", variant="primary", min_width=100)
+        p.rp_msg = gr.Markdown()
+        p.rp_stats = gr.Markdown()
+        p.rp_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-replay")
+        p.rp_text = gr.Textbox(label="text of the replayed run", lines=4, interactive=False)

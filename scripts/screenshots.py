@@ -1,6 +1,6 @@
 """Render DecodeScope's views in headless Chromium and save PNGs under docs/screenshots/.
 
-    python scripts/screenshots.py [--out docs/screenshots] [--only report_lookahead ...]
+    python scripts/screenshots.py [--out docs/screenshots] [--only report_lookahead ...] [--gradio] [--app]
 
 Pages are built from the recorded fixtures in tests/fixtures/ (plotly.js inline, no network), opened from
 disk by /usr/bin/chromium (Debian `apt-get install -y chromium`), and screenshotted. The step shown is
@@ -122,11 +122,41 @@ def gradio_shot(out: Path) -> Path:
         demo.close()
 
 
+def app_shots(out: Path) -> list[Path]:
+    """The real app (embedded models) after a default Run, wide and at a phone's 400 px (Playwright drives
+    Debian's Chromium; the same flags as the browser tests)."""
+    from playwright.sync_api import sync_playwright
+
+    import app as app_module
+    demo = app_module.build_demo(public=False)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True,
+                            **app_module.launch_kwargs())
+    shots = []
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_FLAGS[:-1])
+            for name, width in (("app_run", 1400), ("app_run_400px", 400)):
+                page = b.new_page(viewport={"width": width, "height": 1000})
+                page.goto(url, wait_until="load", timeout=60000)
+                page.locator("#ds-run").click()
+                page.locator("#ds-stepview .ds-stepper .main-svg").first.wait_for(timeout=120000)
+                page.wait_for_timeout(1000)
+                out.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+                shots.append(out / f"{name}.png")
+                page.close()
+            b.close()
+    finally:
+        demo.close()
+    return shots
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--only", nargs="*", help="names of the shots to take (default: all)")
     ap.add_argument("--gradio", action="store_true", help="also shoot the step view inside a Gradio app")
+    ap.add_argument("--app", action="store_true", help="also shoot the real app after a default run (1400 and 400 px)")
     args = ap.parse_args(argv)
     out, done = Path(args.out), []
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +170,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
     if args.gradio:
         done.append(gradio_shot(out))
         print("wrote", done[-1])
+    if args.app:
+        for shot in app_shots(out):
+            done.append(shot)
+            print("wrote", shot)
     return done
 
 

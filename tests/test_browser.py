@@ -1,13 +1,20 @@
-"""The app in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright; .ci/run installs it):
-load the page, run the default example, see the streamed output and the window view, step back and
-forward, replay a recorded trace, no console errors, no request leaves the machine; screenshots go to
-out/screenshots/ (gitignored, so a test run leaves the tree clean; the committed ones in docs/screenshots/
-come from the same test: copy them over when the UI changes).
+"""The app in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright; .ci/run installs it),
+measuring what a user feels, not only that the page loads:
+
+- a live 400-token lookahead run reaches >= 70% of the engine's own tokens/s (measured in the same test);
+- no main-thread long task over 200 ms while it streams (PerformanceObserver "longtask");
+- Stop -> "Stopped after N tokens" within 1.0 s, and the partial run keeps its step view and trace;
+- 0 px horizontal overflow at a 400 px wide viewport; 0 requests to any host but the app's;
+- the default race: every accelerated method >= 1.2x greedy or one line saying why;
+- a bad value gets a message beside the settings and the previous output stays.
+Screenshots go to out/screenshots/ (gitignored; the committed ones in docs/screenshots/ come from here).
 """
 from __future__ import annotations
 
+import os
 import re
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -15,6 +22,9 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import app as app_module
+from appkit.presets import SHIPPED_CPU
+from appkit.ui import VECTOR
+from decoding import run
 
 # Gradio's queue builds DataFrames with options pandas 3 deprecates; not ours to fix.
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
@@ -22,8 +32,15 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "out" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--disable-dev-shm-usage", "--no-first-run"]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--no-first-run"]
+LONGTASKS = """
+window.__longtasks = [];
+new PerformanceObserver(l => { for (const e of l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })
+  .observe({type: 'longtask', buffered: true});
+"""
+STATS = "#ds-stats"
+LONGTASK_MS = 200
 
 
 def free_port() -> int:
@@ -33,13 +50,21 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def url():
+def served(tmp_path_factory):
     # the real defaults: the embedded target and draft in assets/ (what `python app.py` serves)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DECODESCOPE_CACHE", str(tmp_path_factory.mktemp("cache")))
     demo = app_module.build_demo(public=False)
     _, local, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
                               **app_module.launch_kwargs())
-    yield local
+    yield local, demo
     demo.close()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def url(served):
+    return served[0]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +77,7 @@ def browser():
 
 
 class Watch:
-    """Console errors, uncaught page errors and any request to a host other than the app's."""
+    """Console errors, uncaught page errors and every request to a host other than the app's."""
 
     def __init__(self, page, base: str):
         self.errors: list[str] = []
@@ -61,13 +86,45 @@ class Watch:
         page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
 
-        def route(r):
+        def seen(req):
+            u = urlparse(req.url)
+            if u.scheme in ("http", "https", "ws", "wss") and u.hostname not in (host, "localhost", "127.0.0.1"):
+                self.external.append(req.url)
+        page.on("request", seen)
+
+        def route(r):  # and never let one out
             u = urlparse(r.request.url)
             if u.scheme in ("http", "https", "ws", "wss") and u.hostname not in (host, "localhost", "127.0.0.1"):
-                self.external.append(r.request.url)
                 return r.abort()
             return r.continue_()
         page.route("**/*", route)
+
+
+def open_app(browser, url: str, width: int = 1400):
+    page = browser.new_page(viewport={"width": width, "height": 1000})
+    page.add_init_script(LONGTASKS)
+    watch = Watch(page, url)
+    page.goto(url, wait_until="load", timeout=60000)
+    expect(page.locator("#ds-run")).to_be_visible(timeout=30000)
+    return page, watch
+
+
+def set_number(page, elem_id: str, value) -> None:
+    box = page.locator(f"#{elem_id} input")
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def wait_stats(page, text: str, timeout_ms: int = 120000) -> None:
+    page.wait_for_function(f"(document.querySelector('{STATS}')||{{}}).innerText?.includes({text!r})",
+                           polling="raf", timeout=timeout_ms)
+
+
+def wait_done(page, tokens: int, timeout_ms: int = 120000) -> None:
+    """The run that makes `tokens` tokens is done (not the previous run's 'done')."""
+    page.wait_for_function(f"(document.querySelector('{STATS}')||{{}}).innerText?.includes('done') && "
+                           f"document.querySelector('{STATS}').innerText.includes('\\t{tokens}\\t')",
+                           polling="raf", timeout=timeout_ms)
 
 
 def label_step(page, root: str) -> int:
@@ -77,74 +134,142 @@ def label_step(page, root: str) -> int:
     return int(m.group(1))
 
 
-def test_run_default_example_and_step_through(browser, url):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    watch = Watch(page, url)
-    page.goto(url, wait_until="load", timeout=60000)
-    expect(page.locator("#ds-run")).to_be_visible(timeout=30000)
-    # the default example: the first of the examples table, then Run
-    page.get_by_text("def fibonacci(n):").first.click()
-    expect(page.locator("#ds-prompt textarea")).to_have_value(re.compile(r"^def fibonacci\(n\):"))
+def longtask_limit_ms() -> float:
+    """200 ms on a quiet machine. A long task is wall time, so a renderer starved of CPU by other work
+    (load above the core count) looks slow too: scale by the load so a shared CI box measures the page,
+    not its neighbours (the goal is re-measured on a quiet machine)."""
+    return LONGTASK_MS * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def overflow(page) -> int:
+    return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+
+
+def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
+    url, demo = served
+    page, watch = open_app(browser, url)
+    expect(page.locator("#ds-prompt textarea")).to_have_value(VECTOR)
+    set_number(page, "ds-max-new", 8)  # warm-up: load the model, first forwards
     page.locator("#ds-run").click()
+    wait_done(page, 8)
+    expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
+    page.wait_for_timeout(1000)  # the warm-up's step view is drawn: not part of the measured run
+    model, tok = demo.decodescope["cache"].get(app_module.DEFAULT_TARGET)
+    engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=400, **SHIPPED_CPU["lookahead"])
+    engine_tps = len(engine.output_ids) / engine.wall_s
+    set_number(page, "ds-max-new", 400)
+    t0 = page.evaluate("performance.now()")
+    page.locator("#ds-run").click()
+    wait_done(page, 400)
+    t1 = page.evaluate("performance.now()")
+    live_tps = len(engine.output_ids) / ((t1 - t0) / 1e3)
+    assert page.locator("#ds-output textarea").input_value() == engine.text
+    print(f"\nengine alone {engine_tps:.0f} tok/s; live in the browser (click to done) {live_tps:.0f} tok/s "
+          f"= {live_tps / engine_tps:.0%}")
+    assert live_tps >= 0.7 * engine_tps
+    tasks = [(round(s - t0), d) for s, d in page.evaluate("window.__longtasks") if t0 <= s <= t1]
+    limit = longtask_limit_ms()
+    print(f"long tasks (> 50 ms) during the run, (start ms, duration ms): {tasks}; limit {limit:.0f} ms")
+    assert all(d <= limit for _, d in tasks), f"main-thread long tasks during the run: {tasks} ms"
+    # the step view comes once, at the end; step back and forward
     stepper = "#ds-stepview .ds-stepper"
-    expect(page.locator(stepper)).to_be_visible(timeout=90000)
-    # the streamed output and the run statistics
-    expect(page.locator("#ds-output textarea")).not_to_have_value("", timeout=10000)
-    expect(page.locator("#ds-stats")).to_contain_text("done", timeout=10000)
-    expect(page.locator("#ds-stats")).to_contain_text("compression")
-    # the live window view (gr.Plot) and the step-through window view (plotly in gr.HTML) are drawn
-    expect(page.locator("#ds-live-a .main-svg").first).to_be_visible(timeout=20000)
-    window = page.locator(f'{stepper} .ds-plot[data-view="window"] .main-svg').first
-    expect(window).to_be_visible(timeout=20000)
-    expect(page.locator(f'{stepper} .ds-plot[data-view="pool"] .main-svg').first).to_be_visible()
-    # step back and forward: the label, the caption and the window picture follow
+    expect(page.locator(stepper)).to_be_visible(timeout=60000)
+    expect(page.locator(f'{stepper} .ds-plot[data-view="window"] .main-svg').first).to_be_visible(timeout=30000)
     last = label_step(page, stepper)
-    assert last > 1
-    caption_last = page.locator(f"{stepper} .ds-caption").inner_text()
     page.locator(f"{stepper} .ds-prev").click()
-    assert label_step(page, stepper) == last - 1
-    page.locator(f"{stepper} .ds-prev").click()
-    assert label_step(page, stepper) == last - 2
-    assert page.locator(f"{stepper} .ds-caption").inner_text() != caption_last
-    page.locator(f"{stepper} .ds-next").click()
     assert label_step(page, stepper) == last - 1
     page.locator(f"{stepper} .ds-first").click()
-    assert label_step(page, stepper) == 0
-    assert "prefill" in page.locator(f"{stepper} .ds-caption").inner_text()
-    page.keyboard.press("ArrowRight")  # arrow keys drive the stepper too
+    assert label_step(page, stepper) == 0 and "prefill" in page.locator(f"{stepper} .ds-caption").inner_text()
+    page.keyboard.press("ArrowRight")
     assert label_step(page, stepper) == 1
-    page.locator(f"{stepper} .ds-last").click()
-    assert label_step(page, stepper) == last
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "app_run.png"), full_page=True)
-    assert (SHOTS / "app_run.png").stat().st_size > 10000
     assert not watch.external, f"requests left the machine: {watch.external}"
     assert not watch.errors, watch.errors
     page.close()
 
 
-def test_error_message_and_replay_tab(browser, url):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    watch = Watch(page, url)
-    page.goto(url, wait_until="load", timeout=60000)
-    expect(page.locator("#ds-run")).to_be_visible(timeout=30000)
-    # an empty prompt: one clear message in the UI
-    page.locator("#ds-prompt textarea").fill("")
+def test_stop_within_a_second_keeps_the_partial_run(browser, url):
+    page, watch = open_app(browser, url)
+    set_number(page, "ds-max-new", 1500)
     page.locator("#ds-run").click()
-    expect(page.get_by_text("the prompt is empty").first).to_be_visible(timeout=20000)
-    page.locator(".toast-close").first.click()
-    expect(page.get_by_text("the prompt is empty")).to_have_count(0, timeout=5000)
-    # Stop: a long run streams, Stop ends it and says so, the next run works
-    page.locator("#ds-prompt textarea").fill("def fibonacci(n):")
-    page.get_by_label("number input for max new tokens").fill("1500")
-    page.get_by_label("number input for max new tokens").press("Enter")
-    page.locator("#ds-run").click()
-    expect(page.locator("#ds-stats")).to_contain_text("running", timeout=60000)
+    wait_stats(page, "running")
+    page.wait_for_timeout(800)
+    t0 = page.evaluate("performance.now()")
     page.locator("#ds-stop").click()
-    expect(page.locator("#ds-stats")).to_contain_text("Stopped", timeout=10000)
-    page.wait_for_timeout(1500)
-    expect(page.locator("#ds-stats")).to_contain_text("Stopped")  # the cancelled run sends nothing more
-    # Replay a shipped trace (no model involved)
+    wait_stats(page, "Stopped after", timeout_ms=10000)
+    latency = (page.evaluate("performance.now()") - t0) / 1e3
+    print(f"\nStop -> 'Stopped' in {latency:.2f} s")
+    assert latency <= 1.0
+    n = int(re.search(r"Stopped after (\d+) tokens", page.locator(STATS).inner_text()).group(1))
+    assert 0 < n < 1500
+    expect(page.locator("#ds-stepview .ds-stepper")).to_be_visible(timeout=60000)  # the partial run's step view
+    expect(page.locator("#ds-trace-file")).to_contain_text("lookahead-trace", timeout=30000)
+    page.wait_for_timeout(1000)
+    expect(page.locator(STATS)).to_contain_text("Stopped after")  # nothing overwrote it
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
+    page.close()
+
+
+def test_bad_value_gets_a_message_and_keeps_the_output(browser, url):
+    page, watch = open_app(browser, url)
+    set_number(page, "ds-max-new", 6)
+    page.locator("#ds-run").click()
+    wait_done(page, 6)
+    expect(page.locator("#ds-stepview .ds-stepper")).to_be_visible(timeout=60000)  # the event has ended
+    before = page.locator("#ds-output textarea").input_value()
+    assert before
+    set_number(page, "ds-max-new", 0)
+    expect(page.locator("#ds-max-new input")).to_have_value("0")  # not clamped to 1 by the browser
+    page.locator("#ds-run").click()
+    expect(page.locator("#ds-msg")).to_contain_text("max new tokens must be a whole number in [1, 4096], got 0",
+                                                    timeout=20000)
+    expect(page.locator(STATS)).to_contain_text("Not run")
+    assert page.locator("#ds-output textarea").input_value() == before
+    page.locator(".toast-close").first.click()  # the toast goes; the message stays
+    expect(page.locator(".toast-close")).to_have_count(0, timeout=5000)
+    expect(page.locator("#ds-msg")).to_contain_text("max new tokens")
+    # the live budget line follows W, N, G, and an over-budget setting is refused with its numbers
+    set_number(page, "ds-W", 64)
+    set_number(page, "ds-N", 16)
+    set_number(page, "ds-G", 64)
+    expect(page.locator("#ds-budget")).to_contain_text("1,920 query tokens per step")
+    assert not watch.external, watch.external
+    page.close()
+
+
+def test_default_race_wins_or_says_why(browser, url):
+    page, watch = open_app(browser, url)
+    page.get_by_role("tab", name="Race").click()
+    page.locator("#ds-race").click()
+    expect(page.locator("#ds-race-md")).to_contain_text("Exactness checked", timeout=180000)
+    expect(page.locator("#ds-race-md")).not_to_contain_text("running", timeout=180000)
+    md = page.locator("#ds-race-md").inner_text()
+    print("\n" + md)
+    for m in ("lookahead", "prompt_lookup"):
+        speed = float(re.search(rf"{m} [^:]*: ([\d.]+)× wall-clock", md).group(1))
+        assert speed >= 1.2 or re.search(rf"{m} is .* costs [\d.]+x a 1-token step .* ms\)", md), md
+    assert "✗" not in md
+    assert not watch.external, watch.external
+    page.close()
+
+
+def test_narrow_viewport_has_no_horizontal_overflow(browser, url):
+    page, watch = open_app(browser, url, width=400)
+    assert overflow(page) <= 0, f"{overflow(page)} px of horizontal overflow at 400 px"
+    set_number(page, "ds-max-new", 24)
+    page.locator("#ds-run").click()
+    wait_done(page, 24)
+    expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
+    page.wait_for_timeout(500)
+    assert overflow(page) <= 0, f"{overflow(page)} px of horizontal overflow at 400 px after a run"
+    page.screenshot(path=str(SHOTS / "app_narrow.png"), full_page=True)
+    assert not watch.external, watch.external
+    page.close()
+
+
+def test_replay_tab(browser, url):
+    page, watch = open_app(browser, url)
     page.get_by_role("tab", name="Replay").click()
     page.get_by_label("recorded traces (assets/traces)").click()
     page.get_by_role("option").first.click()
@@ -155,8 +280,7 @@ def test_error_message_and_replay_tab(browser, url):
     first = label_step(page, stepper)
     page.locator(f"{stepper} .ds-next").click()
     assert label_step(page, stepper) == first + 1 or first == int(page.locator(f"{stepper} .ds-slider").get_attribute("max"))
+    assert "/" + str(ROOT).strip("/") not in page.content()  # no server path in what the page carries
     page.screenshot(path=str(SHOTS / "app_replay.png"), full_page=True)
-    assert not watch.external, f"requests left the machine: {watch.external}"
-    # a gr.Error is shown as a toast, not logged as a console error by our code; nothing else may be
-    assert not [e for e in watch.errors if "the prompt is empty" not in e], watch.errors
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
     page.close()

@@ -1,0 +1,213 @@
+"""The Run tab's event handlers and what every model event shares: checking settings, loading models,
+presets, the positions check, the finished run's step view and download.
+
+Every model event's outputs start with (message, status): see appkit/errors.py. Race, Profile, Sweep
+and the tuner are in appkit/tabs.py and use the same `Plan` and the same stream.Job.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gradio as gr
+
+import viz
+from decoding import make_drafter, make_sampling, run
+from decoding.api import vocab_for
+from decoding.models import describe, max_positions
+
+from . import presets
+from .costs import run_costs
+from .errors import reported
+from .limits import Limits
+from .models import ModelCache
+from .settings import InputError, Settings, check_common, method_params, raise_if
+from .stream import Job, Recorder, Sessions
+from .tables import display_name, live_line, stats_md
+
+TMP = Path(tempfile.gettempdir()) / "decodescope-app"
+TMP_MAX_AGE_S = 3600
+CLEAR = ""  # the message output when an event starts: the last error goes away
+
+
+@dataclass
+class Plan:
+    """Checked settings, loaded models and per-method parameters for one event."""
+    settings: Settings
+    prompt: str
+    max_new: int
+    sampling: object
+    model: object
+    tok: object
+    dmodel: object = None
+    dtok: object = None
+    params: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+
+    def drafter(self, method: str):
+        """A fresh drafter (they keep per-run state)."""
+        kw = dict(self.params.get(method, {}))
+        if method == "speculative":
+            kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok)
+        return make_drafter(method, **kw)
+
+    def run(self, method: str, on_step=None, **kw):
+        return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
+                   drafter=self.drafter(method), on_step=on_step, **kw)
+
+
+def tmpdir() -> Path:
+    """A fresh folder for one request's downloads; folders older than an hour are removed."""
+    TMP.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in TMP.iterdir():
+        try:
+            if now - old.stat().st_mtime > TMP_MAX_AGE_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(dir=TMP))
+
+
+def thread_setup() -> None:
+    """The worker thread inherits nothing from torch's per-thread state; keep grad off."""
+    import torch
+    torch.set_grad_enabled(False)
+
+
+def step_views(trace, costs: dict | None, initial_step: int) -> str:
+    """THE call site of the Run tab's step view and its per-step profile (issue 14). When viz/ gains the
+    selected-step profile panel, call it here with `costs` (appkit.costs.run_costs: per-step FLOPs, bytes,
+    ms, peaks, greedy's cumulative FLOPs); until then the step view draws the roofline and FLOPs itself."""
+    return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
+
+
+class Handlers:
+    """Shared state (limits, model cache, stop events) and the Run tab's handlers."""
+
+    def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
+        self.lim, self.cache, self.sessions = lim, cache, Sessions()
+        self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
+
+    def model_name(self, name, role: str) -> str:
+        """The model to load: the page's name for an embedded model is repo-relative, never a server path."""
+        name = "" if name is None else str(name).strip()
+        return self.lim.model_name(self.aliases.get(name, name), role)
+
+    # ------------------------------------------------------------------ shared
+    def prepare(self, s: Settings, methods: list[str], n_outputs: int):
+        """Generator for the model events: yields status updates (loading, tuning) and returns the Plan
+        (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
+        rest = [gr.skip()] * (n_outputs - 2)
+        yield (CLEAR, "loading model…", *rest)
+        p = self.plan(s, methods, presets_too=False)
+        target = self.model_name(s.target, "target")
+        if s.preset == "auto" and any(presets.cached(target, p.model, m) is None for m in methods if m != "greedy"):
+            yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
+                              "CPU; cached afterwards)…", *rest)
+        self.apply_presets(p, methods)
+        return p
+
+    def plan(self, s: Settings, methods: list[str], presets_too: bool = True) -> Plan:
+        """Check everything (all problems at once), then load models, resolve presets, check positions."""
+        problems: list[str] = []
+        common = check_common(s, self.lim, problems)
+        auto = s.preset == "auto"
+        params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
+        try:
+            target = self.model_name(s.target, "target")
+            draft = self.model_name(s.draft, "draft") if "speculative" in methods else None
+        except ValueError as e:
+            problems.append(str(e))
+        raise_if(problems)
+        device = "auto" if self.lim.public else s.device
+        model, tok = self.cache.get(target, device, s.dtype)
+        dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
+        p = Plan(s, common["prompt"], common["max_new"],
+                 make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
+                 model, tok, dmodel, dtok, params)
+        if presets_too:
+            self.apply_presets(p, methods)
+        return p
+
+    def apply_presets(self, p: Plan, methods: list[str]) -> None:
+        """With preset "auto", each method's parameters come from presets (tuned now if unknown); then
+        every method's span is checked against the model's positions."""
+        target = self.model_name(p.settings.target, "target")
+        for m in methods:
+            if p.settings.preset == "auto" and m != "greedy":
+                pr = presets.resolve(target, p.model, p.tok, m, p.dmodel)
+                p.params[m] = dict(pr["params"])
+                p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
+            self.check_positions(p, m)
+
+    def check_positions(self, p: Plan, method: str) -> None:
+        """prompt tokens + max new tokens + the method's span must fit the model's positions: say the numbers."""
+        limit = max_positions(p.model.config)
+        n = len(p.tok(p.prompt)["input_ids"])
+        span = p.drafter(method).max_depth()
+        if limit is not None and n + p.max_new + span > limit:
+            room = limit - n - span
+            fix = (f"lower max new tokens to {room}" if room >= 1 else
+                   f"shorten the prompt to at most {limit - p.max_new - span:,} tokens")
+            raise InputError(f"**prompt + max new tokens** do not fit the model: {n:,} prompt tokens + "
+                             f"{p.max_new:,} new + {span} {method.replace('_', ' ')} span = "
+                             f"{n + p.max_new + span:,} positions, the model has {limit:,}: {fix}")
+
+    def finish(self, tr, p: Plan, stopped: bool = False) -> tuple[str, str, dict]:
+        """(step view html, trace download path, trace dict) of a finished or stopped run."""
+        if stopped:
+            tr.stop_reason = "stopped"
+            tr.text = p.tok.decode(tr.output_ids)
+            tr.vocab = vocab_for(tr, p.tok)
+            tr.model = describe(p.model)
+        if isinstance(tr.model, dict):
+            tr.model["name"] = display_name(tr.model.get("name"))  # no server path in the download
+        costs = run_costs(tr, p.model)
+        path = tmpdir() / f"{tr.method}-trace.json"
+        tr.save(path)
+        return step_views(tr, costs, len(tr.steps) - 1), str(path), tr.to_dict()
+
+    # ------------------------------------------------------------------ Run tab
+    @reported(6)
+    def run(self, request: gr.Request, *values):
+        """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
+        s = Settings.from_values(values)
+        session = getattr(request, "session_hash", None)
+        stop = self.sessions.start(session)
+        try:
+            p = yield from self.prepare(s, [s.method], 6)
+            drafter = p.drafter(s.method)
+            rec = Recorder(s.method, p.tok(p.prompt)["input_ids"],
+                           {**drafter.config(), "max_new_tokens": p.max_new, "sampling": p.sampling.to_dict()})
+
+            def work(job: Job):
+                def on_step(step, out):
+                    rec.add(step, out)
+                    job.report(len(rec.trace.steps))
+                    job.check()
+                return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
+                           drafter=drafter, on_step=on_step)
+
+            note = p.notes.get(s.method, "")
+            for kind, result in Job(work, stop, thread_setup).updates():
+                if kind == "progress":
+                    tr = rec.trace
+                    yield gr.skip(), live_line(tr), p.tok.decode(tr.output_ids), gr.skip(), gr.skip(), gr.skip()
+                    continue
+                tr = result if kind == "done" else rec.trace
+                head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
+                text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
+                yield gr.skip(), stats_md(tr, head, note), text, gr.skip(), gr.skip(), gr.skip()  # status first
+                html, path, d = self.finish(tr, p, stopped=kind == "stopped")
+                yield CLEAR, stats_md(tr, head, note), text, html, path, d
+        finally:
+            self.sessions.end(session, stop)
+
+    def stop(self, request: gr.Request = None) -> None:
+        """Stop this session's run, race, sweep or profile: it ends after its current step and keeps
+        what it made (the handler itself sends the 'Stopped' status)."""
+        self.sessions.stop(getattr(request, "session_hash", None))

@@ -1,0 +1,218 @@
+"""Handlers of the Race, Profile, Sweep and Replay tabs, the preset tuner and the model loader.
+
+They share appkit.handlers (settings checks, models, presets, the error policy) and stream.Job (one
+worker thread, one Stop). Figures: race and sweep figures are called in exactly one place each
+(race.race_figure, sweep.figure) so moving them into viz/ is a one-line import change.
+"""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+import viz
+from decoding import ModelError, run
+
+from . import presets, race as racekit, sweep as sweepkit
+from .costs import for_viz
+from .errors import one_line, reported
+from .handlers import CLEAR, Handlers, Plan, thread_setup, tmpdir
+from .models import describe as describe_model, human
+from .replay import load_trace, shipped_path
+from .settings import InputError, Settings, raise_if, whole
+from .stream import Job
+from .tables import display_name, race_table, stats_md, sweep_table
+
+RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
+
+
+class Tabs(Handlers):
+    """Run tab (Handlers) plus the other tabs."""
+
+    @reported(5)
+    def race(self, request: gr.Request, *values):
+        """Greedy, then each picked method, same prompt and settings; rows stream in as runs finish."""
+        s, methods = Settings.from_values(values[:-1]), [m for m in (values[-1] or []) if m in RACE_CHOICES]
+        if not methods:
+            raise InputError("**accelerated methods**: pick at least one to race against greedy")
+        session = getattr(request, "session_hash", None)
+        stop = self.sessions.start(session)
+        try:
+            p = yield from self.prepare(s, ["greedy", *methods], 5)
+
+            def work(job: Job):
+                run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
+                runs = {}
+                for m in ["greedy", *methods]:
+                    job.report((dict(runs), m))
+                    runs[m] = p.run(m, on_step=job.check)
+                job.report((dict(runs), None))
+                return runs
+
+            for kind, result in Job(work, stop, thread_setup).updates():
+                runs, current = (result, None) if kind == "done" else (result or ({}, None))
+                if kind == "stopped":
+                    current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
+                elif kind == "progress":
+                    current = f"running {current}…" if current else None
+                if runs:
+                    yield (gr.skip(), *self._race_view(p, runs, current or ""))
+                elif current:
+                    yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip()
+        finally:
+            self.sessions.end(session, stop)
+
+    def _race_view(self, p: Plan, runs: dict, status: str) -> tuple:
+        g = runs["greedy"]
+        rows, reasons = [], []
+        device = str(next(p.model.parameters()).device)
+        for m, tr in runs.items():
+            row = racekit.race_row(m, tr, g, not p.sampling.greedy)
+            row["config"] = presets.describe(m, p.params.get(m, {}))
+            rows.append(row)
+            if m != "greedy":
+                reasons.append(racekit.reason(m, tr, g, row["speedup vs greedy"], device))
+        auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
+        md = racekit.summary(rows, reasons, p.sampling.greedy, auto) + (f"\n\n*{status}*" if status else "")
+        return (md, race_table(rows), racekit.race_figure(runs),
+                viz.profile.latency_figure({n: (t, None) for n, t in runs.items()}))
+
+    @reported(6)
+    def profile(self, request: gr.Request, *values):
+        """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
+        from profiling import profile_run
+        s = Settings.from_values(values)
+        session = getattr(request, "session_hash", None)
+        stop = self.sessions.start(session)
+        try:
+            p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 6)
+            out = tmpdir()
+
+            def work(job: Job):
+                runs = {}
+                for m in p.params:
+                    job.report(f"profiling {m}…")
+                    tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
+                                           sampling=p.sampling, drafter=p.drafter(m),
+                                           draft_model=p.dmodel if m == "speculative" else None, perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
+                    runs[m] = (tr, for_viz(prof))
+                return runs
+
+            for kind, result in Job(work, stop, thread_setup).updates():
+                if kind == "progress":
+                    yield gr.skip(), result, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                elif kind == "stopped":
+                    yield gr.skip(), "Stopped: profile not finished.", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                else:
+                    yield (gr.skip(), *self._profile_view(s.method, result, out))
+        finally:
+            self.sessions.end(session, stop)
+
+    @staticmethod
+    def _profile_view(method: str, runs: dict, out) -> tuple:
+        tr, prof = runs[method]
+        if isinstance(tr.model, dict):
+            tr.model["name"] = display_name(tr.model.get("name"))
+        trace_path = out / f"{method}-trace.json"
+        tr.save(trace_path)
+        report = viz.write_report(tr, out / f"{method}-report.html", profile=prof,
+                                  compare=runs if len(runs) > 1 else None)
+        totals, pk = prof.get("totals") or {}, prof.get("peaks") or {}
+        summary = (f"**{method}** on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · "
+                   f"{tr.stats()['new_tokens']} tokens in {len(tr.steps)} steps · measured peaks: "
+                   f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
+                   + (f" · total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
+        return (summary, viz.profile.roofline_figure(prof, tr), viz.profile.compare_figure(runs),
+                viz.profile.latency_figure(runs),
+                [str(trace_path), str(out / f"{method}.perfetto.json"), str(report)])
+
+    @reported(4)
+    def sweep(self, request: gr.Request, *values):
+        """The lookahead scaling picture: one real run per (N, W), G = W; a point streams in per run."""
+        s, ns, ws, n_new = Settings.from_values(values[:-3]), values[-3] or [], values[-2] or [], values[-1]
+        problems: list[str] = []
+        if not ns or not ws:
+            problems.append("**sweep**: pick at least one N and one W")
+        n_new = whole(Settings(max_new=n_new), "max_new", self.lim, problems)
+        cells = sweepkit.grid([int(n) for n in ns], [int(w) for w in ws])
+        if len(cells) > self.lim.sweep_max_runs:
+            problems.append(f"**sweep** has {len(cells)} runs; at most {self.lim.sweep_max_runs}: pick fewer N or W")
+        raise_if(problems)
+        s.max_new, s.preset = n_new, "manual"
+        session = getattr(request, "session_hash", None)
+        stop = self.sessions.start(session)
+        try:
+            p = yield from self.prepare(s, ["greedy"], 4)
+
+            def work(job: Job):
+                points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]
+                for n, w in cells:
+                    job.report(list(points))
+                    points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
+                return points
+
+            for kind, points in Job(work, stop, thread_setup).updates():
+                done = max(len(points or []) - 1, 0)
+                status = {"progress": f"{done}/{len(cells)} runs done", "stopped": f"Stopped after {done} runs.",
+                          "done": f"done: {len(cells)} runs (+ greedy baseline)"}[kind]
+                if points:
+                    yield gr.skip(), status, sweepkit.figure(points), sweep_table(points)
+                else:
+                    yield gr.skip(), status, gr.skip(), gr.skip()
+        finally:
+            self.sessions.end(session, stop)
+
+    @reported(6, status=None)
+    def tune(self, *values):
+        """Run the autotuner for this model and device now (lookahead, and speculative when chosen) and
+        keep the result as the device's auto preset."""
+        s = Settings.from_values(values)
+        p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
+        name = self.model_name(s.target, "target")
+        t0 = time.perf_counter()
+        la = presets.tune(name, p.model, p.tok, "lookahead")["params"]
+        note = f"lookahead {presets.describe('lookahead', la)}"
+        if s.method == "speculative":
+            dmodel = self.cache.get(self.model_name(s.draft, "draft"), p.settings.device, s.dtype)[0]
+            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)["params"]
+            note += f", speculative {presets.describe('speculative', sp)}"
+        line = f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset)."
+        return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
+
+    @reported(2, status=None)
+    def load_models(self, target, draft, device, dtype):
+        t0 = time.perf_counter()
+        s = Settings(target=target, draft=draft, device=device, dtype=dtype)
+        model, tok = self.cache.get(self.model_name(target, "target"), "auto" if self.lim.public else device, dtype)
+        lines = [model_line("target", model, tok)]
+        try:
+            dmodel, dtok = self.cache.get(self.model_name(draft, "draft"), s.device, dtype)
+            lines.append(model_line("draft", dmodel, dtok))
+        except (ValueError, ModelError) as e:
+            lines.append(f"draft: not loaded — {one_line(e)}")
+        return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
+
+    @reported(4, status=None)
+    def replay(self, upload, shipped_name, last):
+        if upload:
+            tr = load_trace(upload if isinstance(upload, str) else upload.name, self.max_trace_bytes)
+        elif shipped_name:
+            tr = load_trace(shipped_path(shipped_name))
+        elif last:
+            from decoding import Trace
+            tr = Trace.from_dict(last)
+        else:
+            raise ValueError("upload a trace JSON, pick a recorded trace, or run something first")
+        try:
+            html = viz.step_view_html(tr)
+        except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
+            raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None
+        model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
+        return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
+
+
+def model_line(role: str, model, tok) -> str:
+    d = describe_model(model, tok)
+    return (f"**{role}**: `{display_name(d['name'])}` · {d['type']} · {human(d['params'])} parameters · device "
+            f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "
+            f"{d['positions']:,} positions (prompt + output)")
