@@ -1,7 +1,7 @@
 """Glue between profiling/ output and viz/ input, and the race summary rows."""
 from __future__ import annotations
 
-import plotly.graph_objects as go
+from viz.race import race_figure  # noqa: F401  (drawn in viz/ now; app.py may import it from viz.race)
 
 
 def for_viz(profile: dict | None) -> dict | None:
@@ -36,20 +36,3 @@ def race_row(name: str, trace, greedy_trace, sampled: bool) -> dict:
             "speedup vs greedy": round(base["wall_s"] / st["wall_s"], 2) if st["wall_s"] > 0 else 0.0,
             "step saving vs greedy": round(base["steps"] / st["steps"], 2) if st["steps"] else 0.0,
             "exact": badge}
-
-
-def race_figure(runs: dict) -> go.Figure:
-    """Cumulative new tokens against wall time, one line per method (who finishes first)."""
-    fig = go.Figure()
-    for name, tr in runs.items():
-        t, n, xs, ys = 0.0, 0, [0.0], [0]
-        for s in tr.steps:
-            t += s.wall_ms / 1e3
-            n += len(s.accepted)
-            xs.append(t)
-            ys.append(n)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(shape="hv")))
-    fig.update_layout(title="Race: tokens produced over time", xaxis_title="seconds (engine step time)",
-                      yaxis_title="new tokens", height=360, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
-    return fig

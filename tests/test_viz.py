@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import viz  # noqa: E402
-from viz import mask, pool, profile, report, stepper, tokens, tree, window  # noqa: E402
+from viz import costs as profile, mask, pool, report, stepper, tokens, tree, window  # noqa: E402
 from viz.common import ORIGIN_COLORS  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
@@ -212,7 +212,7 @@ def test_token_origins_and_colours_equal_the_trace(name):
                        tokens.html(tr, "origin"))
     assert len(spans) == len(tr.prompt_ids) + len(tr.output_ids)
     for (step, pos, origin, color), x in zip(spans, d):
-        assert origin == x["origin"] and color == ORIGIN_COLORS[origin] and int(pos) == x["pos"]
+        assert origin == x["origin"] and color == ORIGIN_COLORS[x["color_key"]] and int(pos) == x["pos"]
         assert step == ("" if x["step"] is None else str(x["step"]))
 
 

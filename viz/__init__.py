@@ -31,9 +31,10 @@ Run figures:
 HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has data(...) returning the
 plain numbers it draws (what the tests compare with the trace).
 """
-from . import mask, pool, profile, report, stepper, tokens, tree, window
+from . import costs, describe, mask, palette, pool, race, report, stepper, sweep, tokens, tree, window
+from . import costs as profile  # deprecated alias (app.py before the rename); use viz.costs
 from .report import write_report
 from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
 
-__all__ = ["caption", "gradio_html_kwargs", "head_html", "mask", "pool", "profile", "report", "step_view_html",
-           "stepper", "tokens", "tree", "window", "write_report"]
+__all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "mask", "palette", "pool", "race",
+           "report", "step_view_html", "stepper", "sweep", "tokens", "tree", "window", "write_report"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from . import profile as prof
+from . import costs as prof
 from .common import PLOTLY_CONFIG, TraceLike, as_trace, esc
 from .stepper import SCRIPT, step_view_html
 

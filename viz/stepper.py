@@ -14,7 +14,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from . import mask, pool, profile as prof, tokens, tree, window
+from . import costs as prof, mask, pool, tokens, tree, window
 from .common import TraceLike, as_trace, esc, safe_json, text_of
 
 SCRIPT = (Path(__file__).parent / "stepper.js").read_text()
