@@ -14,7 +14,7 @@ from plotly.offline import get_plotlyjs
 
 from . import costs as prof
 from .common import PLOTLY_CONFIG, TraceLike, as_trace, esc
-from .describe import config_words, model_words, recorded_on, scrub_paths
+from .describe import model_words, recorded_on, scrub_paths
 from .stepper import SCRIPT, step_view_html
 
 URL = re.compile(r"https?://(?!www\.w3\.org/)")
@@ -58,8 +58,8 @@ def report_html(trace: TraceLike, profile: dict | None = None, title: str | None
 <script>{offline_plotlyjs()}</script>
 </head><body>
 <h1>{esc(title)}</h1>
-<p>{esc(scrub_paths(config_words(tr)))}<br>Model: {esc(scrub_paths(model_words(tr)))}{' · ' + esc(where) if where else ''}
-· stop: {esc(tr.stop_reason)}<br>Every picture below is drawn from the recorded
+<p>Model: {esc(scrub_paths(model_words(tr)))}{' · ' + esc(where) if where else ''} · stop: {esc(tr.stop_reason)}.
+Every picture below is drawn from the recorded
 trace of this run. Use ◀ ▶ (or the arrow keys) to step, click a token to jump to the step that produced it.</p>
 {step_view_html(tr, profile, initial_step=initial_step)}
 {extra}
