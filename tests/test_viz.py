@@ -238,17 +238,22 @@ def test_profile_views_equal_the_profile():
         assert f.data
 
 
-@pytest.mark.parametrize("name", ["lookahead", "speculative_staged"])
-def test_step_view_embeds_the_same_figures(name):
-    tr = load(name)
-    html = viz.step_view_html(tr, prof(name) if name == "lookahead" else None)
+def _payload(html: str) -> dict:
     blob = re.search(r'<div class="ds-data" hidden style="display:none">(.*?)</div>', html, re.S).group(1)
     assert "$" not in blob and "`" not in blob
-    data = json.loads(blob)
-    assert [s["index"] for s in data["steps"]] == [s.index for s in tr.steps]
-    k = 3
-    assert data["steps"][k]["figs"]["mask"]["data"][0]["z"] == mask.figure(tr, k).to_plotly_json()["data"][0]["z"]
-    assert data["steps"][k]["caption"] == viz.caption(tr, k)
+    return json.loads(blob)
+
+
+@pytest.mark.parametrize("name", ["lookahead", "speculative_staged"])
+def test_step_view_sends_the_trace_once(name):
+    tr = load(name)
+    data = _payload(viz.step_view_html(tr, prof(name) if name == "lookahead" else None))
+    assert [s["i"] for s in data["steps"]] == [s.index for s in tr.steps]
+    for s, d in zip(tr.steps, data["steps"]):  # the query as the engine recorded it; roles one letter each
+        assert d["t"] == s.tokens and d["par"] == s.parents and d["p"] == s.positions and d["a"] == s.accepted
+        assert d["r"] == "".join(stepper.ROLE_CODE[r] for r in s.roles) and "figs" not in d
+    assert data["steps"][3]["cap"] == viz.caption(tr, 3)
+    assert data["palette"] == viz.palette.for_js()
     assert ("window" in data["views"]) == (name == "lookahead") and ("tree" in data["views"]) == (name != "lookahead")
     kw = viz.gradio_html_kwargs()
     assert "DecodeScope" in kw["head"] and "mountAll" in kw["js_on_load"]
@@ -277,8 +282,7 @@ PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
   document.querySelector('.ds-text .ds-tok[data-step="3"]').click(); log.push(cap());
   log.push(String(document.querySelectorAll(".ds-text .ds-tok.ds-cur").length));
   document.querySelector('.ds-text .ds-tok[data-step="6"]').click();  // select a token: outlined everywhere
-  const outlined = (v) => [...document.querySelectorAll(`.ds-plot[data-view="${v}"] path`)]
-    .filter((p) => (p.style.stroke || "").replace(/ /g, "") === "rgb(231,41,138)").length;
+  const outlined = (v) => document.querySelectorAll(`.ds-plot[data-view="${v}"] .ds-selcell`).length;
   log.push(cap(), ["window", "pool", "mask"].map((v) => outlined(v) > 0).join(","));
   log.push(document.querySelector(".ds-selinfo").textContent.startsWith("selected") ? "info" : "none");
   const probe = document.createElement("pre"); probe.id = "probe"; probe.textContent = log.join("|");
@@ -299,7 +303,9 @@ def test_views_render_in_headless_chromium(tmp_path):
     dom = subprocess.run([screenshots.chromium(), *screenshots.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p'}",
                           "--dump-dom", probe.as_uri() + "#step=6"], capture_output=True, text=True, timeout=60).stdout
     assert 'class="ds-caption">Step 6: one forward pass over 21' in dom  # after the probe's clicks
-    assert dom.count('class="plot-container plotly"') >= 3 + 4  # window, pool, mask + 4 run plots
+    assert dom.count('class="plot-container plotly"') >= 2 + 2  # cost panel (roofline, FLOPs) + pool run, latency
+    for view, tag in (("window", "<table"), ("pool", "<table"), ("mask", "<svg")):  # drawn by stepper.js
+        assert f'data-draw="{view}">{tag}' in dom
     n_step3 = len(tr.steps[3].accepted)
     assert f'<pre id="probe">Step 6|Step 8|Step 7|Step 3|{n_step3}|Step 6|true,true,true|info</pre>' in dom
     png = screenshots.shoot(page, tmp_path / "r.png", (1200, 1400), step=6)
