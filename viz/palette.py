@@ -18,7 +18,7 @@ ORIGIN_COLORS = {
     "candidate": "#a1d99b",       # a verified lookahead-window n-gram (the Jacobi trajectory)
     "text_ngram": "#f4a6c6",      # a verified n-gram copied from the text (prompt/output, or prompt lookup)
     "prompt_lookup": "#f4a6c6",   # prompt lookup copies from the text: the same meaning as text_ngram
-    "draft": "#fd8d3c",           # a draft-model token the target accepted
+    "draft": "#f16913",           # a draft-model token the target accepted
     "stage2": "#b4a7d6",          # a stage-2 (n-gram table) draft token the target accepted
 }
 ORIGIN_LABELS = {
@@ -27,13 +27,13 @@ ORIGIN_LABELS = {
 }
 # Roles of query tokens inside one step (what the mask and the tree label).
 ROLE_COLORS = {
-    "prompt": ORIGIN_COLORS["prompt"], "x0": "#6baed6", "window": "#e9d35b", "candidate": ORIGIN_COLORS["candidate"],
+    "prompt": ORIGIN_COLORS["prompt"], "x0": "#6baed6", "window": "#dcbc32", "candidate": ORIGIN_COLORS["candidate"],
     "draft": ORIGIN_COLORS["draft"], "stage2": ORIGIN_COLORS["stage2"], "target": "#6baed6",
 }
 ROLE_LABELS = {"x0": "x0: last accepted token", "window": "window guess", "candidate": "pool candidate",
                "draft": "draft node", "stage2": "stage-2 node", "prompt": "prompt"}
 # The Jacobi window's ages: a gold sequential scale (index 0 = produced by this step, the newest).
-AGE_COLORS = ["#d4b106", "#e9d35b", "#f3e5a0", "#faf3d4"]
+AGE_COLORS = ["#b8960b", "#dcbc32", "#eed775", "#f7e9a8"]
 INIT_COLOR = "#ffffff"            # warm-up's random initial guesses: white, dashed outline
 # States of a checked token (pool rows, tree nodes): matched, first rejection, not checked, pruned.
 STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0f0", "pruned": "#bdbdbd"}
