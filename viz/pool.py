@@ -66,14 +66,14 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     n = len(d["candidates"])
     width = max(len(c) for c in d["candidates"])
     acc = "".join(d["accepted_text"])
-    fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, plot_bgcolor="white", height=170 + 45 * n,
+    fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, plot_bgcolor="white", height=200 + 45 * n,
                       title=dict(text=f"Step {d['step']}: key {key!r} → {n} candidate(s); accepted {acc!r}",
                                  font=dict(size=13)),
                       xaxis=dict(title="candidate token", tickvals=list(range(width)), range=[-.6, width - .4],
                                  showgrid=False, zeroline=False),
                       yaxis=dict(tickvals=list(range(n)), ticktext=names, range=[n - .4, -.6], showgrid=False,
                                  zeroline=False),
-                      margin=dict(l=140, r=20, t=60, b=40), legend=dict(orientation="h", y=-0.3, font=dict(size=11)))
+                      margin=dict(l=140, r=20, t=60, b=100), legend=dict(orientation="h", y=-55 / (45 * n + 40), yanchor="top", font=dict(size=11)))
     return fig
 
 

@@ -133,6 +133,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="circle", size=12, color=color)))
     rows = max(y.values()) + 1 if y else 1
+    height = max(260, min(940, 170 + 34 * rows))
     rej = d["first_rejected"]
     title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
              + (f", first rejected node {rej}" if rej is not None else ""))
@@ -144,8 +145,8 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
                       xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False,
                                  range=[-0.3, max(n["depth"] for n in nodes + pruned) + 0.8]),
                       yaxis=dict(visible=False, autorange="reversed"),
-                      height=max(220, min(900, 110 + 34 * rows)), margin=dict(l=20, r=20, t=70, b=40),
-                      legend=dict(orientation="h", y=-0.15, yanchor="top", font=dict(size=11)))
+                      height=height, margin=dict(l=20, r=20, t=70, b=100),
+                      legend=dict(orientation="h", y=-55 / (height - 170), yanchor="top", font=dict(size=11)))
     return fig
 
 
