@@ -21,7 +21,7 @@ from .palette import for_js, legend_html, mask_legend, pool_legend, tree_legend,
 from .stepper_css import CSS
 from .stepper_text import caption
 
-SCRIPT = (Path(__file__).parent / "stepper.js").read_text()
+SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "stepper.js"))
 MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s"}
