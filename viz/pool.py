@@ -107,7 +107,7 @@ def run_figure(trace: TraceLike) -> go.Figure:
                              mode="lines", line=dict(color=STATE_COLORS["matched"])))
     fig.update_layout(title=dict(text="Pool size and hit rate over the run", font=dict(size=13)),
                       xaxis=dict(title="step"), yaxis=dict(title="n-grams in pool"),
-                      yaxis2=dict(title="rate", overlaying="y", side="right", range=[0, 1.05]),
+                      yaxis2=dict(title="rate", overlaying="y", side="right", range=[0, 1.05], tickformat=".0%", dtick=0.25),
                       height=300, margin=dict(l=60, r=60, t=50, b=40), legend=dict(orientation="h", y=-0.25),
                       plot_bgcolor="white")
     return fig

@@ -29,7 +29,8 @@ CSS = """
 .ds-scroll{overflow-x:auto;max-width:100%}
 .ds-prof{margin-top:8px;border:1px solid #eee;border-radius:4px;padding:4px}
 .ds-prof-num{font-size:13px;font-variant-numeric:tabular-nums}
-table.ds-tab{border-collapse:separate;border-spacing:3px;font-size:12px}
+table.ds-tab{border-collapse:separate;border-spacing:3px;font-size:12px;width:auto;margin:0}
+table.ds-tab tr,table.ds-tab th{border:none !important;background:none !important}
 table.ds-tab th{font-weight:normal;color:#555;text-align:right;white-space:nowrap;padding-right:4px}
 table.ds-tab td{min-width:34px;height:34px;text-align:center;border:1px solid #999;border-radius:3px;padding:1px 3px;
   white-space:pre;cursor:default}
