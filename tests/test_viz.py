@@ -472,6 +472,9 @@ def test_pruned_nodes_appear_with_their_probability():
     data = _payload(viz.step_view_html(tr))
     assert data["cutoff"] == 0.4 and data["steps"][2]["info"]["tree"]["pruned"]["draft_prob"] == [0.21, 0.05]
     assert tree.data(load("speculative_tree"), 2)["pruned"] == []  # old traces: nothing drawn
+    old = Trace.from_dict({**load("speculative_tree").to_dict(), "config": {**load("speculative_tree").config,
+                                                                           "confidence": 0.4}})
+    assert "not recorded" in tree.figure(old, 2).layout.title.text  # a cutoff, but no count we cannot know
     assert "pruned" not in viz.caption(load("speculative_tree"), 2)
 
 

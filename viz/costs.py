@@ -178,8 +178,9 @@ def latency_figure(runs) -> go.Figure:
                                  customdata=d["steps"], hovertemplate="step %{customdata}<br>%{x} query tokens"
                                                                       "<br>%{y:.2f} ms<extra></extra>"))
     top = max(max(d["wall_ms"]) for d in data)
+    span = max(max(d["n_query"]) for d in data) - min(min(d["n_query"]) for d in data)
     fig.update_layout(title=dict(text="Step latency vs query tokens", font=dict(size=13)),
-                      xaxis=dict(title="query tokens in the step"),
+                      xaxis=dict(title="query tokens in the step", dtick=1 if span <= 12 else None),
                       yaxis=dict(title="wall time (ms)", range=[0, top * 1.1 if top > 0 and math.isfinite(top) else 1]),
                       height=340, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50))
     return fig

@@ -50,7 +50,8 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
              for i, t in enumerate(tokens)]
     return {"step": step.index, "nodes": nodes, "accepted_path": path, "first_rejected": rejected,
             "accepted": list(step.accepted), "origins": list(step.origins), "from_info": bool(tree),
-            "pruned": pruned_nodes(tr, tree.get("pruned"), nodes), "cutoff": tr.config.get("confidence")}
+            "pruned": pruned_nodes(tr, tree.get("pruned"), nodes), "pruned_recorded": "pruned" in tree,
+            "cutoff": tr.config.get("confidence")}
 
 
 def pruned_nodes(tr, pruned: dict | None, nodes: list[dict]) -> list[dict]:
@@ -137,9 +138,10 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     rej = d["first_rejected"]
     title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
              + (f", first rejected node {rej}" if rej is not None else ""))
-    if pruned or d["cutoff"]:
-        title += (f"<br><span style='font-size:11px'>confidence cutoff {d['cutoff']:.2f}: {len(pruned)} proposed "
-                  f"node(s) below it were pruned (faint)</span>" if d["cutoff"] is not None else "")
+    if d["cutoff"] is not None:
+        said = (f"{len(pruned)} proposed node(s) below it were pruned (faint)" if d["pruned_recorded"]
+                else "pruned nodes were not recorded in this trace")
+        title += f"<br><span style='font-size:11px'>confidence cutoff {d['cutoff']:.2f}: {said}</span>"
     fig.update_layout(title=dict(text=title, font=dict(size=13)), plot_bgcolor="white",
                       meta={"cells": [box(n["depth"], y[n["id"]], n["pos"], .3) for n in nodes]},
                       xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False,

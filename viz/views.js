@@ -139,7 +139,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     });
     const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep` +
       (rej !== null && rej !== undefined ? `, first rejected node ${rej}` : "") +
-      (cut !== null && cut !== undefined ? ` · confidence cutoff ${cut.toFixed(2)}: ${npr} proposed node(s) below it pruned (faint)` : "");
+      (cut === null || cut === undefined ? "" : ` · confidence cutoff ${cut.toFixed(2)}: ` + ((info.tree || {}).pruned
+        ? `${npr} proposed node(s) below it pruned (faint)` : "pruned nodes not recorded in this trace"));
     return [title, `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
   }
 
