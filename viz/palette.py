@@ -103,8 +103,11 @@ def tree_legend(pruned: bool = False) -> list[tuple[str, str]]:
     return items + ([("pruned (below cutoff)", STATE_COLORS["pruned"])] if pruned else [])
 
 
-def mask_legend() -> list[tuple[str, str]]:
-    return [("may attend", MASK_COLORS[1]), ("KV cache (whole prefix)", MASK_COLORS[2]), ("masked", MASK_COLORS[0])]
+def mask_legend(roles: bool = False) -> list[tuple[str, str]]:
+    """Mask cells; with roles=True also the role strip along the rows and columns (the step view)."""
+    cells = [("may attend", MASK_COLORS[1]), ("KV cache (whole prefix)", MASK_COLORS[2]), ("masked", MASK_COLORS[0])]
+    return cells + ([(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in ("x0", "window", "candidate", "draft", "stage2")]
+                    if roles else [])
 
 
 def for_js() -> dict:

@@ -108,7 +108,7 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
 
 LEGENDS = {"window": lambda: legend_html(window_legend() + [("harvested into the pool (green outline)", "#2ca25f")]),
            "pool": lambda: legend_html(pool_legend()), "tree": lambda: legend_html(tree_legend(True)),
-           "mask": lambda: legend_html(mask_legend())}
+           "mask": lambda: legend_html(mask_legend(roles=True))}
 TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask"}
 
 

@@ -146,6 +146,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
 
   // ---- Attention mask (SVG, one path for every visible cell): query i sees j when j is i or its ancestor.
   const ROLE_NAME = { p: "p", d: "d", s: "s2" };
+  const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2" };
   function label(s, k, base) {
     const r = s.r[k], sl = s.sl[k] || [], rel = s.p.length ? s.p[k] - base : k;
     const name = r === "w" ? (sl[0] === 0 && sl[1] === 0 ? "x0" : "L" + sl[0]) : r === "c" ? "c" + (sl.length ? sl[0] : "")
@@ -155,7 +156,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   function maskView(D, s) {
     const n = s.par.length, P = D.palette;
     if (!n) return [`Step ${s.i}: no query recorded`, ""];
-    const c = n <= 30 ? 16 : n <= 60 ? 10 : 5, lab = n <= 60, m = lab ? 56 : 8, cache = s.kv ? 2 * c : 0;
+    const c = n <= 30 ? 16 : n <= 60 ? 10 : 5, lab = n <= 60, m = lab ? 62 : 10, cache = s.kv ? 2 * c : 0;
     const base = s.p.length ? s.p[0] : s.kv, w = m + cache + n * c + 4, h = m + n * c + 4;
     let d = "";
     for (let i = 0; i < n; i++) for (let j = i; j >= 0; j = s.par[j]) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
@@ -166,10 +167,13 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       const pos = s.p.length ? s.p[k] : "";
       out.push(`<rect class="ds-mrow" data-pos="${pos}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
       out.push(`<rect class="ds-mcol" data-pos="${pos}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
+      const rc = P.role[ROLE_KEY[s.r[k]]] || "#ccc";  // the query token's role, as in every other view
+      out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
+      out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
       if (lab) {
         const L = esc(label(s, k, base));
-        out.push(`<text x="${m - 3}" y="${m + k * c + c - 4}" font-size="9" text-anchor="end">${L}</text>`);
-        out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 3}) rotate(-90)" font-size="9">${L}</text>`);
+        out.push(`<text x="${m - 9}" y="${m + k * c + c - 4}" font-size="9" text-anchor="end">${L}</text>`);
+        out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="9">${L}</text>`);
       }
     }
     const cut = s.q > n ? ` (first ${n} of ${s.q} shown)` : "";
