@@ -125,7 +125,8 @@ def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
     """Log-log roofline: attainable = min(peak_flops, intensity × peak_bw); one point per step."""
     if not profile:
         return _empty("no profile: run with profiling on to see the roofline")
-    d = roofline_data(profile, as_trace(trace) if trace is not None else None)
+    tr = as_trace(trace) if trace is not None else None
+    d = roofline_data(profile, tr)
     m = d["machine"]
     fig = go.Figure()
     xs = d["intensity"] or [1.0]
@@ -138,9 +139,9 @@ def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
         fig.add_vline(x=ridge, line=dict(dash="dot", color="#999"))
     xs_all = [x for t in fig.data for x in t.x] + list(d["intensity"])
     ys_all = [y for t in fig.data for y in t.y] + list(d["achieved_flops"])
-    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name="steps",
-                             marker=dict(size=8, color=d["steps"], colorscale="Viridis", showscale=True,
-                                         colorbar=dict(title="step")),
+    name = profile.get("method") or (tr.method if tr is not None else None) or "steps"
+    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name=f"{name} steps",
+                             marker=dict(size=8, color=method_color(name), opacity=.75),  # the method's colour
                              customdata=list(zip(d["steps"], d["n_query"])),
                              hovertemplate="step %{customdata[0]}<br>query %{customdata[1]} tokens<br>"
                                            "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
