@@ -507,6 +507,8 @@ def test_step_profile_data_and_greedy_line():
     from profiling import trace_costs  # the plain per-step list works too (times from the trace, no roof)
     d2 = step_profile.data(tr, trace_costs(tr))
     assert d2["roof"] is None and [r["ms"] for r in d2["steps"]] == [s.wall_ms for s in tr.steps]
+    d3 = step_profile.data(tr, trace_costs(tr), peaks={"flops": 1e11, "bandwidth": 2e10, "device": "/srv/x/cpu"})
+    assert d3["roof"]["ridge"] == 5.0 and d3["roof"]["device"] == "x/cpu"  # the app's path: analytic costs + peaks
     assert step_profile.data(tr, None) is None
     html = viz.step_view_html(tr, p)
     assert "data-view='roofline'" in html and "data-view='cumflops'" in html
