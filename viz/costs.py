@@ -1,4 +1,5 @@
-"""Cost pictures (from profiling's per-step FLOPs/bytes/time): FLOPs per step, tokens vs FLOPs per method, the roofline, latency vs query size.
+"""Cost pictures (from profiling's per-step FLOPs/bytes/time): FLOPs per step, tokens vs FLOPs per method,
+the roofline, latency vs query size. (Was viz/profile.py: "profile" also named profiling/ and its dict.)
 
 The profile is the plain dict profiling.profiler.profile_run() returns (schema "decodescope.profile/1");
 only these keys are read, so a hand-made dict with just them works too:

@@ -106,16 +106,15 @@ def tree_legend(pruned: bool = False) -> list[tuple[str, str]]:
 def mask_legend(roles: bool = False) -> list[tuple[str, str]]:
     """Mask cells; with roles=True also the role strip along the rows and columns (the step view)."""
     cells = [("may attend", MASK_COLORS[1]), ("KV cache (whole prefix)", MASK_COLORS[2]), ("masked", MASK_COLORS[0])]
-    return cells + ([(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in ("x0", "window", "candidate", "draft", "stage2")]
-                    if roles else [])
+    shown = ("x0", "window", "candidate", "draft", "stage2")
+    return cells + ([(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in shown] if roles else [])
 
 
 def for_js() -> dict:
     """Everything stepper.js colours with (so the browser and Python draw the same colours)."""
     return {"origin": ORIGIN_COLORS, "origin_labels": ORIGIN_LABELS, "role": ROLE_COLORS, "role_labels": ROLE_LABELS,
-            "age": AGE_COLORS, "init": INIT_COLOR, "state": STATE_COLORS,
-            "select": SELECT_COLOR, "mask": MASK_COLORS, "current": CURRENT_COLOR, "method": METHOD_COLORS, "extra": EXTRA_COLORS,
-            "step": STEP_COLORS}
+            "age": AGE_COLORS, "init": INIT_COLOR, "state": STATE_COLORS, "select": SELECT_COLOR, "mask": MASK_COLORS,
+            "current": CURRENT_COLOR, "method": METHOD_COLORS, "extra": EXTRA_COLORS, "step": STEP_COLORS}
 
 
 def decade_ticks(lo: float, hi: float) -> dict:
@@ -123,9 +122,9 @@ def decade_ticks(lo: float, hi: float) -> dict:
     if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = 1.0, 10.0
     a, b = math.floor(math.log10(min(lo, hi))), math.ceil(math.log10(max(lo, hi)))
-    vals = [10.0 ** e for e in range(a, max(b, a + 1) + 1)]
-    return {"type": "log", "tickmode": "array", "tickvals": vals, "ticktext": [_decade(e) for e in range(a, max(b, a + 1) + 1)],
-            "minor": {"showgrid": False, "ticks": ""}}
+    exps = range(a, max(b, a + 1) + 1)
+    return {"type": "log", "tickmode": "array", "tickvals": [10.0 ** e for e in exps],
+            "ticktext": [_decade(e) for e in exps], "minor": {"showgrid": False, "ticks": ""}}
 
 
 def _decade(e: int) -> str:
