@@ -538,3 +538,32 @@ def test_narrow_page_does_not_overflow(tmp_path):
     assert res["sw"] <= res["vw"] == 400 and res["bad"] == []
     assert res["maskScrolls"] == "auto" and res["maskWide"]
     assert len(set(round(x) for x in res["lefts"])) == 1  # stacked: every view starts at the same x
+
+
+def test_browser_draws_pruned_nodes_and_follows_the_step_in_the_cost_panel(tmp_path):
+    """What stepper.js draws: pruned nodes with their probability against the cutoff, and a cost panel whose
+    numbers and roofline point follow the selected step."""
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("no /usr/bin/chromium")
+    spec = viz.write_report(pruned_trace(), tmp_path / "s.html")
+    la = viz.write_report(load("lookahead"), tmp_path / "l.html", profile=prof("lookahead"))
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        pg = b.new_page(viewport={"width": 1200, "height": 900})
+        pg.goto(spec.as_uri() + "#step=2")
+        pg.wait_for_selector(".ds-plot[data-view='tree'] svg", timeout=20_000)
+        tree_text = pg.inner_text(".ds-plot[data-view='tree']")
+        pg.goto(la.as_uri() + "#step=6")
+        pg.wait_for_selector(".ds-run-plot[data-view='roofline'] .main-svg", timeout=20_000)
+        before = pg.inner_text(".ds-prof-num")
+        pg.click(".ds-next")
+        after = pg.inner_text(".ds-prof-num")
+        point = pg.evaluate("() => { const d = document.querySelector('.ds-run-plot[data-view=\"roofline\"]').data;"
+                            " return d[d.length - 1].customdata; }")
+        b.close()
+    assert "p=0.21 < cutoff 0.40" in tree_text and "p=0.05 < cutoff 0.40" in tree_text
+    assert "cutoff 0.40: 2 proposed node(s) below it pruned" in tree_text
+    st = {s["index"]: s for s in prof("lookahead")["steps"]}
+    assert before.startswith("step 6:") and after.startswith("step 7:") and point == [7]
+    assert f"{st[7]['n_query']} query tokens" in after
