@@ -17,7 +17,7 @@ from pathlib import Path
 from . import costs as cost_figs, pool, step_profile, tokens, window
 from .common import TraceLike, as_trace, esc, safe_json, text_of
 from .describe import header_words
-from .palette import for_js, legend_html, mask_legend, pool_legend, tree_legend, window_legend
+from .palette import STATE_COLORS, for_js, legend_html, mask_legend, pool_legend, tree_legend, window_legend
 from .stepper_css import CSS
 from .stepper_text import caption
 
@@ -106,7 +106,7 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
 
 
-LEGENDS = {"window": lambda: legend_html(window_legend() + [("harvested into the pool (green outline)", "#2ca25f")]),
+LEGENDS = {"window": lambda: legend_html(window_legend() + [("harvested into the pool (green outline)", STATE_COLORS["matched"])]),
            "pool": lambda: legend_html(pool_legend()), "tree": lambda: legend_html(tree_legend(True)),
            "mask": lambda: legend_html(mask_legend(roles=True))}
 TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask"}

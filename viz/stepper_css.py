@@ -1,7 +1,9 @@
 """The step view's CSS. Why its own file: the responsive rules (stacking at narrow widths, each wide
 picture scrolling in its own box) are the part a 400 px phone depends on."""
 
-CSS = """
+from .palette import CURRENT_COLOR, SELECT_COLOR, STATE_COLORS
+
+_CSS = """
 .ds-stepper{font-family:system-ui,sans-serif;font-size:14px;color:#222;outline:none;max-width:100%;
   overflow-wrap:anywhere;box-sizing:border-box}
 .ds-stepper *{box-sizing:border-box}
@@ -15,7 +17,7 @@ CSS = """
   overflow:auto}
 .ds-tok{padding:1px 0;border-radius:3px;cursor:pointer;border-bottom:3px solid transparent}
 .ds-tok.ds-future{opacity:.18}
-.ds-tok.ds-cur{border-bottom-color:#d62728;box-shadow:0 0 0 1px #d62728}
+.ds-tok.ds-cur{border-bottom-color:CURRENT;box-shadow:0 0 0 1px CURRENT}
 .ds-tok.ds-sel{outline:2px solid #000}
 .ds-legend{margin:4px 0;font-size:12px;display:flex;flex-wrap:wrap;gap:2px 10px;align-items:center}
 .ds-sw{white-space:nowrap}.ds-sw i{display:inline-block;width:12px;height:12px;border:1px solid #999;
@@ -37,11 +39,13 @@ table.ds-tab td{min-width:34px;height:34px;text-align:center;border:1px solid #9
 table.ds-tab td small{display:block;font-size:9px;color:#555}
 table.ds-tab td.ds-x0{border:3px solid #1f4e79}
 table.ds-tab td.ds-init{border:1px dashed #888}
-table.ds-tab td.ds-hv{box-shadow:0 0 0 2px #2ca25f}
+table.ds-tab td.ds-hv{box-shadow:0 0 0 2px MATCHED}
 table.ds-tab td.ds-empty{border:none}
 table.ds-tab tr.ds-chosen th{font-weight:700;color:#000}
 table.ds-tab tr.ds-chosen td{border:2px solid #222}
-.ds-selcell{outline:3px solid #e7298a !important;outline-offset:1px}
-svg .ds-selcell{outline:none;stroke:#e7298a !important;stroke-width:4px !important}
+.ds-selcell{outline:3px solid SELECT !important;outline-offset:1px}
+svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !important}
 @media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}}
 """
+# the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)
+CSS = _CSS.replace("MATCHED", STATE_COLORS["matched"]).replace("SELECT", SELECT_COLOR).replace("CURRENT", CURRENT_COLOR)
