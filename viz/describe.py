@@ -55,7 +55,8 @@ def _spec(cfg: dict) -> str:
 
 
 def _draft_words(name: str) -> str:
-    return "embedded draft" if name.endswith("assets/draft") or not name else name
+    """The app's shipped draft model is called what it is; an unnamed one is not guessed at."""
+    return "embedded draft" if name.endswith("assets/draft") else name or "unnamed draft model"
 
 
 def config_words(trace: TraceLike) -> str:
