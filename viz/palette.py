@@ -40,10 +40,11 @@ STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0
 MASK_COLORS = ["#f7f7f7", "#2171b5", "#9ecae1"]  # masked, may attend, cache column
 SELECT_COLOR = "#e7298a"          # the selected token's outline in every view
 CURRENT_COLOR = "#d62728"         # the current step's marker on run charts
-# One colour per method, by name (race, sweep, latency, FLOPs, step profile).
-METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#d95f02",
-                 "speculative": "#7570b3", "speculative_chain": "#7570b3", "speculative_tree": "#6a3d9a",
-                 "speculative_staged": "#e7298a"}
+# One colour per method, by name (race, sweep, latency, FLOPs, step profile): a dark shade of the origin
+# the method is known for (lookahead green, prompt lookup pink, speculative orange, staged purple).
+METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#c51b7d",
+                 "speculative": "#d94801", "speculative_chain": "#d94801", "speculative_tree": "#a63603",
+                 "speculative_staged": "#6a51a3"}
 EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#b15928", "#999999"]
 STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]  # text coloured by step
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
