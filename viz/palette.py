@@ -45,7 +45,7 @@ CURRENT_COLOR = "#d62728"         # the current step's marker on run charts
 METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#c51b7d",
                  "speculative": "#d94801", "speculative_chain": "#d94801", "speculative_tree": "#a63603",
                  "speculative_staged": "#6a51a3"}
-EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#b15928", "#999999"]
+EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#17becf", "#999999"]
 STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]  # text coloured by step
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
