@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from .palette import EXTRA_COLORS, log_axis, method_color
 
 # N lines: one hue family per N, kept apart from the method colours (greedy is the method colour).
-N_COLORS = ["#1b9e77", "#66a61e", "#1f78b4", "#a6761d", "#17becf", "#999999", "#6a3d9a"]
+N_COLORS = ["#1b9e77", "#66a61e", "#1f78b4", "#a6761d", "#17becf", "#999999", "#8dd3c7"]
 
 
 def n_color(n: int) -> str:
