@@ -6,7 +6,7 @@ a teaching demo must not start with a slowdown. The autotuners measure this devi
 a CPU ships the answer measured on the 2-core dev box (README's bench: lookahead auto W1 N3 G1 at 1.59x HF
 greedy, speculative auto tree 2,1,1), so the first Run needs no tuning.
 
-The autotuners are imported here only (they may move from profiling/ to decoding/).
+The autotuners (decoding/autotune*.py) are imported here only.
 """
 from __future__ import annotations
 
@@ -72,10 +72,10 @@ def cached(model_name: str, model, method: str) -> dict | None:
 def tune(model_name: str, model, tok, method: str, draft=None, on_step=None) -> dict:
     """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}."""
     if method == "lookahead":
-        from profiling.autotune import autotune
+        from decoding.autotune import autotune
         params = autotune(model, tok, PILOTS, pilot_tokens=32)["best"]
     elif method == "speculative":
-        from profiling.autotune_speculative import autotune_speculative
+        from decoding.autotune_speculative import autotune_speculative
         params = autotune_speculative(model, draft, tok, PILOTS, pilot_tokens=32, reps=1)["best"]
     else:
         params = dict(SHIPPED_CPU[method])  # prompt lookup has no tuner; its defaults copy freely

@@ -1,12 +1,12 @@
 """The Race tab's numbers: one row per method, the one-line reason when a method does not pay, and the
-tokens-over-time figure.
+tokens-over-time figure (drawn in viz/race.py).
 
 Why a reason line: a method is faster than greedy only when it accepts more tokens per step than its step
 costs in 1-token steps. When it loses, the user sees both measured numbers instead of a bare slowdown.
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
+from viz.race import race_figure  # noqa: F401  (drawn in viz/, re-exported for the Race tab)
 
 WIN = 1.2  # below this speed-up the race says why
 
@@ -70,20 +70,3 @@ def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str
     head = "Exactness checked on the spot (greedy mode)." if greedy else "Sampling mode: exactness is distributional."
     lines = [head + (" " + preset_note if preset_note else ""), *parts, *[r for r in reasons if r]]
     return "\n\n".join(lines)
-
-
-def race_figure(runs: dict) -> go.Figure:
-    """Cumulative new tokens against wall time, one line per method (who finishes first)."""
-    fig = go.Figure()
-    for name, tr in runs.items():
-        t, n, xs, ys = 0.0, 0, [0.0], [0]
-        for s in tr.steps:
-            t += s.wall_ms / 1e3
-            n += len(s.accepted)
-            xs.append(t)
-            ys.append(n)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(shape="hv")))
-    fig.update_layout(title="Race: tokens produced over time", xaxis_title="seconds (engine step time)",
-                      yaxis_title="new tokens", height=360, margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.25))
-    return fig

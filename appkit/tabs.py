@@ -1,8 +1,7 @@
 """Handlers of the Race, Profile, Sweep and Replay tabs, the preset tuner and the model loader.
 
 They share appkit.handlers (settings checks, models, presets, the error policy) and stream.Job (one
-worker thread, one Stop). Figures: race and sweep figures are called in exactly one place each
-(race.race_figure, sweep.figure) so moving them into viz/ is a one-line import change.
+worker thread, one Stop). Every figure is drawn in viz/ (viz.race, viz.sweep, viz.costs).
 """
 from __future__ import annotations
 
@@ -74,8 +73,8 @@ class Tabs(Handlers):
                 reasons.append(racekit.reason(m, tr, g, row["speedup vs greedy"], device))
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
         md = racekit.summary(rows, reasons, p.sampling.greedy, auto) + (f"\n\n*{status}*" if status else "")
-        return (md, race_table(rows), racekit.race_figure(runs),
-                viz.profile.latency_figure({n: (t, None) for n, t in runs.items()}))
+        return (md, race_table(rows), viz.race.race_figure(runs),
+                viz.costs.latency_figure({n: (t, None) for n, t in runs.items()}))
 
     @reported(6)
     def profile(self, request: gr.Request, *values):
@@ -122,8 +121,8 @@ class Tabs(Handlers):
                    f"{tr.stats()['new_tokens']} tokens in {len(tr.steps)} steps · measured peaks: "
                    f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
                    + (f" · total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
-        return (summary, viz.profile.roofline_figure(prof, tr), viz.profile.compare_figure(runs),
-                viz.profile.latency_figure(runs),
+        return (summary, viz.costs.roofline_figure(prof, tr), viz.costs.compare_figure(runs),
+                viz.costs.latency_figure(runs),
                 [str(trace_path), str(out / f"{method}.perfetto.json"), str(report)])
 
     @reported(4)
@@ -156,7 +155,7 @@ class Tabs(Handlers):
                 status = {"progress": f"{done}/{len(cells)} runs done", "stopped": f"Stopped after {done} runs.",
                           "done": f"done: {len(cells)} runs (+ greedy baseline)"}[kind]
                 if points:
-                    yield gr.skip(), status, sweepkit.figure(points), sweep_table(points)
+                    yield gr.skip(), status, viz.sweep.figure(points), sweep_table(points)
                 else:
                     yield gr.skip(), status, gr.skip(), gr.skip()
         finally:

@@ -67,9 +67,6 @@ class Core:
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.get_input_embeddings().weight.dtype
         self.static = bool(opts.get("static", False) if static is None else static)
-        if self.static and getattr(model.config, "_attn_implementation", None) == "decodescope_split":
-            raise ValueError("the static path cannot run split attention (it assumes the cache is the "
-                             "visible prefix); use static=False or attn='sdpa'")
         cap = capacity if capacity is not None else opts.get("capacity", 512)
         if self.static:  # a pooled cache (and its captured graphs) goes back to the model when this Core dies
             self.cache = acquire(model, cap, compiled=opts.get("compiled", False))

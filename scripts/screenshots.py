@@ -99,10 +99,10 @@ def jobs() -> dict:
                                     (760, 420), None),
         "tokens_prompt_lookup": (lambda: html_page(viz.tokens.html(pl) + viz.tokens.legend_html(), "tokens"),
                                  (900, 220), None),
-        "profile_compare": (lambda: figure_page(viz.profile.compare_figure(runs), "flops"), (1100, 400), None),
-        "profile_roofline": (lambda: figure_page(viz.profile.roofline_figure(profile("lookahead"), la), "roofline"),
+        "profile_compare": (lambda: figure_page(viz.costs.compare_figure(runs), "flops"), (1100, 400), None),
+        "profile_roofline": (lambda: figure_page(viz.costs.roofline_figure(profile("lookahead"), la), "roofline"),
                              (760, 420), None),
-        "profile_latency": (lambda: figure_page(viz.profile.latency_figure(runs), "latency"), (760, 380), None),
+        "profile_latency": (lambda: figure_page(viz.costs.latency_figure(runs), "latency"), (760, 380), None),
         "pool_run_lookahead": (lambda: figure_page(viz.pool.run_figure(la), "pool"), (760, 340), None),
         "greedy_mask": (lambda: figure_page(viz.mask.figure(gr, 5), "mask"), (420, 300), None),
     }

@@ -174,7 +174,7 @@ def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     # the step view comes once, at the end; step back and forward
     stepper = "#ds-stepview .ds-stepper"
     expect(page.locator(stepper)).to_be_visible(timeout=60000)
-    expect(page.locator(f'{stepper} .ds-plot[data-view="window"] .main-svg').first).to_be_visible(timeout=30000)
+    expect(page.locator(f'{stepper} .ds-plot[data-view="window"] .ds-scroll table').first).to_be_visible(timeout=30000)
     last = label_step(page, stepper)
     page.locator(f"{stepper} .ds-prev").click()
     assert label_step(page, stepper) == last - 1
@@ -276,7 +276,7 @@ def test_replay_tab(browser, url):
     page.get_by_role("button", name="Replay", exact=True).click()
     stepper = "#ds-replay .ds-stepper"
     expect(page.locator(stepper)).to_be_visible(timeout=60000)
-    expect(page.locator(f"{stepper} .ds-plot .main-svg").first).to_be_visible(timeout=20000)
+    expect(page.locator(f"{stepper} .ds-plot .ds-scroll table, {stepper} .ds-plot .ds-scroll svg").first).to_be_visible(timeout=20000)
     first = label_step(page, stepper)
     page.locator(f"{stepper} .ds-next").click()
     assert label_step(page, stepper) == first + 1 or first == int(page.locator(f"{stepper} .ds-slider").get_attribute("max"))

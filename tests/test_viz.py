@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import viz  # noqa: E402
-from viz import mask, pool, profile, report, stepper, tokens, tree, window  # noqa: E402
+from viz import costs as profile, mask, pool, report, stepper, tokens, tree, window  # noqa: E402
 from viz.common import ORIGIN_COLORS  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
@@ -212,7 +212,7 @@ def test_token_origins_and_colours_equal_the_trace(name):
                        tokens.html(tr, "origin"))
     assert len(spans) == len(tr.prompt_ids) + len(tr.output_ids)
     for (step, pos, origin, color), x in zip(spans, d):
-        assert origin == x["origin"] and color == ORIGIN_COLORS[origin] and int(pos) == x["pos"]
+        assert origin == x["origin"] and color == ORIGIN_COLORS[x["color_key"]] and int(pos) == x["pos"]
         assert step == ("" if x["step"] is None else str(x["step"]))
 
 
@@ -238,17 +238,22 @@ def test_profile_views_equal_the_profile():
         assert f.data
 
 
-@pytest.mark.parametrize("name", ["lookahead", "speculative_staged"])
-def test_step_view_embeds_the_same_figures(name):
-    tr = load(name)
-    html = viz.step_view_html(tr, prof(name) if name == "lookahead" else None)
+def _payload(html: str) -> dict:
     blob = re.search(r'<div class="ds-data" hidden style="display:none">(.*?)</div>', html, re.S).group(1)
     assert "$" not in blob and "`" not in blob
-    data = json.loads(blob)
-    assert [s["index"] for s in data["steps"]] == [s.index for s in tr.steps]
-    k = 3
-    assert data["steps"][k]["figs"]["mask"]["data"][0]["z"] == mask.figure(tr, k).to_plotly_json()["data"][0]["z"]
-    assert data["steps"][k]["caption"] == viz.caption(tr, k)
+    return json.loads(blob)
+
+
+@pytest.mark.parametrize("name", ["lookahead", "speculative_staged"])
+def test_step_view_sends_the_trace_once(name):
+    tr = load(name)
+    data = _payload(viz.step_view_html(tr, prof(name) if name == "lookahead" else None))
+    assert [s["i"] for s in data["steps"]] == [s.index for s in tr.steps]
+    for s, d in zip(tr.steps, data["steps"]):  # the query as the engine recorded it; roles one letter each
+        assert d["t"] == s.tokens and d["par"] == s.parents and d["p"] == s.positions and d["a"] == s.accepted
+        assert d["r"] == "".join(stepper.ROLE_CODE[r] for r in s.roles) and "figs" not in d
+    assert data["steps"][3]["cap"] == viz.caption(tr, 3)
+    assert data["palette"] == viz.palette.for_js()
     assert ("window" in data["views"]) == (name == "lookahead") and ("tree" in data["views"]) == (name != "lookahead")
     kw = viz.gradio_html_kwargs()
     assert "DecodeScope" in kw["head"] and "mountAll" in kw["js_on_load"]
@@ -277,8 +282,7 @@ PROBE = """<script>window.addEventListener("load", () => setTimeout(() => {
   document.querySelector('.ds-text .ds-tok[data-step="3"]').click(); log.push(cap());
   log.push(String(document.querySelectorAll(".ds-text .ds-tok.ds-cur").length));
   document.querySelector('.ds-text .ds-tok[data-step="6"]').click();  // select a token: outlined everywhere
-  const outlined = (v) => [...document.querySelectorAll(`.ds-plot[data-view="${v}"] path`)]
-    .filter((p) => (p.style.stroke || "").replace(/ /g, "") === "rgb(231,41,138)").length;
+  const outlined = (v) => document.querySelectorAll(`.ds-plot[data-view="${v}"] .ds-selcell`).length;
   log.push(cap(), ["window", "pool", "mask"].map((v) => outlined(v) > 0).join(","));
   log.push(document.querySelector(".ds-selinfo").textContent.startsWith("selected") ? "info" : "none");
   const probe = document.createElement("pre"); probe.id = "probe"; probe.textContent = log.join("|");
@@ -299,9 +303,267 @@ def test_views_render_in_headless_chromium(tmp_path):
     dom = subprocess.run([screenshots.chromium(), *screenshots.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p'}",
                           "--dump-dom", probe.as_uri() + "#step=6"], capture_output=True, text=True, timeout=60).stdout
     assert 'class="ds-caption">Step 6: one forward pass over 21' in dom  # after the probe's clicks
-    assert dom.count('class="plot-container plotly"') >= 3 + 4  # window, pool, mask + 4 run plots
+    assert dom.count('class="plot-container plotly"') >= 2 + 2  # cost panel (roofline, FLOPs) + pool run, latency
+    for view, tag in (("window", "<table"), ("pool", "<table"), ("mask", "<svg")):  # drawn by stepper.js
+        assert f'data-draw="{view}">{tag}' in dom
     n_step3 = len(tr.steps[3].accepted)
     assert f'<pre id="probe">Step 6|Step 8|Step 7|Step 3|{n_step3}|Step 6|true,true,true|info</pre>' in dom
     png = screenshots.shoot(page, tmp_path / "r.png", (1200, 1400), step=6)
     img = Image.open(png).convert("RGB")
     assert img.size == (1200, 1400) and len(img.getcolors(1 << 20)) > 100
+
+
+# ---- issue 14: one palette, decade ticks, a lean step view, pruned nodes, plain headers, no server paths
+
+from viz import palette, race, step_profile, sweep  # noqa: E402
+from viz import describe  # noqa: E402
+
+ASSETS = ROOT / "assets" / "traces"
+
+
+def _rgb(c: str) -> tuple[int, int, int]:
+    return tuple(int(c.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def _dist(a: str, b: str) -> float:
+    return sum((x - y) ** 2 for x, y in zip(_rgb(a), _rgb(b))) ** .5
+
+
+def test_window_ages_never_reuse_an_origin_colour():
+    origins = set(palette.ORIGIN_COLORS.values()) | {palette.ROLE_COLORS["x0"]}
+    ages = set(palette.AGE_COLORS) | {palette.INIT_COLOR}
+    assert not ages & origins
+    assert min(_dist(a, o) for a in palette.AGE_COLORS for o in origins) > 60  # not merely a different hex code
+    tr = load("lookahead")
+    for i in range(1, len(tr.steps)):  # every non-x0 cell of the drawn window is on the age scale
+        fig = window.figure(tr, i)
+        fills = {sh["fillcolor"] for sh in fig.to_dict()["layout"]["shapes"] if sh.get("fillcolor", "").startswith("#")}
+        assert fills <= ages | {palette.ROLE_COLORS["x0"]}
+        assert palette.ORIGIN_COLORS["candidate"] not in fills  # green no longer means "new guess"
+
+
+def test_same_meaning_same_colour_in_every_view():
+    la, spec = load("lookahead"), load("speculative_tree")
+    # an accepted window n-gram: green in the text and in the pool row that supplied it
+    shipped = {x["color_key"] for x in tokens.data(ASSETS / "lookahead_W5_N4_G5.json")}
+    assert {"candidate", "text_ngram", "target"} <= shipped  # window and text n-grams told apart
+    for i, s in enumerate(la.steps):
+        d = pool.data(la, i)
+        if not d or d["chosen"] is None or not d["matched"][d["chosen"]]:
+            continue
+        src = d["sources"][d["chosen"]]
+        fills = [sh["fillcolor"] for sh in pool.figure(la, i).to_dict()["layout"]["shapes"]]
+        want = palette.ORIGIN_COLORS[palette.token_origin("candidate", src)]
+        assert want in fills and tokens.data(la)[len(la.prompt_ids) + sum(len(x.accepted) for x in la.steps[:i])][
+            "color_key"] == palette.token_origin("candidate", src)
+    # a draft node is orange in the tree and a draft token is orange in the text
+    tfig = tree.figure(spec, 2)
+    node_colours = {c for t in tfig.data if t.mode == "markers+text" and t.marker.color for c in
+                    ([t.marker.color] if isinstance(t.marker.color, str) else t.marker.color)}
+    assert palette.ORIGIN_COLORS["draft"] in node_colours
+    assert any(x["color_key"] == "draft" for x in tokens.data(spec))
+    assert tokens.html(spec).count(palette.ORIGIN_COLORS["draft"]) == sum(o == "draft" for s in spec.steps for o in s.origins)
+    # the browser draws with exactly this palette and has no colours of its own (only neutral greys)
+    assert _payload(viz.step_view_html(la))["palette"] == palette.for_js()
+    for c in re.findall(r"#[0-9a-fA-F]{6}\b", stepper.SCRIPT):
+        r, g, b = _rgb(c)
+        assert r == g == b, f"stepper.js hard-codes colour {c}"
+
+
+def test_every_coloured_view_has_a_legend():
+    la = load("lookahead")
+    html = viz.step_view_html(la)
+    for view in ("window", "pool", "mask"):
+        box_ = re.search(rf"data-view='{view}'>.*?</div></div>", html, re.S).group(0)
+        assert "class='ds-legend'" in box_
+    assert [t.name for t in pool.figure(la, 6).data if t.name] == [n for n, _ in palette.pool_legend()]
+    assert any(t.name for t in window.figure(la, 6).data) and any(t.name for t in mask.figure(la, 6).data)
+    assert any(t.name for t in tree.figure(load("speculative_tree"), 2).data)
+
+
+def test_method_colours_equal_across_run_charts():
+    runs = {n: load(n) for n in ("greedy", "lookahead", "prompt_lookup", "speculative_tree")}
+    r = {t.name: t.line.color for t in race.race_figure(runs).data}
+    lat = {t.name: t.marker.color for t in profile.latency_figure({n: (t, None) for n, t in runs.items()}).data}
+    assert r == lat and len(set(r.values())) == len(r)
+    assert r == {n: palette.method_color(n) for n in runs}
+    shuffled = dict(reversed(list(runs.items())))  # colour follows the name, not the order
+    assert {t.name: t.line.color for t in race.race_figure(shuffled).data} == r
+    flops = {t.name: t.line.color for t in profile.compare_figure({n: (load(n), prof(n)) for n in ("greedy", "lookahead")}).data}
+    assert flops == {"greedy": r["greedy"], "lookahead": r["lookahead"]}
+    pts = [{"N": 1, "W": 0, "compression": 1.0, "flops_per_step": 1e6},
+           {"N": 4, "W": 5, "compression": 2.0, "flops_per_step": 2e7}]
+    assert sweep.figure(pts).data[0].marker.color == r["greedy"]
+
+
+def _decades(axis: dict) -> None:
+    assert axis["type"] == "log" and axis["tickmode"] == "array"
+    for v in axis["tickvals"]:
+        assert abs(np.log10(v) - round(np.log10(v))) < 1e-9, f"tick {v} is not a power of ten"
+    assert len(axis["ticktext"]) == len(axis["tickvals"])
+
+
+def test_log_axes_are_labelled_by_decades_only():
+    flat = {"peak_flops": 1e12, "peak_bw": 1e11, "name": "x",
+            "steps": [{"index": 1, "flops": 2e9, "bytes": 1e9, "wall_ms": 2.0, "n_query": 3, "kv_len": 9}]}
+    figs = [profile.roofline_figure(prof("lookahead"), load("lookahead")), profile.roofline_figure(flat),
+            profile.compare_figure({n: (load(n), prof(n)) for n in ("greedy", "lookahead")}),
+            sweep.figure([{"N": 1, "W": 0, "compression": 1.0, "flops_per_step": 3e5},
+                          {"N": 4, "W": 5, "compression": 2.0, "flops_per_step": 4e7}])]
+    n_log = 0
+    for f in figs:
+        lay = f.to_dict()["layout"]
+        for k, ax in lay.items():
+            if k.startswith(("xaxis", "yaxis")) and ax.get("type") == "log":
+                _decades(ax)
+                n_log += 1
+    assert n_log == 6
+    d = step_profile.data(load("lookahead"), prof("lookahead"))
+    _decades(d["axes"]["intensity"]); _decades(d["axes"]["achieved"])
+
+
+def long_lookahead(n_steps: int = 91) -> Trace:
+    """A 91-step lookahead run built from the recorded fixture's decode steps (re-indexed, positions shifted)."""
+    d = load("lookahead").to_dict()
+    dec = d["steps"][1:]
+    steps, kv, out = [d["steps"][0]], d["steps"][1]["kv_len"], list(d["steps"][0]["accepted"])
+    while len(steps) < n_steps:
+        s = copy.deepcopy(dec[(len(steps) - 1) % len(dec)])
+        shift = kv - s["kv_len"]
+        s["index"], s["kv_len"], s["positions"] = len(steps), kv, [p + shift for p in s["positions"]]
+        kv += len(s["accepted"])
+        out += s["accepted"]
+        steps.append(s)
+    d.update(steps=steps, output_ids=out)
+    d.pop("stats", None)
+    return Trace.from_dict(d)
+
+
+def test_step_view_of_a_91_step_run_is_small_and_fast():
+    import time
+    tr = long_lookahead()
+    assert len(tr.steps) == 91
+    viz.step_view_html(tr)  # warm imports
+    t0 = time.perf_counter()
+    html = viz.step_view_html(tr, prof("lookahead"))
+    took = time.perf_counter() - t0
+    assert len(html.encode()) < 600_000, len(html.encode())  # the per-step-figure page was 3.5 MB
+    assert took < 2.0, took  # 0.1 s here; the old page took 5-10 s on a shared 2-core CPU
+    assert '"figs"' not in html and "plotly-graph" not in html  # no pre-rendered per-step figures
+
+
+def pruned_trace() -> Trace:
+    d = load("speculative_tree").to_dict()
+    d["config"]["confidence"] = 0.4
+    d["steps"][2]["info"]["tree"]["pruned"] = {"parents": [1, 0], "tokens": [7, 9], "draft_prob": [0.21, 0.05]}
+    return Trace.from_dict(d)
+
+
+def test_pruned_nodes_appear_with_their_probability():
+    tr = pruned_trace()
+    d = tree.data(tr, 2)
+    assert d["cutoff"] == 0.4 and [(n["parent"], n["token"], n["draft_prob"]) for n in d["pruned"]] == \
+        [(1, 7, 0.21), (0, 9, 0.05)]
+    fig = tree.figure(tr, 2)
+    texts = [t for tr_ in fig.data if tr_.text is not None for t in tr_.text]
+    assert any("p=0.21 < cutoff 0.40" in t for t in texts) and any("p=0.05 < cutoff 0.40" in t for t in texts)
+    assert "cutoff 0.40" in fig.layout.title.text
+    assert "2 more proposed but pruned" in viz.caption(tr, 2)
+    data = _payload(viz.step_view_html(tr))
+    assert data["cutoff"] == 0.4 and data["steps"][2]["info"]["tree"]["pruned"]["draft_prob"] == [0.21, 0.05]
+    assert tree.data(load("speculative_tree"), 2)["pruned"] == []  # old traces: nothing drawn
+    old = Trace.from_dict({**load("speculative_tree").to_dict(), "config": {**load("speculative_tree").config,
+                                                                           "confidence": 0.4}})
+    assert "not recorded" in tree.figure(old, 2).layout.title.text  # a cutoff, but no count we cannot know
+    assert "pruned" not in viz.caption(load("speculative_tree"), 2)
+
+
+def test_headers_use_plain_words_and_no_server_paths(tmp_path):
+    assert describe.short_name("/work/main/assets/target") == "assets/target"
+    assert describe.short_name("C:\\models\\tiny\\draft") == "tiny/draft" and describe.short_name("~/m/x/y") == "x/y"
+    assert describe.short_name("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    la, spec = Trace.load(ASSETS / "lookahead_W5_N4_G5.json"), Trace.load(ASSETS / "speculative_tree_3-2-1.json")
+    assert la.model["name"].startswith("/")  # the shipped traces do carry server paths
+    assert describe.config_words(la).startswith("lookahead · W 5 · N 4 · G 5")
+    assert describe.config_words(spec).startswith("speculative tree 3,2,1 · cutoff 0.40 · draft: embedded draft")
+    for tr in (la, spec, Trace.load(ASSETS / "prompt_lookup.json"), Trace.load(ASSETS / "speculative_staged_chain.json")):
+        head = re.search(r'<div class="ds-head">(.*?)</div>', viz.step_view_html(tr)).group(1)
+        assert "{" not in head and '"' not in head and "recorded on cpu" in head  # no JSON; where it was recorded
+        page = viz.report.report_html(tr, title="/home/me/run.html")
+        for text in (head, page):
+            assert not re.search(r"(?<![\w.:/])(/work|/home|/root|/tmp|/Users|~/|[A-Z]:\\)", text), "server path leaked"
+
+
+def test_step_profile_data_and_greedy_line():
+    from profiling.flops import arch_of, step_cost
+    tr, p = load("lookahead"), prof("lookahead")
+    d = step_profile.data(tr, p)
+    assert [r["index"] for r in d["steps"]] == [s["index"] for s in p["steps"]]
+    assert [r["flops"] for r in d["steps"]] == [s["flops"] for s in p["steps"]]
+    assert d["steps"][-1]["cum_tokens"] == len(tr.output_ids) and d["roof"]["flops"] == p["peaks"]["flops"]
+    a, P = arch_of(tr.model["config"]), len(tr.prompt_ids)
+    want = step_cost(a, P, 0)["flops"] + sum(step_cost(a, 1, P + j - 1)["flops"] for j in range(1, len(tr.output_ids)))
+    assert d["greedy"]["tokens"][-1] == len(tr.output_ids) and d["greedy"]["flops"][-1] == want
+    from profiling import trace_costs  # the plain per-step list works too (times from the trace, no roof)
+    d2 = step_profile.data(tr, trace_costs(tr))
+    assert d2["roof"] is None and [r["ms"] for r in d2["steps"]] == [s.wall_ms for s in tr.steps]
+    d3 = step_profile.data(tr, trace_costs(tr), peaks={"flops": 1e11, "bandwidth": 2e10, "device": "/srv/x/cpu"})
+    assert d3["roof"]["ridge"] == 5.0 and d3["roof"]["device"] == "x/cpu"  # the app's path: analytic costs + peaks
+    assert step_profile.data(tr, None) is None
+    html = viz.step_view_html(tr, p)
+    assert "data-view='roofline'" in html and "data-view='cumflops'" in html
+
+
+def test_narrow_page_does_not_overflow(tmp_path):
+    """At 400 px: nothing wider than the page; wide pictures scroll in their own box; plots stack."""
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("no /usr/bin/chromium")
+    page_path = viz.write_report(load("lookahead"), tmp_path / "r.html", profile=prof("lookahead"))
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        pg = b.new_page(viewport={"width": 400, "height": 900})
+        pg.goto(page_path.as_uri() + "#step=6")
+        pg.wait_for_selector(".ds-scroll svg", timeout=20_000)
+        res = pg.evaluate("""() => {
+          const vw = document.documentElement.clientWidth, bad = [];
+          document.querySelectorAll("body *").forEach((e) => { const r = e.getBoundingClientRect();
+            if (r.right > vw + 1 && !e.closest(".ds-scroll") && !e.closest(".ds-static")) bad.push(e.tagName + "." + e.className); });
+          const plots = [...document.querySelectorAll(".ds-stepper .ds-plot")].map((e) => e.getBoundingClientRect().left);
+          const mask = document.querySelector('.ds-scroll[data-draw="mask"]');
+          return {vw, sw: document.documentElement.scrollWidth, bad: bad.slice(0, 5), lefts: plots,
+                  maskScrolls: getComputedStyle(mask).overflowX, maskWide: mask.scrollWidth > mask.clientWidth};
+        }""")
+        b.close()
+    assert res["sw"] <= res["vw"] == 400 and res["bad"] == []
+    assert res["maskScrolls"] == "auto" and res["maskWide"]
+    assert len(set(round(x) for x in res["lefts"])) == 1  # stacked: every view starts at the same x
+
+
+def test_browser_draws_pruned_nodes_and_follows_the_step_in_the_cost_panel(tmp_path):
+    """What stepper.js draws: pruned nodes with their probability against the cutoff, and a cost panel whose
+    numbers and roofline point follow the selected step."""
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("no /usr/bin/chromium")
+    spec = viz.write_report(pruned_trace(), tmp_path / "s.html")
+    la = viz.write_report(load("lookahead"), tmp_path / "l.html", profile=prof("lookahead"))
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        pg = b.new_page(viewport={"width": 1200, "height": 900})
+        pg.goto(spec.as_uri() + "#step=2")
+        pg.wait_for_selector(".ds-plot[data-view='tree'] svg", timeout=20_000)
+        tree_text = pg.inner_text(".ds-plot[data-view='tree']")
+        pg.goto(la.as_uri() + "#step=6")
+        pg.wait_for_selector(".ds-run-plot[data-view='roofline'] .main-svg", timeout=20_000)
+        before = pg.inner_text(".ds-prof-num")
+        pg.click(".ds-next")
+        after = pg.inner_text(".ds-prof-num")
+        point = pg.evaluate("() => { const d = document.querySelector('.ds-run-plot[data-view=\"roofline\"]').data;"
+                            " return d[d.length - 1].customdata; }")
+        b.close()
+    assert "p=0.21 < cutoff 0.40" in tree_text and "p=0.05 < cutoff 0.40" in tree_text
+    assert "cutoff 0.40: 2 proposed node(s) below it pruned" in tree_text
+    st = {s["index"]: s for s in prof("lookahead")["steps"]}
+    assert before.startswith("step 6:") and after.startswith("step 7:") and point == [7]
+    assert f"{st[7]['n_query']} query tokens" in after

@@ -11,25 +11,9 @@ from typing import Union
 
 from decoding.trace import Trace
 
-TraceLike = Union[Trace, dict, str, Path]
+from .palette import ORIGIN_COLORS, ORIGIN_LABELS, PLOTLY_CONFIG, ROLE_COLORS  # noqa: F401  (one palette)
 
-# One colour per token origin, used by every view so a colour means the same thing everywhere.
-ORIGIN_COLORS = {
-    "prompt": "#d9d9d9",
-    "target": "#9ecae1",         # the model's own next token (normal decoding / bonus token)
-    "candidate": "#a1d99b",      # verified lookahead n-gram
-    "prompt_lookup": "#c7e9c0",  # verified prompt-lookup continuation
-    "draft": "#fdae6b",          # accepted draft-model token
-    "stage2": "#bcbddc",         # accepted stage-2 (n-gram drafter) token
-    "x0": "#6baed6",
-    "window": "#fee391",
-}
-ORIGIN_LABELS = {
-    "prompt": "prompt", "target": "model's next token", "candidate": "accepted lookahead candidate",
-    "prompt_lookup": "accepted prompt-lookup copy", "draft": "accepted draft token",
-    "stage2": "accepted stage-2 token",
-}
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+TraceLike = Union[Trace, dict, str, Path]
 
 
 def as_trace(trace: TraceLike) -> Trace:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from decoding.masks import tree_visibility
 
 from .common import TraceLike, as_trace, rel_label, text_of
+from .palette import MASK_COLORS, mask_legend
 from .window import _empty
 
 
@@ -44,7 +45,10 @@ def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figur
     fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
                                hovertemplate="query %{y}<br>key %{x}<br>%{z}<extra>2 = KV cache, 1 = may attend,"
                                              " 0 = masked</extra>",
-                               colorscale=[[0, "#f7f7f7"], [0.5, "#2171b5"], [1, "#6baed6"]]))
+                               colorscale=[[0, MASK_COLORS[0]], [0.5, MASK_COLORS[1]], [1, MASK_COLORS[2]]]))
+    for name, color in mask_legend():  # colour key: invisible points that only make legend entries
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=12, color=color)))
     cut = f" (first {n} of {len(d['labels'])} shown)" if n < len(d["labels"]) else ""
     size = max(260, min(900, 140 + 18 * n))
     off = 1 if d["kv_len"] else 0  # rows and columns of query tokens at the selected position
@@ -55,5 +59,6 @@ def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figur
                                       f"{cut}; blue = may attend", font=dict(size=13)),
                       xaxis=dict(side="top", tickangle=-90, tickfont=dict(size=9), type="category"),
                       yaxis=dict(autorange="reversed", tickfont=dict(size=9), type="category"),
-                      height=size, width=size + 60, margin=dict(l=80, r=20, t=110, b=20), plot_bgcolor="white")
+                      height=size + 40, width=size + 60, margin=dict(l=80, r=20, t=110, b=50), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.02, yanchor="top", font=dict(size=11)))
     return fig

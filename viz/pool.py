@@ -9,6 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from .common import TraceLike, as_trace, box, text_of
+from .palette import ORIGIN_COLORS, STATE_COLORS, pool_legend, token_origin
 from .window import _empty
 
 
@@ -23,7 +24,7 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     key_tokens = key if isinstance(key, list) else ([] if key is None else [key])
     cands = [list(c) for c in info["candidates"]]
     matched = list(info.get("matched") or [0] * len(cands))
-    sources = list(info.get("candidate_sources") or [""] * len(cands))
+    sources = list(info.get("candidate_sources") or [("text" if tr.method == "prompt_lookup" else "")] * len(cands))
     pos = {tuple(sl): p for r, sl, p in zip(step.roles, step.slots, step.positions) if r == "candidate"}
     positions = [[pos.get((g, i)) for i in range(len(c))] for g, c in enumerate(cands)]
     return {"step": step.index, "key": key_tokens, "key_text": [text_of(tr, t) for t in key_tokens],
@@ -50,25 +51,29 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
         names.append(("▶ " if chosen else "") + f"cand {g}" + (f" ({d['sources'][g]})" if d["sources"][g] else ""))
         for i, (t, s) in enumerate(zip(toks, texts)):
             ok = i < m
-            color = "#a1d99b" if ok else ("#fcbba1" if i == m else "#f0f0f0")
+            color = (ORIGIN_COLORS[token_origin("candidate", d["sources"][g] or None)] if ok
+                     else STATE_COLORS["rejected"] if i == m else STATE_COLORS["unchecked"])
             xs.append(i); ys.append(g); labels.append(s); cells_meta.append(box(i, g, d["positions"][g][i]))
             hover.append(f"token {t} {s!r}<br>{'matches the model' if ok else 'rejected' if i == m else 'not checked'}")
             shapes.append(dict(type="rect", x0=i - .46, x1=i + .46, y0=g - .4, y1=g + .4, fillcolor=color,
-                               line=dict(color="#238b45" if chosen else "#aaa", width=2 if chosen else 1),
+                               line=dict(color="#222" if chosen else "#aaa", width=2.5 if chosen else 1),
                                layer="below"))
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="text", text=labels, hovertext=hover, hoverinfo="text",
                                showlegend=False))
+    for name, color in pool_legend():  # colour key: invisible points that only make legend entries
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=12, color=color)))
     n = len(d["candidates"])
     width = max(len(c) for c in d["candidates"])
     acc = "".join(d["accepted_text"])
-    fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, plot_bgcolor="white", height=130 + 45 * n,
+    fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, plot_bgcolor="white", height=200 + 45 * n,
                       title=dict(text=f"Step {d['step']}: key {key!r} → {n} candidate(s); accepted {acc!r}",
                                  font=dict(size=13)),
                       xaxis=dict(title="candidate token", tickvals=list(range(width)), range=[-.6, width - .4],
                                  showgrid=False, zeroline=False),
                       yaxis=dict(tickvals=list(range(n)), ticktext=names, range=[n - .4, -.6], showgrid=False,
                                  zeroline=False),
-                      margin=dict(l=140, r=20, t=60, b=40))
+                      margin=dict(l=140, r=20, t=60, b=100), legend=dict(orientation="h", y=-55 / (45 * n + 40), yanchor="top", font=dict(size=11)))
     return fig
 
 
@@ -95,14 +100,14 @@ def run_figure(trace: TraceLike) -> go.Figure:
         return _empty(f"no pool in this run ({tr.method})")
     fig = go.Figure()
     if any(v is not None for v in d["pool_size"]):
-        fig.add_trace(go.Bar(x=d["steps"], y=d["pool_size"], name="pool size (n-grams)", marker_color="#c6dbef"))
+        fig.add_trace(go.Bar(x=d["steps"], y=d["pool_size"], name="pool size (n-grams)", marker_color="#d9d9d9"))
     fig.add_trace(go.Scatter(x=d["steps"], y=d["found_rate"], name="key found (running rate)", yaxis="y2",
-                             mode="lines", line=dict(color="#3182bd")))
+                             mode="lines", line=dict(color="#4d4d4d", dash="dot")))
     fig.add_trace(go.Scatter(x=d["steps"], y=d["hit_rate"], name="candidate accepted (running rate)", yaxis="y2",
-                             mode="lines", line=dict(color="#31a354")))
+                             mode="lines", line=dict(color=STATE_COLORS["matched"])))
     fig.update_layout(title=dict(text="Pool size and hit rate over the run", font=dict(size=13)),
                       xaxis=dict(title="step"), yaxis=dict(title="n-grams in pool"),
-                      yaxis2=dict(title="rate", overlaying="y", side="right", range=[0, 1.05]),
+                      yaxis2=dict(title="rate", overlaying="y", side="right", range=[0, 1.05], tickformat=".0%", dtick=0.25),
                       height=300, margin=dict(l=60, r=60, t=50, b=40), legend=dict(orientation="h", y=-0.25),
                       plot_bgcolor="white")
     return fig

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from . import profile as prof
+from . import costs as prof
 from .common import PLOTLY_CONFIG, TraceLike, as_trace, esc
+from .describe import model_words, recorded_on, scrub_paths
 from .stepper import SCRIPT, step_view_html
 
 URL = re.compile(r"https?://(?!www\.w3\.org/)")
@@ -32,37 +33,48 @@ def external_urls(page: str) -> list[str]:
 
 
 def _static(fig, div_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
+    html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
+    return f"<div class='ds-static'>{html}</div>"
 
 
 def report_html(trace: TraceLike, profile: dict | None = None, title: str | None = None,
                 compare: dict | None = None, initial_step: int = 0) -> str:
     """The report page as a string. compare = {name: (trace, profile)} adds side-by-side method plots."""
     tr = as_trace(trace)
-    title = title or f"DecodeScope — {tr.method} run"
+    title = scrub_paths(title or f"DecodeScope — {tr.method} run")
     stats = tr.stats()
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(round(v, 4) if isinstance(v, float) else v)}</td></tr>"
-                   for k, v in stats.items())
+    rows = "".join(f"<tr><th>{esc(k.replace('_', ' '))}</th><td>{esc(_value(v))}</td></tr>" for k, v in stats.items())
     extra = ""
     if compare:
         extra += "<h2>Methods side by side</h2>" + _static(prof.compare_figure(compare), "ds-compare")
         extra += _static(prof.latency_figure(compare), "ds-compare-latency")
-    model = esc(tr.model.get("name", "")) if isinstance(tr.model, dict) else ""
+    where = recorded_on(tr)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{{font-family:system-ui,sans-serif;margin:16px 24px;color:#222}} table{{border-collapse:collapse}}
-th,td{{border:1px solid #ddd;padding:2px 8px;text-align:left;font-size:13px}} h1{{font-size:20px}}</style>
+<style>body{{font-family:system-ui,sans-serif;margin:16px 24px;color:#222}} table.ds-stats{{border-collapse:collapse}}
+.ds-stats th,.ds-stats td{{border:1px solid #ddd;padding:2px 8px;text-align:left;font-size:13px}} h1{{font-size:20px}}
+@media (max-width:700px){{body{{margin:8px}}}} .ds-static{{overflow-x:auto;max-width:100%}}</style>
 <script>{offline_plotlyjs()}</script>
 </head><body>
 <h1>{esc(title)}</h1>
-<p>Model: {model or 'n/a'} · stop: {esc(tr.stop_reason)} · every picture below is drawn from the recorded
+<p>Model: {esc(scrub_paths(model_words(tr)))}{' · ' + esc(where) if where else ''} · stop: {esc(tr.stop_reason)}.
+Every picture below is drawn from the recorded
 trace of this run. Use ◀ ▶ (or the arrow keys) to step, click a token to jump to the step that produced it.</p>
 {step_view_html(tr, profile, initial_step=initial_step)}
 {extra}
-<h2>Run statistics</h2><table>{rows}</table>
+<h2>Run statistics</h2><table class="ds-stats">{rows}</table>
 <script>{SCRIPT}</script>
 </body></html>"""
+
+
+def _value(v: object) -> str:
+    """A stats value in words: floats rounded, the accepted-length histogram as 'k tokens: n steps'."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} token(s): {n} step(s)" for k, n in v.items())
+    return str(v)
 
 
 def write_report(trace: TraceLike, path: str | Path, profile: dict | None = None, title: str | None = None,

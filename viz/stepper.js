@@ -1,26 +1,15 @@
-// DecodeScope step controls: one script shared by every step view (Gradio gr.HTML and the HTML report).
-// Each .ds-stepper element carries its data (per-step plotly figures, captions) as JSON inside
-// <div class="ds-data" hidden> (not a <script>: Gradio warns on those); this script draws the chosen step into every view.
+// DecodeScope step view: one script shared by every step view (Gradio gr.HTML and the HTML report).
+// Each .ds-stepper element carries the run ONCE as compact JSON inside <div class="ds-data" hidden> (not a
+// <script>: Gradio warns on those): per step its query (tokens, positions, parents, roles as letters, slots),
+// the info fields the views read and a caption; the vocabulary; the palette (viz/palette.py). views.js draws
+// the chosen step's window, pool, tree, mask and cost panel (HTML tables, SVG, plotly), so the page stays
+// small and a step change costs a few milliseconds; this file holds the controls and the linking.
 (function () {
   if (window.DecodeScope) return;
   const DS = (window.DecodeScope = {});
   const CONFIG = { displaylogo: false, responsive: true };
+  const { VIEWS, profileView } = window.DecodeScopeViews; // views.js, loaded just before this script
   let active = null; // the stepper that keyboard arrows drive
-
-  // sel = absolute position of the selected token: every box in layout.meta.cells at that position is
-  // outlined, so one click shows the token's guesses in the window, its candidate, tree node and mask rows.
-  function draw(div, fig, sel) {
-    if (!div || !fig || !window.Plotly) return;
-    let layout = fig.layout || {};
-    const cells = (layout.meta && layout.meta.cells) || [];
-    if (sel !== null && sel !== undefined && cells.length) {
-      const extra = cells.filter((c) => c[4] === sel).map((c) => ({ type: "rect", x0: c[0], x1: c[1], y0: c[2],
-        y1: c[3], line: { color: "#e7298a", width: 3 }, fillcolor: "rgba(0,0,0,0)" }));
-      layout = Object.assign({}, layout, { shapes: (layout.shapes || []).concat(extra) });
-    }
-    window.Plotly.react(div, fig.data || [], layout, CONFIG);
-  }
-
   function initialStep(root, n) {
     const m = /step=(\d+)/.exec(window.location.hash || "");
     const v = m ? parseInt(m[1], 10) : parseInt(root.dataset.initial || "0", 10);
@@ -32,58 +21,71 @@
     const node = root.querySelector(".ds-data");
     if (!node) return;
     root.__ds = true;
-    const data = JSON.parse(node.textContent);
-    const steps = data.steps;
-    const n = steps.length;
+    const D = JSON.parse(node.textContent), steps = D.steps, n = steps.length;
     const q = (sel) => root.querySelector(sel);
-    const slider = q(".ds-slider"), label = q(".ds-label"), caption = q(".ds-caption");
-    const playBtn = q(".ds-play");
+    const slider = q(".ds-slider"), label_ = q(".ds-label"), caption = q(".ds-caption"), playBtn = q(".ds-play");
     slider.max = String(n - 1);
-    let cur = 0, timer = null, sel = null;
+    let cur = 0, timer = null, sel = null, mode = "origin";
 
     // Run-level figures are drawn once; the current step is marked on them at every change.
-    Object.entries(data.run || {}).forEach(([name, fig]) => {
+    Object.entries(D.run || {}).forEach(([name, fig]) => {
       const div = q(`.ds-run-plot[data-view="${name}"]`);
-      draw(div, fig);
-      if (div && div.on) div.on("plotly_click", (ev) => {
-        const p = ev.points && ev.points[0];
-        const s = p && (p.customdata !== undefined ? (Array.isArray(p.customdata) ? p.customdata[0] : p.customdata) : p.x);
-        if (typeof s === "number" && data.index_of[s] !== undefined) go(data.index_of[s]);
-      });
+      if (!div || !window.Plotly) return;
+      if (D.marks[name] === "point") fig.data.push({ x: [], y: [], mode: "markers", name: "current step", hoverinfo: "skip",
+        marker: { size: 16, color: "rgba(0,0,0,0)", line: { color: D.palette.current, width: 3 } } });
+      window.Plotly.react(div, fig.data, fig.layout, CONFIG);
     });
 
     function markRun(stepIndex) {
-      Object.keys(data.run || {}).forEach((name) => {
+      Object.keys(D.run || {}).forEach((name) => {
         const div = q(`.ds-run-plot[data-view="${name}"]`);
         if (!div || !div.data || !window.Plotly) return;
-        const mark = (data.marks || {})[name];
-        if (mark === "xline") {
+        if (D.marks[name] === "xline") {
           window.Plotly.relayout(div, { shapes: [{ type: "line", xref: "x", yref: "paper", x0: stepIndex, x1: stepIndex,
-            y0: 0, y1: 1, line: { color: "#d62728", width: 2 } }] });
-        } else if (mark === "point") {
-          const pts = (data.points || {})[name] || {};
-          const p = pts[stepIndex];
-          const last = div.data.length - 1;
-          window.Plotly.restyle(div, { x: [p ? [p[0]] : []], y: [p ? [p[1]] : []] }, [last]);
+            y0: 0, y1: 1, line: { color: D.palette.current, width: 2 } }] });
+        } else {
+          const p = (D.points[name] || {})[stepIndex];
+          window.Plotly.restyle(div, { x: [p ? [p[0]] : []], y: [p ? [p[1]] : []] }, [div.data.length - 1]);
         }
       });
+    }
+
+    function outline() {
+      root.querySelectorAll(".ds-selcell").forEach((e) => e.classList.remove("ds-selcell"));
+      if (sel !== null) root.querySelectorAll(`.ds-plot [data-pos="${sel}"]`).forEach((e) => e.classList.add("ds-selcell"));
     }
 
     function go(i) {
       cur = Math.max(0, Math.min(n - 1, i));
       const s = steps[cur];
       slider.value = String(cur);
-      label.textContent = `step ${s.index} / ${steps[n - 1].index}`;
-      caption.textContent = s.caption;
-      Object.entries(s.figs).forEach(([name, fig]) => draw(q(`.ds-plot[data-view="${name}"]`), fig, sel));
+      label_.textContent = `step ${s.i} / ${steps[n - 1].i}`;
+      caption.textContent = s.cap;
+      D.views.forEach((v) => {
+        const box = q(`.ds-plot[data-view="${v}"]`);
+        if (!box) return;
+        const [title, body] = VIEWS[v](D, s);
+        box.querySelector(".ds-vt").textContent = title;
+        box.querySelector(".ds-scroll").innerHTML = body;
+      });
       root.querySelectorAll(".ds-text .ds-tok").forEach((t) => {
         const st = t.dataset.step === "" ? -1 : parseInt(t.dataset.step, 10);
-        t.classList.toggle("ds-cur", st === s.index);
-        t.classList.toggle("ds-future", st > s.index);
+        t.classList.toggle("ds-cur", st === s.i);
+        t.classList.toggle("ds-future", st > s.i);
         t.classList.toggle("ds-sel", sel !== null && parseInt(t.dataset.pos, 10) === sel);
       });
-      markRun(s.index);
-      root.dataset.step = String(s.index);
+      outline();
+      markRun(s.i);
+      profileView(root, D, s);
+      root.dataset.step = String(s.i);
+    }
+
+    function recolour() {
+      root.querySelectorAll(".ds-text .ds-tok").forEach((t) => {
+        if (!t.dataset.bg) t.dataset.bg = t.style.background;
+        const st = t.dataset.step;
+        t.style.background = mode === "step" && st !== "" ? D.palette.step[parseInt(st, 10) % D.palette.step.length] : t.dataset.bg;
+      });
     }
 
     function select(t) {
@@ -113,15 +115,15 @@
     root.addEventListener("click", (e) => {
       const b = e.target.closest && e.target.closest(".ds-mode");
       if (b) {
-        q(".ds-text").outerHTML = data.text_html[b.dataset.mode];
+        mode = b.dataset.mode;
         root.querySelectorAll(".ds-mode").forEach((x) => x.classList.toggle("ds-on", x === b));
-        go(cur);
+        recolour();
         return;
       }
       const t = e.target.closest && e.target.closest(".ds-text .ds-tok");
       if (!t) return;
       select(t);
-      const k = t.dataset.step ? data.index_of[parseInt(t.dataset.step, 10)] : undefined;
+      const k = t.dataset.step ? D.index_of[parseInt(t.dataset.step, 10)] : undefined;
       stop();
       go(k !== undefined ? k : cur);
     });
@@ -142,6 +144,12 @@
     const pre = m && root.querySelector(`.ds-text .ds-tok[data-pos="${m[1]}"]`);
     if (pre) select(pre);
     go(initialStep(root, n));
+    // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
+    root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && div.on("plotly_click", (ev) => {
+      const p = ev.points && ev.points[0];
+      const s = p && (p.customdata !== undefined ? (Array.isArray(p.customdata) ? p.customdata[0] : p.customdata) : p.x);
+      if (typeof s === "number" && D.index_of[s] !== undefined) { stop(); go(D.index_of[s]); }
+    }));
   };
 
   function key(e) {

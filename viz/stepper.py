@@ -1,10 +1,12 @@
 """Shared step controls: prev / next / play / scrub, arrow keys, a plain-words caption, linked views.
 
-step_view_html() returns one HTML fragment: the controls, the coloured text, one plot per step view
-and the run-level plots, plus the data as JSON. Per-step figures are built here in Python by the same
-functions the Gradio app uses for gr.Plot, so both show identical pictures; stepper.js only swaps
-them (plotly animation frames do not play inside gr.Plot, see REFERENCE.md). The script must be on the
-page: the report inlines it; in Gradio pass gradio_html_kwargs() to gr.HTML.
+Why lean: pre-rendering one plotly figure per step and view made a 91-step run's page 3.6 MB and 4.8 s
+to build. Now the trace is sent ONCE (a compact copy: query arrays, the info fields the views read, one
+caption per step, the vocabulary of the tokens used, the palette) and stepper.js draws every per-step
+picture (window, pool, tree, mask, profile panel) in the browser. Run charts that do not change per step
+(pool over the run, latency) are sent once as plotly JSON. The Python figures (viz.window.figure, ...)
+draw the same data for gr.Plot and tests. The script must be on the page: the report inlines it; in
+Gradio pass gradio_html_kwargs() to gr.HTML.
 """
 from __future__ import annotations
 
@@ -12,79 +14,22 @@ import json
 import uuid
 from pathlib import Path
 
-import plotly.graph_objects as go
-
-from . import mask, pool, profile as prof, tokens, tree, window
+from . import costs as cost_figs, pool, step_profile, tokens, window
 from .common import TraceLike, as_trace, esc, safe_json, text_of
+from .describe import header_words
+from .palette import STATE_COLORS, for_js, legend_html, mask_legend, pool_legend, tree_legend, window_legend
+from .stepper_css import CSS
+from .stepper_text import caption
 
-SCRIPT = (Path(__file__).parent / "stepper.js").read_text()
-MAX_STEPS = 400  # per-step figures are embedded; beyond this the page would get too heavy
+SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "stepper.js"))
+MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
+MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
+ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s"}
+INFO_KEYS = ("window", "pool_key", "key", "candidates", "candidate_sources", "matched", "chosen", "pool_size",
+             "accepted_path", "first_rejected")
+TREE_KEYS = ("tokens", "parents", "depth", "draft_prob", "target_prob", "origin", "pruned")
 
-CSS = """
-.ds-stepper{font-family:system-ui,sans-serif;font-size:14px;color:#222;outline:none}
-.ds-controls{display:flex;gap:6px;align-items:center;flex-wrap:wrap;margin:4px 0}
-.ds-controls button{padding:3px 9px;border:1px solid #bbb;border-radius:4px;background:#f7f7f7;cursor:pointer}
-.ds-slider{flex:1;min-width:160px}
-.ds-label{font-variant-numeric:tabular-nums;min-width:90px}
-.ds-caption{background:#f3f7fb;border-left:4px solid #3182bd;padding:6px 10px;margin:6px 0;min-height:1.4em}
-.ds-text{line-height:1.9;white-space:pre-wrap;border:1px solid #ddd;padding:8px;border-radius:4px;max-height:220px;overflow:auto}
-.ds-tok{padding:1px 0;border-radius:3px;cursor:pointer;border-bottom:3px solid transparent}
-.ds-tok.ds-future{opacity:.18}
-.ds-tok.ds-cur{border-bottom-color:#d62728;box-shadow:0 0 0 1px #d62728}
-.ds-tok.ds-sel{outline:2px solid #000}
-.ds-legend{margin:4px 0;font-size:12px}
-.ds-selinfo{font-size:12px;color:#a50f15;min-height:1em}
-.ds-mode.ds-on{background:#dbe9f6;font-weight:600}
-.ds-grid{display:flex;flex-wrap:wrap;gap:8px}
-.ds-plot{flex:1 1 460px;min-width:320px}
-.ds-run{display:flex;flex-wrap:wrap;gap:8px;margin-top:8px}
-.ds-run-plot{flex:1 1 460px;min-width:320px}
-"""
-
-
-def _q(trace, tokens_: list[int]) -> str:
-    return repr("".join(text_of(trace, t) for t in tokens_))
-
-
-def caption(trace: TraceLike, step_index: int) -> str:
-    """One line in plain words: what went into this step's forward pass and what came out."""
-    tr = as_trace(trace)
-    s = tr.steps[step_index]
-    got = f"{len(s.accepted)} new token{'s' if len(s.accepted) != 1 else ''} {_q(tr, s.accepted)}"
-    if s.kind == "prefill":
-        return f"Step {s.index} (prefill): the model read the {s.n_query}-token prompt in one pass and chose {got}."
-    info, head = s.info, f"Step {s.index}: one forward pass over {s.n_query} query token{'s' if s.n_query != 1 else ''}"
-    if "window" in info:
-        levels, n1 = len(info["window"]), (tr.config.get("ngram") or 0) - 1
-        warm = f" (warm-up: level {levels} of {n1} filled)" if n1 > 0 and levels < n1 else ""
-        cands = info.get("candidates") or []
-        key = _q(tr, [info["pool_key"]]) if info.get("pool_key") is not None else "x0"
-        look = (f"{len(cands)} pool candidate(s) for {key}" if cands else f"no pool n-gram starts with {key}")
-        return f"{head} — x0, a {levels}-level window of guesses{warm} and {look} — gave {got}; {_verdict(info)}."
-    if "candidates" in info:
-        cands = info["candidates"]
-        if not cands:
-            return f"{head}: the recent text never occurred earlier, so no copy was tried; the model gave {got}."
-        return (f"{head}: {_q(tr, info.get('key') or [])} occurred earlier, so {len(cands)} continuation(s) were "
-                f"checked; {_verdict(info)} — {got}.")
-    t = info.get("tree")
-    if t or any(r in ("draft", "stage2") for r in s.roles):
-        n = len((t or {}).get("tokens") or s.tokens) - 1
-        drafted = sum(1 for o in s.origins if o in ("draft", "stage2"))
-        rej = info.get("first_rejected")
-        rej_s = ""
-        if rej is not None and rej < len(s.tokens):
-            rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})"
-        return (f"{head}: the target checked {n} drafted token(s), accepted {drafted}{rej_s}, "
-                f"and added its own token — {got}.")
-    return f"{head} (plain next-token decoding) gave {got}."
-
-
-def _verdict(info: dict) -> str:
-    chosen, matched = info.get("chosen"), info.get("matched") or []
-    if chosen is None or not matched or matched[chosen] == 0:
-        return "no candidate matched, the model's own token was kept"
-    return f"candidate {chosen} matched {matched[chosen]} token(s) and the model added one more"
+__all__ = ["CSS", "JS_ON_LOAD", "SCRIPT", "build", "caption", "gradio_html_kwargs", "head_html", "step_view_html"]
 
 
 def views_for(tr) -> list[str]:
@@ -100,68 +45,106 @@ def views_for(tr) -> list[str]:
     return names
 
 
-def _fig_json(fig: go.Figure) -> dict:
-    return json.loads(fig.to_json())
+def _round(v):
+    if isinstance(v, float):
+        return round(v, 4)
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _round(x) for k, x in v.items()}
+    return v
 
 
-def _point_trace(fig: go.Figure) -> go.Figure:
-    """The last trace of a run figure is the 'current step' marker the script moves."""
-    fig.add_trace(go.Scatter(x=[], y=[], mode="markers", name="current step", hoverinfo="skip",
-                             marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(color="#d62728", width=3))))
-    return fig
+def compact_step(s, cap: str) -> dict:
+    """One step as the script reads it: short keys, roles as one letter each, only the info it draws."""
+    n = min(len(s.tokens), MAX_QUERY)
+    info = {k: s.info[k] for k in INFO_KEYS if k in s.info}
+    if s.info.get("window_next"):
+        info["window_next"] = s.info["window_next"][-1]
+    if s.info.get("harvested") is not None:
+        info["harvested"] = len(s.info["harvested"])
+    if s.info.get("tree"):
+        info["tree"] = {k: s.info["tree"][k] for k in TREE_KEYS if k in s.info["tree"]}
+    return {"i": s.index, "k": s.kind, "kv": s.kv_len, "q": s.n_query, "a": s.accepted, "o": s.origins,
+            "t": s.tokens[:n], "p": s.positions[:n], "par": s.parents[:n],
+            "r": "".join(ROLE_CODE.get(r, "?") for r in s.roles[:n]), "sl": s.slots[:n], "kept": s.kept,
+            "ms": round(s.wall_ms, 3), "info": _round(info), "cap": cap}
 
 
-def build(trace: TraceLike, profile: dict | None = None, max_steps: int = MAX_STEPS) -> dict:
-    """Everything the page draws: per-step figures and captions, run figures, text in both colourings."""
+def _vocab(tr) -> dict[str, str]:
+    ids = set(tr.prompt_ids) | set(tr.output_ids)
+    for s in tr.steps:
+        ids.update(s.tokens[:MAX_QUERY])
+        info = s.info or {}
+        for c in info.get("candidates") or []:
+            ids.update(c)
+        ids.update(t for lv in info.get("window_next") or [] for t in lv)
+        ids.update((info.get("tree") or {}).get("tokens") or [])
+        ids.update(((info.get("tree") or {}).get("pruned") or {}).get("tokens") or [])
+        key = info.get("pool_key", info.get("key"))
+        ids.update(key if isinstance(key, list) else [key] if key is not None else [])
+    return {str(t): text_of(tr, t) for t in ids}
+
+
+def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = MAX_STEPS,
+          peaks: dict | None = None) -> dict:
+    """The page's data: compact steps with captions, vocabulary, palette, run charts, profile panel."""
     tr = as_trace(trace)
-    makers = {"window": window.figure, "pool": pool.figure, "tree": tree.figure, "mask": mask.figure}
     names = views_for(tr)
-    steps = [{"index": s.index, "caption": caption(tr, k), "figs": {v: _fig_json(makers[v](tr, k)) for v in names}}
-             for k, s in enumerate(tr.steps[:max_steps])]
+    steps = [compact_step(s, caption(tr, k)) for k, s in enumerate(tr.steps[:max_steps])]
     run, marks, points = {}, {}, {}
     if "pool" in names:
-        run["pool_run"], marks["pool_run"] = _fig_json(pool.run_figure(tr)), "xline"
-    lat = prof.latency_data([(tr, profile)])[0]
-    run["latency"] = _fig_json(_point_trace(prof.latency_figure([(tr, profile)])))
-    marks["latency"] = "point"
-    points["latency"] = {i: [q, w] for i, q, w in zip(lat["steps"], lat["n_query"], lat["wall_ms"])}
-    if profile:
-        rf = prof.roofline_data(profile, tr)
-        run["roofline"] = _fig_json(_point_trace(prof.roofline_figure(profile, tr)))
-        marks["roofline"] = "point"
-        points["roofline"] = {i: [x, y] for i, x, y in zip(rf["steps"], rf["intensity"], rf["achieved_flops"])}
-        run["flops"], marks["flops"] = _fig_json(prof.compare_figure([(tr, profile)])), "xline"
+        run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
+    lat = cost_figs.latency_data([(tr, costs if isinstance(costs, dict) else None)])[0]
+    if lat["steps"]:
+        fig = cost_figs.latency_figure([(tr, costs if isinstance(costs, dict) else None)])
+        run["latency"], marks["latency"] = json.loads(fig.to_json()), "point"
+        points["latency"] = {i: [q, w] for i, q, w in zip(lat["steps"], lat["n_query"], lat["wall_ms"])}
     return {"views": names, "steps": steps, "run": run, "marks": marks, "points": points,
-            "index_of": {s["index"]: k for k, s in enumerate(steps)},
-            "text_html": {m: tokens.html(tr, m) for m in ("origin", "step")}, "method": tr.method,
-            "truncated": len(tr.steps) > max_steps}
+            "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
+            "method": tr.method, "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
+            "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
 
 
-def step_view_html(trace: TraceLike, profile: dict | None = None, initial_step: int = 0,
-                   max_steps: int = MAX_STEPS) -> str:
-    """The linked step-through fragment (needs plotly.js and SCRIPT on the page: see gradio_html_kwargs)."""
+LEGENDS = {"window": lambda: legend_html(window_legend() + [("harvested into the pool (green outline)", STATE_COLORS["matched"])]),
+           "pool": lambda: legend_html(pool_legend()), "tree": lambda: legend_html(tree_legend(True)),
+           "mask": lambda: legend_html(mask_legend(roles=True))}
+TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask"}
+
+
+def _view_box(name: str) -> str:
+    return (f"<div class='ds-plot' data-view='{name}'><div class='ds-vt'></div>"
+            f"<div class='ds-scroll' data-draw='{name}'></div>{LEGENDS[name]()}</div>")
+
+
+def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial_step: int = 0,
+                   max_steps: int = MAX_STEPS, peaks: dict | None = None) -> str:
+    """The linked step-through fragment (needs plotly.js and SCRIPT on the page: see gradio_html_kwargs).
+
+    profile: profiling's profile dict or profiling.trace_costs(trace) (a list); with it the profile panel
+    shows the selected step on the roofline and cumulative FLOPs against greedy's."""
     tr = as_trace(trace)
-    d = build(tr, profile, max_steps)
-    stats = tr.stats()
-    config = json.dumps({k: v for k, v in tr.config.items() if k != "sampling"})
-    head = (f"<b>{esc(tr.method)}</b> · {stats['new_tokens']} tokens in {stats['steps']} steps "
-            f"(compression {stats['compression']:.2f}) · config {esc(config)}")
+    d = build(tr, profile, max_steps, peaks)
     trunc = f" (first {max_steps} steps shown)" if d["truncated"] else ""
-    views = "".join(f"<div class='ds-plot' data-view='{v}'></div>" for v in d["views"])
+    views = "".join(_view_box(v) for v in d["views"])
+    prof = ("<div class='ds-prof'><div class='ds-vt'>Cost of this step</div><div class='ds-prof-num'></div>"
+            "<div class='ds-grid'><div class='ds-run-plot' data-view='roofline'></div>"
+            "<div class='ds-run-plot' data-view='cumflops'></div></div></div>") if d["profile"] else ""
     runs = "".join(f"<div class='ds-run-plot' data-view='{v}'></div>" for v in d["run"])
     return f"""<div class="ds-stepper" id="ds-{uuid.uuid4().hex[:8]}" tabindex="0" data-initial="{initial_step}">
 <style>{CSS}</style>
-<div class="ds-head">{head}{trunc}</div>
+<div class="ds-head">{esc(header_words(tr))}{esc(trunc)}</div>
 <div class="ds-controls"><button class="ds-first" title="first step (Home)">|◀</button>
 <button class="ds-prev" title="previous step (←)">◀ prev</button><button class="ds-play" title="play (space)">▶ play</button>
 <button class="ds-next" title="next step (→)">next ▶</button><button class="ds-last" title="last step (End)">▶|</button>
 <input class="ds-slider" type="range" min="0" max="0" value="0" aria-label="step"><span class="ds-label"></span>
 <span>colour by</span><button class="ds-mode ds-on" data-mode="origin">origin</button><button class="ds-mode" data-mode="step">step</button></div>
 <div class="ds-caption"></div>
-{d['text_html']['origin']}
+{tokens.html(tr, "origin")}
 <div class="ds-selinfo"></div>
 {tokens.legend_html()}
 <div class="ds-grid">{views}</div>
+{prof}
 <div class="ds-run">{runs}</div>
 <div class="ds-data" hidden style="display:none">{safe_json(d)}</div>
 </div>"""

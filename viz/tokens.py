@@ -6,28 +6,35 @@ controls can highlight the tokens of the current step and clicking a token selec
 """
 from __future__ import annotations
 
-from .common import ORIGIN_COLORS, ORIGIN_LABELS, TraceLike, as_trace, esc
+from .common import ORIGIN_COLORS, TraceLike, as_trace, esc
+from .palette import STEP_COLORS, legend_html as swatches, origin_legend, token_origin
 
-STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]
+
+def _source(step) -> str | None:
+    """Where a lookahead step's accepted candidate came from ("window", "prompt", "output")."""
+    info, chosen = step.info or {}, (step.info or {}).get("chosen")
+    src = info.get("candidate_sources") or []
+    return src[chosen] if chosen is not None and chosen < len(src) else None
 
 
 def data(trace: TraceLike) -> list[dict]:
     """Every prompt and output token in order with its step, absolute position and origin."""
     tr = as_trace(trace)
-    out = [{"token": t, "text": tr.token_text(t), "step": None, "pos": i, "origin": "prompt", "k": None}
-           for i, t in enumerate(tr.prompt_ids)]
+    out = [{"token": t, "text": tr.token_text(t), "step": None, "pos": i, "origin": "prompt", "k": None,
+            "color_key": "prompt"} for i, t in enumerate(tr.prompt_ids)]
     pos = len(tr.prompt_ids)
     for s in tr.steps:
+        src = _source(s)
         for k, (t, o) in enumerate(zip(s.accepted, s.origins)):
-            out.append({"token": t, "text": tr.token_text(t), "step": s.index, "pos": pos, "origin": o, "k": k})
+            out.append({"token": t, "text": tr.token_text(t), "step": s.index, "pos": pos, "origin": o, "k": k,
+                        "color_key": token_origin(o, src)})
             pos += 1
     return out
 
 
 def legend_html() -> str:
-    items = "".join(f"<span class='ds-tok' style='background:{ORIGIN_COLORS[o]}'>{esc(label)}</span> "
-                    for o, label in ORIGIN_LABELS.items())
-    return f"<div class='ds-legend'>{items}</div>"
+    """The origin colours of the text (the same swatches as every other view's legend)."""
+    return swatches(origin_legend(), "text colour = who produced the token:")
 
 
 def html(trace: TraceLike, mode: str = "origin", show_prompt: bool = True) -> str:
@@ -40,7 +47,7 @@ def html(trace: TraceLike, mode: str = "origin", show_prompt: bool = True) -> st
         if mode == "step" and d["step"] is not None:
             color = STEP_COLORS[d["step"] % len(STEP_COLORS)]
         else:
-            color = ORIGIN_COLORS.get(d["origin"], "#eee")
+            color = ORIGIN_COLORS.get(d["color_key"], "#eee")
         step = "" if d["step"] is None else d["step"]
         title = (f"prompt token, position {d['pos']}" if d["step"] is None else
                  f"step {d['step']}, position {d['pos']}, origin {d['origin']}, token id {d['token']}")

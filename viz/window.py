@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import ORIGIN_COLORS, TraceLike, as_trace, box, text_of
+from .common import TraceLike, as_trace, box, text_of
+from .palette import AGE_COLORS, INIT_COLOR, ROLE_COLORS, STATE_COLORS, age_color
 
-AGE_COLORS = ["#e6550d", "#fd8d3c", "#fdae6b", "#fdd0a2", "#feedde", "#fff5eb"]
-INIT_COLOR, NEW_COLOR = "#e0e0e0", "#74c476"
+NEW_COLOR = AGE_COLORS[0]  # this step's output: the newest end of the age scale (never an origin colour)
 
 
 def has_window(step) -> bool:
@@ -55,13 +55,13 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
 
 def _cell_style(cell: dict, step_index: int) -> tuple[str, str]:
     if cell.get("role") == "x0":
-        return ORIGIN_COLORS["x0"], "x0 (last accepted token)"
+        return ROLE_COLORS["x0"], "x0 (last accepted token)"
     if cell["produced"] is None:
         return INIT_COLOR, "initial random guess"
     if cell["produced"] == step_index:
         return NEW_COLOR, "produced by this step"
     age = step_index - cell["produced"]
-    return AGE_COLORS[min(age - 1, len(AGE_COLORS) - 1)], f"from step {cell['produced']} (t-{age})"
+    return age_color(age), f"from step {cell['produced']} (t-{age})"
 
 
 def figure(trace: TraceLike, step_index: int) -> go.Figure:
@@ -87,7 +87,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
                                                           width=3 if c.get("role") == "x0" else 1), layer="below"))
     for j in d["harvested_cols"]:
         shapes.append(dict(type="rect", x0=j - .5, x1=j + .5, y0=-.5, y1=len(rows) - .5,
-                           line=dict(color="#2ca25f", width=2, dash="dot"), fillcolor="rgba(0,0,0,0)"))
+                           line=dict(color=STATE_COLORS["matched"], width=2, dash="dot"), fillcolor="rgba(0,0,0,0)"))
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="text", text=labels, hovertext=hover, hoverinfo="text",
                              textfont=dict(size=12), showlegend=False))
     for name, color in _legend(d):  # colour key: invisible points that only make legend entries
@@ -112,12 +112,11 @@ def _title(d: dict) -> str:
 def _legend(d: dict) -> list[tuple[str, str]]:
     ages = sorted({d["step"] - c["produced"] for row in d["levels"] for c in row
                    if c["produced"] is not None and c.get("role") != "x0"})
-    items = [("x0", ORIGIN_COLORS["x0"])] + [(f"t-{a} (step {d['step'] - a})", AGE_COLORS[min(a - 1, 5)])
-                                            for a in ages if a > 0]
+    items = [("x0", ROLE_COLORS["x0"])] + [(f"t-{a} (step {d['step'] - a})", age_color(a)) for a in ages if a > 0]
     if any(c["produced"] is None for row in d["levels"] for c in row):
         items.append(("initial random guess", INIT_COLOR))
     if d["new"]:
-        items.append(("new: this step's output", NEW_COLOR))
+        items.append(("new guess (this step)", NEW_COLOR))
     return items
 
 

@@ -1,4 +1,5 @@
-"""Profile pictures: FLOPs per step, tokens vs FLOPs per method, the roofline, latency vs query size.
+"""Cost pictures (from profiling's per-step FLOPs/bytes/time): FLOPs per step, tokens vs FLOPs per method,
+the roofline, latency vs query size. (Was viz/profile.py: "profile" also named profiling/ and its dict.)
 
 The profile is the plain dict profiling.profiler.profile_run() returns (schema "decodescope.profile/1");
 only these keys are read, so a hand-made dict with just them works too:
@@ -26,9 +27,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .common import TraceLike, as_trace
+from .palette import log_axis, method_color
+from .describe import short_name
 from .window import _empty
 
-METHOD_COLORS = ["#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b"]
 Run = tuple  # (trace, profile | None)
 
 
@@ -97,14 +99,14 @@ def compare_figure(runs) -> go.Figure:
     if not data:
         return _empty("no profile: run with profiling on to see FLOPs")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step", "tokens generated vs FLOPs spent"))
-    for k, d in enumerate(data):
-        c = METHOD_COLORS[k % len(METHOD_COLORS)]
+    for d in data:
+        c = method_color(d["name"])
         fig.add_trace(go.Scatter(x=d["steps"], y=d["flops"], name=d["name"], mode="lines+markers",
                                  line=dict(color=c), legendgroup=d["name"]), 1, 1)
         fig.add_trace(go.Scatter(x=d["cum_flops"], y=d["cum_tokens"], name=d["name"], mode="lines+markers",
                                  line=dict(color=c), legendgroup=d["name"], showlegend=False), 1, 2)
     fig.update_xaxes(title_text="step", row=1, col=1)
-    fig.update_yaxes(title_text="FLOPs", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="FLOPs", row=1, col=1, **log_axis([f for d in data for f in d["flops"]]))
     fig.update_xaxes(title_text="cumulative FLOPs", row=1, col=2)
     fig.update_yaxes(title_text="cumulative new tokens", row=1, col=2)
     fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=50), plot_bgcolor="white",
@@ -124,7 +126,8 @@ def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
     """Log-log roofline: attainable = min(peak_flops, intensity × peak_bw); one point per step."""
     if not profile:
         return _empty("no profile: run with profiling on to see the roofline")
-    d = roofline_data(profile, as_trace(trace) if trace is not None else None)
+    tr = as_trace(trace) if trace is not None else None
+    d = roofline_data(profile, tr)
     m = d["machine"]
     fig = go.Figure()
     xs = d["intensity"] or [1.0]
@@ -133,18 +136,20 @@ def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
         lo, hi = min(min(xs), ridge) / 10, max(max(xs), ridge) * 10
         grid = [lo * (hi / lo) ** (i / 60) for i in range(61)]
         fig.add_trace(go.Scatter(x=grid, y=[min(m["peak_flops"], x * m["peak_bw"]) for x in grid], mode="lines",
-                                 name=f"roof ({m['name'] or 'machine'})", line=dict(color="#444")))
+                                 name=f"roof ({short_name(m['name']) or 'machine'})", line=dict(color="#444")))
         fig.add_vline(x=ridge, line=dict(dash="dot", color="#999"))
-    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name="steps",
-                             marker=dict(size=8, color=d["steps"], colorscale="Viridis", showscale=True,
-                                         colorbar=dict(title="step")),
+    xs_all = [x for t in fig.data for x in t.x] + list(d["intensity"])
+    ys_all = [y for t in fig.data for y in t.y] + list(d["achieved_flops"])
+    name = profile.get("method") or (tr.method if tr is not None else None) or "steps"
+    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name=f"{name} steps",
+                             marker=dict(size=8, color=method_color(name), opacity=.75),  # the method's colour
                              customdata=list(zip(d["steps"], d["n_query"])),
                              hovertemplate="step %{customdata[0]}<br>query %{customdata[1]} tokens<br>"
                                            "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     fig.update_layout(title=dict(text="Roofline: every step's arithmetic intensity and achieved FLOP/s",
                                  font=dict(size=13)),
-                      xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
-                      yaxis=dict(type="log", title="FLOP/s"), height=380, plot_bgcolor="white",
+                      xaxis=log_axis(xs_all, title="arithmetic intensity (FLOP/byte)"),
+                      yaxis=log_axis(ys_all, title="FLOP/s"), height=380, plot_bgcolor="white",
                       margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.25))
     return fig
 
@@ -169,14 +174,15 @@ def latency_figure(runs) -> go.Figure:
     if not data:
         return _empty("no decode steps to show")
     fig = go.Figure()
-    for k, d in enumerate(data):
+    for d in data:
         fig.add_trace(go.Scatter(x=d["n_query"], y=d["wall_ms"], mode="markers", name=d["name"],
-                                 marker=dict(color=METHOD_COLORS[k % len(METHOD_COLORS)], size=7, opacity=.7),
+                                 marker=dict(color=method_color(d["name"]), size=7, opacity=.7),
                                  customdata=d["steps"], hovertemplate="step %{customdata}<br>%{x} query tokens"
                                                                       "<br>%{y:.2f} ms<extra></extra>"))
     top = max(max(d["wall_ms"]) for d in data)
+    span = max(max(d["n_query"]) for d in data) - min(min(d["n_query"]) for d in data)
     fig.update_layout(title=dict(text="Step latency vs query tokens", font=dict(size=13)),
-                      xaxis=dict(title="query tokens in the step"),
+                      xaxis=dict(title="query tokens in the step", dtick=1 if span <= 12 else None),
                       yaxis=dict(title="wall time (ms)", range=[0, top * 1.1 if top > 0 and math.isfinite(top) else 1]),
                       height=340, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50))
     return fig

@@ -1,0 +1,138 @@
+"""One palette for every picture: one colour per meaning, and the legends that name them.
+
+Why one module: a colour must mean the same thing in the text, the window, the pool, the tree, the mask
+and every run chart. Origins (who produced an accepted token) and query roles share hues (a draft node is
+orange whether it was accepted or not); the window's ages use a separate yellow-brown scale that never
+collides with an origin; methods get one fixed colour each, chosen by name, never by position in a list.
+The step script (stepper.js) receives this palette as JSON, so it has no colours of its own.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+# Origin of an accepted token (step.origins), text n-grams split into their own colour.
+ORIGIN_COLORS = {
+    "prompt": "#e0e0e0",          # the prompt (given, not generated)
+    "target": "#9ecae1",          # the target model's own next token (plain decoding, bonus token)
+    "candidate": "#a1d99b",       # a verified lookahead-window n-gram (the Jacobi trajectory)
+    "text_ngram": "#f4a6c6",      # a verified n-gram copied from the text (prompt/output, or prompt lookup)
+    "prompt_lookup": "#f4a6c6",   # prompt lookup copies from the text: the same meaning as text_ngram
+    "draft": "#f16913",           # a draft-model token the target accepted
+    "stage2": "#b4a7d6",          # a stage-2 (n-gram table) draft token the target accepted
+}
+ORIGIN_LABELS = {
+    "prompt": "prompt", "target": "model's own next token", "candidate": "lookahead window n-gram",
+    "text_ngram": "text n-gram (prompt/output)", "draft": "draft model token", "stage2": "stage-2 n-gram token",
+}
+# Roles of query tokens inside one step (what the mask and the tree label).
+ROLE_COLORS = {
+    "prompt": ORIGIN_COLORS["prompt"], "x0": "#6baed6", "window": "#dcbc32", "candidate": ORIGIN_COLORS["candidate"],
+    "draft": ORIGIN_COLORS["draft"], "stage2": ORIGIN_COLORS["stage2"], "target": "#6baed6",
+}
+ROLE_LABELS = {"x0": "x0: last accepted token", "window": "window guess", "candidate": "pool candidate",
+               "draft": "draft node", "stage2": "stage-2 node", "prompt": "prompt"}
+# The Jacobi window's ages: a gold sequential scale (index 0 = produced by this step, the newest).
+AGE_COLORS = ["#b8960b", "#dcbc32", "#eed775", "#f7e9a8"]
+INIT_COLOR = "#ffffff"            # warm-up's random initial guesses: white, dashed outline
+# States of a checked token (pool rows, tree nodes): matched, first rejection, not checked, pruned.
+STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0f0", "pruned": "#bdbdbd"}
+MASK_COLORS = ["#f7f7f7", "#2171b5", "#9ecae1"]  # masked, may attend, cache column
+SELECT_COLOR = "#e7298a"          # the selected token's outline in every view
+CURRENT_COLOR = "#d62728"         # the current step's marker on run charts
+# One colour per method, by name (race, sweep, latency, FLOPs, step profile): a dark shade of the origin
+# the method is known for (lookahead green, prompt lookup pink, speculative orange, staged purple).
+METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#c51b7d",
+                 "speculative": "#d94801", "speculative_chain": "#d94801", "speculative_tree": "#a63603",
+                 "speculative_staged": "#6a51a3"}
+EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#17becf", "#999999"]
+STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]  # text coloured by step
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def age_color(age: int) -> str:
+    """Window cell made `age` steps ago (0 = by this step); old cells share the palest colour."""
+    return AGE_COLORS[max(0, min(age, len(AGE_COLORS) - 1))]
+
+
+def method_color(name: str) -> str:
+    """The fixed colour of a method; unknown names hash to a stable extra colour (never list position)."""
+    key = str(name).lower().replace(" ", "_").replace("-", "_")
+    for m in sorted(METHOD_COLORS, key=len, reverse=True):
+        if key == m or key.startswith(m):
+            return METHOD_COLORS[m]
+    return EXTRA_COLORS[sum(map(ord, key)) % len(EXTRA_COLORS)]
+
+
+def token_origin(origin: str, source: str | None = None) -> str:
+    """A colour key for an accepted token: lookahead candidates from the text become "text_ngram"."""
+    if origin == "candidate" and source in ("prompt", "output", "text"):
+        return "text_ngram"
+    return "text_ngram" if origin == "prompt_lookup" else origin
+
+
+def esc(s: object) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def legend_html(items: list[tuple[str, str]], title: str = "") -> str:
+    """A row of colour swatches with labels (HTML; used under every coloured view)."""
+    sw = "".join(f"<span class='ds-sw'><i style='background:{esc(c)}'></i>{esc(label)}</span>" for label, c in items)
+    head = f"<b>{esc(title)}</b> " if title else ""
+    return f"<div class='ds-legend'>{head}{sw}</div>"
+
+
+def origin_legend() -> list[tuple[str, str]]:
+    return [(label, ORIGIN_COLORS[k]) for k, label in ORIGIN_LABELS.items()]
+
+
+def window_legend() -> list[tuple[str, str]]:
+    return [("x0", ROLE_COLORS["x0"]), ("new guess (this step)", AGE_COLORS[0]), ("from t-1", AGE_COLORS[1]),
+            ("from t-2", AGE_COLORS[2]), ("older", AGE_COLORS[3]), ("initial random guess", INIT_COLOR)]
+
+
+def pool_legend() -> list[tuple[str, str]]:
+    return [("matches the model: window n-gram", ORIGIN_COLORS["candidate"]),
+            ("matches the model: text n-gram", ORIGIN_COLORS["text_ngram"]),
+            ("first mismatch", STATE_COLORS["rejected"]), ("not checked", STATE_COLORS["unchecked"])]
+
+
+def tree_legend(pruned: bool = False) -> list[tuple[str, str]]:
+    items = [("x0 / target token", ROLE_COLORS["x0"]), ("draft node", ORIGIN_COLORS["draft"]),
+             ("stage-2 node", ORIGIN_COLORS["stage2"]), ("accepted path", STATE_COLORS["matched"]),
+             ("first rejected", STATE_COLORS["rejected"])]
+    return items + ([("pruned (below cutoff)", STATE_COLORS["pruned"])] if pruned else [])
+
+
+def mask_legend(roles: bool = False) -> list[tuple[str, str]]:
+    """Mask cells; with roles=True also the role strip along the rows and columns (the step view)."""
+    cells = [("may attend", MASK_COLORS[1]), ("KV cache (whole prefix)", MASK_COLORS[2]), ("masked", MASK_COLORS[0])]
+    shown = ("x0", "window", "candidate", "draft", "stage2")
+    return cells + ([(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in shown] if roles else [])
+
+
+def for_js() -> dict:
+    """Everything stepper.js colours with (so the browser and Python draw the same colours)."""
+    return {"origin": ORIGIN_COLORS, "origin_labels": ORIGIN_LABELS, "role": ROLE_COLORS, "role_labels": ROLE_LABELS,
+            "age": AGE_COLORS, "init": INIT_COLOR, "state": STATE_COLORS, "select": SELECT_COLOR, "mask": MASK_COLORS,
+            "current": CURRENT_COLOR, "method": METHOD_COLORS, "extra": EXTRA_COLORS, "step": STEP_COLORS}
+
+
+def decade_ticks(lo: float, hi: float) -> dict:
+    """Log-axis ticks at powers of ten only (no minor labels): tickvals and short labels like 1e9."""
+    if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        lo, hi = 1.0, 10.0
+    a, b = math.floor(math.log10(min(lo, hi))), math.ceil(math.log10(max(lo, hi)))
+    exps = range(a, max(b, a + 1) + 1)
+    return {"type": "log", "tickmode": "array", "tickvals": [10.0 ** e for e in exps],
+            "ticktext": [_decade(e) for e in exps], "minor": {"showgrid": False, "ticks": ""}}
+
+
+def _decade(e: int) -> str:
+    return {0: "1", 1: "10", 2: "100", 3: "1k"}.get(e, f"1e{e}")
+
+
+def log_axis(values: list[float], **extra) -> dict:
+    """A log axis over `values` labelled by decades only (every log axis in viz/ goes through here)."""
+    pos = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return {**decade_ticks(min(pos) if pos else 1.0, max(pos) if pos else 10.0), **extra}

@@ -1,0 +1,51 @@
+"""The step view's CSS. Why its own file: the responsive rules (stacking at narrow widths, each wide
+picture scrolling in its own box) are the part a 400 px phone depends on."""
+
+from .palette import CURRENT_COLOR, SELECT_COLOR, STATE_COLORS
+
+_CSS = """
+.ds-stepper{font-family:system-ui,sans-serif;font-size:14px;color:#222;outline:none;max-width:100%;
+  overflow-wrap:anywhere;box-sizing:border-box}
+.ds-stepper *{box-sizing:border-box}
+.ds-head{font-size:13px;color:#333;margin:2px 0 4px}
+.ds-controls{display:flex;gap:6px;align-items:center;flex-wrap:wrap;margin:4px 0}
+.ds-controls button{padding:3px 9px;border:1px solid #bbb;border-radius:4px;background:#f7f7f7;cursor:pointer}
+.ds-slider{flex:1 1 140px;min-width:100px}
+.ds-label{font-variant-numeric:tabular-nums;min-width:90px}
+.ds-caption{background:#f3f7fb;border-left:4px solid #3182bd;padding:6px 10px;margin:6px 0;min-height:1.4em}
+.ds-text{line-height:1.9;white-space:pre-wrap;border:1px solid #ddd;padding:8px;border-radius:4px;max-height:220px;
+  overflow:auto}
+.ds-tok{padding:1px 0;border-radius:3px;cursor:pointer;border-bottom:3px solid transparent}
+.ds-tok.ds-future{opacity:.18}
+.ds-tok.ds-cur{border-bottom-color:CURRENT;box-shadow:0 0 0 1px CURRENT}
+.ds-tok.ds-sel{outline:2px solid #000}
+.ds-legend{margin:4px 0;font-size:12px;display:flex;flex-wrap:wrap;gap:2px 10px;align-items:center}
+.ds-sw{white-space:nowrap}.ds-sw i{display:inline-block;width:12px;height:12px;border:1px solid #999;
+  border-radius:2px;margin-right:4px;vertical-align:-2px}
+.ds-selinfo{font-size:12px;color:#a50f15;min-height:1em}
+.ds-mode.ds-on{background:#dbe9f6;font-weight:600}
+.ds-grid,.ds-run{display:flex;flex-wrap:wrap;gap:8px;margin-top:8px}
+.ds-plot,.ds-run-plot{flex:1 1 440px;min-width:0;max-width:100%}
+.ds-plot{border:1px solid #eee;border-radius:4px;padding:4px}
+.ds-vt{font-weight:600;font-size:13px;margin:2px 0 4px}
+.ds-scroll{overflow-x:auto;max-width:100%}
+.ds-prof{margin-top:8px;border:1px solid #eee;border-radius:4px;padding:4px}
+.ds-prof-num{font-size:13px;font-variant-numeric:tabular-nums}
+table.ds-tab{border-collapse:separate;border-spacing:3px;font-size:12px;width:auto;margin:0}
+table.ds-tab tr,table.ds-tab th{border:none !important;background:none !important}
+table.ds-tab th{font-weight:normal;color:#555;text-align:right;white-space:nowrap;padding-right:4px}
+table.ds-tab td{min-width:34px;height:34px;text-align:center;border:1px solid #999;border-radius:3px;padding:1px 3px;
+  white-space:pre;cursor:default}
+table.ds-tab td small{display:block;font-size:9px;color:#555}
+table.ds-tab td.ds-x0{border:3px solid #1f4e79}
+table.ds-tab td.ds-init{border:1px dashed #888}
+table.ds-tab td.ds-hv{box-shadow:0 0 0 2px MATCHED}
+table.ds-tab td.ds-empty{border:none}
+table.ds-tab tr.ds-chosen th{font-weight:700;color:#000}
+table.ds-tab tr.ds-chosen td{border:2px solid #222}
+.ds-selcell{outline:3px solid SELECT !important;outline-offset:1px}
+svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !important}
+@media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}}
+"""
+# the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)
+CSS = _CSS.replace("MATCHED", STATE_COLORS["matched"]).replace("SELECT", SELECT_COLOR).replace("CURRENT", CURRENT_COLOR)

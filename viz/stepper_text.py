@@ -1,0 +1,59 @@
+"""The plain-words caption of one step: what went into the forward pass and what came out (and, for a
+speculative step, how many proposed nodes the confidence cutoff pruned)."""
+from __future__ import annotations
+
+from .common import TraceLike, as_trace, text_of
+
+
+def _q(trace, tokens_: list[int]) -> str:
+    return repr("".join(text_of(trace, t) for t in tokens_))
+
+
+def caption(trace: TraceLike, step_index: int) -> str:
+    """One line in plain words: what went into this step's forward pass and what came out."""
+    tr = as_trace(trace)
+    s = tr.steps[step_index]
+    got = f"{len(s.accepted)} new token{'s' if len(s.accepted) != 1 else ''} {_q(tr, s.accepted)}"
+    if s.kind == "prefill":
+        return f"Step {s.index} (prefill): the model read the {s.n_query}-token prompt in one pass and chose {got}."
+    info, head = s.info, f"Step {s.index}: one forward pass over {s.n_query} query token{'s' if s.n_query != 1 else ''}"
+    if "window" in info:
+        levels, n1 = len(info["window"]), (tr.config.get("ngram") or 0) - 1
+        warm = f" (warm-up: level {levels} of {n1} filled)" if n1 > 0 and levels < n1 else ""
+        cands = info.get("candidates") or []
+        key = _q(tr, [info["pool_key"]]) if info.get("pool_key") is not None else "x0"
+        look = (f"{len(cands)} pool candidate(s) for {key}" if cands else f"no pool n-gram starts with {key}")
+        return f"{head} — x0, a {levels}-level window of guesses{warm} and {look} — gave {got}; {_verdict(info)}."
+    if "candidates" in info:
+        cands = info["candidates"]
+        if not cands:
+            return f"{head}: the recent text never occurred earlier, so no copy was tried; the model gave {got}."
+        return (f"{head}: {_q(tr, info.get('key') or [])} occurred earlier, so {len(cands)} continuation(s) were "
+                f"checked; {_verdict(info)} — {got}.")
+    t = info.get("tree")
+    if t or any(r in ("draft", "stage2") for r in s.roles):
+        n = len((t or {}).get("tokens") or s.tokens) - 1
+        drafted = sum(1 for o in s.origins if o in ("draft", "stage2"))
+        rej = info.get("first_rejected")
+        rej_s = ""
+        if rej is not None and rej < len(s.tokens):
+            rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})"
+        return (f"{head}: the target checked {n} drafted token(s){_pruned(tr, t)}, accepted {drafted}{rej_s}, "
+                f"and added its own token — {got}.")
+    return f"{head} (plain next-token decoding) gave {got}."
+
+
+def _verdict(info: dict) -> str:
+    chosen, matched = info.get("chosen"), info.get("matched") or []
+    if chosen is None or not matched or matched[chosen] == 0:
+        return "no candidate matched, the model's own token was kept"
+    return f"candidate {chosen} matched {matched[chosen]} token(s) and the model added one more"
+
+
+def _pruned(tr, tree: dict | None) -> str:
+    """' (2 more proposed but pruned: draft p < cutoff 0.40)' when the step recorded pruned nodes."""
+    n = len(((tree or {}).get("pruned") or {}).get("tokens") or [])
+    cut = tr.config.get("confidence")
+    if not n:
+        return ""
+    return f" ({n} more proposed but pruned: draft p < cutoff {cut:.2f})" if cut is not None else f" ({n} pruned)"

@@ -1,0 +1,217 @@
+// DecodeScope per-step pictures, drawn in the browser from the compact step data (see stepper.py): the
+// Jacobi window and the pool as HTML tables, the token tree and the attention mask as SVG, the cost panel
+// with plotly. Colours come only from D.palette (viz/palette.py). stepper.js calls these on every step change.
+window.DecodeScopeViews = window.DecodeScopeViews || (function () {
+  const CONFIG = { displaylogo: false, responsive: true };
+  const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ESC[c]);
+  const fmt = (v) => (v === null || v === undefined ? "–" : Math.abs(v) >= 1e3 || (v !== 0 && Math.abs(v) < 1e-2)
+    ? v.toExponential(2).replace("e+", "e") : (+v).toFixed(2).replace(/\.?0+$/, ""));
+  const quote = (D, toks) => JSON.stringify((toks || []).map((t) => tok(D, t)).join(""));
+  function tok(D, t) { const v = D.vocab[String(t)]; return v === undefined ? `<${t}>` : v; }
+  function cell(D, t, pos, bg, cls, title) {
+    const p = pos === null || pos === undefined ? "" : ` data-pos="${pos}"`;
+    return `<td class="${cls || ""}"${p} style="background:${bg}" title="${esc(title || "")}">${esc(tok(D, t))}` +
+      `${pos === null || pos === undefined ? "" : `<small>@${pos}</small>`}</td>`;
+  }
+
+  // ---- Jacobi window: rows new guesses (top) .. x0·L0 (bottom); colour = age (gold scale), never an origin.
+  function windowView(D, s) {
+    const info = s.info || {}, P = D.palette;
+    if (!info.window || s.r.indexOf("w") < 0) return [`Step ${s.i}: no Jacobi window (${D.method})`, ""];
+    const L = info.window.length, grid = {};
+    let width = 0;
+    for (let k = 0; k < s.r.length; k++) {
+      const r = s.r[k];
+      if (r !== "x" && r !== "w") continue;
+      const lc = r === "x" ? [0, 0] : s.sl[k], produced = r === "x" ? s.i - 1 : s.i - (L - lc[0]);
+      grid[lc[0] + "," + lc[1]] = { t: s.t[k], pos: s.p[k], x0: r === "x", age: produced >= 1 ? s.i - produced : null };
+      width = Math.max(width, lc[1] + 1);
+    }
+    const hv = info.harvested || 0, rows = [];
+    const nxt = info.window_next || [];
+    if (nxt.length) {
+      const shift = width - nxt.length, cells = [];
+      for (let c = 0; c < width; c++) {
+        const j = c - shift, below = grid[(L - 1) + "," + c];
+        cells.push(j >= 0 && j < nxt.length ? cell(D, nxt[j], below ? below.pos + 1 : null, P.age[0],
+          c < hv ? "ds-hv" : "", "new guess: produced by this step") : "<td class='ds-empty'></td>");
+      }
+      rows.push(`<tr><th>new guesses</th>${cells.join("")}</tr>`);
+    }
+    for (let lv = L - 1; lv >= 0; lv--) {
+      const cells = [];
+      for (let c = 0; c < width; c++) {
+        const g = grid[lv + "," + c];
+        if (!g) { cells.push("<td class='ds-empty'></td>"); continue; }
+        const bg = g.x0 ? P.role.x0 : g.age === null ? P.init : P.age[Math.min(g.age, P.age.length - 1)];
+        const why = g.x0 ? "x0: last accepted token" : g.age === null ? "initial random guess" : `from step ${s.i - g.age} (t-${g.age})`;
+        const cls = (g.x0 ? "ds-x0 " : g.age === null ? "ds-init " : "") + (c < hv ? "ds-hv" : "");
+        cells.push(cell(D, g.t, g.pos, bg, cls, why));
+      }
+      rows.push(`<tr><th>${lv ? "L" + lv : "x0 · L0"}</th>${cells.join("")}</tr>`);
+    }
+    const title = `Jacobi window at step ${s.i} — ` + (hv ? `${hv} column n-gram(s) harvested into the pool (outlined)`
+      : "warm-up: nothing harvested yet");
+    return [title, `<table class="ds-tab">${rows.join("")}</table>`];
+  }
+
+  // ---- Pool lookup: one row per candidate; matched tokens in their origin colour, first mismatch red.
+  function poolView(D, s) {
+    const info = s.info || {}, P = D.palette;
+    if (!("candidates" in info)) return [`Step ${s.i}: no pool lookup (${D.method})`, ""];
+    const keyRaw = info.pool_key !== undefined ? info.pool_key : info.key;
+    const key = Array.isArray(keyRaw) ? keyRaw : keyRaw === null || keyRaw === undefined ? [] : [keyRaw];
+    const cands = info.candidates || [], matched = info.matched || [], src = info.candidate_sources || [];
+    if (!cands.length) return [`Step ${s.i}: key ${quote(D, key)} found no candidates — the model's own token was kept`, ""];
+    const pos = {};
+    for (let k = 0; k < s.r.length; k++) if (s.r[k] === "c") pos[s.sl[k][0] + "," + s.sl[k][1]] = s.p[k];
+    const rows = cands.map((c, g) => {
+      const m = matched[g] || 0, chosen = g === info.chosen;
+      const source = src[g] || (D.method === "prompt_lookup" ? "text" : "");
+      const ok = P.origin[source && source !== "window" ? "text_ngram" : "candidate"];
+      const cells = c.map((t, i) => cell(D, t, pos[g + "," + i], i < m ? ok : i === m ? P.state.rejected : P.state.unchecked,
+        "", i < m ? "matches the model" : i === m ? "first mismatch" : "not checked")).join("");
+      return `<tr class="${chosen ? "ds-chosen" : ""}"><th>${chosen ? "▶ " : ""}cand ${g}${source ? ` (${esc(source)})` : ""}</th>${cells}</tr>`;
+    });
+    return [`Step ${s.i}: key ${quote(D, key)} → ${cands.length} candidate(s); accepted ${quote(D, s.a)}`,
+      `<table class="ds-tab">${rows.join("")}</table>`];
+  }
+
+  // ---- Token tree (SVG): depth left→right; accepted path green, first rejection red; pruned nodes faint.
+  function treeNodes(s) {
+    const info = s.info || {}, t = info.tree || {};
+    const toks = t.tokens || s.t, par = t.parents || s.par;
+    const ROLE = { x: "target", w: "window", c: "candidate", d: "draft", s: "stage2", p: "prompt" };
+    const origin = t.origin || s.r.split("").map((r) => ROLE[r] || "draft");
+    const depth = [];
+    const nodes = toks.map((tk, i) => {
+      depth[i] = t.depth ? t.depth[i] : par[i] < 0 ? 0 : depth[par[i]] + 1;
+      return { id: i, t: tk, parent: par[i], depth: depth[i], origin: origin[i], dp: (t.draft_prob || [])[i] };
+    });
+    const pr = t.pruned || {};
+    (pr.tokens || []).forEach((tk, k) => {
+      const p = (pr.parents || [])[k];
+      if (p >= 0 && p < nodes.length) nodes.push({ id: nodes.length, t: tk, parent: p, depth: nodes[p].depth + 1,
+        dp: (pr.draft_prob || [])[k], pruned: true });
+    });
+    return nodes;
+  }
+  function tidy(nodes) {
+    const kids = {}, y = {};
+    let row = 0;
+    nodes.forEach((n) => (kids[n.parent] = kids[n.parent] || []).push(n.id));
+    const place = (i) => {
+      const k = kids[i] || [];
+      y[i] = k.length ? k.reduce((a, c) => a + place(c), 0) / k.length : row++;
+      return y[i];
+    };
+    (kids[-1] || []).forEach(place);
+    return [y, row];
+  }
+  function treeView(D, s) {
+    if (s.k === "prefill") return [`Step ${s.i} (prefill): the prompt is read as one chain — no tree`, ""];
+    const P = D.palette, info = s.info || {}, nodes = treeNodes(s);
+    if (!nodes.length) return [`Step ${s.i}: no tree recorded`, ""];
+    const [y, rows] = tidy(nodes);
+    const path = new Set(info.accepted_path || s.kept || []), rej = info.first_rejected, cut = D.cutoff;
+    const base = s.p.length ? s.p[0] : s.kv, dx = 120, dy = 30, X = (n) => 16 + n.depth * dx, Y = (n) => 18 + y[n.id] * dy;
+    const maxD = Math.max(...nodes.map((n) => n.depth)), npr = nodes.filter((n) => n.pruned).length;
+    const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
+    const out = [];
+    nodes.forEach((n) => {
+      if (n.parent < 0) return;
+      const p = nodes[n.parent], good = path.has(n.id) && path.has(p.id);
+      out.push(`<line x1="${X(p)}" y1="${Y(p)}" x2="${X(n)}" y2="${Y(n)}" stroke="${n.pruned ? P.state.pruned : good ? P.state.matched : "#bbb"}"` +
+        ` stroke-width="${good ? 4 : 1.2}"${n.pruned ? ' stroke-dasharray="3 3"' : ""}/>`);
+    });
+    nodes.forEach((n) => {
+      const acc = path.has(n.id), bad = n.id === rej;
+      const fill = n.pruned ? "#fff" : P.origin[n.origin] || P.role[n.origin] || "#ccc";
+      const stroke = n.pruned ? P.state.pruned : acc ? P.state.matched : bad ? P.state.rejected : "#666";
+      const lab = n.pruned ? `${tok(D, n.t)} · ${n.dp === undefined || n.dp === null ? "pruned" :
+        `p=${n.dp.toFixed(2)}` + (cut !== null && cut !== undefined ? ` < cutoff ${cut.toFixed(2)}` : " (pruned)")}` : tok(D, n.t);
+      const tip = n.pruned ? `pruned child of node ${n.parent}: ${lab}` : `node ${n.id} · ${n.origin}` +
+        (n.dp !== undefined && n.dp !== null ? ` · draft p=${n.dp.toFixed(3)}` : "") + (acc ? " · accepted" : "") + (bad ? " · first rejected" : "");
+      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(tip)}</title><circle data-pos="${n.pruned ? "" : base + n.depth}" cx="${X(n)}" cy="${Y(n)}" r="9"` +
+        ` fill="${fill}" stroke="${stroke}" stroke-width="${acc || bad ? 3 : 1.5}"/>` + (bad ? `<text x="${X(n)}" y="${Y(n) + 4}" text-anchor="middle" font-size="12" fill="${P.state.rejected}">✕</text>` : "") +
+        `<text x="${X(n) + 13}" y="${Y(n) + 4}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(lab)}</text></g>`);
+    });
+    const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep` +
+      (rej !== null && rej !== undefined ? `, first rejected node ${rej}` : "") +
+      (cut === null || cut === undefined ? "" : ` · confidence cutoff ${cut.toFixed(2)}: ` + ((info.tree || {}).pruned
+        ? `${npr} proposed node(s) below it pruned (faint)` : "pruned nodes not recorded in this trace"));
+    return [title, `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+  }
+
+  // ---- Attention mask (SVG, one path for every visible cell): query i sees j when j is i or its ancestor.
+  const ROLE_NAME = { p: "p", d: "d", s: "s2" };
+  const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2" };
+  function label(s, k, base) {
+    const r = s.r[k], sl = s.sl[k] || [], rel = s.p.length ? s.p[k] - base : k;
+    const name = r === "w" ? (sl[0] === 0 && sl[1] === 0 ? "x0" : "L" + sl[0]) : r === "c" ? "c" + (sl.length ? sl[0] : "")
+      : r === "x" ? "x0" : ROLE_NAME[r] || r;
+    return `${name}·${rel}`;
+  }
+  function maskView(D, s) {
+    const n = s.par.length, P = D.palette;
+    if (!n) return [`Step ${s.i}: no query recorded`, ""];
+    const c = n <= 30 ? 16 : n <= 60 ? 10 : 5, lab = n <= 60, m = lab ? 62 : 10, cache = s.kv ? 2 * c : 0;
+    const base = s.p.length ? s.p[0] : s.kv, w = m + cache + n * c + 4, h = m + n * c + 4;
+    let d = "";
+    for (let i = 0; i < n; i++) for (let j = i; j >= 0; j = s.par[j]) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
+    const out = [`<rect x="${m + cache}" y="${m}" width="${n * c}" height="${n * c}" fill="${P.mask[0]}"/>`,
+      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${P.mask[2]}"><title>KV cache: ${s.kv} tokens, seen by every query</title></rect>` : "",
+      `<path d="${d}" fill="${P.mask[1]}"/>`];
+    for (let k = 0; k < n; k++) {
+      const pos = s.p.length ? s.p[k] : "";
+      out.push(`<rect class="ds-mrow" data-pos="${pos}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
+      out.push(`<rect class="ds-mcol" data-pos="${pos}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
+      const rc = P.role[ROLE_KEY[s.r[k]]] || "#ccc";  // the query token's role, as in every other view
+      out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
+      out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
+      if (lab) {
+        const L = esc(label(s, k, base));
+        out.push(`<text x="${m - 9}" y="${m + k * c + c - 4}" font-size="9" text-anchor="end">${L}</text>`);
+        out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="9">${L}</text>`);
+      }
+    }
+    const cut = s.q > n ? ` (first ${n} of ${s.q} shown)` : "";
+    return [`Attention mask of step ${s.i}: ${s.q}×${s.q}${cut}` + (s.kv ? ` + the ${s.kv}-token cache (left)` : ""),
+      `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+  }
+
+  const VIEWS = { window: windowView, pool: poolView, tree: treeView, mask: maskView };
+
+  // ---- Cost panel: the step on the roofline, its numbers, cumulative FLOPs vs tokens beside greedy.
+  function profileView(root, D, s) {
+    const pr = D.profile;
+    if (!pr || !window.Plotly) return;
+    const row = pr.steps.find((r) => r.index === s.i), num = root.querySelector(".ds-prof-num");
+    if (num) num.textContent = row ? `step ${row.index}: ${row.n_query} query tokens · ${fmt(row.flops)} FLOPs · ` +
+      `${fmt(row.bytes)} bytes · ${fmt(row.ms)} ms · ${fmt(row.intensity)} FLOP/byte · ${fmt(row.achieved)} FLOP/s` +
+      (row.bound ? ` · ${row.bound}-bound` : "") : `step ${s.i}: no cost recorded`;
+    const pts = pr.steps.filter((r) => r.intensity && r.achieved), cur = row && row.intensity && row.achieved ? [row] : [];
+    const roof = pr.roof ? [{ x: pr.roof.intensity, y: pr.roof.attainable, mode: "lines", name: `roof (${pr.roof.device || "machine"})`,
+      line: { color: "#444" } }] : [];
+    const dot = (r, name, col, size) => ({ x: r.map((p) => p.intensity), y: r.map((p) => p.achieved), mode: "markers", name,
+      marker: { color: col, size }, customdata: r.map((p) => p.index), hovertemplate: "step %{customdata}<br>%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>" });
+    const lay = (title, x, y) => ({ title: { text: title, font: { size: 13 } }, xaxis: x, yaxis: y, height: 320, plot_bgcolor: "white",
+      margin: { l: 60, r: 10, t: 40, b: 50 }, legend: { orientation: "h", y: -0.3 } });
+    const rf = root.querySelector('.ds-run-plot[data-view="roofline"]');
+    if (rf) window.Plotly.react(rf, roof.concat([dot(pts, pr.method + " steps", "#bdbdbd", 6), dot(cur, `step ${s.i}`, pr.color, 14)]),
+      lay("This step on the roofline", Object.assign({ title: "FLOP/byte" }, pr.axes.intensity), Object.assign({ title: "FLOP/s" }, pr.axes.achieved)), CONFIG);
+    const cf = root.querySelector('.ds-run-plot[data-view="cumflops"]');
+    const line = { x: pr.steps.map((r) => r.cum_tokens), y: pr.steps.map((r) => r.cum_flops), mode: "lines+markers", name: pr.method,
+      line: { color: pr.color, shape: "hv" }, marker: { size: 4 }, customdata: pr.steps.map((r) => r.index),
+      hovertemplate: "step %{customdata}<br>%{x} tokens<br>%{y:.3g} FLOPs<extra></extra>" };
+    const g = pr.greedy ? [{ x: pr.greedy.tokens, y: pr.greedy.flops, mode: "lines", name: "greedy (1 token per step)",
+      line: { color: pr.greedy_color, dash: "dash" } }] : [];
+    const here = row ? [{ x: [row.cum_tokens], y: [row.cum_flops], mode: "markers", name: `after step ${s.i}`,
+      marker: { size: 14, color: "rgba(0,0,0,0)", line: { color: D.palette.current, width: 3 } } }] : [];
+    if (cf) window.Plotly.react(cf, [line].concat(g, here), lay("FLOPs spent vs tokens produced", { title: "tokens" },
+      { title: "cumulative FLOPs", rangemode: "tozero" }), CONFIG);
+  }
+
+  return { VIEWS, profileView };
+})();
