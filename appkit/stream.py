@@ -13,7 +13,9 @@ from typing import Any, Callable, Iterator
 
 from decoding import Step, Trace
 
-MIN_INTERVAL_S = 0.15  # at most ~7 UI updates a second: enough to read, light on the browser
+# ~3 UI updates a second. The browser and the engine share the cores: at 0.15 s a 400-token live run kept
+# 62-84% of the engine-alone tokens/s on the 2-core box, at 0.3 s 96-100% (tests/test_browser.py, -s).
+MIN_INTERVAL_S = 0.3
 
 
 class Stopped(Exception):

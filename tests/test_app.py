@@ -22,6 +22,7 @@ from conftest import save_tiny_dir, tiny
 import app as app_module
 from appkit.models import ModelCache
 from appkit.settings import FIELDS, Settings
+from appkit.stream import MIN_INTERVAL_S
 from decoding import Trace, load, run
 
 # Gradio's queue builds DataFrames with options pandas 3 deprecates; not ours to fix.
@@ -156,8 +157,8 @@ def test_streaming_is_throttled_and_light(client, dirs):
     assert live, "no live update"
     assert not any(sent(o[3]) or sent(o[4]) for o in live), "the step view was sent while streaming"
     assert all("|" not in o[1] for o in live)  # a line, not the stats table
-    # 60 tokens at >= 30 ms a step: ~2 s of decoding; at most one update per 150 ms (+ the first and last)
-    assert len(live) <= 2 + 60 * 0.03 / 0.15 * 1.5
+    # 60 tokens at >= 30 ms a step: ~2 s of decoding; at most one update per MIN_INTERVAL_S (+ first, last)
+    assert len(live) <= 2 + 60 * 0.03 / MIN_INTERVAL_S * 1.5
 
 
 def test_sampling_run_is_reproducible_and_kept_per_session(server, dirs):

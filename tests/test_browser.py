@@ -174,6 +174,9 @@ def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     # the step view comes once, at the end; step back and forward
     stepper = "#ds-stepview .ds-stepper"
     expect(page.locator(stepper)).to_be_visible(timeout=60000)
+    # the 400-token run's view (not the warm-up's, which stays on screen until the new one is mounted)
+    expect(page.locator(f"{stepper} .ds-label")).to_have_text(
+        re.compile(rf"step \d+ / {engine.steps[-1].index}$"), timeout=30000)
     expect(page.locator(f'{stepper} .ds-plot[data-view="window"] .ds-scroll table').first).to_be_visible(timeout=30000)
     last = label_step(page, stepper)
     page.locator(f"{stepper} .ds-prev").click()

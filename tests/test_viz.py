@@ -256,7 +256,7 @@ def test_step_view_sends_the_trace_once(name):
     assert data["palette"] == viz.palette.for_js()
     assert ("window" in data["views"]) == (name == "lookahead") and ("tree" in data["views"]) == (name != "lookahead")
     kw = viz.gradio_html_kwargs()
-    assert "DecodeScope" in kw["head"] and "mountAll" in kw["js_on_load"]
+    assert "DecodeScope" in kw["head"] and "DecodeScope.watch(element)" in kw["js_on_load"]
 
 
 def test_report_references_no_external_url(tmp_path):

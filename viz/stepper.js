@@ -17,10 +17,13 @@
   }
 
   DS.mount = function (root) {
-    if (root.__ds) return;
+    // Keyed by the fragment's id: a host that patches the old element in place (same node, new id and
+    // content) gets the new run mounted too. Handlers are properties, so a re-mount replaces them.
+    if (root.__ds === root.id) return;
     const node = root.querySelector(".ds-data");
     if (!node) return;
-    root.__ds = true;
+    if (root.__ds_stop) root.__ds_stop();
+    root.__ds = root.id;
     const D = JSON.parse(node.textContent), steps = D.steps, n = steps.length;
     const q = (sel) => root.querySelector(sel);
     const slider = q(".ds-slider"), label_ = q(".ds-label"), caption = q(".ds-caption"), playBtn = q(".ds-play");
@@ -112,7 +115,7 @@
     playBtn.onclick = play;
     slider.oninput = () => { stop(); go(parseInt(slider.value, 10)); };
     // Delegated clicks: a token selects its step (linked views); the mode buttons recolour the text.
-    root.addEventListener("click", (e) => {
+    root.onclick = (e) => {
       const b = e.target.closest && e.target.closest(".ds-mode");
       if (b) {
         mode = b.dataset.mode;
@@ -126,9 +129,10 @@
       const k = t.dataset.step ? D.index_of[parseInt(t.dataset.step, 10)] : undefined;
       stop();
       go(k !== undefined ? k : cur);
-    });
-    root.addEventListener("keydown", (e) => key(e));
-    root.addEventListener("pointerdown", () => { active = root; });
+    };
+    root.onkeydown = (e) => key(e);
+    root.onpointerdown = () => { active = root; };
+    root.__ds_stop = stop;
     root.__ds_key = (e) => {
       if (e.key === "ArrowRight") { stop(); go(cur + 1); }
       else if (e.key === "ArrowLeft") { stop(); go(cur - 1); }
@@ -145,11 +149,11 @@
     if (pre) select(pre);
     go(initialStep(root, n));
     // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
-    root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && div.on("plotly_click", (ev) => {
+    root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && (div.removeAllListeners && div.removeAllListeners("plotly_click"), div.on("plotly_click", (ev) => {
       const p = ev.points && ev.points[0];
       const s = p && (p.customdata !== undefined ? (Array.isArray(p.customdata) ? p.customdata[0] : p.customdata) : p.x);
       if (typeof s === "number" && D.index_of[s] !== undefined) { stop(); go(D.index_of[s]); }
-    }));
+    })));
   };
 
   function key(e) {
@@ -161,6 +165,15 @@
 
   DS.mountAll = function (scope) {
     (scope || document).querySelectorAll(".ds-stepper").forEach((r) => DS.mount(r));
+  };
+  // A host element (Gradio's gr.HTML) whose content is replaced later: mount whatever lands in it. Gradio
+  // runs its `watch` callbacks before the new HTML is in the DOM, so watching the element itself is what
+  // catches the second run's view (a document-wide observer does not see inside a shadow root).
+  DS.watch = function (el) {
+    DS.mountAll(el);
+    if (el.__ds_obs) return;
+    el.__ds_obs = new MutationObserver(() => DS.mountAll(el));
+    el.__ds_obs.observe(el, { childList: true, subtree: true, attributes: true, attributeFilter: ["id"] });
   };
   document.addEventListener("keydown", (e) => { if (!e.defaultPrevented && !(e.target && e.target.closest && e.target.closest(".ds-stepper"))) key(e); });
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", () => DS.mountAll());

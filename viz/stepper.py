@@ -157,10 +157,8 @@ def head_html(include_plotly: bool = True) -> str:
     return js + f"<script>{SCRIPT}</script>"
 
 
-JS_ON_LOAD = ("(function m(){ if (window.DecodeScope) { window.DecodeScope.mountAll(element); }"
-              " else { setTimeout(m, 100); } })();"
-              " if (typeof watch === 'function')"
-              " watch('value', () => window.DecodeScope && window.DecodeScope.mountAll(element));")
+JS_ON_LOAD = ("(function m(){ if (window.DecodeScope) { window.DecodeScope.watch(element); }"
+              " else { setTimeout(m, 100); } })();")
 
 
 def gradio_html_kwargs(include_plotly: bool = True) -> dict:
