@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
                    help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
+    g.add_argument("--static", default="auto", choices=("auto", "on", "off"),
+                   help="static-shape path (preallocated KV cache, bucketed query sizes, CUDA graphs): "
+                        "auto = on for CUDA, off on CPU where it measured no faster")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
     g.add_argument("--check-exact", action="store_true",
                    help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
@@ -131,7 +134,7 @@ def generate(args: argparse.Namespace) -> int:
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
-             drafter=drafter)
+             drafter=drafter, static={"auto": None, "on": True, "off": False}[args.static])
     exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}

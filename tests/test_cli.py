@@ -32,7 +32,8 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("extra", [["--attn", "eager", "--layout", "stock"],
-                                   ["--text-span", "2", "--layout", "column"]])
+                                   ["--text-span", "2", "--layout", "column"],
+                                   ["--static", "on", "--method", "lookahead", "--layout", "column"]])
 def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     prompt = "def x ( y ) : return y + 1 def x ( y ) :"
@@ -43,6 +44,7 @@ def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
     tok, model = AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert doc["output_ids"] == hf_greedy(model, tok(prompt)["input_ids"], 16)
     assert doc["trace"]["model"]["weight_layout"] == extra[-1]
+    assert doc["config"]["static"] == ("--static" in extra)  # CPU default: the dynamic path
     if "--text-span" in extra:
         assert doc["config"]["text_span"] == 3  # never below N-1 (default N=4)
 
