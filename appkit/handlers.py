@@ -24,7 +24,7 @@ from .costs import run_costs
 from .errors import reported
 from .limits import Limits
 from .models import ModelCache
-from .settings import InputError, Settings, check_common, method_params, raise_if
+from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if
 from .stream import Job, Recorder, Sessions
 from .tables import display_name, live_line, stats_md
 
@@ -46,12 +46,14 @@ class Plan:
     dtok: object = None
     params: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
+    cutoff: float | None = None  # the speculative draft cutoff (with every preset)
 
     def drafter(self, method: str):
         """A fresh drafter (they keep per-run state)."""
         kw = dict(self.params.get(method, {}))
         if method == "speculative":
-            kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok)
+            kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
+                      confidence=self.cutoff)
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):
@@ -117,6 +119,7 @@ class Handlers:
         common = check_common(s, self.lim, problems)
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
+        cutoff = draft_cutoff(s, problems) if "speculative" in methods else None
         try:
             target = self.model_name(s.target, "target")
             draft = self.model_name(s.draft, "draft") if "speculative" in methods else None
@@ -128,7 +131,7 @@ class Handlers:
         dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
         p = Plan(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
-                 model, tok, dmodel, dtok, params)
+                 model, tok, dmodel, dtok, params, cutoff=cutoff)
         if presets_too:
             self.apply_presets(p, methods)
         return p

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from decoding.params import lookahead_query_tokens, make_shape, speculative_query_tokens
+from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens, make_shape, speculative_query_tokens
 
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 
@@ -50,6 +50,7 @@ class Settings:
     widths: str = "3,2,1"
     budget: float = 16
     staged: bool = False
+    confidence: float = DEFAULT_CONFIDENCE
     temperature: float = 0.0
     top_k: float = 0
     top_p: float = 1.0
@@ -160,6 +161,19 @@ def speculative_params(s: Settings, lim: Limits, problems: list[str]) -> dict:
         return p
     over_budget(speculative_query_tokens(shape), lim, problems, "this draft shape")
     return p
+
+
+def draft_cutoff(s: Settings, problems: list[str]) -> float | None:
+    """The speculative draft cutoff: a drafted node below this draft probability is not extended (the
+    tree view draws what it pruned). Checked with every preset: it is the user's, not the tuner's."""
+    try:
+        c = float(s.confidence)
+        if not 0 <= c <= 1:
+            raise ValueError
+        return c
+    except (TypeError, ValueError):
+        problems.append(f"**draft cutoff** must be in [0, 1] (0 = never prune), got {s.confidence}")
+        return None
 
 
 def query_budget(lim: Limits) -> int:

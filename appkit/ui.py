@@ -10,6 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 import viz
+from decoding.params import DEFAULT_CONFIDENCE
 
 from .explain import explain
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
@@ -108,7 +109,11 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.widths = gr.Textbox("3,2,1", label="tree widths per depth", visible=False,
                                           info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
                     p.budget = Int(16, "tree budget (nodes)", lim, "tree_budget", visible=False)
-                p.staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
+                with gr.Row():
+                    p.staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
+                    p.confidence = Int(DEFAULT_CONFIDENCE, "draft cutoff", elem_id="ds-cutoff",
+                                       info="0–1: a draft token below this draft probability is not extended "
+                                            "(the tree view shows what it pruned); 0 = full tree")
             p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():

@@ -146,6 +146,23 @@ def test_each_method_streams_and_finishes(client, dirs, method, kw):
         assert tr["config"]["staged"] is True
     if kw.get("spec_mode") == "tree":
         assert tr["config"]["tree"] == [2, 2]
+    if method == "speculative":
+        assert tr["config"]["confidence"] == Settings().confidence  # the cutoff control's default
+
+
+def test_draft_cutoff_control_reaches_the_drafter(client, dirs):
+    """The cutoff is the user's with every preset: 0 drafts the full tree, 1 prunes every extension."""
+    greedy = reference(dirs)
+    nodes = {}
+    for cutoff in (0.0, 1.0):
+        for preset in ("manual", "auto"):
+            out = client.predict(*settings(dirs, method="speculative", spec_mode="tree", widths="2,2",
+                                           confidence=cutoff, preset=preset), api_name="/run")
+            tr = saved_trace(out[4])
+            assert tr["config"]["confidence"] == cutoff and tr["output_ids"] == greedy.output_ids
+            if preset == "manual":
+                nodes[cutoff] = sum(len(s["tokens"]) for s in tr["steps"][1:])
+    assert nodes[0.0] > nodes[1.0]
 
 
 def test_streaming_is_throttled_and_light(client, dirs):
@@ -283,6 +300,7 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
     expect_msg(client, settings(dirs, temperature=5), "/run", "temperature")
     expect_msg(client, settings(dirs, method="speculative", spec_mode="tree", widths="a,b"), "/run", "tree widths")
     expect_msg(client, settings(dirs, method="speculative", spec_mode="tree", widths="16,16,16"), "/run", "nodes")
+    expect_msg(client, settings(dirs, method="speculative", confidence=1.5), "/run", "draft cutoff", "[0, 1]")
     msg = expect_msg(client, settings(dirs, max_new=510), "/run", "positions", "510 new", "the model has 512")
     assert "lower max new tokens to" in msg
     expect_msg(client, settings(dirs, target=str(tmp_path / "missing")), "/run", "does not exist")
