@@ -7,12 +7,16 @@ Each file is a plain decoding.Trace JSON (≤ 1 MB) so a workshop without a GPU 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 from pathlib import Path
 
 import torch
 
 from decoding import load, run
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+from .tables import display_name
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""
@@ -26,6 +30,22 @@ RECORDINGS = [  # (file stem, prompt, method, parameters)
 MAX_BYTES = 1_000_000
 
 
+def public(tr, where: str):
+    """The trace as shipped: model names repo-relative (no server path), and where it was recorded."""
+    m = dict(tr.model or {})
+    m["name"] = display_name(m.get("name"))
+    if isinstance(m.get("config"), dict):
+        m["config"] = {**m["config"], "_name_or_path": display_name(m["config"].get("_name_or_path"))}
+    m["recorded_on"] = where
+    tr.model = m
+    d = tr.config.get("draft")
+    if isinstance(d, dict):
+        tr.config["draft"] = {**d, "name": display_name(d.get("name"))}
+        if isinstance(d.get("config"), dict):
+            tr.config["draft"]["config"] = {**d["config"], "_name_or_path": display_name(d["config"].get("_name_or_path"))}
+    return tr
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default=DEFAULT_TARGET)
@@ -36,6 +56,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)  # steadier step times on a shared CPU
     model, tok = load(a.target, device="cpu")
     draft = load(a.draft, device="cpu")[0]
+    where = (f"{platform.machine()} CPU ({os.cpu_count()} cores, {torch.get_num_threads()} thread), "
+             f"torch {torch.__version__}, by python -m appkit.record_traces")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for stem, prompt, method, params in RECORDINGS:
@@ -43,12 +65,12 @@ def main(argv=None) -> int:
         n = a.max_new_tokens
         while True:
             tr = run(model, tok, prompt, method, max_new_tokens=n, **kw)
-            text = tr.to_json()
+            text = public(tr, where).to_json()
             if len(text.encode()) <= MAX_BYTES or n <= 8:
                 break
             n //= 2
         path = out / f"{stem}.json"
-        path.write_text(text)
+        path.write_text(public(tr, where).to_json())
         st = tr.stats()
         print(f"{path.name}: {st['new_tokens']} tokens in {st['steps']} steps "
               f"(compression {st['compression']:.2f}), {len(text) / 1e3:.0f} kB")

@@ -146,3 +146,19 @@ def test_training_keeps_the_best_validation_checkpoint_and_counts_epochs(tmp_pat
     hist = dict(st["valid_history"])
     assert st["best_step"] < st["steps"] and hist[st["best_step"]] < hist[st["steps"]], hist
     assert f"keeping the best checkpoint: step {st['best_step']}" in r.stdout
+
+
+@pytest.mark.parametrize("path", sorted((ASSETS / "traces").glob("*.json")), ids=lambda p: p.stem)
+def test_shipped_traces_are_from_the_shipped_models_and_public(path):
+    """A shipped trace is what the shipped models make today (HF greedy's ids for its prompt: stale traces
+    of older weights fail here), says where it was recorded, and carries no server path."""
+    text = path.read_text()
+    assert not any(p in text for p in ('"/work', '"/root', '"/home', '"/tmp', str(ROOT))), "server path"
+    d = json.loads(text)
+    assert d["model"]["name"] == "assets/target" and "recorded_on" in d["model"]
+    tok = AutoTokenizer.from_pretrained(ASSETS / "target")
+    model = AutoModelForCausalLM.from_pretrained(ASSETS / "target").eval()
+    ids = torch.tensor([d["prompt_ids"]])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=len(d["output_ids"]), pad_token_id=tok.eos_token_id)
+    assert out[0, ids.shape[1]:].tolist() == d["output_ids"]
