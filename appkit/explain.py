@@ -12,8 +12,9 @@ EXPLAIN = {
     "greedy": (
         "### Greedy decoding\n"
         "One forward pass per new token: the model reads the text so far and picks its most likely next "
-        "token. It is the baseline every other method is compared with — in greedy mode they all return "
-        "**exactly these tokens**, only in fewer steps.\n\n"
+        "token. It is the baseline every other method is compared with — in greedy mode and fp32 they all "
+        "return **exactly these tokens**, only in fewer steps (in bf16/fp16 a many-token step rounds "
+        "differently, so a near-tie can flip: the race reports where).\n\n"
         "The **mask** view shows what each query token may attend to: here a single row (x0, the last "
         "accepted token) that sees the whole cache."),
     "lookahead": (
@@ -48,7 +49,10 @@ EXPLAIN = {
         "- **tree**: **widths** per depth, e.g. `3,2,1` = 3 alternatives at depth 1, 2 under each at depth "
         "2, 1 under each at depth 3 — branching early catches the draft's 2nd and 3rd choices;\n"
         "- **budget**: the B most probable nodes by cumulative draft probability;\n"
-        "- **staged**: a cheap n-gram model drafts for the draft model too (stage 2).\n\n"
+        "- **staged**: a cheap n-gram model drafts for the draft model too (stage 2);\n"
+        "- **draft cutoff**: a drafted token whose draft probability is below it is not extended, so a "
+        "`3,2,1` tree drafts fewer than its 15 nodes when the draft is unsure; the tree view draws the "
+        "pruned nodes faint with their probability.\n\n"
         "Greedy output equals the target's own greedy output; with sampling, accept/reject keeps the "
         "target's distribution exactly."),
 }

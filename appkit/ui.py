@@ -64,8 +64,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     """Build the page inside an open gr.Blocks."""
     p = page
     gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
-                "step, on a real model. Greedy modes return exactly greedy's tokens — in fewer forward "
-                "passes." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
+                "step, on a real model. In fp32, greedy modes return exactly greedy's tokens — in fewer "
+                "forward passes (in bf16/fp16 the race measures and says how far they agree)." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
     p.last = gr.State(None)  # per session: the last finished run's trace
     with gr.Accordion("Model", open=False):
         with gr.Row():
