@@ -1,17 +1,17 @@
-"""Analytic per-step costs for the Run tab (FLOPs, bytes, ms per step, greedy's line) and the glue between
-profiling/ output and viz/ input.
+"""Analytic per-step costs for the Run tab (FLOPs, bytes, ms per step) and the glue between profiling/
+output and viz/ input.
 
 Why analytic and on by default: profiling.trace_costs is arithmetic on the trace (no torch.profiler, no
-extra forward), measured at about 3% of a 400-token run on the 2-core CPU (scripts in the report), so the
-Run tab always has a profile for the selected step. Machine peaks (a ~1 s matmul/copy benchmark) are
+extra forward): `python bench/profile_cost.py` measured costs plus the cost panel at 2% of a 400-token run
+on the 2-core CPU, so the Run tab always has a profile for the selected step. Machine peaks (a ~1 s matmul/copy benchmark) are
 measured once per machine and kept in the cache folder next to the presets.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
-from profiling import arch_of, peaks, step_cost, trace_costs
-from profiling.flops import dtype_bytes
+from profiling import arch_of, peaks, trace_costs
 
 from .presets import cache_dir
 
@@ -26,21 +26,15 @@ def machine_peaks(model) -> dict | None:
 
 
 def run_costs(trace, model) -> dict:
-    """The viz profile dict (viz/profile.py's keys) of a finished or stopped run, plus greedy's line:
-    cumulative FLOPs greedy would spend for the same tokens (one 1-token step per token)."""
+    """The viz profile dict (viz/costs.py's keys) of a finished or stopped run: per-step FLOPs, bytes and ms,
+    the model's shape (viz.step_profile draws greedy's cumulative-FLOPs line from it) and the machine's peaks."""
     p = next(model.parameters())
     steps = []
     for c, s in zip(trace_costs(trace, model.config, p.dtype), trace.steps):
         steps.append({**{k: c[k] for k in ("index", "kind", "n_query", "kv_len", "flops", "bytes", "intensity")},
                       "wall_ms": s.wall_ms, "accepted": len(s.accepted)})
-    a, nb = arch_of(model.config), dtype_bytes(p.dtype)
-    prompt = len(trace.prompt_ids)
-    greedy, total = [], steps[0]["flops"] if steps else 0.0
-    for k in range(1, len(trace.output_ids)):
-        total += step_cost(a, 1, prompt + k - 1, nb)["flops"]
-        greedy.append([k + 1, total])
     pk = machine_peaks(model)
-    return {"method": trace.method, "steps": steps, "greedy_cum_flops": greedy,
+    return {"method": trace.method, "steps": steps, "arch": asdict(arch_of(model.config)),
             "peaks": {"flops": pk.get("flops"), "bandwidth": pk.get("bandwidth"),
                       "device": pk.get("device") or str(p.device)} if pk else None}
 

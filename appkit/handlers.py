@@ -81,9 +81,8 @@ def thread_setup() -> None:
 
 
 def step_views(trace, costs: dict | None, initial_step: int) -> str:
-    """THE call site of the Run tab's step view and its per-step profile (issue 14). When viz/ gains the
-    selected-step profile panel, call it here with `costs` (appkit.costs.run_costs: per-step FLOPs, bytes,
-    ms, peaks, greedy's cumulative FLOPs); until then the step view draws the roofline and FLOPs itself."""
+    """The Run tab's step view with the selected step's cost panel beside it: `costs` is
+    appkit.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
 
 

@@ -156,7 +156,7 @@ def race_tab(p: Page) -> None:
     with gr.Tab("Race", id="race"):
         gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
                     "mode (temperature 0) every method must give **identical tokens**: checked here.")
-        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=["lookahead", "prompt_lookup"],
+        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_CHOICES),
                                           label="accelerated methods", elem_id="ds-race-methods")
         with gr.Row():
             p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
