@@ -33,6 +33,8 @@ def table() -> str:
                       for r in doc["rows"]]
             parts.append("")
             continue
+        if not doc["rows"] or "vs_hf_greedy" not in doc["rows"][0]:
+            continue  # other benches (bench_static.py, ...) keep their own .md next to the .json
         parts.append(f"**{path.stem}** — measured on {where(meta)}; model {meta.get('model')}, prompts "
                      f"`{meta.get('prompts')}`, {meta.get('max_new_tokens')} new tokens each, median of "
                      f"{meta.get('runs')} interleaved runs (`bench/results/{path.name}`).\n")
