@@ -34,6 +34,8 @@ EXAMPLES = [  # code with repetition first (what the embedded models know: the P
     ["User: What is a hash table? Answer in two sentences.\nAssistant:"],
 ]
 CSS = """
+#ds-stats table,#ds-race-md table{display:block;overflow-x:auto;max-width:100%}
+#ds-stats th,#ds-stats td{white-space:nowrap}
 .ds-badge{font-weight:600}
 #ds-output textarea{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
 .ds-msg-error{border-left:4px solid #d62728;background:#fdf0f0;padding:6px 10px;border-radius:4px}

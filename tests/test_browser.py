@@ -266,6 +266,9 @@ def test_narrow_viewport_has_no_horizontal_overflow(browser, url):
     expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
     page.wait_for_timeout(500)
     assert overflow(page) <= 0, f"{overflow(page)} px of horizontal overflow at 400 px after a run"
+    # the stats table scrolls in its own box: its header row stays one line (no word per line)
+    th, td = page.evaluate("['th', 'td'].map(t => document.querySelector('#ds-stats ' + t).getBoundingClientRect().height)")
+    assert th <= 1.5 * td, f"stats header {th:.0f} px tall vs a {td:.0f} px row: wrapped"
     page.screenshot(path=str(SHOTS / "app_narrow.png"), full_page=True)
     assert not watch.external, watch.external
     page.close()
