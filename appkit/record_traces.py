@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""
 CODE2 = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
 RECORDINGS = [  # (file stem, prompt, method, parameters)
-    ("lookahead_W5_N4_G5", CODE, "lookahead", dict(window=5, ngram=4, guesses=5)),
+    ("lookahead_W5_N4_G5", CODE2, "lookahead", dict(window=5, ngram=4, guesses=5)),  # window n-grams hit here
     ("prompt_lookup", CODE2, "prompt_lookup", dict(max_ngram=3, num_tokens=10)),
     ("speculative_tree_3-2-1", CODE, "speculative", dict(tree=[3, 2, 1])),
     ("speculative_staged_chain", CODE2, "speculative", dict(draft_tokens=4, staged=True)),
