@@ -40,7 +40,7 @@ def run_costs(trace, model) -> dict:
 
 
 def for_viz(profile: dict | None) -> dict | None:
-    """profiling's profile dict with the 'machine' block viz.profile reads (name, peak_flops, peak_bw)."""
+    """profiling's profile dict with the 'machine' block viz.costs reads (name, peak_flops, peak_bw)."""
     if not profile:
         return profile
     out = dict(profile)
