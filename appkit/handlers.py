@@ -26,7 +26,7 @@ from .limits import Limits
 from .models import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if
 from .stream import Job, Recorder, Sessions
-from .tables import display_name, live_line, stats_md
+from .tables import live_line, public_trace, stats_md
 
 TMP = Path(tempfile.gettempdir()) / "decodescope-app"
 TMP_MAX_AGE_S = 3600
@@ -166,8 +166,7 @@ class Handlers:
             tr.text = p.tok.decode(tr.output_ids)
             tr.vocab = vocab_for(tr, p.tok)
             tr.model = describe(p.model)
-        if isinstance(tr.model, dict):
-            tr.model["name"] = display_name(tr.model.get("name"))  # no server path in the download
+        public_trace(tr)  # no server path in the download
         costs = run_costs(tr, p.model)
         path = tmpdir() / f"{tr.method}-trace.json"
         tr.save(path)

@@ -16,7 +16,7 @@ import torch
 from decoding import load, run
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
-from .tables import display_name
+from .tables import public_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""
@@ -31,18 +31,9 @@ MAX_BYTES = 1_000_000
 
 
 def public(tr, where: str):
-    """The trace as shipped: model names repo-relative (no server path), and where it was recorded."""
-    m = dict(tr.model or {})
-    m["name"] = display_name(m.get("name"))
-    if isinstance(m.get("config"), dict):
-        m["config"] = {**m["config"], "_name_or_path": display_name(m["config"].get("_name_or_path"))}
-    m["recorded_on"] = where
-    tr.model = m
-    d = tr.config.get("draft")
-    if isinstance(d, dict):
-        tr.config["draft"] = {**d, "name": display_name(d.get("name"))}
-        if isinstance(d.get("config"), dict):
-            tr.config["draft"]["config"] = {**d["config"], "_name_or_path": display_name(d["config"].get("_name_or_path"))}
+    """The trace as shipped: no server path (tables.public_trace), and where it was recorded."""
+    public_trace(tr)
+    tr.model = {**(tr.model or {}), "recorded_on": where}
     return tr
 
 

@@ -27,6 +27,24 @@ def display_name(name) -> str:
     return name
 
 
+def _public_model(m: dict) -> dict:
+    """A model description (decoding.models.describe) with its name and config path as users see them."""
+    out = {**m, "name": display_name(m.get("name"))}
+    if isinstance(m.get("config"), dict):
+        out["config"] = {**m["config"], "_name_or_path": display_name(m["config"].get("_name_or_path"))}
+    return out
+
+
+def public_trace(tr):
+    """The trace as a user downloads or replays it: target and draft names (and their configs' paths)
+    repo-relative or the hub id, never a server path. Changes tr in place and returns it."""
+    if isinstance(tr.model, dict):
+        tr.model = _public_model(tr.model)
+    if isinstance(tr.config.get("draft"), dict):
+        tr.config["draft"] = _public_model(tr.config["draft"])
+    return tr
+
+
 def stats_md(tr, head: str = "", note: str = "") -> str:
     """The finished (or stopped) run's numbers under the output."""
     st = tr.stats()

@@ -20,7 +20,7 @@ from .models import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import InputError, Settings, raise_if, whole
 from .stream import Job
-from .tables import display_name, race_table, stats_md, sweep_table
+from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
 RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
 
@@ -110,8 +110,7 @@ class Tabs(Handlers):
     @staticmethod
     def _profile_view(method: str, runs: dict, out) -> tuple:
         tr, prof = runs[method]
-        if isinstance(tr.model, dict):
-            tr.model["name"] = display_name(tr.model.get("name"))
+        public_trace(tr)
         trace_path = out / f"{method}-trace.json"
         tr.save(trace_path)
         report = viz.write_report(tr, out / f"{method}-report.html", profile=prof,

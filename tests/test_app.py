@@ -343,6 +343,7 @@ def test_one_token_run_says_mean_accepted_na_and_shows_no_server_path(client, di
     assert "| n/a |" in stats
     tr = saved_trace(path)
     assert not os.path.isabs(tr["model"]["name"]) and Path(path).name == "lookahead-trace.json"
+    assert dirs["target"] not in Path(path).read_text()  # nowhere in the download (config paths too)
     msg, info = client.predict(dirs["target"], dirs["draft"], "auto", "auto", api_name="/load_models")
     assert "/" + dirs["target"].lstrip("/") not in info and "positions" in info
 
