@@ -1,12 +1,10 @@
-"""The Race tab's numbers: one row per method, the one-line reason when a method does not pay, and the
-tokens-over-time figure (drawn in viz/race.py).
+"""The Race tab's numbers: one row per method and the one-line reason when a method does not pay (the
+tokens-over-time figure is drawn in viz/race.py).
 
 Why a reason line: a method is faster than greedy only when it accepts more tokens per step than its step
 costs in 1-token steps. When it loses, the user sees both measured numbers instead of a bare slowdown.
 """
 from __future__ import annotations
-
-from viz.race import race_figure  # noqa: F401  (drawn in viz/, re-exported for the Race tab)
 
 WIN = 1.2  # below this speed-up the race says why
 
