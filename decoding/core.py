@@ -20,8 +20,10 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .masks import chain_parents, step_mask, tree_visibility
-from .static_cache import StaticKV, acquire, release
+from .masks import chain_parents, tree_visibility
+from .cache_pool import acquire, release
+from .staging import Staging
+from .static_cache import StaticKV
 
 # Defaults for Cores built while runner.generate runs, so that a drafter's own Core (the speculative
 # draft) follows the run's static setting without the drafter knowing about it.
@@ -31,7 +33,10 @@ _OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("decodescope_cor
 @contextlib.contextmanager
 def core_options(**options):
     """Within the block, Core(model) takes these defaults (static: bool, capacity: int; compiled: bool,
-    torch.compile of the static buckets, an experiment measured by bench/bench_static.py)."""
+    torch.compile of the static buckets, an experiment measured by bench/bench_static.py; graphs: bool,
+    CUDA graphs on/off for new static caches (None = on CUDA); fixed: the graph path's data path run
+    eagerly (CPU tests); caches: a list every static Core of the
+    block appends (role, cache) to, so the runner can report capture status)."""
     token = _OPTIONS.set({**_OPTIONS.get(), **options})
     try:
         yield
@@ -60,6 +65,7 @@ def _kv_tensors(cache) -> list[torch.Tensor]:
 
 class Core:
     """A model plus its KV cache; `length` is the number of cached (accepted) tokens."""
+    role = "target"
 
     def __init__(self, model: PreTrainedModel, static: bool | None = None, capacity: int | None = None):
         opts = _OPTIONS.get()
@@ -69,13 +75,17 @@ class Core:
         self.static = bool(opts.get("static", False) if static is None else static)
         cap = capacity if capacity is not None else opts.get("capacity", 512)
         if self.static:  # a pooled cache (and its captured graphs) goes back to the model when this Core dies
-            self.cache = acquire(model, cap, compiled=opts.get("compiled", False))
+            self.cache = acquire(model, cap, compiled=opts.get("compiled", False), graphs=opts.get("graphs"),
+                                 fixed=opts.get("fixed", False))
             weakref.finalize(self, release, weakref.ref(model), self.cache)
+            if opts.get("caches") is not None:
+                opts["caches"].append((self.role, self.cache))
         else:
             self.cache = DynamicCache(config=model.config)
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []
+        self.staging = self.cache.staging if self.static else Staging(self.device)  # non-blocking uploads
 
     def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
                 rows: list[int] | None = None) -> torch.Tensor:
@@ -119,13 +129,13 @@ class Core:
 
     def _dynamic(self, tokens: list[int], allp: list[int], depths: list[int], n0: int, rows) -> torch.Tensor:
         q, past = len(tokens), self.length
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        pos = torch.tensor([depths], dtype=torch.long, device=self.device) + past
-        mask = step_mask(allp, past, self.dtype, self.device, first=n0)
+        io = self.staging.longs([tokens, depths])
+        ids, pos = io[0:1], io[1:2] + past
+        mask = self._mask(allp, past, n0)
         if rows is None or isinstance(rows, int):
             keep = 0 if rows is None else rows
         else:
-            keep = torch.tensor(rows, dtype=torch.long, device=self.device)
+            keep = self.staging.longs(rows)
         out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask,
                          past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         if not torch.is_tensor(keep):
@@ -134,12 +144,21 @@ class Core:
         full[keep] = out.logits[0].float()
         return full
 
+    def _mask(self, allp: list[int], past: int, n0: int) -> torch.Tensor:
+        """masks.step_mask built on the device: only the bool tree block travels (pinned, non_blocking)."""
+        vis = self.staging.upload(torch.from_numpy(np.array(tree_visibility(allp)[n0:])))
+        mask = torch.full((1, 1, vis.shape[0], past + vis.shape[1]), torch.finfo(self.dtype).min,
+                          dtype=self.dtype, device=self.device)
+        mask[0, 0, :, :past] = 0
+        mask[0, 0, :, past:].masked_fill_(vis, 0)
+        return mask
+
     @torch.inference_mode()
     def commit(self, keep: list[int]) -> None:
         """Keep region nodes `keep` (ascending; a root-first path) as accepted text, drop the rest."""
         past, n, k = self.length, len(self.spec_parents), len(keep)
         if keep != list(range(k)):  # not a prefix of the region: move the kept rows down
-            idx = torch.tensor(keep, dtype=torch.long, device=self.device) + past
+            idx = self.staging.longs(keep) + past  # pinned, non_blocking: no host sync
             for t in _kv_tensors(self.cache):
                 t[..., past:past + k, :] = t.index_select(-2, idx)
         if k < n and not self.static:

@@ -24,6 +24,7 @@ from .sampling import Sampling, uniform, warp
 
 class DraftCore(Core):
     """A Core whose region of tree nodes persists across forwards until `settle`."""
+    role = "draft"
 
     def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> torch.Tensor:
         """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q - skip, V]
@@ -45,6 +46,7 @@ class Node:
     origin: str                 # "target" (x0), "draft", "stage2"
     spec: int = -1              # index in the draft's speculative region once run, else -1
     dist: torch.Tensor | None = field(default=None, repr=False)  # draft distribution for the children
+    top: list[tuple[int, float]] | None = field(default=None, repr=False)  # its best tokens, on the host
     kids: list[int] = field(default_factory=list)
     expanded: bool = False
 
@@ -107,10 +109,11 @@ class TreeBuilder:
             stats["draft_forwards"] += 1
             stats["draft_nodes_run"] += len(toks)
             dists = self._dist(logits)  # one softmax (sampling: one transfer) for the whole level
+            tops = self._tops(dists)    # one transfer: every row's best tokens and their probabilities
             for i in run:
-                nodes[i].dist = dists[nodes[i].spec - n0]
+                nodes[i].dist, nodes[i].top = dists[nodes[i].spec - n0], tops[nodes[i].spec - n0]
             if chain:
-                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, dists, c0 - n0, n0)
+                stats["stage2_accepted"] += self._take_stage2(nodes, prim, chain, dists, tops, c0 - n0, n0)
             new: list[int] = []
             for i in range(len(nodes)):
                 nd = nodes[i]
@@ -125,6 +128,15 @@ class TreeBuilder:
         stats["pruned"] = self._pruned(nodes)
         return nodes, len(catch), stats
 
+    def _tops(self, dists: torch.Tensor) -> list[list[tuple[int, float]]]:
+        """Per row, the top-k (token, probability) pairs, k = the widest level (+1: a stage-2 child may
+        already hold a slot), in ONE device-to-host transfer per level: children, stage-2 checks and
+        the pruned record all read these host lists instead of syncing per node (issue 18)."""
+        w = self.shape.branch if self.shape.mode == "dynamic" else max(self.shape.widths)
+        top = torch.topk(dists, min(w + 1, dists.shape[-1]))
+        probs, toks = torch.stack([top.values.double(), top.indices.double()]).tolist()
+        return [[(int(t), p) for t, p in zip(ts, ps)] for ts, ps in zip(toks, probs)]
+
     def _pruned(self, nodes: list[Node]) -> dict[str, list]:
         """The best children the tree left out, for the trace's tree view: for every node whose draft
         distribution is known, its top-`width` tokens (branch in dynamic mode) that are not among its
@@ -132,17 +144,11 @@ class TreeBuilder:
         A node the confidence cutoff stopped never ran through the draft (that is the forward the cutoff
         saves), so its children are unknown; its own draft_prob < confidence marks it in the tree."""
         out: dict[str, list] = {"parents": [], "tokens": [], "draft_prob": []}
-        run = [i for i, nd in enumerate(nodes) if nd.dist is not None and nd.depth < self.shape.depth]
-        if not run:
-            return out
-        widths = [self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nodes[i].depth]
-                  for i in run]
-        dist = torch.stack([nodes[i].dist for i in run])
-        top = torch.topk(dist, min(max(widths), dist.shape[-1]))
-        probs, toks = top.values.tolist(), top.indices.tolist()  # one transfer for the whole tree
-        for i, w, ps, ts in zip(run, widths, probs, toks):
+        run = [i for i, nd in enumerate(nodes) if nd.top is not None and nd.depth < self.shape.depth]
+        for i in run:  # the host lists of each level's transfer: no transfer here
+            w = self.shape.branch if self.shape.mode == "dynamic" else self.shape.widths[nodes[i].depth]
             have = {nodes[k].token for k in nodes[i].kids}
-            for p, t in zip(ps[:w], ts[:w]):
+            for t, p in nodes[i].top[:w]:
                 if t not in have and p > 0:
                     out["parents"].append(i)
                     out["tokens"].append(t)
@@ -169,15 +175,16 @@ class TreeBuilder:
         p.kids.append(len(nodes) - 1)
         return len(nodes) - 1
 
-    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], dists: torch.Tensor,
+    def _take_stage2(self, nodes: list[Node], prim: int, chain: list[int], dists: torch.Tensor, tops: list,
                      c0: int, n0: int) -> int:
         """Draft-level verification of the stage-2 chain under `prim`; returns tokens accepted."""
         u, taken = prim, 0
         for j, t in enumerate(chain):
-            q = nodes[u].dist
-            if self.gen is None:
-                ok = int(q.argmax()) == t
-                tok = t if ok else int(q.argmax())
+            q, prob = nodes[u].dist, None
+            if self.gen is None:  # the draft's argmax and its probability: from the level's host list
+                best, prob = nodes[u].top[0]
+                ok = best == t
+                tok = t if ok else best
             else:  # point mass: accept t with prob q(t), else sample from q without t -> child ~ q
                 ok = uniform(self.gen) < float(q[t])
                 if ok:
@@ -186,13 +193,13 @@ class TreeBuilder:
                     r = q.clone()
                     r[t] = 0.0
                     tok = int(torch.multinomial(r / r.sum(), 1, generator=self.gen))
-            v = self._add(nodes, u, tok, "stage2" if ok else "draft")
+            v = self._add(nodes, u, tok, "stage2" if ok else "draft", prob)
             if not ok:
                 return taken
             taken += 1
             if j < len(chain) - 1:  # this chain token ran in the forward: its distribution is known
                 nodes[v].spec = n0 + c0 + j
-                nodes[v].dist = dists[c0 + j]
+                nodes[v].dist, nodes[v].top = dists[c0 + j], tops[c0 + j]
             u = v
         return taken
 
@@ -205,14 +212,13 @@ class TreeBuilder:
         have = [nodes[k].token for k in nd.kids]
         if w - len(have) <= 0:
             return []
-        r = q.clone()
+        if self.gen is None or self.shape.mode == "dynamic":  # deterministic children: the best tokens
+            # from the level's host list (zero-probability tokens are no children)
+            picks = [(t, p) for t, p in nd.top if t not in have and p > 0][:w - len(have)]
+            return [self._add(nodes, i, t, "draft", p) for t, p in picks]
+        r = q.clone()  # sampling: q lives on the host (_dist)
         if have:
             r[have] = 0.0
-        if self.gen is None or self.shape.mode == "dynamic":  # deterministic children: the best tokens
-            top = torch.topk(r, min(w - len(have), r.shape[-1]))
-            # one transfer per node for tokens and probabilities (zero-probability tokens are no children)
-            return [self._add(nodes, i, t, "draft", p) for t, p in zip(top.indices.tolist(), top.values.tolist())
-                    if p > 0]
         need = min(w - len(have), int((q > 0).sum()) - len(have))
         if need <= 0:
             return []

@@ -16,7 +16,7 @@ from .core import Core, core_options
 from .drafters import Drafter, Greedy
 from .masks import chain_parents
 from .sampling import Sampling, make_generator, sample, warp
-from .static_cache import GRAPH_MAX
+from .static_cache import GRAPH_MAX, capture_summary
 from .trace import Step, Trace
 
 StepContext = Callable[[int, str], ContextManager]
@@ -42,16 +42,22 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     eos = _eos_set(eos_token_id)
     ctx_mgr = step_context or (lambda i, kind: contextlib.nullcontext())
     gen = None if sampling.greedy else make_generator(sampling)
+    if hasattr(drafter, "tracing"):  # trace-only quantities (host transfers) only when tracing
+        drafter.tracing = trace
     if hasattr(drafter, "bind"):  # drafters with their own model (speculative) check it and learn sampling
         drafter.bind(model, sampling)
     static = default_static(model) if static is None else bool(static)
     # room for the whole run plus one bucket, so the static cache never regrows (and keeps its graphs)
-    with core_options(static=static, capacity=len(prompt_ids) + max_new_tokens + GRAPH_MAX):
+    caches: list = []  # (role, StaticKV) of this run's static Cores: their capture status goes in the trace
+    with core_options(static=static, capacity=len(prompt_ids) + max_new_tokens + GRAPH_MAX, caches=caches):
         core = Core(model)
         tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
                                                 "sampling": sampling.to_dict(), "static": static},
                    prompt_ids=list(prompt_ids))
-        _decode(core, drafter, tr, prompt_ids, max_new_tokens, eos, sampling, gen, trace, ctx_mgr, on_step)
+        try:
+            _decode(core, drafter, tr, prompt_ids, max_new_tokens, eos, sampling, gen, trace, ctx_mgr, on_step)
+        finally:  # also for a run stopped mid-way (the app's Stop raises from on_step)
+            tr.config["graphs"] = capture_summary(caches) if static else None
     return tr
 
 

@@ -45,6 +45,7 @@ def _vocab_size(model) -> int:
 class Speculative:
     """Drafter: the draft model (and optionally stage 2) proposes, the runner's target forward verifies."""
     name = "speculative"
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     def __init__(self, draft_model, draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
                  staged: bool = False, ngram: int = 3, ngram_table: Table | None = None,
@@ -162,7 +163,7 @@ class Speculative:
         kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
         info["accepted_path"] = list(path)
         info["first_rejected"] = kids[0] if kids else None
-        if plan.logits is not None and len(plan.tokens) > 1:
+        if self.tracing and plan.logits is not None and len(plan.tokens) > 1:  # one transfer, trace only
             lg = plan.logits[plan.parents[1:]]
             p = lg.softmax(-1) if self.sampling.greedy else warp(lg, self.sampling)
             idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]  # CUDA: same device

@@ -6,14 +6,21 @@ step on a 7B-shaped model against a 4.5 ms bandwidth floor; ~7,300 launches for 
 run). A graph replays a whole forward with one launch, but only for fixed shapes and fixed addresses, so:
   - keys/values live in [1, H, capacity, D] buffers that never move (they grow, rarely, by reallocation,
     which drops the captured graphs); a step writes its rows at `slots` with index_copy_ (graph-safe);
-  - a step of q tokens runs as a bucket of Qb = 1, 2, 4, ... 128 rows; the padded rows come FIRST (so
-    logits_to_keep=q keeps exactly the real rows), use token 0 at position 0, are written to the slots
-    just after the real rows, see only themselves (finite values: no NaN leaks into real rows) and are
-    never committed: the next step writes over them;
+  - a step of q tokens runs as a bucket of Qb = 1, 2, 4, ... 256 rows (256: the paper's GPU setting
+    W15 N5 G15 is 165 query tokens with the default text span); the padded rows come FIRST, use token 0
+    at position 0, are written to the slots just after the real rows, see only themselves (finite
+    values: no NaN leaks into real rows) and are never committed: the next step writes over them;
+  - the LM head runs only for the rows the step reads: a graph per (Qb, Rb), Rb = the bucket of the
+    rows read, their indices in a static buffer (a lookahead step reads x0, the top window level and
+    the candidates, not the middle levels);
   - the mask is [Qb, capacity] in graph mode (columns past the step are masked) and the exact
-    [Qb, past + Qb] in eager mode, where no fixed shape is needed (CPU, buckets above 128, prefill).
+    [Qb, past + Qb] in eager mode, where no fixed shape is needed (CPU, buckets above 256, prefill).
 Logits are the same as the dynamic path's: masked columns get exp(finfo.min - max) = 0 exactly
 (tests/test_static_core.py checks ids against HF greedy for every method with the static path on).
+Capture status is recorded per bucket (captured / failed with the error / used by the current run) and
+lands in the trace config (runner.py); a failed capture is retried once, then that bucket runs eagerly
+for the cache's lifetime; a new cache tries again. Uploads go through pinned staging (staging.py).
+Caches are pooled per model under one LRU policy with a budget (cache_pool.py).
 Plugs into transformers through the public Cache / CacheLayerMixin API; nothing is patched.
 """
 from __future__ import annotations
@@ -25,8 +32,11 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-GRAPH_MAX = 128   # largest bucket captured as a CUDA graph; larger steps (prefill) run eagerly
+from .staging import Staging
+
+GRAPH_MAX = 256   # largest bucket captured as a CUDA graph; larger steps (prefill) run eagerly
 ROUND = 256       # capacity granularity (a multiple of 16 keeps the mask aligned for SDPA kernels)
+CAPTURE_TRIES = 2  # a bucket whose capture failed is tried once more, then runs eagerly in this cache
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> torch.compile'd model
 
 
@@ -40,13 +50,26 @@ def bucket(q: int) -> int:
     return b
 
 
+def size_class(n: int) -> int:
+    """Capacities come in ROUND x 2^k sizes, so a pooled cache fits the next run of a similar length."""
+    c = ROUND
+    while c < n:
+        c *= 2
+    return c
+
+
 class SlotLayer(CacheLayerMixin):
-    """One layer's preallocated keys/values; update() writes the step's rows at the owner's slots."""
+    """One layer's preallocated keys/values; update() writes the step's rows at the owner's slots.
+    The owner is a weak reference: no StaticKV <-> layer cycle, so an evicted cache is freed at once."""
     is_compileable = True
 
     def __init__(self, owner: "StaticKV", idx: int):
         super().__init__()
-        self.owner, self.idx = owner, idx
+        self._owner, self.idx = weakref.ref(owner), idx
+
+    @property
+    def owner(self) -> "StaticKV":
+        return self._owner()
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.owner.allocate(self, key_states, value_states)
@@ -55,9 +78,10 @@ class SlotLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        self.keys.index_copy_(2, self.owner.slots, key_states)
-        self.values.index_copy_(2, self.owner.slots, value_states)
-        n = self.owner.kv_len
+        owner = self.owner
+        self.keys.index_copy_(2, owner.slots, key_states)
+        self.values.index_copy_(2, owner.slots, value_states)
+        n = owner.kv_len
         return self.keys[:, :, :n], self.values[:, :, :n]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -82,7 +106,7 @@ class StaticKV(Cache):
         emb = model.get_input_embeddings().weight
         self._model = weakref.ref(model)  # weak: a pooled cache must not keep an unloaded model alive
         self.device, self.dtype = emb.device, emb.dtype
-        self.capacity = _round_up(max(capacity, 1), ROUND)
+        self.capacity = size_class(max(capacity, 1))
         self.graphs_on = self.device.type == "cuda" if graphs is None else graphs
         # compiled: buckets run through torch.compile at the fixed [bucket, capacity] shapes (measured on
         # CPU by bench/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
@@ -92,20 +116,26 @@ class StaticKV(Cache):
         self.fixed = self.graphs_on or compiled or fixed
         if compiled and model not in _COMPILED:  # (experiment: the compiled module keeps the model alive)
             _COMPILED[model] = torch.compile(model, dynamic=False)
+        self.staging = Staging(self.device)
         self.slots = torch.zeros(0, dtype=torch.long, device=self.device)
         self.kv_len = 0
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor] | None] = {}
-        self.graph_error: str | None = None
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.tries: dict[tuple[int, int], int] = {}    # failed captures per bucket (this storage)
+        self.failed: dict[tuple[int, int], str] = {}   # bucket -> the last capture error
+        self.used: set[tuple[int, int]] = set()        # buckets run on the fixed path since acquire()
+        self.pool = None
         self._alloc_buffers()
 
     def _alloc_buffers(self) -> None:
-        """Static inputs of the graph path: ids / positions / slots rows, and the [GRAPH_MAX, capacity] mask."""
+        """Static inputs of the graph path: ids / positions / slots / rows read, the [GRAPH_MAX, capacity]
+        mask; new storage drops the captured graphs (their addresses are gone) and retries failed ones."""
+        self.graphs.clear()
+        self.tries.clear()
+        self.pool = None
         if not self.fixed:
             return
-        self.io = torch.zeros((3, GRAPH_MAX), dtype=torch.long, device=self.device)
+        self.io = torch.zeros((4, GRAPH_MAX), dtype=torch.long, device=self.device)
         self.mask = torch.zeros((1, 1, GRAPH_MAX, self.capacity), dtype=self.dtype, device=self.device)
-        self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None
-        self.graphs.clear()
 
     def allocate(self, layer: SlotLayer, k: torch.Tensor, v: torch.Tensor) -> None:
         """Layer storage: a view of one tensor for all layers (compaction is then one gather for the whole
@@ -127,12 +157,26 @@ class StaticKV(Cache):
             return [self.store]
         return [t for layer in self.layers if layer.is_initialized for t in (layer.keys, layer.values)]
 
+    def nbytes(self) -> int:
+        """Device bytes of the cache's storage and static buffers (what the pool budget counts)."""
+        ts = self.tensors() + ([self.io, self.mask] if self.fixed and self.capacity else [])
+        return sum(t.numel() * t.element_size() for t in ts)
+
+    def free(self) -> None:
+        """Drop the storage, the static buffers and the graphs with their memory pool (pool eviction)."""
+        self.graphs.clear()
+        self.pool, self.store, self.capacity = None, None, 0
+        for layer in self.layers:
+            layer.keys = layer.values = None
+            layer.is_initialized = False
+        self.io = self.mask = None
+
     def ensure(self, need: int) -> None:
         """Room for `need` cache entries; growing reallocates and drops the captured graphs."""
         if need <= self.capacity:
             return
         old = self.capacity
-        self.capacity = _round_up(max(need, 2 * self.capacity), ROUND)
+        self.capacity = size_class(max(need, 2 * self.capacity))
         if self.store is not None:
             store = self.store.new_zeros((*self.store.shape[:4], self.capacity, self.store.shape[-1]))
             store[..., :old, :] = self.store
@@ -150,6 +194,14 @@ class StaticKV(Cache):
                     setattr(layer, name, new)
         self._alloc_buffers()
 
+    def status(self) -> dict:
+        """Capture status for the trace: graphs on, buckets this run used / captured / failed (with the
+        error). A bucket is named "Qb", or "Qb:Rb" when the LM head ran for Rb rows only."""
+        name = (lambda k: str(k[0]) if k[0] == k[1] else f"{k[0]}:{k[1]}")
+        return {"graphs": self.graphs_on, "fixed": self.fixed, "capacity": self.capacity,
+                "used": [name(k) for k in sorted(self.used)], "captured": [name(k) for k in sorted(self.graphs)],
+                "failed": {name(k): e for k, e in sorted(self.failed.items())}}
+
     def step(self, tokens: list[int], depths: list[int], vis: np.ndarray, length: int, start: int,
              rows: int | list[int] | None) -> torch.Tensor:
         """One forward of q new tokens written at cache slots start.. (start = length + region so far).
@@ -161,41 +213,52 @@ class StaticKV(Cache):
         qb = bucket(q)
         self.ensure(start + qb)
         pad = qb - q
+        want = None if rows is None else list(range(q - rows, q)) if isinstance(rows, int) else list(rows)
+        rb = qb if want is None else min(qb, bucket(len(want)))
+        read = [r + pad for r in want] + [qb - 1] * (rb - len(want)) if rb < qb else [0] * qb
         host = torch.tensor([[0] * pad + list(tokens), [0] * pad + [length + d for d in depths],
-                             list(range(start + q, start + qb)) + list(range(start, start + q))], dtype=torch.long)
+                             list(range(start + q, start + qb)) + list(range(start, start + q)),
+                             read + [0] * (qb - len(read))], dtype=torch.long)
         vis_t = torch.from_numpy(np.array(vis, dtype=bool))
-        if self.fixed and qb <= GRAPH_MAX and self.graphs.get(qb, 0) is not None:
-            self.io[:, :qb].copy_(host)
-            self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
-            if self.graphs_on:
-                logits = self._replay(qb)
-            else:
-                fn = _COMPILED[self._model()] if self.compiled else None
-                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, fn)
-            logits = logits[0, pad:]
-        else:
-            kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))
-            io = host.to(self.device)
-            mask = torch.empty((1, 1, qb, kv), dtype=self.dtype, device=self.device)
-            self._fill_mask(mask, vis_t, length, start, q)
-            keep = _keep_arg(rows, pad, q, self.device)
-            logits = self._forward(io, mask, kv, keep)[0]
-            if rows is None or isinstance(rows, int):
-                return logits.float()
+        if not (self.fixed and qb <= GRAPH_MAX):
+            return self._eager(host, vis_t, length, start, q, rows, want)
+        self.staging.upload(host, self.io[:, :qb])
+        self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
+        logits = self._fixed((qb, rb))[0]
+        if rb < qb:  # the rows read, in order, then the bucket's repeats
+            logits = logits[:len(want)]
+            if isinstance(rows, int):
+                return logits.to(torch.float32, copy=True)
             full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
-            full[keep - pad] = logits.float()
-            return full
+            return full.index_copy_(0, self.staging.longs(want), logits.float())
+        logits = logits[pad:]
         if isinstance(rows, int):
             logits = logits[q - rows:]
         return logits.to(torch.float32, copy=True)
 
+    def _eager(self, host, vis_t, length: int, start: int, q: int, rows, want) -> torch.Tensor:
+        """A step at its own size (CPU default, prefill, buckets above GRAPH_MAX): exact [qb, kv] mask."""
+        qb = host.shape[1]
+        pad = qb - q
+        kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))
+        io = self.staging.upload(host[:3])
+        mask = torch.empty((1, 1, qb, kv), dtype=self.dtype, device=self.device)
+        self._fill_mask(mask, vis_t, length, start, q)
+        keep = q if rows is None else rows if isinstance(rows, int) else self.staging.longs(want) + pad
+        logits = self._forward(io, mask, kv, keep)[0]
+        if rows is None or isinstance(rows, int):
+            return logits.float()
+        full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
+        full[keep - pad] = logits.float()
+        return full
+
     def _fill_mask(self, mask: torch.Tensor, vis: torch.Tensor, length: int, start: int, q: int) -> None:
-        """Additive mask in place: padded rows (first) see only their own slot; real rows see the prefix
-        and the region per `vis`."""
+        """Additive mask in place, on the device (only the bool tree block is uploaded): padded rows
+        (first) see only their own slot; real rows see the prefix and the region per `vis`."""
         pad = mask.shape[2] - q
         mask.fill_(torch.finfo(self.dtype).min)
         mask[0, 0, pad:, :length] = 0
-        mask[0, 0, pad:, length:start + q].masked_fill_(vis.to(self.device, non_blocking=True), 0)
+        mask[0, 0, pad:, length:start + q].masked_fill_(self.staging.upload(vis), 0)
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 
@@ -207,12 +270,29 @@ class StaticKV(Cache):
                     past_key_values=self, use_cache=True, logits_to_keep=keep)
         return out.logits
 
-    def _replay(self, qb: int) -> torch.Tensor:
-        """Replay bucket qb's graph, capturing it first (warm-up on a side stream, as CUDA graphs need)."""
-        entry = self.graphs.get(qb)
+    def _fixed(self, key: tuple[int, int]) -> torch.Tensor:
+        """Bucket `key` = (Qb, Rb) on the fixed buffers: its graph replayed (captured on first use), or the
+        same data path eagerly (no graphs, or its capture failed CAPTURE_TRIES times in this cache)."""
+        qb, rb = key
+        self.used.add(key)
+        args = (self.io[:, :qb], self.mask[:, :, :qb], self.capacity, self.io[3, :rb] if rb < qb else 0)
+        if not self.graphs_on:
+            return self._forward(*args, _COMPILED[self._model()] if self.compiled else None)
+        entry = self.graphs.get(key)
+        if entry is None and self.tries.get(key, 0) < CAPTURE_TRIES:
+            entry = self._capture(key, args)
         if entry is None:
-            args = (self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0)
-            try:
+            return self._forward(*args)
+        entry[0].replay()
+        return entry[1]
+
+    def _capture(self, key: tuple[int, int], args: tuple):
+        """Capture bucket `key` (warm-up on a side stream, as CUDA graphs need), on the cache's device;
+        a failure is recorded (status()) and the step runs eagerly."""
+        try:
+            with torch.cuda.device(self.device):
+                if self.pool is None:
+                    self.pool = torch.cuda.graph_pool_handle()
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.stream(side):
@@ -221,55 +301,38 @@ class StaticKV(Cache):
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                     out = self._forward(*args)
-                entry = self.graphs[qb] = (graph, out)
-            except Exception as e:  # noqa: BLE001 - a model that cannot be captured still decodes eagerly
-                self.graphs[qb] = None
-                self.graph_error = f"{type(e).__name__}: {e}"
-                warnings.warn(f"CUDA graph capture failed for {qb}-token steps, running them eagerly: {e}")
-                return self._forward(*args)
-        entry[0].replay()
-        return entry[1]
-
-
-def acquire(model, capacity: int, compiled: bool = False) -> StaticKV:
-    """A static cache for `model` with room for `capacity` tokens: a pooled one from an earlier run when
-    one fits (its CUDA graphs are then already captured: a run after the first pays no capture), else new.
-    At most twice the room needed: in graph mode attention reads the whole capacity."""
-    need = _round_up(max(capacity, 1), ROUND)
-    pool = _pool(model)
-    for kv in sorted(pool, key=lambda c: c.capacity):
-        if need <= kv.capacity <= 2 * need and kv.compiled == compiled:
-            pool.remove(kv)
-            return kv
-    return StaticKV(model, capacity, compiled=compiled)
-
-
-def release(model_ref: "weakref.ref", kv: StaticKV, keep: int = 2) -> None:
-    """Return a cache to its model's pool (called when its Core is collected); keep the `keep` largest."""
-    model = model_ref()
-    if model is None:
-        return
-    pool = _pool(model)
-    pool.append(kv)
-    while len(pool) > keep:
-        pool.remove(min(pool, key=lambda c: c.capacity))
-
-
-def _pool(model) -> list[StaticKV]:
-    pool = model.__dict__.get("_decodescope_static_pool")
-    if pool is None:
-        pool = model.__dict__["_decodescope_static_pool"] = []
-    return pool
-
-
-def _keep_arg(rows, pad: int, q: int, device: torch.device):
-    """logits_to_keep for the bucket: padded rows come first, so an int keeps only real rows."""
-    if rows is None:
-        return q
-    if isinstance(rows, int):
-        return rows
-    return torch.tensor(rows, dtype=torch.long, device=device) + pad
+        except Exception as e:  # noqa: BLE001 - a model that cannot be captured still decodes eagerly
+            self.tries[key] = self.tries.get(key, 0) + 1
+            self.failed[key] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            warnings.warn(f"CUDA graph capture failed for bucket {key} (try {self.tries[key]}), running it "
+                          f"eagerly: {self.failed[key]}")
+            return None
+        self.failed.pop(key, None)
+        entry = self.graphs[key] = (graph, out)
+        return entry
 
 
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def capture_summary(caches: list[tuple[str, StaticKV]]) -> dict:
+    """The run's capture status over its static caches (target, draft): graphs on, buckets used /
+    captured / failed with the error; draft buckets are prefixed "draft ". Lands in trace.config["graphs"]."""
+    out = {"on": any(kv.graphs_on for _, kv in caches), "used": [], "captured": [], "failed": {}}
+    for role, kv in caches:
+        st, pre = kv.status(), ("" if role == "target" else f"{role} ")
+        out["used"] += [pre + b for b in st["used"]]
+        out["captured"] += [pre + b for b in st["captured"]]
+        out["failed"].update({pre + b: e for b, e in st["failed"].items()})
+    return out
+
+
+def capture_warning(config: dict) -> str | None:
+    """One line for the CLI and the app when a CUDA graph capture failed in a run, else None."""
+    g = (config or {}).get("graphs") or {}
+    if not g.get("failed"):
+        return None
+    first = next(iter(g["failed"].values()))
+    return (f"CUDA graph capture failed for bucket(s) {', '.join(g['failed'])} ({first}): those steps ran "
+            "eagerly (same tokens, slower)")

@@ -83,7 +83,8 @@ def test_draft_core_region_static_equals_dynamic():
 
 
 def test_buckets_and_padding():
-    assert [bucket(q) for q in (1, 2, 3, 5, 8, 9, 100, 128, 129, 300)] == [1, 2, 4, 8, 8, 16, 128, 128, 129, 300]
+    assert [bucket(q) for q in (1, 2, 3, 5, 8, 9, 100, 128, 129, 165, 256, 257)] == [1, 2, 4, 8, 8, 16, 128, 128, 256,
+                                                                                   256, 256, 257]
     model = tiny("llama", seed=2)
     core = Core(model, static=True)
     core.prefill(PROMPTS[0])
@@ -187,14 +188,14 @@ def test_static_cache_is_reused_across_runs():
 def test_fixed_shape_path_is_exact(method, params):
     """What a CUDA graph replays, run eagerly on CPU: static input buffers, a mask over the whole capacity
     (stale entries of the previous run and padded rows behind it), every row's logits: still HF greedy."""
-    from decoding.static_cache import _pool
+    from decoding.cache_pool import _pool
     model = tiny("qwen2", seed=8)
-    kv = StaticKV(model, 256, fixed=True)
+    kv = StaticKV(model, 512, fixed=True)  # a run needs prompt + 40 + GRAPH_MAX: the 512 size class
     _pool(model).append(kv)  # the next static Core of this model takes it (capacity fits)
     for prompt in PROMPTS:
         tr = generate(model, prompt, make_drafter(method, **params), max_new_tokens=40, static=True)
         assert tr.output_ids == hf_greedy(model, prompt, 40)
-        assert _pool(model) == [kv] and kv.mask.shape[-1] == kv.capacity == 256 and kv.kv_len == 256
+        assert _pool(model) == [kv] and kv.mask.shape[-1] == kv.capacity == 512 and kv.kv_len == 512
 
 
 @pytest.mark.parametrize("method,params", [("lookahead", dict(window=4, ngram=3, guesses=4)),

@@ -1,0 +1,99 @@
+"""The pool of static caches per model: one least-recently-used policy with a stated budget.
+
+Why: a cache's storage (GBs for a long run on a 7B model) and its captured CUDA graphs are worth keeping
+between runs (a run after the first pays no capture), but a long-lived server must not keep every size
+it ever saw. Policy: capacities come in size classes (static_cache.size_class), a run takes the most
+recently used idle cache of its class or the next one, and when a run ends its cache goes back to the
+front; the least recently used idle caches are evicted (storage and graph pool freed) while the pool
+holds more than POOL_CACHES caches or POOL_BYTES bytes. One lock: Gradio worker threads and Core
+finalizers both touch the pool.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+import numpy as np
+import torch
+
+from .static_cache import GRAPH_MAX, StaticKV, size_class
+
+POOL_CACHES = 2   # idle caches kept per model
+POOL_BYTES = int(os.environ.get("DECODESCOPE_POOL_BYTES", str(4 << 30)))  # their bytes per model
+_POOL_LOCK = threading.RLock()  # reentrant: a Core finalizer may release during a collection inside acquire
+
+
+def acquire(model, capacity: int, compiled: bool = False, graphs: bool | None = None,
+            fixed: bool = False) -> StaticKV:
+    """A static cache for `model` with room for `capacity` tokens: the most recently used pooled one that
+    fits (its CUDA graphs are then already captured: a run after the first pays no capture), else new.
+    At most twice the room needed: in graph mode attention reads the whole capacity."""
+    need = size_class(max(capacity, 1))
+    with _POOL_LOCK:
+        pool = _pool(model)
+        for kv in pool:  # most recently used first
+            if (need <= kv.capacity <= 2 * need and kv.compiled == compiled and kv.fixed >= fixed
+                    and (graphs is None or kv.graphs_on == graphs)):
+                pool.remove(kv)
+                kv.used = set()
+                return kv
+    return StaticKV(model, capacity, graphs=graphs, compiled=compiled, fixed=fixed)
+
+
+def release(model_ref: "weakref.ref", kv: StaticKV) -> None:
+    """Return a cache to its model's pool (called when its Core is collected). The policy: most recently
+    used first; the least recently used are evicted (storage and graph pool freed) while the pool holds
+    more than POOL_CACHES caches or POOL_BYTES bytes."""
+    model = model_ref()
+    if model is None or kv.capacity == 0:
+        return
+    with _POOL_LOCK:
+        pool = _pool(model)
+        pool.insert(0, kv)
+        while pool and (len(pool) > POOL_CACHES or sum(c.nbytes() for c in pool) > POOL_BYTES):
+            pool.pop().free()
+
+
+def pool_status(model) -> dict:
+    """What the pool holds for `model`: caches (capacity, bytes, buckets captured) and the budget."""
+    with _POOL_LOCK:
+        pool = list(_pool(model))
+    return {"budget": {"caches": POOL_CACHES, "bytes": POOL_BYTES},
+            "caches": [{"capacity": c.capacity, "bytes": c.nbytes(), "captured": c.status()["captured"]} for c in pool]}
+
+
+def precapture(model, capacity: int = 1024, max_bucket: int = GRAPH_MAX) -> dict | None:
+    """Capture the common buckets at model load (every (Qb, Rb) up to max_bucket) into a pooled cache of
+    `capacity`, so a visitor's first run does not pay capture. CUDA and the static default only (the
+    app calls it for every model it loads); returns the cache's status, None where nothing was done."""
+    from .core import attention_backends
+    from .runner import default_static
+    device = model.get_input_embeddings().weight.device
+    if device.type != "cuda" or not default_static(model):
+        return None
+    kv = acquire(model, capacity)
+    try:
+        with torch.inference_mode(), attention_backends(device):
+            qb = 1
+            while qb <= min(max_bucket, GRAPH_MAX):
+                vis = np.tril(np.ones((qb, qb), dtype=bool))
+                rb = 1
+                while rb <= qb:
+                    kv.step([0] * qb, list(range(qb)), vis, 0, 0, None if rb == qb else rb)
+                    rb *= 2
+                qb *= 2
+        status = kv.status()
+    finally:
+        release(weakref.ref(model), kv)
+    return status
+
+
+def _pool(model) -> list[StaticKV]:
+    with _POOL_LOCK:
+        pool = model.__dict__.get("_decodescope_static_pool")
+        if pool is None:
+            pool = model.__dict__["_decodescope_static_pool"] = []
+        return pool
+
+
