@@ -127,7 +127,9 @@ def judge(items: dict, quick: bool, env: dict) -> list[dict]:
     where = f"{env.get('nvidia_smi') or env.get('cuda_device') or 'cpu'}"
     lines = []
 
-    def add(key, goal, value, ok, dtype, speed=True, graded=True):
+    def add(key, goal, value, ok, dtype, speed=True, graded=True, path=None):
+        if path is not None and ok is not None and not path_ok(path, quick):
+            ok, value = False, f"{value} (path: {path.get('label')})"  # a failed capture fails its goal
         it = items.get(key)
         if it is None:
             status = "missing"
@@ -138,7 +140,8 @@ def judge(items: dict, quick: bool, env: dict) -> list[dict]:
         else:
             status = ("pass" if ok else "fail") if graded and not (quick and speed) else "info"
         lines.append({"item": key, "goal": goal, "value": value, "status": status, "device": where, "dtype": dtype,
-                      "command": (it or {}).get("item_command", f"python bench/gpu_check.py --items {key}")})
+                      "command": (it or {}).get("item_command", f"python bench/gpu_check.py --items {key}"),
+                      "path": (path or {}).get("label", "–")})
 
     a = items.get("a", {})
     cnt = a.get("counts", {})
@@ -159,19 +162,23 @@ def judge(items: dict, quick: bool, env: dict) -> list[dict]:
     dt = c.get("meta", {}).get("dtype", "?")
     one = c.get("sweep", {}).get("points", [{}])[0].get("ms")
     add("c", f"7B 1-token step <= {GOALS['step_ms']} ms", f"{one:.2f} ms" if one else None,
-        one <= GOALS["step_ms"] if one else None, dt)
+        one <= GOALS["step_ms"] if one else None, dt, path=c.get("sweep", {}).get("path", {}))
     tr = c.get("tree_step", {}).get("ratio")
     add("c", f"64-token tree step <= {GOALS['tree_ratio']}x the 1-token step", f"{tr:.2f}x" if tr else None,
-        tr <= GOALS["tree_ratio"] if tr else None, dt)
+        tr <= GOALS["tree_ratio"] if tr else None, dt, path=c.get("tree_step", {}).get("path", {}))
     fw = c.get("first_vs_warm", {}).get("ratio")
     add("c", f"first-run step within {GOALS['first_warm']}x of a warm one", f"{fw:.2f}x" if fw else None,
-        fw <= GOALS["first_warm"] if fw else None, dt)
+        fw <= GOALS["first_warm"] if fw else None, dt, path=c.get("first_vs_warm", {}).get("path", {}))
+    dy = c.get("dynamic_tree_step", {})
+    add("c", "dynamic path, labelled (reported, no goal)", f"1-token {dy['one_ms']:.2f} ms, tree {dy['ratio']:.2f}x"
+        if dy.get("one_ms") else None, True if dy.get("one_ms") else None, dt, graded=False, path=dy.get("path"))
     d = items.get("d", {})
     drows, ddt = d.get("rows", []), d.get("dtype", "?")
     by = {r["method"]: r for r in drows}
-    look = max((r for r in drows if r["method"].startswith("ours lookahead")), key=lambda r: r["tokens_per_s"],
+    users = [r for r in drows if "(dynamic path)" not in r["method"]]  # the goals judge the default path
+    look = max((r for r in users if r["method"].startswith("ours lookahead")), key=lambda r: r["tokens_per_s"],
                default=None)
-    spec = max((r for r in drows if r["method"].startswith("ours speculative")), key=lambda r: r["tokens_per_s"],
+    spec = max((r for r in users if r["method"].startswith("ours speculative")), key=lambda r: r["tokens_per_s"],
                default=None)
     hf, st = by.get("HF greedy"), by.get("HF greedy static cache (compiled)")
     ast = next((r for r in drows if r["method"].startswith("HF assisted")), None)
@@ -182,8 +189,17 @@ def judge(items: dict, quick: bool, env: dict) -> list[dict]:
                                   GOALS["spec_vs_assisted"])):
         x = row["tokens_per_s"] / ref["tokens_per_s"] if row and ref else None
         add("d", goal, f"{x:.2f}x ({row['method']} {row['tokens_per_s']:.0f} vs {ref['method']} "
-            f"{ref['tokens_per_s']:.0f} tok/s)" if x else None, x >= want if x else None, ddt)
+            f"{ref['tokens_per_s']:.0f} tok/s)" if x else None, x >= want if x else None, ddt,
+            path=(row or {}).get("path", {}))
     return lines
+
+
+def path_ok(path: dict, quick: bool) -> bool:
+    """A timed row counts for a GPU goal only on the path users run: static with graphs on, and no
+    capture failure (quick mode on CPU: no capture failure)."""
+    if path.get("failed"):
+        return False
+    return quick or bool(path.get("static") and path.get("graphs"))
 
 
 def markdown(doc: dict) -> str:
@@ -191,18 +207,19 @@ def markdown(doc: dict) -> str:
     out = [f"# gpu_check{' (quick: CPU, tiny models — not the goals)' if doc['quick'] else ''}", "",
            f"GPU {env.get('nvidia_smi') or env.get('cuda_device') or 'none'}; torch {env['torch']}, transformers "
            f"{env['transformers']}, Python {env['python']}; command `{doc['command']}`; {doc['finished']}.", "",
-           "| item | goal | value | status | device | dtype | command |", "|---|---|---|---|---|---|---|"]
+           "| item | goal | value | status | device | dtype | path | command |", "|---|---|---|---|---|---|---|---|"]
     out += [f"| {g['item']} | {g['goal']} | {g['value']} | **{g['status']}** | {g['device']} | {g['dtype']} | "
-            f"`{g['command']}` |" for g in doc["goals"]]
+            f"{g.get('path', '–')} | `{g['command']}` |" for g in doc["goals"]]
     d = doc["items"].get("d", {})
     if d.get("rows"):
         out += ["", f"Speed rows ({d['device']}, {d['dtype']}, {d['prompts']} prompts x {d['new_tokens']} tokens, "
                 f"median of {d['runs']} runs after a warm-up round; prompts: {d['prompt_source']}):", "",
-                "| method | tokens/s | vs HF greedy | compression | same as HF greedy |", "|---|---|---|---|---|"]
+                "| method | tokens/s | vs HF greedy | compression | same as HF greedy | path |",
+                "|---|---|---|---|---|---|"]
         out += [f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | "
-                f"{r['compression']:.2f} | {'yes' if r['same_as_hf_greedy'] else 'no'} |" if r["compression"] else
-                f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | – | "
-                f"{'yes' if r['same_as_hf_greedy'] else 'no'} |" for r in d["rows"]]
+                + (f"{r['compression']:.2f}" if r["compression"] else "–")
+                + f" | {'yes' if r['same_as_hf_greedy'] else 'no'} | {r.get('path', {}).get('label', '–')} |"
+                for r in d["rows"]]
     b = doc["items"].get("b", {})
     if b.get("rows"):
         out += ["", f"Exactness vs HF greedy ({b['device']}, {b['new_tokens']} tokens; prompts: {b['prompt_source']}):",
@@ -240,6 +257,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dtype", default="", help="speed rows' dtype (item d; default: what load() picks)")
     ap.add_argument("--item", default=None, help=argparse.SUPPRESS)  # child process: run one item
     a = ap.parse_args(argv)
+    if not a.quick:
+        import torch
+        if not torch.cuda.is_available():  # GPU goals judged on a CPU would be meaningless
+            print("error: no CUDA device here: gpu_check judges GPU goals only on a GPU (--quick checks on CPU "
+                  "that it runs, with tiny models and no goals)", file=sys.stderr)
+            raise SystemExit(2)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(ROOT / "bench"))

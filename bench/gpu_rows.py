@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from transformers import GenerationConfig  # noqa: E402
 
-from bench import hf_runner, ours_runner, tiny_dir  # noqa: E402
-from decoding import load  # noqa: E402
+from bench import hf_runner, tiny_dir  # noqa: E402
+from decoding import load, run  # noqa: E402
 from decoding.api import eos_of  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from decoding.params import agreement  # noqa: E402
@@ -80,12 +80,42 @@ def hf_contenders(target, tok, draft, k: int = 4) -> dict:
             f"HF assisted K{k}": hf_runner(target, tok, assistant_model=draft)}
 
 
-def our_contenders(target, tok, draft) -> dict:
+def ours_runner(model, tok, method: str, **params):
+    """Like bench.ours_runner, and the stats carry the run's path (trace config: static, graphs)."""
+    def go(prompt: str, n: int):
+        tr = run(model, tok, prompt, method, max_new_tokens=n, trace=False, **params)
+        return tr.output_ids, {**tr.stats(), "static": tr.config.get("static"), "graphs": tr.config.get("graphs")}
+    return go
+
+
+DYNAMIC = ("ours greedy", "ours lookahead W15 N5 G15")  # also timed on the dynamic path, labelled
+
+
+def our_contenders(target, tok, draft, dynamic: bool = False) -> dict:
+    """Our rows on the path a run takes; dynamic=True adds "(dynamic path)" rows of DYNAMIC (on CUDA,
+    where the default is the graph path)."""
     out = {}
     for name, (method, params) in OURS.items():
         extra = {"draft_model": draft} if method == "speculative" else {}
         out[name] = ours_runner(target, tok, method, **params, **extra)
+        if dynamic and name in DYNAMIC:
+            out[f"{name} (dynamic path)"] = ours_runner(target, tok, method, **params, **extra, static=False)
     return out
+
+
+def path_summary(stats: list[dict]) -> dict:
+    """One row's path over its runs: static or not, graphs, buckets used / captured, capture errors."""
+    stats = [s for s in stats if s]
+    if not stats or not stats[-1].get("static"):
+        return {"static": False, "graphs": False, "captured": [], "failed": {}, "label": "dynamic (eager)"}
+    g = [s["graphs"] or {} for s in stats]
+    used = sorted({b for x in g for b in x.get("used", [])})
+    captured = sorted({b for x in g for b in x.get("captured", [])})
+    failed = {b: e for x in g for b, e in x.get("failed", {}).items()}
+    on = any(x.get("on") for x in g)
+    label = (f"static, graphs {'on' if on else 'off'}, {len(captured)} buckets captured"
+             + (f", {len(failed)} capture errors ({next(iter(failed.values()))})" if failed else ""))
+    return {"static": True, "graphs": on, "used": used, "captured": captured, "failed": failed, "label": label}
 
 
 def exactness(quick: bool, device: str, n: int) -> dict:
@@ -118,7 +148,7 @@ def speed(quick: bool, device: str, n: int, runs: int, dtype: str | None = None)
     cache compiles there), then `runs` interleaved rounds; median of each contender's total time."""
     texts, source = prompts(quick)
     target, tok, draft = models(quick, device, dtype)
-    contenders = {**hf_contenders(target, tok, draft), **our_contenders(target, tok, draft)}
+    contenders = {**hf_contenders(target, tok, draft), **our_contenders(target, tok, draft, device != "cpu")}
     order = sorted(texts, key=len, reverse=True)  # longest first: a static cache sized once for all
     errors = {}
     for name, fn in list(contenders.items()):
@@ -145,7 +175,8 @@ def speed(quick: bool, device: str, n: int, runs: int, dtype: str | None = None)
         t = statistics.median(times[name])
         rows.append({"method": name, "tokens": tokens, "median_s": t, "tokens_per_s": tokens / t,
                      "vs_hf_greedy": base / t, "same_as_hf_greedy": [ids for ids, _ in outs[name]] == ref,
-                     "compression": tokens / steps if steps else None})
+                     "compression": tokens / steps if steps else None,
+                     "path": path_summary(stats) if name.startswith("ours") else {"label": "HF generate"}})
     w = target.get_input_embeddings().weight
     return {"device": device, "dtype": str(w.dtype).replace("torch.", ""), "new_tokens": n, "runs": runs,
             "prompt_source": source, "prompts": len(texts), "rows": rows, "errors": errors}

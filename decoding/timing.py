@@ -1,5 +1,8 @@
 """Timing one engine step, and the step-latency curve (ms per step vs query tokens) the autotuners price
-steps with. Here, not in profiling/, so the engine's CLI (`--auto`) needs nothing outside decoding/."""
+steps with. Here, not in profiling/, so the engine's CLI (`--auto`) needs nothing outside decoding/.
+
+The Core is built the way a run builds it (runner.default_static: the static, CUDA-graph path on CUDA),
+so the curve prices the path users run; path_of(core) says which path a timing took (issue 18)."""
 from __future__ import annotations
 
 import random
@@ -8,9 +11,11 @@ import time
 
 import torch
 
-from .core import Core
+from .core import Core, core_options
 from .masks import chain_parents, depths_of
 from .models import max_positions
+from .runner import default_static
+from .static_cache import bucket
 
 
 def tree_parents(n: int, shape: str = "chain") -> list[int]:
@@ -41,16 +46,36 @@ def time_step(core: Core, tokens: list[int], parents: list[int], depths: list[in
     return out
 
 
+def timing_core(model, room: int, static: bool | None = None) -> Core:
+    """A Core as a run builds it: static = None takes the device default (the graph path on CUDA)."""
+    static = default_static(model) if static is None else bool(static)
+    with core_options(static=static, capacity=room):
+        return Core(model)
+
+
+def path_of(core: Core) -> dict:
+    """Which path a timing took: static or dynamic, graphs on/off, buckets used / captured, capture
+    errors; `label` is the one-line form reports print next to every timed row."""
+    if not core.static:
+        return {"static": False, "graphs": False, "used": [], "captured": [], "failed": {}, "label": "dynamic (eager)"}
+    st = core.cache.status()
+    label = (f"static, graphs {'on' if st['graphs'] else 'off'}, {len(st['captured'])} buckets captured"
+             + (f", {len(st['failed'])} capture errors ({next(iter(st['failed'].values()))})" if st["failed"] else ""))
+    return {"static": True, "graphs": st["graphs"], "used": st["used"], "captured": st["captured"],
+            "failed": st["failed"], "label": label}
+
+
 def latency_curve(model, kv_len: int, sizes: tuple[int, ...], shape: str = "chain", reps: int = 5,
-                  warmup: int = 2, seed: int = 0) -> tuple[Core, int, dict[int, float]]:
+                  warmup: int = 2, seed: int = 0, static: bool | None = None) -> tuple[Core, int, dict[int, float]]:
     """(core, kv_len used, {query tokens: median ms}) of one step against a kv_len-token cache of random
-    tokens; kv_len shrinks so every position stays inside the model's range."""
+    tokens; kv_len shrinks so every position stays inside the model's range. static: the path (None =
+    what a run on this device takes); path_of(core) reports it."""
     limit = max_positions(model.config)
     if limit is not None and kv_len + max(sizes) > limit:
         kv_len = max(1, limit - max(sizes))
     vocab = model.get_input_embeddings().weight.shape[0]
     rng = random.Random(seed)
-    core = Core(model)
+    core = timing_core(model, kv_len + bucket(max(sizes)), static)
     core.prefill([rng.randrange(vocab) for _ in range(kv_len)])
     core.commit(list(range(kv_len)))
     curve = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from decoding.timing import latency_curve, time_step, tree_parents  # noqa: F401 - re-exported for callers
+from decoding.timing import latency_curve, path_of, time_step, tree_parents  # noqa: F401 - re-exported for callers
 
 from .calibrate import device_name
 from .flops import arch_of, dtype_bytes, step_cost
@@ -18,11 +18,13 @@ SIZES = tuple(2**i for i in range(9))  # 1 .. 256
 
 
 def latency_sweep(model, kv_len: int = 512, sizes: tuple[int, ...] = SIZES, shape: str = "chain",
-                  reps: int = 5, warmup: int = 2, free_ratio: float = 1.25, seed: int = 0) -> dict[str, Any]:
+                  reps: int = 5, warmup: int = 2, free_ratio: float = 1.25, seed: int = 0,
+                  static: bool | None = None) -> dict[str, Any]:
     """Median step latency per query size against a kv_len-token cache.
 
-    nearly_free = the largest size whose latency is within free_ratio of the 1-token step."""
-    core, kv_len, curve = latency_curve(model, kv_len, sizes, shape, reps, warmup, seed)
+    nearly_free = the largest size whose latency is within free_ratio of the 1-token step; path = the
+    path timed (static None = what a run on this device takes: the graph path on CUDA)."""
+    core, kv_len, curve = latency_curve(model, kv_len, sizes, shape, reps, warmup, seed, static)
     arch, nbytes = arch_of(model.config), dtype_bytes(core.dtype)
     points = []
     for q, ms in curve.items():
@@ -40,7 +42,7 @@ def latency_sweep(model, kv_len: int = 512, sizes: tuple[int, ...] = SIZES, shap
         free.append(p["n_query"])
     return {"kv_len": kv_len, "shape": shape, "reps": reps, "device": device_name(core.device),
             "dtype": str(core.dtype).replace("torch.", ""), "free_ratio": free_ratio,
-            "nearly_free": free[-1], "points": points}
+            "nearly_free": free[-1], "points": points, "path": path_of(core)}
 
 
 def format_sweep(result: dict) -> str:

@@ -3,6 +3,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench  # noqa: E402
 
@@ -36,6 +38,9 @@ def test_gpu_scaling_quick_runs_on_cpu():
     assert doc["tree_step"]["n_query"] == 8 and doc["tree_step"]["ratio"] > 0
     warm = doc["first_vs_warm"]
     assert warm["first_ms"] > 0 and warm["warm_ms"] > 0 and warm["new_tokens"] == 4
+    # every timed row states its path (CPU: the dynamic default), the dynamic path is its own row
+    assert all(r["path"]["label"] for r in (doc["sweep"], doc["tree_step"], warm, doc["dynamic_tree_step"]))
+    assert doc["dynamic_tree_step"]["path"]["static"] is False
 
 
 def test_lookahead_sources_quick():
@@ -65,15 +70,32 @@ def test_gpu_check_quick_writes_one_report(tmp_path):
 
 def test_gpu_check_records_a_crashed_item_and_judges_the_rest():
     import gpu_check
+    graphs = {"static": True, "graphs": True, "failed": {}, "label": "static, graphs on, 9 buckets captured"}
     items = {"a": {"error": "exit 1", "tail": "CUDA error"},
-             "c": {"meta": {"dtype": "bfloat16"}, "sweep": {"points": [{"ms": 7.5}]},
-                   "tree_step": {"ratio": 1.1}, "first_vs_warm": {"ratio": 3.0}, "item_command": "x"}}
+             "c": {"meta": {"dtype": "bfloat16"}, "sweep": {"points": [{"ms": 7.5}], "path": graphs},
+                   "tree_step": {"ratio": 1.1, "path": graphs}, "first_vs_warm": {"ratio": 3.0, "path": graphs},
+                   "item_command": "x"}}
     goals = gpu_check.judge(items, False, {"nvidia_smi": "H100"})
     status = {g["goal"]: g["status"] for g in goals}
     assert status["0 failures in the CUDA matrix"] == "error"
     assert status["7B 1-token step <= 6.0 ms"] == "fail" and status["64-token tree step <= 1.3x the 1-token step"] == "pass"
     assert status["first-run step within 1.2x of a warm one"] == "fail"
     assert status["fp32 rows identical to HF greedy"] == "missing"
+    # a fast row on the wrong path fails its goal: a failed capture, or the dynamic path
+    for path in ({**graphs, "failed": {"64": "RuntimeError: x"}}, {"static": False, "graphs": False, "failed": {}}):
+        items["c"]["tree_step"]["path"] = path
+        status = {g["goal"]: g["status"] for g in gpu_check.judge(items, False, {"nvidia_smi": "H100"})}
+        assert status["64-token tree step <= 1.3x the 1-token step"] == "fail"
+
+
+def test_gpu_check_refuses_gpu_goals_without_cuda(tmp_path, capsys):
+    import gpu_check
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main(["--out", str(tmp_path), "--items", "c"])
+    assert e.value.code == 2 and "--quick" in capsys.readouterr().err
 
 
 def test_gpu_check_imports_no_app_dependencies():
