@@ -30,6 +30,7 @@ from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
 from appkit.models import ModelCache  # noqa: E402
 from appkit.settings import Settings, budget_line  # noqa: E402
+from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name  # noqa: E402
 from appkit.ui import CSS, Page, layout  # noqa: E402
@@ -40,10 +41,10 @@ log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
 
 
-def gpu(duration: int = 120):
-    """spaces.GPU on ZeroGPU, identity elsewhere."""
+def gpu(event: str):
+    """spaces.GPU on ZeroGPU with a duration computed from the event's settings, identity elsewhere."""
     if spaces is not None:
-        return spaces.GPU(duration=duration)
+        return spaces.GPU(duration=gpu_seconds(event))
     return lambda fn: fn
 
 
@@ -73,20 +74,20 @@ def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     model = dict(concurrency_id=GPU, concurrency_limit=1)
     local = dict(api_visibility="private", queue=False)
-    p.run_btn.click(gpu(120)(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
+    p.run_btn.click(gpu("run")(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
                     api_name="run", show_progress="hidden", **model)
-    p.race_btn.click(gpu(180)(h.race), p.inputs(p.race_methods), [p.msg, p.race_md, p.race_table, p.race_plot,
+    p.race_btn.click(gpu("race")(h.race), p.inputs(p.race_methods), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat], api_name="race", **model)
-    p.prof_btn.click(gpu(240)(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
+    p.prof_btn.click(gpu("profile")(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)
-    p.sw_btn.click(gpu(240)(h.sweep), p.inputs(p.sw_n, p.sw_w, p.sw_max), [p.msg, p.sw_status, p.sw_plot, p.sw_table],
+    p.sw_btn.click(gpu("sweep")(h.sweep), p.inputs(p.sw_n, p.sw_w, p.sw_max), [p.msg, p.sw_status, p.sw_plot, p.sw_table],
                    api_name="sweep", **model)
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    p.tune_btn.click(gpu(300)(h.tune), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
+    p.tune_btn.click(gpu("tune")(h.tune), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
                      api_name="tune", **model)
-    p.load_btn.click(gpu(60)(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
+    p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)
     p.rp_btn.click(h.replay, [p.rp_upload, p.rp_pick, p.last], [p.rp_msg, p.rp_stats, p.rp_view, p.rp_text],
                    api_name="replay", concurrency_limit=4)

@@ -5,11 +5,16 @@ Loading goes through decoding.load (never trust_remote_code). The cache keeps th
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections import OrderedDict
 
 from decoding import load
+from decoding.cache_pool import precapture
 from decoding.models import ModelError, pick_device
+
+log = logging.getLogger("decodescope.models")
 
 
 class ModelCache:
@@ -49,11 +54,24 @@ class ModelCache:
                 raise
             except Exception as e:  # noqa: BLE001 - any loader failure is "cannot load" for the user
                 raise ModelError(f"cannot load model {name!r}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+            precapture_graphs(pair[0])
             with self._lock:
                 self._models[key] = pair
                 while len(self._models) > self.capacity:
                     self._models.popitem(last=False)
             return pair
+
+
+def precapture_graphs(model) -> None:
+    """Capture the common CUDA graph buckets at load, so a visitor's first run does not pay capture
+    (decoding.cache_pool.precapture: CUDA and the static default only; not in ZeroGPU's main process,
+    which has no GPU until a @spaces.GPU call). A failure is logged; runs still capture on first use."""
+    if os.environ.get("SPACES_ZERO_GPU") or not hasattr(model, "get_input_embeddings"):
+        return
+    try:
+        precapture(model)
+    except Exception as e:  # noqa: BLE001 - pre-capture is an optimisation: never fail a load for it
+        log.warning("CUDA graph pre-capture failed: %s", e)
 
 
 def describe(model, tok) -> dict:

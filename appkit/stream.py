@@ -4,11 +4,17 @@ The work (one run, or several in a row) goes to a worker thread; the Gradio gene
 every `min_interval` seconds to send a small update, so the engine keeps its speed and the browser's main
 thread stays free. Stop sets the session's event; the engine's on_step hook (`Job.check`, called after
 every step) raises Stopped, so a run ends within one step and the caller gets the partial result at once.
+
+ZeroGPU runs each @spaces.GPU call in a forked worker, while Stop (queue=False, undecorated) runs in the
+main process: a threading.Event set there never reaches the worker. So Stop also writes the session's
+hash into shared memory created with Sessions (before any fork); the worker's stop signal reads it.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
+from multiprocessing.sharedctypes import RawArray
 from typing import Any, Callable, Iterator
 
 from decoding import Step, Trace
@@ -22,20 +28,51 @@ class Stopped(Exception):
     """Raised inside the engine's on_step when the user pressed Stop."""
 
 
+SLOTS = 1024  # shared stop slots: a session's slot holds its hash while a Stop for it is pending
+
+
+def _session_key(session: str | None) -> tuple[int, int]:
+    """(slot, hash) of a session id, the same in every process (Python's hash() is salted per process)."""
+    h = int.from_bytes(hashlib.blake2b((session or "").encode(), digest_size=7).digest(), "little") + 1
+    return h % SLOTS, h
+
+
+class StopSignal:
+    """The stop event of one job: set in this process (threading.Event), or by a Stop from another
+    process (the shared slot holds this session's hash). Same is_set()/set() as threading.Event."""
+
+    def __init__(self, shared, session: str | None):
+        self.event, self.shared = threading.Event(), shared
+        self.slot, self.hash = _session_key(session)
+        shared[self.slot] = 0  # a Stop pressed before this job started does not stop it
+
+    def is_set(self) -> bool:
+        return self.event.is_set() or self.shared[self.slot] == self.hash
+
+    def set(self) -> None:
+        self.event.set()
+
+
 class Sessions:
-    """The stop event of each browser session's current job, so Stop only stops that session's work."""
+    """The stop signal of each browser session's current job, so Stop only stops that session's work,
+    in this process or in a forked worker (ZeroGPU)."""
 
     def __init__(self):
-        self._events: dict[str, threading.Event] = {}
+        self._events: dict[str, StopSignal] = {}
         self._lock = threading.Lock()
+        self._shared = RawArray("q", SLOTS)  # anonymous shared memory: inherited by forked workers
 
-    def start(self, session: str | None) -> threading.Event:
-        ev = threading.Event()
+    def start(self, session: str | None) -> StopSignal:
+        ev = StopSignal(self._shared, session)
         with self._lock:
             self._events[session or ""] = ev
         return ev
 
     def stop(self, session: str | None) -> bool:
+        """Stop the session's job here, and in any forked worker (the shared slot). True when a job of
+        the session runs in this process (a worker's job cannot be seen from here)."""
+        slot, h = _session_key(session)
+        self._shared[slot] = h
         with self._lock:
             ev = self._events.get(session or "")
         if ev is None:
@@ -65,7 +102,8 @@ class Recorder:
 class Job:
     """A worker thread running work(job); the caller iterates job.updates() in the Gradio generator."""
 
-    def __init__(self, work: Callable[["Job"], Any], stop: threading.Event, setup: Callable[[], None] | None = None):
+    def __init__(self, work: Callable[["Job"], Any], stop: "StopSignal | threading.Event",
+                 setup: Callable[[], None] | None = None):
         self.stop, self.result, self.error, self.stopped = stop, None, None, False
         self.progress: Any = None
         self._wake = threading.Condition()
@@ -123,3 +161,27 @@ class Job:
         if self.error is not None:
             raise self.error
         yield ("stopped", self.progress) if self.stopped else ("done", self.result)
+
+
+# @spaces.GPU durations: what the visitor's ZeroGPU quota is charged up front, so computed from the
+# settings instead of a fixed worst case. SECONDS_PER_TOKEN bounds a decoded token on a GPU slice with
+# margin (embedded model ~150 tokens/s; a 7B model ~30); `runs` = decodes one event makes.
+SECONDS_PER_TOKEN = 0.05
+GPU_EVENTS = {"run": (1, 120), "race": (5, 180), "profile": (2, 240), "sweep": (12, 240), "tune": (8, 300),
+              "load_models": (0, 60)}  # event -> (decodes of max_new tokens, cap in seconds)
+
+
+def gpu_seconds(event: str, floor: int = 20) -> Callable[..., int]:
+    """A duration callable for spaces.GPU(duration=...): called with the event's arguments, reads
+    max_new from them (Settings order, after a gr.Request if any) and returns seconds within the cap."""
+    runs, cap = GPU_EVENTS[event]
+
+    def duration(*args, **kwargs) -> int:
+        from .settings import FIELDS
+        values = [a for a in args if isinstance(a, (str, int, float, bool, type(None)))]
+        try:
+            max_new = float(dict(zip(FIELDS, values)).get("max_new", 64))
+        except (TypeError, ValueError):
+            max_new = 64.0
+        return int(min(cap, max(floor, floor + runs * max_new * SECONDS_PER_TOKEN)))
+    return duration
