@@ -53,7 +53,8 @@ def item_a(out: Path, quick: bool) -> dict:
     xml = out / "cuda_tests.xml"
     sel = (["-m", "not cuda", "-k", "test_greedy_matches_hf_greedy and cpu-fp32-tiny and (greedy or chain)"]
            if quick else ["-m", "cuda"])
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py", *sel,
+    files = ["tests/test_cuda.py"] + ([] if quick else ["tests/test_gpu_stage.py"])  # + capture/sync CUDA rows
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, *sel,
            f"--junitxml={xml}"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     cases = []
@@ -64,7 +65,7 @@ def item_a(out: Path, quick: bool) -> dict:
                       "agreement": json.loads(props["agreement"]) if "agreement" in props else None,
                       "message": next((c.get("message") for c in tc if c.tag in ("failure", "error")), None)})
     count = {s: sum(c["status"] == s for c in cases) for s in ("passed", "failure", "error", "skipped")}
-    return {"command": " ".join(["python -m pytest tests/test_cuda.py", *sel]), "returncode": r.returncode,
+    return {"command": " ".join(["python -m pytest", *files, *sel]), "returncode": r.returncode,
             "counts": count, "cases": cases, "tail": r.stdout[-3000:]}
 
 

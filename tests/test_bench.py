@@ -107,3 +107,10 @@ def test_gpu_check_imports_no_app_dependencies():
     r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_gpu_memory_quick_runs_on_cpu():
+    import gpu_memory
+    doc = gpu_memory.main(["--quick"])
+    assert doc["after_10"]["pool_caches"] <= 2 and doc["after_12"]["pool_caches"] <= 2
+    assert doc["measure"] == "pool_bytes" and doc["ratio"] > 0
