@@ -91,8 +91,8 @@ def test_paper_setting_runs_on_a_graph_bucket():
     assert core.cache.status()["used"][-1] == "256:128"  # 76 rows read -> a 128-row LM head bucket
 
 
-def _live_caches() -> list[StaticKV]:
-    return [o for o in gc.get_objects() if isinstance(o, StaticKV)]
+def _live_caches(model) -> list[StaticKV]:
+    return [o for o in gc.get_objects() if isinstance(o, StaticKV) and o._model() is model]
 
 
 def test_pool_keeps_its_budget_after_a_long_run_and_50_short_runs(monkeypatch):
@@ -122,7 +122,7 @@ def test_pool_keeps_its_budget_after_a_long_run_and_50_short_runs(monkeypatch):
         pool = cache_pool._pool(model)
         assert long() is None, "the least recently used cache outside the budget must be freed"
         assert len(pool) <= cache_pool.POOL_CACHES and sum(c.nbytes() for c in pool) <= cache_pool.POOL_BYTES
-        assert len(_live_caches()) <= cache_pool.POOL_CACHES
+        assert len(_live_caches(model)) <= cache_pool.POOL_CACHES
     finally:
         gc.enable()
 
