@@ -18,6 +18,7 @@ import viz
 from decoding import make_drafter, make_sampling, run
 from decoding.api import vocab_for
 from decoding.models import describe, max_positions
+from decoding.static_cache import capture_warning
 
 from . import presets
 from .costs import run_costs
@@ -202,9 +203,11 @@ class Handlers:
                 tr = result if kind == "done" else rec.trace
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
-                yield gr.skip(), stats_md(tr, head, note), text, gr.skip(), gr.skip(), gr.skip()  # status first
+                graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
+                note_run = f"{note}\n\n{graphs}" if graphs else note
+                yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")
-                yield CLEAR, stats_md(tr, head, note), text, html, path, d
+                yield CLEAR, stats_md(tr, head, note_run), text, html, path, d
         finally:
             self.sessions.end(session, stop)
 
