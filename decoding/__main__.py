@@ -6,9 +6,7 @@ greedy in fp32 (by construction); in bf16/fp16 the CLI measures it against HF ge
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import torch
 
@@ -150,14 +148,8 @@ def generate(args: argparse.Namespace) -> int:
         print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
               f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
               f"origins {spec['origins']}", file=sys.stderr)
-    if args.json:
-        doc = {"method": tr.method, "config": tr.config, "output_ids": tr.output_ids, "text": tr.text,
-               "steps": st["steps"], "compression": st["compression"], "stats": st, "trace": tr.to_dict()}
-        if spec:
-            doc["speculative"] = spec
-        if tr.agreement is not None:
-            doc["agreement"] = tr.agreement
-        Path(args.json).write_text(json.dumps(doc))
+    if args.json:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
+        tr.save(args.json)
     return 0
 
 

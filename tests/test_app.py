@@ -316,7 +316,7 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
     expect_msg(client, [handle_file(str(bad)), None], "/replay", "not valid JSON")
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"schema": "something/9", "steps": []}))
-    expect_msg(client, [handle_file(str(wrong)), None], "/replay", "unsupported trace schema")
+    expect_msg(client, [handle_file(str(wrong)), None], "/replay", "not a DecodeScope trace", "something/9")
     broken = saved_trace(FIXTURES / "lookahead.json")
     broken["steps"][1]["parents"] = broken["steps"][1]["parents"][:-1]
     (tmp_path / "broken.json").write_text(json.dumps(broken))
