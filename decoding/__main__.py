@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def generate(args: argparse.Namespace) -> int:
+def setup(args: argparse.Namespace):
+    """Validate the options, load the model(s) and build the drafter: (model, tok, drafter, sampling).
+    Shared with `python -m profiling`, so both CLIs take the same method options."""
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
     sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
@@ -131,6 +133,11 @@ def generate(args: argparse.Namespace) -> int:
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
+    return model, tok, drafter, sampling
+
+
+def generate(args: argparse.Namespace) -> int:
+    model, tok, drafter, sampling = setup(args)
     tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
              drafter=drafter, static={"auto": None, "on": True, "off": False}[args.static])
     exactness(model, tok, tr, sampling, args.check_exact)

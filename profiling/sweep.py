@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from decoding.models import fitting_sizes
 from decoding.timing import latency_curve, time_step, tree_parents  # noqa: F401 - re-exported for callers
 
 from .calibrate import device_name
@@ -22,6 +23,7 @@ def latency_sweep(model, kv_len: int = 512, sizes: tuple[int, ...] = SIZES, shap
     """Median step latency per query size against a kv_len-token cache.
 
     nearly_free = the largest size whose latency is within free_ratio of the 1-token step."""
+    sizes, kv_len = fitting_sizes(model.config, sizes, kv_len)  # never past the model's positions
     core, kv_len, curve = latency_curve(model, kv_len, sizes, shape, reps, warmup, seed)
     arch, nbytes = arch_of(model.config), dtype_bytes(core.dtype)
     points = []
