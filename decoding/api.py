@@ -5,7 +5,7 @@ import difflib
 
 from .drafters import Greedy
 from .lookahead import Lookahead
-from .models import describe, max_positions
+from .models import check_window, describe, max_positions
 from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
 from .runner import generate
@@ -59,7 +59,8 @@ def make_drafter(method: str, **p):
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
                         confidence=p.get("confidence"), adaptive=bool(p.get("adaptive", False)))
         if p.get("target_model") is not None:
-            check_compatible(p["target_model"], d.draft, p.get("tokenizer"), p.get("draft_tokenizer"))
+            d.vocab_checked = check_compatible(p["target_model"], d.draft, p.get("tokenizer"),
+                                               p.get("draft_tokenizer"))
         return d
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -83,11 +84,16 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
     if isinstance(prompt, str) and not prompt.strip() or not ids:
         raise ValueError("the prompt is empty")
+    if drafter is None and method == "speculative":  # let make_drafter compare the tokenizers
+        params = {"target_model": model, "tokenizer": tokenizer, **params}
     drafter = drafter or make_drafter(method, **params)
     limit = max_positions(model.config)
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
         raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
                          f"({drafter.max_depth()}) exceeds the model's {limit} positions")
+    check_window(model.config, len(ids), max_new_tokens, drafter.max_depth())
+    if getattr(drafter, "draft", None) is not None:
+        check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth())
     eos = eos_of(model, tokenizer)
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   sampling=sampling, trace=trace, static=static, **_hooks(params))

@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .masks import chain_parents, step_mask, tree_visibility
+from .models import sliding_window
 from .static_cache import StaticKV, acquire, release
 
 # Defaults for Cores built while runner.generate runs, so that a drafter's own Core (the speculative
@@ -72,7 +73,9 @@ class Core:
             self.cache = acquire(model, cap, compiled=opts.get("compiled", False))
             weakref.finalize(self, release, weakref.ref(model), self.cache)
         else:
-            self.cache = DynamicCache(config=model.config)
+            # full-attention layers everywhere: a sliding-window layer would drop KV entries the commit
+            # still indexes; runs are only allowed where the window covers all of them (models.check_window)
+            self.cache = DynamicCache() if sliding_window(model.config) else DynamicCache(config=model.config)
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []

@@ -59,20 +59,42 @@ def pick_dtype(dtype: str | None, device: str, n_params: int | None = None) -> t
     return table[dtype]
 
 
+ATTENTION_KINDS = ("full_attention", "sliding_attention")  # kinds that are exactly causal inside the window
+
+
+def sliding_window(config: PretrainedConfig) -> int | None:
+    """The sliding-window width a model uses on any layer, or None (full attention everywhere)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None) or []
+    if not window or not getattr(config, "use_sliding_window", True) and "sliding_attention" not in layer_types:
+        return None
+    if layer_types and "sliding_attention" not in layer_types:
+        return None
+    return int(window)
+
+
 def check_architecture(config: PretrainedConfig) -> None:
-    """Refuse models where one custom 4D mask cannot drive every layer (sliding-window, hybrid)."""
+    """Refuse models where one custom 4D mask cannot drive every layer (chunked, linear, state-space layers).
+    Sliding-window layers are accepted: while a run fits in the window their mask is exactly causal, and
+    check_window refuses runs that do not fit."""
     name = getattr(config, "model_type", "?")
     if getattr(config, "is_encoder_decoder", False):
         raise ModelError(f"{name} is an encoder-decoder model; DecodeScope needs a decoder-only causal LM")
     layer_types = getattr(config, "layer_types", None)
-    if layer_types and any(t != "full_attention" for t in layer_types):
-        kinds = sorted(set(layer_types))
-        raise ModelError(f"{name} mixes attention kinds {kinds}: one custom attention mask cannot fit "
+    if layer_types and any(t not in ATTENTION_KINDS for t in layer_types):
+        kinds = sorted(set(layer_types) - set(ATTENTION_KINDS))
+        raise ModelError(f"{name} has {', '.join(kinds)} layers: one custom attention mask cannot fit "
                          "every layer, so lookahead/tree verification would be wrong")
-    window = getattr(config, "sliding_window", None)
-    if window and getattr(config, "use_sliding_window", True):
-        raise ModelError(f"{name} uses sliding-window attention (window {window}): a custom tree mask "
-                         "cannot be applied exactly")
+
+
+def check_window(config: PretrainedConfig, prompt: int, new: int, span: int) -> None:
+    """A sliding-window model decodes exactly only while every token still sees the whole run."""
+    window = sliding_window(config)
+    if window is not None and prompt + new + span > window:
+        raise ModelError(f"{getattr(config, 'model_type', 'this model')} uses sliding-window attention (window "
+                         f"{window}): prompt ({prompt} tokens) + max-new-tokens ({new}) + lookahead span ({span}) "
+                         f"= {prompt + new + span} exceeds it; DecodeScope is exact only when the whole run fits "
+                         f"the window, so lower max-new-tokens to {max(window - prompt - span, 0)} or shorten the prompt")
 
 
 def max_positions(config: PretrainedConfig) -> int | None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from gradio_client import Client, handle_file
 
-from conftest import save_tiny_dir, tiny
+from conftest import other_tokenizer, save_tiny_dir, tiny
 
 import app as app_module
 from appkit.models import ModelCache
@@ -53,7 +53,8 @@ def dirs(tmp_path_factory):
          "draft": save_tiny_dir(root / "draft", "llama", seed=1),
          "slow": save_tiny_dir(root / "slow_target", "llama", seed=0)}
     bad = save_tiny_dir(root / "draft_vocab80", "llama", seed=2)
-    tiny("llama", vocab=80, seed=2).save_pretrained(bad)  # same tokenizer files, different vocabulary size
+    tiny("llama", vocab=80, seed=2).save_pretrained(bad)  # another vocabulary size and another tokenizer
+    other_tokenizer(bad)  # (a padded embedding alone is fine when the tokenizers agree)
     d["bad_draft"] = bad
     (root / "not_a_model").mkdir()
     (root / "not_a_model" / "config.json").write_text("{broken")
