@@ -11,6 +11,7 @@ import sys
 import torch
 
 from .api import METHODS, eos_of, make_drafter, make_sampling, run
+from .cli_run import add_arguments, compare_line, decode, json_path, read_prompts, timing_line, with_template
 from .models import ModelError, load
 from .reference import measure
 from .params import LIMITS, make_shape
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="decode a prompt and print the text and run statistics")
     g.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
     g.add_argument("--method", default="lookahead", choices=METHODS)
-    g.add_argument("--prompt", required=True, help="text, tokenised exactly as tokenizer(prompt)")
+    g.add_argument("--prompt", default=None, help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
     g.add_argument("--max-new-tokens", type=int, default=64,
                    help=f"new tokens to generate, {LIMITS['max_new_tokens'][0]}..{LIMITS['max_new_tokens'][1]}")
     g.add_argument("--window", type=int, default=None, help="lookahead W (default 5)")
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
                         "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
+    add_arguments(g)  # --prompt-file, --chat, --stop, --stream, --compare (decoding/cli_run.py)
     return ap
 
 
@@ -137,16 +139,32 @@ def setup(args: argparse.Namespace):
 
 
 def generate(args: argparse.Namespace) -> int:
+    raw = read_prompts(args)
+    args.prompt = raw[0]  # setup validates it and --auto tunes on it
     model, tok, drafter, sampling = setup(args)
-    tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
-             drafter=drafter, static={"auto": None, "on": True, "off": False}[args.static])
+    static = {"auto": None, "on": True, "off": False}[args.static]
+    prompts = with_template(tok, raw, args.chat)
+    if args.compare:  # warm up first, so neither timed run pays for the first forwards
+        run(model, tok, prompts[0], "greedy", max_new_tokens=2, trace=False, static=static)
+    for i, prompt in enumerate(prompts):
+        tr = decode(model, tok, prompt, args, drafter, sampling, static)  # drafters reset in start()
+        show(args, model, tok, tr, sampling, json_path(args.json, i, len(prompts)) if args.json else None)
+        print(timing_line(tr, model), file=sys.stderr)
+        if args.compare:
+            print(compare_line(model, tok, prompt, tr, sampling, static), file=sys.stderr)
+    return 0
+
+
+def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) -> None:
+    """Print the text and the run's lines; write the trace document to `out`."""
     exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}
     if args.method == "speculative":
         from .speculative import speculative_stats
         spec = speculative_stats(tr)
-    print(tr.text)
+    if not args.stream:  # streamed text is already on stdout
+        print(tr.text)
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
           f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
           file=sys.stderr)
@@ -155,9 +173,8 @@ def generate(args: argparse.Namespace) -> int:
         print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
               f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
               f"origins {spec['origins']}", file=sys.stderr)
-    if args.json:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
-        tr.save(args.json)
-    return 0
+    if out:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
+        tr.save(out)
 
 
 def exactness(model, tok, tr, sampling, force: bool) -> None:

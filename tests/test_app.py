@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 
 from conftest import other_tokenizer, save_tiny_dir, tiny
 
@@ -273,9 +274,21 @@ def test_replay_recorded_and_uploaded_traces(client):
         assert msg == "" and "ds-stepper" in html and Trace.load(p).method in stats
 
 
+MODEL_EVENTS = ("/run", "/race", "/profile", "/sweep", "/tune")
+
+
 def expect_msg(client, args, api_name, *needles) -> str:
-    """A refused request: the message output says why, the status is reset, nothing else is replaced."""
-    out = client.predict(*args, api_name=api_name)
+    """A refused request: the message output (beside the controls) says why, the status is reset, nothing
+    else is replaced; the model events also raise it to the API client (gr.Error) with the same words."""
+    job = client.submit(*args, api_name=api_name)
+    if api_name in MODEL_EVENTS:
+        with pytest.raises(AppError) as e:
+            job.result(timeout=120)
+        for n in needles:
+            assert n.replace("**", "") in str(e.value), f"expected {n!r} in the client's error {e.value}"
+        out = job.outputs()[-1]
+    else:
+        out = job.result(timeout=120)
     msg = out[0]
     assert msg, f"no message for {args}"
     for n in needles:
@@ -333,7 +346,8 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
 def test_error_keeps_the_previous_output(server, dirs):
     c = Client(server[0], verbose=False)
     job = c.submit(*settings(dirs, max_new=0), api_name="/run")
-    job.result(timeout=60)
+    with pytest.raises(AppError, match="max new tokens"):
+        job.result(timeout=60)
     last = job.outputs()[-1]
     assert "max new tokens" in last[0] and last[1].startswith("Not run")
     assert not any(sent(x) for x in last[2:])  # output, step view, trace: left as they were
