@@ -3,6 +3,7 @@
     decodescope generate --prompt "def fib(n):" --method lookahead    # = python -m decoding generate ...
     decodescope profile --method lookahead --out runs/prof             # = python -m profiling ...
     decodescope report run.json -o report.html                         # = python -m viz report ...
+    decodescope project run.json                                       # = python -m profiling.project ...
     decodescope app                                                    # = python app.py
 
 Each subcommand hands its arguments to that module's own main(), so options, messages and exit
@@ -15,6 +16,7 @@ import sys
 COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
             "profile": "profile a run: per-step ranges, FLOPs/bytes, roofline, Perfetto trace",
             "report": "write the offline HTML report of a recorded trace",
+            "project": "what if on A100 / H100 / H200: a trace's roofline projection from datasheet peaks",
             "app": "start the Gradio app (http://127.0.0.1:7860)"}
 
 
@@ -38,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "report":
         from viz.__main__ import main as run
         return run(["report", *rest])
+    if cmd == "project":
+        from profiling.project import main as run
+        return run(rest)
     if cmd == "app":
         if rest:
             print("error: decodescope app takes no options (PORT / GRADIO_SERVER_PORT set the port)", file=sys.stderr)
