@@ -22,7 +22,8 @@ COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
 
 def usage() -> str:
     rows = "\n".join(f"  {k:<9} {v}" for k, v in COMMANDS.items())
-    return f"usage: decodescope {{{','.join(COMMANDS)}}} [options]\n\n{rows}\n\n`decodescope COMMAND --help` lists a command's options."
+    return (f"usage: decodescope {{{','.join(COMMANDS)}}} [options]\n\n{rows}\n\n"
+            "`decodescope COMMAND --help` lists a command's options.")
 
 
 def main(argv: list[str] | None = None) -> int:

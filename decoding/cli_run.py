@@ -21,9 +21,11 @@ def add_arguments(g: argparse.ArgumentParser) -> None:
                    help="prompts to decode one after another: a text file with one prompt per line, a .json "
                         "list of strings, or a .jsonl file with one JSON string per line; - reads stdin "
                         "(all of it, one prompt)")
-    g.add_argument("--chat", action="store_true", help="wrap each prompt as a user turn in the tokenizer's chat template")
+    g.add_argument("--chat", action="store_true",
+                   help="wrap each prompt as a user turn in the tokenizer's chat template")
     g.add_argument("--stop", action="append", default=None,
-                   help="stop once the output contains this text (repeatable; kept in the output, like HF stop_strings)")
+                   help="stop once the output contains this text (repeatable; kept in the output, like HF "
+                        "stop_strings)")
     g.add_argument("--stream", action="store_true", help="print the text as each step accepts tokens")
     g.add_argument("--compare", choices=("greedy",), default=None,
                    help="also run plain greedy on the same prompt and print the measured speed-up")
@@ -96,7 +98,8 @@ def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, stat
         tr.output_ids = cut_at_stop(tok, [t for s in steps for t in s.accepted], stops)
         extra = sum(len(s.accepted) for s in steps) - len(tr.output_ids)
         last = steps[-1]
-        last.accepted, last.origins = last.accepted[:len(last.accepted) - extra], last.origins[:len(last.origins) - extra]
+        keep = len(last.accepted) - extra
+        last.accepted, last.origins = last.accepted[:keep], last.origins[:keep]
         tr.stop_reason, tr.model, tr.text = "stop", describe(model), tok.decode(tr.output_ids)
         tr.vocab = vocab_for(tr, tok)
     if args.stream:

@@ -94,7 +94,8 @@ def check_window(config: PretrainedConfig, prompt: int, new: int, span: int) -> 
         raise ModelError(f"{getattr(config, 'model_type', 'this model')} uses sliding-window attention (window "
                          f"{window}): prompt ({prompt} tokens) + max-new-tokens ({new}) + lookahead span ({span}) "
                          f"= {prompt + new + span} exceeds it; DecodeScope is exact only when the whole run fits "
-                         f"the window, so lower max-new-tokens to {max(window - prompt - span, 0)} or shorten the prompt")
+                         f"the window, so lower max-new-tokens to {max(window - prompt - span, 0)} or shorten "
+                         "the prompt")
 
 
 def max_positions(config: PretrainedConfig) -> int | None:

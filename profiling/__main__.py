@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         tr, prof = profile_run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens,
                                sampling=sampling, drafter=drafter, perfetto_path=out / f"{args.method}.perfetto.json",
-                               measure_peaks=not args.no_peaks, static={"auto": None, "on": True, "off": False}[args.static],
+                               measure_peaks=not args.no_peaks,
+                               static={"auto": None, "on": True, "off": False}[args.static],
                                draft_model=getattr(drafter, "draft", None))  # the draft's own costs
     except (ValueError, ModelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
