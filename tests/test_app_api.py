@@ -2,7 +2,9 @@
 the Settings fields (plus the event's extras), returns are labelled, an API call without a preset runs the
 values it sends, and bad input is an exception the client sees while the page shows the message."""
 import json
+from pathlib import Path
 
+import jsonschema
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
@@ -10,6 +12,7 @@ from gradio_client.exceptions import AppError
 from appkit.settings import FIELDS
 from test_app import PROMPT, cache_dir, client, dirs, reference, server  # noqa: F401 - shared fixtures
 
+ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = {"/run": (), "/race": ("methods",), "/profile": (), "/sweep": ("sweep_n", "sweep_w", "sweep_max_new"),
           "/tune": ()}
 
@@ -34,8 +37,10 @@ def test_run_by_keyword_uses_the_values_sent(client, dirs):
     out = client.predict(**base(dirs, method="lookahead", window=2, ngram=3, guesses=1), api_name="/run")
     msg, status, text, html, path = out[:5]
     assert msg == "" and text == reference(dirs, "greedy", n=12).text
-    cfg = json.loads(open(path).read())["config"]
+    doc = json.loads(open(path).read())
+    cfg = doc["config"]
     assert (cfg["window"], cfg["ngram"], cfg["guesses"]) == (2, 3, 1)
+    jsonschema.validate(doc, json.loads((ROOT / "docs" / "trace.schema.json").read_text()))  # the one format
 
 
 def test_other_endpoints_by_keyword(client, dirs):
