@@ -25,6 +25,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 
 import viz  # noqa: E402
+from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
 from appkit.explain import explain  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
@@ -64,6 +65,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         p = layout(Page(), lim, t0, d0, targets, drafts, _positions(target0))
         wire(p, h)
+        label_outputs(p)  # the API's returns are named, not value_55
+        preset_from_page(demo, p)  # no preset in an API call = the values it sends
     demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),
                default_concurrency_limit=1)
     demo.decodescope = {"limits": lim, "cache": h.cache, "sessions": h.sessions, "handlers": h, "page": p}
@@ -74,18 +77,20 @@ def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     model = dict(concurrency_id=GPU, concurrency_limit=1)
     local = dict(api_visibility="private", queue=False)
-    p.run_btn.click(gpu("run")(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
+    p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
                     api_name="run", show_progress="hidden", **model)
-    p.race_btn.click(gpu("race")(h.race), p.inputs(p.race_methods), [p.msg, p.race_md, p.race_table, p.race_plot,
-                                                                 p.race_lat], api_name="race", **model)
-    p.prof_btn.click(gpu("profile")(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
+    p.race_btn.click(gpu("race")(named(h.race, ("methods",))), p.inputs(p.race_methods),
+                     [p.msg, p.race_md, p.race_table, p.race_plot, p.race_lat], api_name="race", **model)
+    p.prof_btn.click(gpu("profile")(named(h.profile)), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)
-    p.sw_btn.click(gpu("sweep")(h.sweep), p.inputs(p.sw_n, p.sw_w, p.sw_max), [p.msg, p.sw_status, p.sw_plot, p.sw_table],
+    p.sw_btn.click(gpu("sweep")(named(h.sweep, ("sweep_n", "sweep_w", "sweep_max_new"))),
+                   p.inputs(p.sw_n, p.sw_w, p.sw_max), [p.msg, p.sw_status, p.sw_plot, p.sw_table],
                    api_name="sweep", **model)
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    p.tune_btn.click(gpu("tune")(h.tune), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
+    p.tune_btn.click(gpu("tune")(named(h.tune, request=False)), p.inputs(),
+                     [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
                      api_name="tune", **model)
     p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)

@@ -35,27 +35,36 @@ def text_of(e: BaseException) -> str:
     return f"{type(e).__name__}: {one_line(e)}"
 
 
-def failure(e: BaseException, n_outputs: int, status: str | None = NOT_RUN) -> tuple:
+def failure(e: BaseException, n_outputs: int, status: str | None = NOT_RUN, toast: bool = True) -> tuple:
     """(persistent message, status reset, skip…) for an event with n_outputs outputs; shows a toast.
     status None: the event has no status line of its own (its second output is left as it was)."""
     msg = text_of(e)
-    gr.Warning(msg.replace("**", ""), title="Not run")
+    if toast:
+        gr.Warning(msg.replace("**", ""), title="Not run")
     shown = f"⚠️ {msg}" if "\n" not in msg else f"⚠️ **Not run:**\n\n{msg}"
     return (shown, gr.skip() if status is None else status, *([gr.skip()] * (n_outputs - 2)))
 
 
-def reported(n_outputs: int, status: str | None = NOT_RUN):
-    """Decorator: failures become `failure(...)` instead of an exception (see the module docstring)."""
+def reported(n_outputs: int, status: str | None = NOT_RUN, client_error: bool = False):
+    """Decorator: failures become `failure(...)` instead of an exception (see the module docstring).
+    client_error (the API's model events): the message is shown beside the controls first, then raised as
+    gr.Error so a script calling the endpoint gets an exception with the same words, not a normal result.
+    Such handlers are always generators (the message must be sent before the error)."""
     def wrap(fn):
-        if inspect.isgeneratorfunction(fn):
+        if inspect.isgeneratorfunction(fn) or client_error:
             @functools.wraps(fn)
             def gen(*a, **k):
                 try:
-                    yield from fn(*a, **k)
+                    if inspect.isgeneratorfunction(fn):
+                        yield from fn(*a, **k)
+                    else:
+                        yield fn(*a, **k)
                 except GeneratorExit:
                     raise
                 except Exception as e:  # noqa: BLE001
-                    yield failure(e, n_outputs, status)
+                    yield failure(e, n_outputs, status, toast=not client_error)
+                    if client_error:
+                        raise gr.Error(text_of(e).replace("**", ""), title="Not run", print_exception=False) from None
             return gen
 
         @functools.wraps(fn)

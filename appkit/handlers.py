@@ -174,7 +174,7 @@ class Handlers:
         return step_views(tr, costs, len(tr.steps) - 1), str(path), tr.to_dict()
 
     # ------------------------------------------------------------------ Run tab
-    @reported(6)
+    @reported(6, client_error=True)
     def run(self, request: gr.Request, *values):
         """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
         s = Settings.from_values(values)

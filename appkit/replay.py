@@ -37,12 +37,10 @@ def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
         raise ValueError(f"the file is not a DecodeScope trace: not valid JSON ({e.__class__.__name__})") from None
     if not isinstance(d, dict):
         raise ValueError("the file is not a DecodeScope trace: expected a JSON object")
-    if "trace" in d and "schema" not in d and isinstance(d["trace"], dict):
-        d = d["trace"]  # the CLI's --json output wraps the trace
     try:
-        tr = Trace.from_dict(d)
+        tr = Trace.from_dict(d)  # every trace version, and the CLI's pre-v2 wrapper
     except ValueError as e:
-        raise ValueError(f"the file is not a DecodeScope trace: {e}") from None
+        raise ValueError(str(e) if "trace" in str(e) else f"the file is not a DecodeScope trace: {e}") from None
     except (TypeError, KeyError, AttributeError) as e:
         raise ValueError(f"the file is not a DecodeScope trace: malformed fields ({e})") from None
     if not tr.steps:

@@ -173,14 +173,14 @@ GPU_EVENTS = {"run": (1, 120), "race": (5, 180), "profile": (2, 240), "sweep": (
 
 def gpu_seconds(event: str, floor: int = 20) -> Callable[..., int]:
     """A duration callable for spaces.GPU(duration=...): called with the event's arguments, reads
-    max_new from them (Settings order, after a gr.Request if any) and returns seconds within the cap."""
+    max_new from them (by name from the keyword API, else Settings order after a gr.Request if any) and returns seconds within the cap."""
     runs, cap = GPU_EVENTS[event]
 
     def duration(*args, **kwargs) -> int:
         from .settings import FIELDS
         values = [a for a in args if isinstance(a, (str, int, float, bool, type(None)))]
         try:
-            max_new = float(dict(zip(FIELDS, values)).get("max_new", 64))
+            max_new = float(kwargs.get("max_new", dict(zip(FIELDS, values)).get("max_new", 64)))
         except (TypeError, ValueError):
             max_new = 64.0
         return int(min(cap, max(floor, floor + runs * max_new * SECONDS_PER_TOKEN)))

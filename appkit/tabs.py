@@ -28,7 +28,7 @@ RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
 class Tabs(Handlers):
     """Run tab (Handlers) plus the other tabs."""
 
-    @reported(5)
+    @reported(5, client_error=True)
     def race(self, request: gr.Request, *values):
         """Greedy, then each picked method, same prompt and settings; rows stream in as runs finish."""
         s, methods = Settings.from_values(values[:-1]), [m for m in (values[-1] or []) if m in RACE_CHOICES]
@@ -76,7 +76,7 @@ class Tabs(Handlers):
         return (md, race_table(rows), viz.race.race_figure(runs),
                 viz.costs.latency_figure({n: (t, None) for n, t in runs.items()}))
 
-    @reported(6)
+    @reported(6, client_error=True)
     def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
         from profiling import profile_run
@@ -124,7 +124,7 @@ class Tabs(Handlers):
                 viz.costs.latency_figure(runs),
                 [str(trace_path), str(out / f"{method}.perfetto.json"), str(report)])
 
-    @reported(4)
+    @reported(4, client_error=True)
     def sweep(self, request: gr.Request, *values):
         """The lookahead scaling picture: one real run per (N, W), G = W; a point streams in per run."""
         s, ns, ws, n_new = Settings.from_values(values[:-3]), values[-3] or [], values[-2] or [], values[-1]
@@ -160,7 +160,7 @@ class Tabs(Handlers):
         finally:
             self.sessions.end(session, stop)
 
-    @reported(6, status=None)
+    @reported(6, status=None, client_error=True)
     def tune(self, *values):
         """Run the autotuner for this model and device now (lookahead, and speculative when chosen) and
         keep the result as the device's auto preset."""

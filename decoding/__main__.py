@@ -6,13 +6,12 @@ greedy in fp32 (by construction); in bf16/fp16 the CLI measures it against HF ge
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import torch
 
 from .api import METHODS, eos_of, make_drafter, make_sampling, run
+from .cli_run import add_arguments, compare_line, decode, json_path, read_prompts, timing_line, with_template
 from .models import ModelError, load
 from .reference import measure
 from .params import LIMITS, make_shape
@@ -24,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="decode a prompt and print the text and run statistics")
     g.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
     g.add_argument("--method", default="lookahead", choices=METHODS)
-    g.add_argument("--prompt", required=True, help="text, tokenised exactly as tokenizer(prompt)")
+    g.add_argument("--prompt", default=None, help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
     g.add_argument("--max-new-tokens", type=int, default=64,
                    help=f"new tokens to generate, {LIMITS['max_new_tokens'][0]}..{LIMITS['max_new_tokens'][1]}")
     g.add_argument("--window", type=int, default=None, help="lookahead W (default 5)")
@@ -71,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
                         "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
+    add_arguments(g)  # --prompt-file, --chat, --stop, --stream, --compare (decoding/cli_run.py)
     return ap
 
 
@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def generate(args: argparse.Namespace) -> int:
+def setup(args: argparse.Namespace):
+    """Validate the options, load the model(s) and build the drafter: (model, tok, drafter, sampling).
+    Shared with `python -m profiling`, so both CLIs take the same method options."""
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
     sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
@@ -133,15 +135,36 @@ def generate(args: argparse.Namespace) -> int:
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
-    tr = run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
-             drafter=drafter, static={"auto": None, "on": True, "off": False}[args.static])
+    return model, tok, drafter, sampling
+
+
+def generate(args: argparse.Namespace) -> int:
+    raw = read_prompts(args)
+    args.prompt = raw[0]  # setup validates it and --auto tunes on it
+    model, tok, drafter, sampling = setup(args)
+    static = {"auto": None, "on": True, "off": False}[args.static]
+    prompts = with_template(tok, raw, args.chat)
+    if args.compare:  # warm up first, so neither timed run pays for the first forwards
+        run(model, tok, prompts[0], "greedy", max_new_tokens=2, trace=False, static=static)
+    for i, prompt in enumerate(prompts):
+        tr = decode(model, tok, prompt, args, drafter, sampling, static)  # drafters reset in start()
+        show(args, model, tok, tr, sampling, json_path(args.json, i, len(prompts)) if args.json else None)
+        print(timing_line(tr, model), file=sys.stderr)
+        if args.compare:
+            print(compare_line(model, tok, prompt, tr, sampling, static), file=sys.stderr)
+    return 0
+
+
+def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) -> None:
+    """Print the text and the run's lines; write the trace document to `out`."""
     exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}
     if args.method == "speculative":
         from .speculative import speculative_stats
         spec = speculative_stats(tr)
-    print(tr.text)
+    if not args.stream:  # streamed text is already on stdout
+        print(tr.text)
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
           f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
           file=sys.stderr)
@@ -153,15 +176,8 @@ def generate(args: argparse.Namespace) -> int:
         print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
               f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
               f"origins {spec['origins']}", file=sys.stderr)
-    if args.json:
-        doc = {"method": tr.method, "config": tr.config, "output_ids": tr.output_ids, "text": tr.text,
-               "steps": st["steps"], "compression": st["compression"], "stats": st, "trace": tr.to_dict()}
-        if spec:
-            doc["speculative"] = spec
-        if tr.agreement is not None:
-            doc["agreement"] = tr.agreement
-        Path(args.json).write_text(json.dumps(doc))
-    return 0
+    if out:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
+        tr.save(out)
 
 
 def exactness(model, tok, tr, sampling, force: bool) -> None:

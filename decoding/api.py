@@ -1,9 +1,11 @@
 """One call from text to a finished trace: validate parameters, build the drafter, decode, annotate."""
 from __future__ import annotations
 
+import difflib
+
 from .drafters import Greedy
 from .lookahead import Lookahead
-from .models import describe, max_positions
+from .models import check_window, describe, max_positions
 from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
 from .runner import generate
@@ -12,10 +14,34 @@ from .speculative import Speculative, check_compatible
 from .trace import Trace
 
 METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
+# The keyword parameters each method takes (run(**params) / make_drafter): anything else is a typo, refused.
+PARAMS = {"greedy": (),
+          "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
+          "prompt_lookup": ("max_ngram", "num_tokens", "candidates"),
+          "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
+                          "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
+HOOKS = ("step_context", "on_step")
+
+
+def check_params(method: str, params: dict) -> None:
+    """Refuse a parameter the method does not take (window_size=2 must not be silently ignored); a
+    parameter of another method is refused only when it is set (None = not given)."""
+    if method not in PARAMS:
+        return
+    known = {k for names in PARAMS.values() for k in names} | set(HOOKS)
+    for k, v in params.items():
+        if k not in known:
+            close = difflib.get_close_matches(k, sorted(known - set(HOOKS)), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            takes = ", ".join(PARAMS[method]) or "no parameters"
+            raise ValueError(f"unknown parameter {k!r}{hint} ({method} takes {takes})")
+        if v is not None and k not in PARAMS[method] and k not in HOOKS:
+            raise ValueError(f"{k} is not a {method} parameter ({method} takes {', '.join(PARAMS[method]) or 'none'})")
 
 
 def make_drafter(method: str, **p):
     """The drafter for a method name; p holds that method's parameters (None = default)."""
+    check_params(method, p)
     p = {k: v for k, v in p.items() if v is not None}
     for k, v in p.items():
         if k in LIMITS:
@@ -33,7 +59,8 @@ def make_drafter(method: str, **p):
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
                         confidence=p.get("confidence"), adaptive=bool(p.get("adaptive", False)))
         if p.get("target_model") is not None:
-            check_compatible(p["target_model"], d.draft, p.get("tokenizer"), p.get("draft_tokenizer"))
+            d.vocab_checked = check_compatible(p["target_model"], d.draft, p.get("tokenizer"),
+                                               p.get("draft_tokenizer"))
         return d
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -53,14 +80,20 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info.
     static: the static-shape path (None = the device default, see runner.default_static)."""
     check_range("max_new_tokens", max_new_tokens)
+    check_params(method, params)
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
     if isinstance(prompt, str) and not prompt.strip() or not ids:
         raise ValueError("the prompt is empty")
+    if drafter is None and method == "speculative":  # let make_drafter compare the tokenizers
+        params = {"target_model": model, "tokenizer": tokenizer, **params}
     drafter = drafter or make_drafter(method, **params)
     limit = max_positions(model.config)
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
         raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
                          f"({drafter.max_depth()}) exceeds the model's {limit} positions")
+    check_window(model.config, len(ids), max_new_tokens, drafter.max_depth())
+    if getattr(drafter, "draft", None) is not None:
+        check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth())
     eos = eos_of(model, tokenizer)
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   sampling=sampling, trace=trace, static=static, **_hooks(params))

@@ -15,6 +15,7 @@ import bisect
 from typing import Any
 
 from .api import make_drafter, run
+from .models import fitting_sizes, max_positions
 from .timing import latency_curve
 
 # (W, N, G): from a near-greedy step to the paper's GPU setting.
@@ -55,12 +56,17 @@ def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tok
     Returns {"best": {window, ngram, guesses}, "curve": {q: ms}, "ranking": [...]} — plain data."""
     pilots = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) else [prompt]
     if curve is None:
-        sizes = tuple(sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128}))
-        curve = latency_curve(model, kv_len, sizes, reps=5)[2]
+        sizes, kv = fitting_sizes(model.config, sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128}), kv_len)
+        curve = latency_curve(model, kv, sizes, reps=5)[2]
     curve = monotone(curve)
     base = interpolate(curve, 1)
+    limit = max_positions(model.config)
+    longest = max(len(p) if isinstance(p, list) else len(tokenizer(p)["input_ids"]) for p in pilots)
     ranking = []
     for W, N, G in grid:
+        drafter = make_drafter("lookahead", window=W, ngram=N, guesses=G, **params)
+        if limit is not None and longest + pilot_tokens + drafter.max_depth() > limit:
+            continue  # this shape's window would reach past the model's positions
         tokens, decode = 0, []
         for p in pilots:
             tr = run(model, tokenizer, p, "lookahead", max_new_tokens=pilot_tokens, trace=False,
@@ -74,6 +80,9 @@ def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tok
         ranking.append({"window": W, "ngram": N, "guesses": G, "query_tokens": q_mean,
                         "compression": compression, "step_ms": ms,
                         "predicted_speedup": compression * base / ms})
+    if not ranking:
+        raise ValueError(f"the prompt ({longest} tokens) leaves no room for a lookahead pilot within the model's "
+                         f"{limit} positions; shorten it or set --window/--ngram/--guesses yourself")
     ranking.sort(key=lambda r: -r["predicted_speedup"])
     best = {k: ranking[0][k] for k in ("window", "ngram", "guesses")}
     return {"best": best, "curve": {str(k): v for k, v in sorted(curve.items())}, "ranking": ranking}

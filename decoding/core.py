@@ -22,6 +22,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .masks import chain_parents, tree_visibility
 from .cache_pool import acquire, release
+from .models import sliding_window
 from .staging import Staging
 from .static_cache import StaticKV
 
@@ -81,7 +82,9 @@ class Core:
             if opts.get("caches") is not None:
                 opts["caches"].append((self.role, self.cache))
         else:
-            self.cache = DynamicCache(config=model.config)
+            # full-attention layers everywhere: a sliding-window layer would drop KV entries the commit
+            # still indexes; runs are only allowed where the window covers all of them (models.check_window)
+            self.cache = DynamicCache() if sliding_window(model.config) else DynamicCache(config=model.config)
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []

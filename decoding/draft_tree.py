@@ -25,15 +25,28 @@ from .sampling import Sampling, uniform, warp
 class DraftCore(Core):
     """A Core whose region of tree nodes persists across forwards until `settle`."""
     role = "draft"
+    vocab: int | None = None  # the target's logit rows (set by Speculative.start); None = the draft's own
 
     def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> torch.Tensor:
         """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q - skip, V]
         for all but the first `skip` nodes (catch-up tokens whose predictions nobody reads)."""
-        return self._run(tokens, parents, rows=len(tokens) - skip if skip else None)
+        return fit_vocab(self._run(tokens, parents, rows=len(tokens) - skip if skip else None), self.vocab)
 
     def settle(self, keep: list[int]) -> None:
         """Keep region nodes `keep` (a root-first chain, ascending) as accepted text; drop the rest."""
         self.commit(keep)
+
+
+def fit_vocab(logits: torch.Tensor, vocab: int | None) -> torch.Tensor:
+    """Draft logits over the target's rows: a draft padded to more rows (same tokenizer) never proposes a
+    padding id; a draft with fewer rows gives the target's extra ids probability 0 (-inf logits)."""
+    n = logits.shape[-1]
+    if vocab is None or vocab == n:
+        return logits
+    if n > vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - n), float("-inf"))
+    return torch.cat([logits, pad], -1)
 
 
 @dataclass

@@ -19,9 +19,22 @@ class ModelError(ValueError):
 
 
 def pick_device(device: str | None = None) -> str:
-    if device:
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device to run on; an explicit one is checked here so a bad --device is one clear line."""
+    if not device:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ModelError(f"device {device!r} requested but {why} (torch {torch.__version__}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ModelError(f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    elif dev.type not in ("cpu", "mps"):
+        raise ModelError(f"device {device!r} is not supported; use cpu, cuda or cuda:N")
+    return device
 
 
 FP32_BELOW = 1e9  # parameters: on CUDA, models smaller than this load in fp32 by default
@@ -46,20 +59,43 @@ def pick_dtype(dtype: str | None, device: str, n_params: int | None = None) -> t
     return table[dtype]
 
 
+ATTENTION_KINDS = ("full_attention", "sliding_attention")  # kinds that are exactly causal inside the window
+
+
+def sliding_window(config: PretrainedConfig) -> int | None:
+    """The sliding-window width a model uses on any layer, or None (full attention everywhere)."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None) or []
+    if not window or not getattr(config, "use_sliding_window", True) and "sliding_attention" not in layer_types:
+        return None
+    if layer_types and "sliding_attention" not in layer_types:
+        return None
+    return int(window)
+
+
 def check_architecture(config: PretrainedConfig) -> None:
-    """Refuse models where one custom 4D mask cannot drive every layer (sliding-window, hybrid)."""
+    """Refuse models where one custom 4D mask cannot drive every layer (chunked, linear, state-space layers).
+    Sliding-window layers are accepted: while a run fits in the window their mask is exactly causal, and
+    check_window refuses runs that do not fit."""
     name = getattr(config, "model_type", "?")
     if getattr(config, "is_encoder_decoder", False):
         raise ModelError(f"{name} is an encoder-decoder model; DecodeScope needs a decoder-only causal LM")
     layer_types = getattr(config, "layer_types", None)
-    if layer_types and any(t != "full_attention" for t in layer_types):
-        kinds = sorted(set(layer_types))
-        raise ModelError(f"{name} mixes attention kinds {kinds}: one custom attention mask cannot fit "
+    if layer_types and any(t not in ATTENTION_KINDS for t in layer_types):
+        kinds = sorted(set(layer_types) - set(ATTENTION_KINDS))
+        raise ModelError(f"{name} has {', '.join(kinds)} layers: one custom attention mask cannot fit "
                          "every layer, so lookahead/tree verification would be wrong")
-    window = getattr(config, "sliding_window", None)
-    if window and getattr(config, "use_sliding_window", True):
-        raise ModelError(f"{name} uses sliding-window attention (window {window}): a custom tree mask "
-                         "cannot be applied exactly")
+
+
+def check_window(config: PretrainedConfig, prompt: int, new: int, span: int) -> None:
+    """A sliding-window model decodes exactly only while every token still sees the whole run."""
+    window = sliding_window(config)
+    if window is not None and prompt + new + span > window:
+        raise ModelError(f"{getattr(config, 'model_type', 'this model')} uses sliding-window attention (window "
+                         f"{window}): prompt ({prompt} tokens) + max-new-tokens ({new}) + lookahead span ({span}) "
+                         f"= {prompt + new + span} exceeds it; DecodeScope is exact only when the whole run fits "
+                         f"the window, so lower max-new-tokens to {max(window - prompt - span, 0)} or shorten "
+                         "the prompt")
 
 
 def max_positions(config: PretrainedConfig) -> int | None:
@@ -68,6 +104,17 @@ def max_positions(config: PretrainedConfig) -> int | None:
         if isinstance(v, int) and v > 0:
             return v
     return None
+
+
+def fitting_sizes(config: PretrainedConfig, sizes, kv_len: int) -> tuple[tuple[int, ...], int]:
+    """(query sizes, kv_len) that stay inside the model's positions: latency curves and sweeps drop sizes
+    that cannot fit beside a cache, then shrink the cache (a 128-position model must not be probed with a
+    128-token query on a 256-token cache)."""
+    limit = max_positions(config)
+    if limit is None:
+        return tuple(sizes), kv_len
+    kept = tuple(q for q in sizes if q <= limit // 2) or (1,)
+    return kept, max(1, min(kv_len, limit - max(kept)))
 
 
 def set_cpu_threads(model, threads: int | None) -> None:
@@ -97,7 +144,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     try:
         config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - hub, disk and parsing errors all mean "cannot load"
-        raise ModelError(f"cannot load model {name!r}: {_first_line(e)}") from None
+        raise ModelError(_load_error(name, e)) from None
     check_architecture(config)
     auto = dtype in (None, "auto") and device.startswith("cuda")
     torch_dtype = pick_dtype(dtype, device, count_params(config, trust_remote_code) if auto else None)
@@ -111,9 +158,12 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         kwargs["device_map"] = "auto"  # shard a model too big for one GPU (needs accelerate)
     try:
         tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(_load_error(name, e, "tokenizer")) from None
+    try:
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except Exception as e:  # noqa: BLE001
-        raise ModelError(f"cannot load model {name!r}: {_first_line(e)}") from None
+        raise ModelError(_load_error(name, e)) from None
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
@@ -142,6 +192,22 @@ def describe(model) -> dict:
             "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device),
             "weight_layout": getattr(model, "weight_layout_", "stock"),
             "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
+
+
+def _load_error(name: str, e: Exception, part: str = "model") -> str:
+    """One complete sentence for a failed load: remote code names the flag, a missing tokenizer says so."""
+    text = str(e)
+    if "trust_remote_code" in text or "contains custom code" in text:
+        return (f"cannot load model {name!r}: it ships its own modelling code; rerun with --trust-remote-code "
+                "(trust_remote_code=True from Python) only if you trust that code")
+    if part == "tokenizer":
+        local = Path(name).expanduser()
+        files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+        missing = local.is_dir() and not any((local / f).exists() for f in files)
+        where = f"{name} has no tokenizer files ({', '.join(files)})" if missing \
+            else f"no usable tokenizer for {name!r} ({_first_line(e).rstrip(': ')})"
+        return f"cannot load the tokenizer: {where}; save the model's tokenizer next to its weights"
+    return f"cannot load model {name!r}: {_first_line(e).rstrip(': ')}"
 
 
 def _first_line(e: Exception) -> str:

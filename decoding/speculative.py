@@ -26,15 +26,25 @@ from .staged import NGramStage2, Table
 from .trace import Trace
 from .verify import Verdict
 
-def check_compatible(target, draft, target_tok=None, draft_tok=None) -> None:
-    """Refuse a draft that does not share the target's vocabulary (one clear message)."""
+def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
+    """Refuse a draft that does not share the target's tokenizer (one clear message). Embedding row counts
+    may differ (Qwen2.5-0.5B pads to 151,936 rows, Qwen2.5-7B to 152,064, one tokenizer): the draft's
+    logits are cut or padded to the target's rows (draft_tree.fit_vocab). Without both tokenizers only
+    equal row counts can be trusted. Returns True when the tokenizers were compared."""
     tv, dv = _vocab_size(target), _vocab_size(draft)
-    if tv != dv:
-        raise ModelError(f"draft vocabulary ({dv} tokens) does not match the target's ({tv} tokens): "
-                         "speculative decoding needs a draft that shares the target's tokenizer")
-    if target_tok is not None and draft_tok is not None and target_tok.get_vocab() != draft_tok.get_vocab():
-        raise ModelError(f"draft tokenizer ({len(draft_tok)} tokens) differs from the target's "
+    if target_tok is None or draft_tok is None:
+        if tv != dv:
+            raise ModelError(f"draft vocabulary ({dv} rows) differs from the target's ({tv} rows): speculative "
+                             "decoding needs a draft that shares the target's tokenizer (give both tokenizers "
+                             "to check that they agree; then padded embeddings are fine)")
+        return False
+    if target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ModelError(f"draft tokenizer's vocabulary ({len(draft_tok)} tokens) differs from the target's "
                          f"({len(target_tok)} tokens): speculative decoding needs a shared tokenizer")
+    if len(target_tok) > min(tv, dv):
+        raise ModelError(f"the tokenizer has {len(target_tok)} tokens but the {'draft' if dv < tv else 'target'} "
+                         f"has only {min(tv, dv)} embedding rows")
+    return True
 
 
 def _vocab_size(model) -> int:
@@ -58,6 +68,8 @@ class Speculative:
         self.staged, self.ngram = staged, ngram
         self.stage2 = NGramStage2(ngram, ngram_table) if staged else None
         self.sampling, self.gen = Sampling(), None
+        self.vocab_checked = False  # set by api.make_drafter once both tokenizers were compared
+        self.vocab = None  # the target's logit rows (bind)
 
     def config(self) -> dict:
         cfg = self.draft.config
@@ -74,12 +86,15 @@ class Speculative:
 
     def bind(self, target, sampling: Sampling) -> None:
         """Called by the runner with the target: check the vocabulary, learn the sampling settings."""
-        check_compatible(target, self.draft)
+        if not self.vocab_checked:
+            check_compatible(target, self.draft)
+        self.vocab = _vocab_size(target)
         self.sampling = sampling
         self.gen = None if sampling.greedy else make_generator(Sampling(seed=sampling.seed + 7919))
 
     def start(self, prompt_ids: list[int]) -> None:
         self.core = DraftCore(self.draft)
+        self.core.vocab = self.vocab
         self.core.prefill(list(prompt_ids))
         self.core.commit(list(range(len(prompt_ids))))
         if self.stage2 is not None:

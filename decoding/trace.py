@@ -1,7 +1,10 @@
 """The per-step trace: the only contract between decoding/ and viz/, profiling/, app.py.
 
 A Trace is plain data (ints, floats, strings, lists, dicts) so it serialises to JSON and a run recorded on
-a GPU replays anywhere. Bump SCHEMA when a field changes meaning.
+a GPU replays anywhere. Bump SCHEMA when a field changes meaning. The one document (Trace.save, the CLI's
+--json, the app's download) is described field by field in docs/trace.md and by docs/trace.schema.json.
+Version 2 always carries the derived "stats" (and "speculative" for speculative runs); both are recomputed,
+never read back. Trace.load also reads version 1 files and the pre-v2 CLI wrapper {"trace": {...}, ...}.
 
 Step fields:
   index, kind ("prefill" | "decode"), kv_len (cached tokens before the step), n_query,
@@ -28,7 +31,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-SCHEMA = "decodescope.trace/1"
+SCHEMA = "decodescope.trace/2"
+READS = ("decodescope.trace/1", SCHEMA)  # v1: the same fields; "stats" optional
+DERIVED = ("stats", "speculative")  # written for readers without DecodeScope; recomputed on load
 
 
 @dataclass
@@ -84,6 +89,9 @@ class Trace:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["stats"] = self.stats()
+        if self.method == "speculative":
+            from .speculative import speculative_stats  # lazy: trace.py stays plain data
+            d["speculative"] = speculative_stats(self)
         return d
 
     def to_json(self, **kw) -> str:
@@ -94,15 +102,36 @@ class Trace:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Trace":
-        if d.get("schema") != SCHEMA:
-            raise ValueError(f"unsupported trace schema {d.get('schema')!r} (this version reads {SCHEMA})")
-        d = {k: v for k, v in d.items() if k != "stats"}
+        if not isinstance(d, dict):
+            raise ValueError(f"not a DecodeScope trace: expected a JSON object, got {type(d).__name__}")
+        if d.get("schema") is None and isinstance(d.get("trace"), dict):  # the CLI's --json before v2
+            d = {**d["trace"], **({"agreement": d["agreement"]} if d.get("agreement") else {})}
+        schema = d.get("schema")
+        if schema is None:
+            raise ValueError("not a DecodeScope trace: it has no \"schema\" field (a trace is the JSON written by "
+                             "Trace.save, `python -m decoding generate --json` or the app's download)")
+        if schema not in READS:
+            newer = isinstance(schema, str) and schema.startswith("decodescope.trace/")
+            why = "written by a newer DecodeScope" if newer else "not a DecodeScope trace"
+            raise ValueError(f"{why}: schema {schema!r}; this version reads {', '.join(READS)}")
+        fields = set(cls.__dataclass_fields__)  # derived ("stats", ...) and unknown keys are not read back
+        missing = [k for k in ("method", "config", "prompt_ids") if k not in d]
+        if missing:
+            raise ValueError(f"incomplete trace: missing {', '.join(missing)}")
+        d = {k: v for k, v in d.items() if k in fields}
         d["steps"] = [Step(**s) for s in d.get("steps", [])]
+        d["schema"] = SCHEMA  # read into the current version; saving writes v2
         return cls(**d)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Read a trace file of any supported version; bad files raise ValueError with a plain sentence."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path.name} is not valid JSON ({e.msg} at line {e.lineno}): not a trace file") from None
+        return cls.from_dict(doc)
 
     def token_text(self, tok: int) -> str:
         return self.vocab.get(str(tok), f"<{tok}>")

@@ -2,6 +2,9 @@
 
     python -m profiling --method lookahead --window 5 --ngram 4 --guesses 5 \\
         --prompt "def fib(n):" --max-new-tokens 64 --out runs/prof
+
+Method options are generate's own (`python -m decoding generate --help`: --tree, --staged, --auto, --draft,
+--trust-remote-code, --dtype, --device, ...), parsed by the same builder, so the two CLIs never drift.
 """
 from __future__ import annotations
 
@@ -9,29 +12,22 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from decoding import METHODS, ModelError, load
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from decoding.__main__ import build_parser as decoding_parser
+from decoding.__main__ import setup
+from decoding.models import ModelError
 
 from .profiler import profile_run, save_profile
 from .sweep import format_sweep, latency_sweep
 
-METHOD_PARAMS = ("window", "ngram", "guesses", "max_ngram", "num_tokens", "candidates", "draft_tokens")
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m profiling", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=DEFAULT_TARGET, help="hub id or local dir (default: embedded target)")
-    ap.add_argument("--method", default="greedy", choices=METHODS)
-    ap.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model for speculative (default: embedded)")
-    ap.add_argument("--prompt", default="def fibonacci(n):")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    for name in METHOD_PARAMS:
-        ap.add_argument("--" + name.replace("_", "-"), type=int, default=None)
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default=None, help="fp32, bf16, fp16 (default: bf16 on GPU, fp32 on CPU)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    """`generate`'s options (one builder: model, method, W/N/G, draft, --tree, --staged, --auto, dtype,
+    device, --trust-remote-code ...) plus the profiler's own."""
+    gen = next(a for a in decoding_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["generate"]
+    ap = argparse.ArgumentParser(prog="python -m profiling", description=__doc__.splitlines()[0], parents=[gen],
+                                 conflict_handler="resolve")
+    ap.set_defaults(method="greedy")
+    ap.add_argument("--prompt", default="def fibonacci(n):", help="text, tokenised exactly as tokenizer(prompt)")
     ap.add_argument("--no-peaks", action="store_true", help="skip the peak FLOP/s and bandwidth calibration")
     ap.add_argument("--sweep", action="store_true", help="also sweep step latency vs query tokens")
     ap.add_argument("--sweep-kv", type=int, default=512, help="KV length the sweep runs against")
@@ -62,27 +58,19 @@ def summary_table(profile: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
+    hf_logging.disable_progress_bar()
     try:
-        model, tok = load(args.model, device=args.device, dtype=args.dtype)
-    except ModelError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    params = {k: getattr(args, k) for k in METHOD_PARAMS if getattr(args, k) is not None}
-    if args.method == "speculative":  # its draft model runs inside each step's range (wall time only)
-        try:
-            params["draft_model"] = load(args.draft, device=args.device, dtype=args.dtype)[0]
-        except ModelError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    try:
+        model, tok, drafter, sampling = setup(args)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
         tr, prof = profile_run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens,
-                               perfetto_path=out / f"{args.method}.perfetto.json",
-                               measure_peaks=not args.no_peaks, **params)
-    except ValueError as e:
+                               sampling=sampling, drafter=drafter, perfetto_path=out / f"{args.method}.perfetto.json",
+                               measure_peaks=not args.no_peaks,
+                               static={"auto": None, "on": True, "off": False}[args.static],
+                               draft_model=getattr(drafter, "draft", None))  # the draft's own costs
+    except (ValueError, ModelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     tr.save(out / f"{args.method}.trace.json")

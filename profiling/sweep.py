@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from decoding.models import fitting_sizes
 from decoding.timing import latency_curve, path_of, time_step, tree_parents  # noqa: F401 - re-exported for callers
 
 from .calibrate import device_name
@@ -24,6 +25,7 @@ def latency_sweep(model, kv_len: int = 512, sizes: tuple[int, ...] = SIZES, shap
 
     nearly_free = the largest size whose latency is within free_ratio of the 1-token step; path = the
     path timed (static None = what a run on this device takes: the graph path on CUDA)."""
+    sizes, kv_len = fitting_sizes(model.config, sizes, kv_len)  # never past the model's positions
     core, kv_len, curve = latency_curve(model, kv_len, sizes, shape, reps, warmup, seed, static)
     arch, nbytes = arch_of(model.config), dtype_bytes(core.dtype)
     points = []

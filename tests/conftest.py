@@ -72,3 +72,16 @@ def save_tiny_dir(path, arch: str = "llama", seed: int = 0) -> str:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     return save_tiny_dir(tmp_path_factory.mktemp("tiny_llama"))
+
+
+def other_tokenizer(path) -> None:
+    """Overwrite a saved model directory's tokenizer with one of the same size but other ids (an
+    incompatible draft for speculative decoding)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "</s>"] + WORDS[::-1])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.decoder = decoders.WordPiece(prefix="##")
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", eos_token="</s>").save_pretrained(path)

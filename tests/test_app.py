@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 
-from conftest import save_tiny_dir, tiny
+from conftest import other_tokenizer, save_tiny_dir, tiny
 
 import app as app_module
 from appkit.models import ModelCache
@@ -53,7 +54,8 @@ def dirs(tmp_path_factory):
          "draft": save_tiny_dir(root / "draft", "llama", seed=1),
          "slow": save_tiny_dir(root / "slow_target", "llama", seed=0)}
     bad = save_tiny_dir(root / "draft_vocab80", "llama", seed=2)
-    tiny("llama", vocab=80, seed=2).save_pretrained(bad)  # same tokenizer files, different vocabulary size
+    tiny("llama", vocab=80, seed=2).save_pretrained(bad)  # another vocabulary size and another tokenizer
+    other_tokenizer(bad)  # (a padded embedding alone is fine when the tokenizers agree)
     d["bad_draft"] = bad
     (root / "not_a_model").mkdir()
     (root / "not_a_model" / "config.json").write_text("{broken")
@@ -272,9 +274,21 @@ def test_replay_recorded_and_uploaded_traces(client):
         assert msg == "" and "ds-stepper" in html and Trace.load(p).method in stats
 
 
+MODEL_EVENTS = ("/run", "/race", "/profile", "/sweep", "/tune")
+
+
 def expect_msg(client, args, api_name, *needles) -> str:
-    """A refused request: the message output says why, the status is reset, nothing else is replaced."""
-    out = client.predict(*args, api_name=api_name)
+    """A refused request: the message output (beside the controls) says why, the status is reset, nothing
+    else is replaced; the model events also raise it to the API client (gr.Error) with the same words."""
+    job = client.submit(*args, api_name=api_name)
+    if api_name in MODEL_EVENTS:
+        with pytest.raises(AppError) as e:
+            job.result(timeout=120)
+        for n in needles:
+            assert n.replace("**", "") in str(e.value), f"expected {n!r} in the client's error {e.value}"
+        out = job.outputs()[-1]
+    else:
+        out = job.result(timeout=120)
     msg = out[0]
     assert msg, f"no message for {args}"
     for n in needles:
@@ -316,7 +330,7 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
     expect_msg(client, [handle_file(str(bad)), None], "/replay", "not valid JSON")
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"schema": "something/9", "steps": []}))
-    expect_msg(client, [handle_file(str(wrong)), None], "/replay", "unsupported trace schema")
+    expect_msg(client, [handle_file(str(wrong)), None], "/replay", "not a DecodeScope trace", "something/9")
     broken = saved_trace(FIXTURES / "lookahead.json")
     broken["steps"][1]["parents"] = broken["steps"][1]["parents"][:-1]
     (tmp_path / "broken.json").write_text(json.dumps(broken))
@@ -332,7 +346,8 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
 def test_error_keeps_the_previous_output(server, dirs):
     c = Client(server[0], verbose=False)
     job = c.submit(*settings(dirs, max_new=0), api_name="/run")
-    job.result(timeout=60)
+    with pytest.raises(AppError, match="max new tokens"):
+        job.result(timeout=60)
     last = job.outputs()[-1]
     assert "max new tokens" in last[0] and last[1].startswith("Not run")
     assert not any(sent(x) for x in last[2:])  # output, step view, trace: left as they were

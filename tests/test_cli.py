@@ -7,6 +7,7 @@ import pytest
 
 from conftest import hf_greedy
 from decoding.__main__ import main
+from decoding.trace import SCHEMA, Trace
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -22,12 +23,13 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
             "--window", "4", "--ngram", "3", "--guesses", "4", "--json", str(out))
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
-    for key in ("output_ids", "text", "steps", "compression", "method", "config", "trace"):
+    for key in ("schema", "output_ids", "text", "steps", "stats", "method", "config", "prompt_ids", "vocab"):
         assert key in doc
+    assert doc["schema"] == SCHEMA and doc["stats"]["steps"] == len(doc["steps"])
     tok, model = AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
     ids = tok(prompt)["input_ids"]
     assert doc["output_ids"] == hf_greedy(model, ids, 24)
-    assert doc["trace"]["prompt_ids"] == ids and doc["method"] == "lookahead"
+    assert doc["prompt_ids"] == ids and doc["method"] == "lookahead"
     assert doc["text"] in r.stdout
 
 
@@ -43,7 +45,7 @@ def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
     doc = json.loads(out.read_text())
     tok, model = AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert doc["output_ids"] == hf_greedy(model, tok(prompt)["input_ids"], 16)
-    assert doc["trace"]["model"]["weight_layout"] == extra[-1]
+    assert doc["model"]["weight_layout"] == extra[-1]
     assert doc["config"]["static"] == ("--static" in extra)  # CPU default: the dynamic path
     if "--text-span" in extra:
         assert doc["config"]["text_span"] == 3  # never below N-1 (default N=4)
@@ -97,7 +99,7 @@ def test_exactness_line_fp32_by_construction_and_measured_in_bf16(tiny_dir, tmp_
     assert main(base + ["--check-exact", "--json", str(out)]) == 0
     assert "[exactness] float32 vs HF greedy: identical" in capsys.readouterr().err
     doc = json.loads(out.read_text())
-    assert doc["agreement"]["identical"] and doc["trace"]["agreement"] == doc["agreement"]
+    assert doc["agreement"]["identical"] and Trace.load(out).agreement == doc["agreement"]
     out = tmp_path / "bf16.json"
     assert main(base + ["--dtype", "bf16", "--json", str(out)]) == 0
     line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[exactness]")]

@@ -1,6 +1,6 @@
 """Loading: local directories work offline; models one custom mask cannot drive are refused clearly."""
 import pytest
-from transformers import Gemma2Config, MistralConfig, Qwen2Config, T5Config
+from transformers import Gemma2Config, Llama4TextConfig, MistralConfig, Qwen2Config, Qwen3NextConfig, T5Config
 
 from decoding import ModelError, load
 from decoding.models import check_architecture, pick_dtype
@@ -15,9 +15,8 @@ def test_load_local_dir_fp32_on_cpu(tiny_dir):
 
 
 @pytest.mark.parametrize("config,needle", [
-    (MistralConfig(sliding_window=16), "sliding-window"),
-    (Gemma2Config(), "mixes attention kinds"),
-    (Qwen2Config(use_sliding_window=True, sliding_window=32, max_window_layers=1, num_hidden_layers=2), "mixes"),
+    (Qwen3NextConfig(), "linear_attention layers"),
+    (Llama4TextConfig(), "chunked_attention layers"),
     (T5Config(), "encoder-decoder"),
 ])
 def test_refuses_models_one_mask_cannot_drive(config, needle, tmp_path):
@@ -31,6 +30,13 @@ def test_refuses_models_one_mask_cannot_drive(config, needle, tmp_path):
 def test_accepts_full_attention_configs():
     check_architecture(Qwen2Config())          # sliding window present but switched off
     check_architecture(MistralConfig(sliding_window=None))
+
+
+def test_accepts_sliding_window_configs_runs_are_checked_against_the_window():
+    """Sliding layers are exactly causal while the run fits the window (tests/test_model_pairs.py decodes)."""
+    for cfg in (MistralConfig(sliding_window=16), Gemma2Config(),
+                Qwen2Config(use_sliding_window=True, sliding_window=32, max_window_layers=1, num_hidden_layers=2)):
+        check_architecture(cfg)
 
 
 def test_dtype_choice():

@@ -1,0 +1,108 @@
+"""One step broken down by operator, each on the roofline (analytic, like LLM-Viewer, from the same
+formulas as profiling/flops.py): where a step's time goes and which operators a wider step pushes from
+memory-bound towards compute-bound.
+
+    python -m profiling.operators TRACE.json [--step K] [--device H100 | --peaks-from-profile P.json]
+
+Per layer (every layer of these decoder-only models has the same operators): the q/k/v and output
+projections, attention (QK^T and AV over the cached keys, reading the KV cache), the MLP matrices; then
+the LM head once. bytes = the operator's weights + its activations in and out (+ the KV read for
+attention), in the trace's dtype. time bound = max(FLOPs / peak FLOP/s, bytes / bandwidth) — a roofline
+lower bound, labelled as such.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .calibrate import DATASHEET
+from .flops import Arch, arch_of, dtype_bytes
+
+
+def operators(a: Arch, q: int, kv_len: int, nbytes: int) -> list[dict]:
+    """[{name, per_layer, flops, bytes, intensity}] for one forward of q tokens on kv_len cached ones;
+    per_layer rows count once per layer (multiply by a.layers for the step), lm_head once."""
+    h, hd = a.hidden, a.head_dim
+    qkv_out = (a.heads + 2 * a.kv_heads) * hd
+    rows = [("qkv_proj", True, 2 * q * h * qkv_out, h * qkv_out + q * (h + qkv_out)),
+            ("attention", True, 2 * 2 * q * a.heads * hd * (kv_len + q),
+             2 * (kv_len + q) * a.kv_heads * hd + q * (a.heads * hd * 2)),
+            ("o_proj", True, 2 * q * a.heads * hd * h, a.heads * hd * h + q * (a.heads * hd + h))]
+    m = 2 if a.gated_mlp else 1
+    rows.append(("mlp_up" + ("+gate" if a.gated_mlp else ""), True, m * 2 * q * h * a.intermediate,
+                 m * h * a.intermediate + q * (h + m * a.intermediate)))
+    rows.append(("mlp_down", True, 2 * q * a.intermediate * h, a.intermediate * h + q * (a.intermediate + h)))
+    rows.append(("lm_head", False, 2 * q * h * a.vocab, a.vocab * h + q * (h + a.vocab)))
+    return [{"name": n, "per_layer": per, "flops": f, "bytes": b * nbytes, "intensity": f / (b * nbytes)}
+            for n, per, f, b in rows]
+
+
+def on_roofline(ops: list[dict], layers: int, peak: dict) -> list[dict]:
+    """Each operator with its step total (x layers), roofline time bound and bound kind; shares of the step."""
+    ridge = peak["flops"] / peak["bandwidth"]
+    out = []
+    for o in ops:
+        k = layers if o["per_layer"] else 1
+        t = max(o["flops"] / peak["flops"], o["bytes"] / peak["bandwidth"]) * k
+        out.append({**o, "step_flops": o["flops"] * k, "step_bytes": o["bytes"] * k, "time_s": t,
+                    "bound": "memory" if o["intensity"] < ridge else "compute"})
+    total = sum(o["time_s"] for o in out) or 1.0
+    for o in out:
+        o["share"] = o["time_s"] / total
+    return out
+
+
+def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None, device: str = "H100") -> dict:
+    """The breakdown of one step of a trace (default: the step with the most query tokens)."""
+    from decoding.trace import Trace
+    tr = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
+    if not tr.steps:
+        raise ValueError("the trace has no steps")
+    i = max(range(len(tr.steps)), key=lambda j: (tr.steps[j].kind == "decode", tr.steps[j].n_query)) \
+        if step is None else step
+    if not 0 <= i < len(tr.steps):
+        raise ValueError(f"step {i} is not in the trace (0..{len(tr.steps) - 1})")
+    if peak is None:
+        if device not in DATASHEET:
+            raise ValueError(f"unknown device {device}; datasheets known: {', '.join(DATASHEET)}")
+        peak = {"name": device, **DATASHEET[device]}
+    s = tr.steps[i]
+    a = arch_of(tr.model.get("config", {}))
+    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(tr.model.get("dtype", "float32"))), a.layers, peak)
+    return {"step": i, "n_query": s.n_query, "kv_len": s.kv_len, "layers": a.layers, "peak": peak,
+            "dtype": tr.model.get("dtype", "float32"),
+            "label": "analytic roofline lower bound per operator (not measured)", "operators": ops}
+
+
+def format_breakdown(b: dict) -> str:
+    p = b["peak"]
+    rows = [f"step {b['step']}: {b['n_query']} query tokens on {b['kv_len']} cached, {b['layers']} layers, on "
+            f"{p.get('name', 'the given peaks')} ({p['flops'] / 1e12:.0f} TFLOP/s, {p['bandwidth'] / 1e9:.0f} GB/s), "
+            f"{b['dtype']} as recorded — "
+            f"{b['label']}",
+            f"{'operator':<14} {'xL':>3} {'MFLOP':>10} {'MB':>9} {'FLOP/B':>7} {'bound':>8} {'us':>9} {'share':>6}"]
+    for o in b["operators"]:
+        rows.append(f"{o['name']:<14} {b['layers'] if o['per_layer'] else 1:>3} {o['step_flops'] / 1e6:>10.3f} "
+                    f"{o['step_bytes'] / 1e6:>9.3f} {o['intensity']:>7.2f} {o['bound']:>8} {o['time_s'] * 1e6:>9.3f} "
+                    f"{100 * o['share']:>5.1f}%")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m profiling.operators", description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("--step", type=int, default=None, help="step index (default: the widest decode step)")
+    ap.add_argument("--device", default="H100", help=f"datasheet peaks: {', '.join(DATASHEET)}")
+    args = ap.parse_args(argv)
+    from decoding.trace import Trace
+    try:
+        print(format_breakdown(step_breakdown(Trace.load(args.trace), args.step, device=args.device)))
+    except (ValueError, OSError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""What if this run were on an H100, A100 or H200? A projection of a recorded trace from datasheet peaks.
+
+    python -m profiling.project TRACE.json [--dtype bf16] [--devices A100,H100,H200]
+
+Why: a trace recorded on a laptop CPU says how many steps and query tokens a method used; the time a GPU
+would need for each step is bounded below by its roofline, max(FLOPs / peak FLOP/s, bytes / bandwidth),
+with the step's analytic FLOPs and bytes (profiling/flops.py). Summing over the run gives a projected
+tokens/s and a projected speed-up against greedy decoding of the same tokens (one query token per step).
+It is labelled a PROJECTION everywhere: no kernel launch overhead, no kernel efficiency below peak, the
+target model only (a speculative draft's forwards are not counted), weights in `dtype` (bf16 by default,
+the dtype these GPUs run a 7B model in). Real GPU steps of a small model are launch-bound and slower.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .calibrate import DATASHEET
+from .flops import arch_of, dtype_bytes, step_cost, trace_costs
+
+LABEL = ("projection from datasheet peaks (roofline lower bound per step: no launch overhead, kernels at "
+         "peak, target model only) — not a measurement")
+DEVICES = ("A100", "H100", "H200")
+
+
+def step_seconds(flops: float, nbytes: float, peak: dict) -> float:
+    return max(flops / peak["flops"], nbytes / peak["bandwidth"])
+
+
+def project(trace: Any, devices=DEVICES, dtype: str = "bf16") -> dict:
+    """{"label", "dtype", "tokens", "steps", "devices": {name: {ms, tokens_per_s, greedy_ms, greedy_tokens_per_s,
+    speedup_vs_greedy, bound_steps: {memory, compute}, peak_flops, bandwidth}}} for a Trace or its dict."""
+    from decoding.trace import Trace  # a dict or a file-loaded trace
+    tr = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
+    d = tr.to_dict()
+    unknown = [x for x in devices if x not in DATASHEET]
+    if unknown:
+        raise ValueError(f"unknown device {', '.join(unknown)}; datasheets known: {', '.join(DATASHEET)}")
+    costs = trace_costs(d, dtype=dtype)
+    a, nb = arch_of(d["model"].get("config", {})), dtype_bytes({"bf16": "bfloat16", "fp16": "float16",
+                                                                "fp32": "float32"}.get(dtype, dtype))
+    n, p = len(tr.output_ids), len(tr.prompt_ids)
+    greedy = [step_cost(a, p, 0, nb)] + [step_cost(a, 1, p + i, nb) for i in range(max(n - 1, 0))]
+    out = {"label": LABEL, "dtype": dtype, "tokens": n, "steps": len(costs), "greedy_steps": len(greedy),
+           "devices": {}}
+    for name in devices:
+        peak = DATASHEET[name]
+        secs = [step_seconds(c["flops"], c["bytes"], peak) for c in costs]
+        g = sum(step_seconds(c["flops"], c["bytes"], peak) for c in greedy)
+        t = sum(secs)
+        ridge = peak["flops"] / peak["bandwidth"]
+        out["devices"][name] = {
+            "ms": t * 1e3, "tokens_per_s": n / t if t else 0.0, "greedy_ms": g * 1e3,
+            "greedy_tokens_per_s": n / g if g else 0.0, "speedup_vs_greedy": g / t if t else 0.0,
+            "bound_steps": {"memory": sum(c["intensity"] < ridge for c in costs),
+                            "compute": sum(c["intensity"] >= ridge for c in costs)},
+            "peak_flops": peak["flops"], "bandwidth": peak["bandwidth"]}
+    return out
+
+
+def format_projection(pr: dict, method: str = "") -> str:
+    rows = [f"{method + ': ' if method else ''}{pr['tokens']} tokens in {pr['steps']} steps (greedy: "
+            f"{pr['greedy_steps']}), weights in {pr['dtype']} — {pr['label']}",
+            f"{'device':<6} {'ms':>9} {'tokens/s':>10} {'greedy tok/s':>13} {'speed-up':>9} {'memory-bound':>13}"]
+    for name, r in pr["devices"].items():
+        rows.append(f"{name:<6} {r['ms']:>9.3f} {r['tokens_per_s']:>10.0f} {r['greedy_tokens_per_s']:>13.0f} "
+                    f"{r['speedup_vs_greedy']:>8.2f}x {r['bound_steps']['memory']:>6}/{pr['steps']:<6}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m profiling.project", description=__doc__.splitlines()[0])
+    ap.add_argument("trace", help="a trace JSON (any DecodeScope trace version)")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--devices", default=",".join(DEVICES), help=f"comma-separated, from {', '.join(DATASHEET)}")
+    args = ap.parse_args(argv)
+    from decoding.trace import Trace
+    try:
+        tr = Trace.load(args.trace)
+        pr = project(tr, [x.strip() for x in args.devices.split(",") if x.strip()], args.dtype)
+    except (ValueError, OSError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_projection(pr, tr.method))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Engineer's CLI habits: prompts from a file or stdin (several per run), --chat, --stop, --stream, the
+timing lines (TTFT, time per output token, GB/s) and --compare greedy; outputs stay exactly HF greedy."""
+import io
+import json
+import shutil
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from conftest import hf_greedy
+from decoding.__main__ import main
+
+P1, P2 = "def x ( y ) : return y + 1", "for i in range ( n ) : print ( i )"
+
+
+@pytest.fixture(scope="module")
+def ref(tiny_dir):
+    return AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
+
+
+def gen(tiny_dir, *args):
+    return main(["generate", "--model", tiny_dir, "--method", "lookahead", "--max-new-tokens", "12", *args])
+
+
+def test_several_prompts_from_a_file_each_exact(tiny_dir, tmp_path, ref, capsys):
+    tok, model = ref
+    (tmp_path / "p.txt").write_text(f"{P1}\n\n{P2}\n")
+    assert gen(tiny_dir, "--prompt-file", str(tmp_path / "p.txt"), "--json", str(tmp_path / "run.json")) == 0
+    for i, p in enumerate((P1, P2), 1):
+        doc = json.loads((tmp_path / f"run-{i}.json").read_text())
+        assert doc["output_ids"] == hf_greedy(model, tok(p)["input_ids"], 12, eos=tok.eos_token_id)
+    err = capsys.readouterr().err
+    assert err.count("[timing] time to first token") == 2 and "GB/s" in err and "ms per output token" in err
+    (tmp_path / "p.jsonl").write_text(json.dumps(P1 + "\n" + P2) + "\n")
+    assert gen(tiny_dir, "--prompt-file", str(tmp_path / "p.jsonl"), "--json", str(tmp_path / "one.json")) == 0
+    assert json.loads((tmp_path / "one.json").read_text())["prompt_ids"] == tok(P1 + "\n" + P2)["input_ids"]
+
+
+def test_prompt_from_stdin_and_streaming(tiny_dir, tmp_path, ref, monkeypatch, capsys):
+    tok, model = ref
+    monkeypatch.setattr("sys.stdin", io.StringIO(P1))
+    assert gen(tiny_dir, "--prompt-file", "-", "--stream", "--json", str(tmp_path / "s.json")) == 0
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["output_ids"] == hf_greedy(model, tok(P1)["input_ids"], 12, eos=tok.eos_token_id)
+    assert capsys.readouterr().out.strip() == doc["text"].strip()
+
+
+def test_stop_string_ends_the_run_where_the_text_appears(tiny_dir, tmp_path, ref):
+    tok, model = ref
+    full = hf_greedy(model, tok(P1)["input_ids"], 12, eos=tok.eos_token_id)
+    word = tok.decode(full[5:6]).strip()
+    k = next(i for i in range(1, 13) if word in tok.decode(full[:i]))
+    assert gen(tiny_dir, "--prompt", P1, "--stop", word, "--json", str(tmp_path / "stop.json")) == 0
+    doc = json.loads((tmp_path / "stop.json").read_text())
+    assert doc["output_ids"] == full[:k] and doc["stop_reason"] == "stop"
+    assert [t for s in doc["steps"] for t in s["accepted"]] == doc["output_ids"]
+
+
+def test_chat_template_and_compare(tiny_dir, tmp_path, ref, capsys):
+    tok, model = ref
+    chat = tmp_path / "chat"
+    shutil.copytree(tiny_dir, chat)
+    t = AutoTokenizer.from_pretrained(chat)
+    t.chat_template = "{% for m in messages %}def {{ m['content'] }} :{% endfor %}"
+    t.save_pretrained(chat)
+    assert main(["generate", "--model", str(chat), "--prompt", "x ( y )", "--chat", "--compare", "greedy",
+                 "--max-new-tokens", "10", "--json", str(tmp_path / "c.json")]) == 0
+    doc = json.loads((tmp_path / "c.json").read_text())
+    ids = tok("def x ( y ) :")["input_ids"]
+    assert doc["prompt_ids"] == ids and doc["output_ids"] == hf_greedy(model, ids, 10, eos=tok.eos_token_id)
+    line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[compare]")]
+    assert len(line) == 1 and "speed-up" in line[0] and "identical to greedy" in line[0]
+    assert gen(tiny_dir, "--prompt", P1, "--chat") == 2
+    assert "no chat template" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,needle", [([], "--prompt-file"), (["--prompt", "x", "--prompt-file", "f"], "not both"),
+                                         (["--prompt-file", "/no/such.txt"], "No such file")])
+def test_prompt_source_errors(tiny_dir, capsys, args, needle):
+    assert main(["generate", "--model", tiny_dir, *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]

@@ -1,0 +1,43 @@
+"""CLI: python -m viz report TRACE.json -o report.html [--profile PROFILE.json] [--title TEXT]
+
+Turns any trace file (Trace.save, `python -m decoding generate --json`, the app's download, older versions)
+into the standalone offline HTML report. Bad input ends with one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m viz", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("report", help="write the offline HTML report of a recorded trace")
+    r.add_argument("trace", help="trace JSON (any DecodeScope trace version)")
+    r.add_argument("-o", "--out", default="report.html", help="HTML file to write (default report.html)")
+    r.add_argument("--profile", default=None, help="profile JSON from python -m profiling (adds the cost panel)")
+    r.add_argument("--title", default=None)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from decoding.trace import Trace
+
+    from .report import write_report
+    try:
+        tr = Trace.load(args.trace)
+        profile = None
+        if args.profile:
+            from profiling.profiler import load_profile  # viz reads the dict; profiling owns its schema
+            profile = load_profile(args.profile)
+        path = write_report(tr, args.out, profile=profile, title=args.title)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path} ({tr.method}, {len(tr.steps)} steps, {path.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
