@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from .drafters import Greedy
+from .jacobi import Jacobi
 from .lookahead import Lookahead
 from .models import describe, max_positions
 from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
+from .reference_text import tokenize_references
 from .runner import generate
 from .sampling import Sampling
 from .speculative import Speculative, check_compatible
 from .trace import Trace
 
-METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
+METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "jacobi")
 
 
 def make_drafter(method: str, **p):
@@ -20,6 +22,8 @@ def make_drafter(method: str, **p):
     for k, v in p.items():
         if k in LIMITS:
             check_range(k, v)
+    if p.get("reference_ids") is not None and method != "prompt_lookup":
+        raise ValueError("reference texts are searched by --method prompt_lookup only (reference lookup)")
     if method == "greedy":
         return Greedy()
     if method == "lookahead":
@@ -27,7 +31,11 @@ def make_drafter(method: str, **p):
                          prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True),
                          dedupe=p.get("dedupe", True), text_span=p.get("text_span", TEXT_SPAN))
     if method == "prompt_lookup":
-        return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
+        return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1),
+                            reference=p.get("reference_ids"), reference_tokens=p.get("reference_tokens", 24))
+
+    if method == "jacobi":
+        return Jacobi(p.get("block", 8), p.get("seed", 0))
     if method == "speculative":
         d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
@@ -51,16 +59,22 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
         sampling: Sampling = Sampling(), drafter=None, trace: bool = True, static: bool | None = None,
         **params) -> Trace:
     """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info.
-    static: the static-shape path (None = the device default, see runner.default_static)."""
+    static: the static-shape path (None = the device default, see runner.default_static).
+    reference (params): a text or list of texts prompt lookup also copies from (reference lookup)."""
     check_range("max_new_tokens", max_new_tokens)
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
     if isinstance(prompt, str) and not prompt.strip() or not ids:
         raise ValueError("the prompt is empty")
-    drafter = drafter or make_drafter(method, **params)
+    if params.get("reference") is not None:
+        if drafter is not None:
+            raise ValueError("give reference= or a drafter built with reference_ids, not both")
+        params["reference_ids"] = tokenize_references(tokenizer, params.pop("reference"))
+    drafter = drafter or make_drafter(method, **{k: v for k, v in params.items() if k not in HOOKS})
     limit = max_positions(model.config)
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
-        raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
-                         f"({drafter.max_depth()}) exceeds the model's {limit} positions")
+        raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + "
+                         f"{drafter.name.replace('_', ' ')} span ({drafter.max_depth()} positions one step looks "
+                         f"ahead) exceeds the model's {limit} positions")
     eos = eos_of(model, tokenizer)
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   sampling=sampling, trace=trace, static=static, **_hooks(params))
@@ -79,8 +93,11 @@ def eos_of(model, tokenizer=None):
     return eos
 
 
+HOOKS = ("step_context", "on_step")
+
+
 def _hooks(params: dict) -> dict:
-    return {k: params[k] for k in ("step_context", "on_step") if params.get(k) is not None}
+    return {k: params[k] for k in HOOKS if params.get(k) is not None}
 
 
 def vocab_for(tr: Trace, tokenizer) -> dict[str, str]:
