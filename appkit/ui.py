@@ -219,7 +219,9 @@ def sweep_tab(p: Page, lim: Limits) -> None:
                     "compression (tokens per step) vs per-step FLOPs, one line per N, one point per "
                     "W (G = W). More FLOPs per step buy fewer steps — until steps stop being free.")
         with gr.Row():
-            p.sw_n = gr.CheckboxGroup([2, 3, 4, 5, 7], value=[3, 5], label="N (n-gram sizes)")
+            p.sw_n = gr.CheckboxGroup([(str(n), n) for n in (2, 3, 4, 5, 7)] + [("Jacobi (block K = W)", 0)],
+                                      value=[3, 5], label="N (n-gram sizes)",
+                                      info="Jacobi: plain Jacobi decoding, the flat line lookahead improves on")
             p.sw_w = gr.CheckboxGroup([1, 2, 4, 8, 16], value=[1, 2, 4, 8], label="W (window sizes)")
             p.sw_max = Int(48, "new tokens per run", lim, "max_new_tokens")
         with gr.Row():

@@ -472,3 +472,11 @@ def test_jacobi_and_the_reference_box(client, dirs):
     expect_msg(client, settings(dirs, method="jacobi", block=0), "/run", "K block", "got 0")
     expect_msg(client, settings(dirs, method="prompt_lookup", reference="x" * (MAX_REFERENCE_CHARS + 1)), "/run",
                "reference text", "too long")
+
+
+def test_sweep_draws_the_jacobi_line(client, dirs):
+    """N = 0 in the Sweep is plain Jacobi with block K = W: its own line beside lookahead's."""
+    msg, status, fig, table = client.predict(*settings(dirs), [0, 3], [1, 2], 16, api_name="/sweep")
+    assert status.startswith("done: 4 runs")
+    assert [r[0] for r in table["data"]] == ["greedy", "jacobi", "jacobi", 3, 3]
+    assert "Jacobi (block K = W)" in json.dumps(fig)
