@@ -187,10 +187,12 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   function trajectoryView(D, s) {
     const T = D.trajectory, P = D.palette;
     if (!T || !T.rows.length) return [`Step ${s.i}: no Jacobi trajectory (${D.method})`, ""];
-    const rows = T.rows.filter((r) => r.s <= s.i).slice(-12);
-    if (!rows.length) return [`Step ${s.i} (prefill): the first guesses are fed in the next step`, ""];
-    let lo = Infinity, hi = -Infinity;
-    rows.forEach((r) => r.c.forEach((c) => { lo = Math.min(lo, c[0]); hi = Math.max(hi, c[0]); }));
+    const past = T.rows.filter((r) => r.s <= s.i);
+    if (!past.length) return [`Step ${s.i} (prefill): the first guesses are fed in the next step`, ""];
+    // columns: this step's block and the 6 positions before it (their history); rows: the last 10 iterations
+    const now = past[past.length - 1].c.map((c) => c[0]);
+    const lo = Math.min(...now) - 6, hi = Math.max(...now);
+    const rows = past.slice(-10).filter((r) => r.c.some((c) => c[0] >= lo && c[0] <= hi));
     const STATE = { w: "wrong", n: "converges", c: "converged" };
     const WHY = { w: "not (yet) its final token", n: "converges here: its final token from now on", c: "converged earlier" };
     const out = rows.map((r) => {
@@ -199,7 +201,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       const cells = [];
       for (let p = lo; p <= hi; p++) {
         const c = at[p];
-        if (!c) { cells.push("<td class='ds-empty'></td>"); continue; }
+        if (!c) { cells.push("<td class='ds-empty' style='border:none'></td>"); continue; }
         const acc = p >= r.a[0] && p < r.a[1];
         cells.push(cell(D, c[1], p, P.trajectory[STATE[c[2]]], acc ? "ds-hv" : "",
           `step ${r.s}, position ${p}: ${WHY[c[2]]}` + (acc ? "; accepted this step" : "")));
@@ -208,7 +210,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     });
     const here = rows[rows.length - 1], n = Math.max(here.a[1] - here.a[0], 0);
     const what = D.method === "jacobi" ? "Jacobi block" : "window (newest level per position)";
-    return [`Trajectory of the ${what}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined); ` +
+    return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined); ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];
   }
 
