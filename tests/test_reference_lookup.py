@@ -108,3 +108,18 @@ def test_cli_reference_and_jacobi_runs(tiny_dir, tmp_path, capsys):
         assert json.loads(out.read_text())["output_ids"] == greedy["output_ids"], args
     err = capsys.readouterr().err
     assert "[reference]" in err and "[auto] block" in err
+
+
+def test_app_edit_example_copies_20_plus_tokens_a_step_on_the_embedded_model():
+    """The app's aggressive-decoding example (reference = the input of the edit) on the shipped target:
+    identical to HF greedy, and some steps accept 20+ tokens."""
+    from appkit.presets import SHIPPED_CPU
+    from appkit.ui import EDIT_EXAMPLES
+    from decoding.reference import hf_greedy as hf
+    prompt, reference_text, method = EDIT_EXAMPLES[0]
+    model, tok = load(threads=1)
+    tr = run(model, tok, prompt, method, max_new_tokens=160, reference=reference_text, **SHIPPED_CPU[method])
+    from decoding.api import eos_of
+    assert tr.output_ids == hf(model, tr.prompt_ids, 160, eos_of(model, tok))
+    lens = [len(s.accepted) for s in tr.steps if s.kind == "decode"]
+    assert max(lens) >= 20 and tr.stats()["mean_accepted"] >= 8, lens
