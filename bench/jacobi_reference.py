@@ -157,8 +157,8 @@ def edit_rows(model, tok, hf_model, tasks: list[dict], n: int, rounds: int, ref_
 def markdown(part1: list[dict], part2: list[dict], meta: dict, args) -> str:
     head = (f"Measured on {meta['gpu'] or meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), "
             f"{meta['device']} {meta['dtype']}, torch {meta['torch']}; a shared machine: read ratios from one "
-            f"interleaved run, not absolute times. Command: `python bench/jacobi_reference.py` "
-            f"(load average {meta.get('load', '?')}).")
+            f"interleaved run, not absolute times. Command: `python bench/jacobi_reference.py --rounds "
+            f"{args.rounds}` (load average {meta.get('load') or 0:.1f} at the end).")
     lines = [head, "", f"**Jacobi vs lookahead**: {part1[0]['prompts']} held-out code prompts, {args.max_new_tokens} "
              "new tokens each (compression = new tokens / forward passes, prefill included).", "",
              "| method | compression | mean accepted per decode step | identical to HF greedy |", "|---|---|---|---|"]
@@ -169,7 +169,8 @@ def markdown(part1: list[dict], part2: list[dict], meta: dict, args) -> str:
               "| method | wall s | vs HF greedy | mean accepted | longest step | tokens copied from the reference | identical |",
               "|---|---|---|---|---|---|---|"]
     for r in part2:
-        lines.append(f"| {r['method']} | {r['wall_s']:.2f} | {r['vs_hf_greedy']:.2f}x | {r.get('mean_accepted', 0):.2f} | "
+        acc = f"{r['mean_accepted']:.2f}" if "mean_accepted" in r else "–"
+        lines.append(f"| {r['method']} | {r['wall_s']:.2f} | {r['vs_hf_greedy']:.2f}x | {acc} | "
                      f"{r.get('longest_step', '–')} | {r.get('reference_tokens', '–')} | {'yes' if r['exact'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 
