@@ -81,3 +81,20 @@ def test_block_larger_than_positions_is_refused(tiny_dir):
     n = model.config.max_position_embeddings
     with pytest.raises(ValueError, match=r"jacobi span \(65 positions"):
         run(model, tok, "def x ( y ) :", "jacobi", max_new_tokens=n - 70, block=64)
+
+
+@pytest.mark.parametrize("method,params", [("jacobi", dict(block=6)),
+                                           ("prompt_lookup", dict(reference_ids=[[30, 23, 18, 18, 18, 18]]))])
+def test_static_path_and_eos_inside_a_step(method, params):
+    """The static-shape cache path gives the same ids; an EOS inside a multi-token step ends the run
+    there, nothing after it leaks (the EOS is a token greedy emits inside such a step)."""
+    model = tiny("qwen2", seed=3)
+    prompt = PROMPTS[1]
+    ref = hf_greedy(model, prompt, 64)
+    tr = generate(model, prompt, make_drafter(method, **params), max_new_tokens=64, static=True)
+    assert tr.output_ids == ref and tr.config["static"] is True
+    step = next(s for s in tr.steps if len(s.accepted) > 2)
+    eos = step.accepted[1]
+    first = ref.index(eos)
+    cut = generate(model, prompt, make_drafter(method, **params), max_new_tokens=64, eos_token_id=eos)
+    assert cut.output_ids == ref[:first + 1] == hf_greedy(model, prompt, 64, eos=eos) and cut.stop_reason == "eos"
