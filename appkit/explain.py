@@ -39,7 +39,14 @@ EXPLAIN = {
         "(up to **max n-gram**) earlier in the prompt or output and proposes what followed them there (up "
         "to **num tokens**). The model checks the copy in one forward pass and keeps the part that matches "
         "its own choices. No second model, no training — the *pool* view shows the matched key and the "
-        "candidate copies."),
+        "candidate copies.\n\n"
+        "**Reference text** (reference lookup, Yang et al. 2023, *Inference with Reference*, LLMA): the same "
+        "lookup also searches a text you paste under the prompt — a retrieved document, the file being edited — "
+        "and copies up to 24 tokens from it per step (cyan in the text and the pool view). **Aggressive "
+        "decoding** (Ge et al., *Lossless Acceleration for Seq2seq Generation with Aggressive Decoding*) is the "
+        "special case where the reference is the input of an edit: most of the output *is* the input, so whole "
+        "spans are accepted in one step and the model's own token replaces each typo. Try the edit example: "
+        "20+ tokens per step where the input was right."),
     "speculative": (
         "### Speculative decoding\n"
         "A small **draft model** (same tokenizer) guesses ahead; the big **target** checks all guesses in "
@@ -55,6 +62,18 @@ EXPLAIN = {
         "pruned nodes faint with their probability.\n\n"
         "Greedy output equals the target's own greedy output; with sampling, accept/reject keeps the "
         "target's distribution exactly."),
+    "jacobi": (
+        "### Jacobi decoding\n"
+        "Santilli et al. 2023 (*Accelerating Transformer Inference for Translation via Parallel Decoding*, "
+        "arXiv 2305.10427): guess the next **K** tokens at once (**block**), run the whole block through the "
+        "model in **one** forward pass, and replace every guess by the model's own choice at that position — "
+        "a fixed-point (Jacobi) iteration. The guesses the model agrees with, from the left, are accepted plus "
+        "its own next token, so the output is exactly greedy's; the rest of the updated block becomes the next "
+        "guesses (the first guesses are prompt tokens).\n\n"
+        "The *trajectory* view shows why it rarely pays on real models: a guess made from a wrong left context "
+        "is usually wrong, so the block converges about one position per step (compression near 1.0). "
+        "Run **lookahead** on the same prompt and compare its trajectory: lookahead keeps the n-grams its "
+        "window produces and checks them later, which is where its 2x comes from."),
 }
 
 

@@ -19,13 +19,14 @@ from decoding import make_drafter, make_sampling, run
 from decoding.api import vocab_for
 from decoding.models import describe, max_positions
 from decoding.static_cache import capture_warning
+from decoding.reference_text import tokenize_references
 
 from . import presets
 from .costs import run_costs
 from .errors import reported
 from .limits import Limits
 from .models import ModelCache
-from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if
+from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
 from .stream import Job, Recorder, Sessions
 from .tables import live_line, public_trace, stats_md
 
@@ -48,10 +49,13 @@ class Plan:
     params: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     cutoff: float | None = None  # the speculative draft cutoff (with every preset)
+    reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
 
     def drafter(self, method: str):
         """A fresh drafter (they keep per-run state)."""
         kw = dict(self.params.get(method, {}))
+        if method == "prompt_lookup" and self.reference:  # with any preset: the text is the user's
+            kw["reference_ids"] = tokenize_references(self.tok, self.reference)
         if method == "speculative":
             kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
                       confidence=self.cutoff)
@@ -120,6 +124,7 @@ class Handlers:
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         cutoff = draft_cutoff(s, problems) if "speculative" in methods else None
+        reference = reference_texts(s, problems) if "prompt_lookup" in methods else []
         try:
             target = self.model_name(s.target, "target")
             draft = self.model_name(s.draft, "draft") if "speculative" in methods else None
@@ -131,7 +136,7 @@ class Handlers:
         dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
         p = Plan(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
-                 model, tok, dmodel, dtok, params, cutoff=cutoff)
+                 model, tok, dmodel, dtok, params, cutoff=cutoff, reference=reference)
         if presets_too:
             self.apply_presets(p, methods)
         return p

@@ -24,7 +24,8 @@ PILOTS = ["class Stack:\n    def __init__(self):\n        self.items = []\n\n   
           "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""]
 SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True}}
+               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
+               "jacobi": {"block": 2}}  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
 _lock = threading.Lock()
 
 
@@ -75,6 +76,9 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None) -> 
     if method == "lookahead":
         from decoding.autotune import autotune
         params = autotune(model, tok, PILOTS, pilot_tokens=32)["best"]
+    elif method == "jacobi":
+        from decoding.jacobi import autotune_block
+        params = {"block": autotune_block(model, tok, PILOTS[0], pilot_tokens=32)["best"]}
     elif method == "speculative":
         from decoding.autotune_speculative import autotune_speculative
         params = autotune_speculative(model, draft, tok, PILOTS, pilot_tokens=32, reps=1)["best"]
@@ -102,4 +106,6 @@ def describe(method: str, params: dict) -> str:
         return ("staged " if params.get("staged") else "") + shape
     if method == "prompt_lookup":
         return f"max n-gram {params['max_ngram']}, copy {params['num_tokens']}"
+    if method == "jacobi":
+        return f"block {params['block']}"
     return ""

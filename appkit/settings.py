@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens, make_shape, speculative_query_tokens
+from decoding.reference_text import check_references
 
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 
@@ -22,7 +23,7 @@ LABELS = {"max_new": ("max new tokens", "max_new_tokens"), "window": ("W window"
           "ngram": ("N n-gram", "ngram"), "guesses": ("G guesses", "guesses"),
           "max_ngram": ("max n-gram to match", "max_ngram"), "num_tokens": ("tokens to copy", "num_tokens"),
           "draft_tokens": ("K draft tokens", "draft_tokens"), "budget": ("tree budget", "tree_budget"),
-          "top_k": ("top-k", "top_k")}
+          "top_k": ("top-k", "top_k"), "block": ("K block", "block")}
 
 
 class InputError(ValueError):
@@ -55,6 +56,8 @@ class Settings:
     top_k: float = 0
     top_p: float = 1.0
     seed: float = 0
+    block: float = 8            # jacobi: guesses refined per step
+    reference: str = ""         # prompt lookup: a reference text it also copies from ("" = none)
 
     @classmethod
     def from_values(cls, values) -> "Settings":
@@ -128,9 +131,14 @@ def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) ->
         return p
     if method == "prompt_lookup":
         return {k: whole(s, k, lim, problems) for k in ("max_ngram", "num_tokens")}
+    if method == "jacobi":
+        p = {"block": whole(s, "block", lim, problems)}
+        if p["block"] is not None:
+            over_budget(p["block"] + 1, lim, problems, f"block K={p['block']}")
+        return p
     if method == "speculative":
         return speculative_params(s, lim, problems)
-    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup or speculative")
+    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative or jacobi")
     return {}
 
 
@@ -161,6 +169,18 @@ def speculative_params(s: Settings, lim: Limits, problems: list[str]) -> dict:
         return p
     over_budget(speculative_query_tokens(shape), lim, problems, "this draft shape")
     return p
+
+
+def reference_texts(s: Settings, problems: list[str]) -> list[str]:
+    """The reference box as a list of texts for reference lookup ([] when the box is empty)."""
+    text = "" if s.reference is None else str(s.reference)
+    if not text.strip():
+        return []
+    try:
+        return check_references(text)
+    except ValueError as e:
+        problems.append(f"**reference text**: {e}")
+        return []
 
 
 def draft_cutoff(s: Settings, problems: list[str]) -> float | None:

@@ -73,7 +73,7 @@ def race_table(rows: list[dict]):
 
 
 def sweep_table(points: list[dict]):
-    rows = [{"N": p["N"] if p["N"] > 1 else "greedy", "W": p["W"], "G": p["G"], "compression": round(p["compression"], 3),
+    rows = [{"N": p["N"] if p["N"] > 1 else "greedy" if p["N"] == 1 else "jacobi", "W": p["W"], "G": p["G"], "compression": round(p["compression"], 3),
              "FLOPs/step": f"{p['flops_per_step']:.3g}", "query tokens/step": round(p["query_per_step"], 1),
              "steps": p["steps"], "tokens/s": round(p["tokens_per_s"], 1)} for p in points]
     return pd.DataFrame(rows)

@@ -22,7 +22,8 @@ from .settings import InputError, Settings, raise_if, whole
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
-RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
+RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi"]
+RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]  # jacobi on request: it is the lesson, not a contender
 
 
 class Tabs(Handlers):

@@ -17,10 +17,10 @@ from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
 from .replay import shipped
 from .settings import FIELDS, Settings, budget_line
-from .tabs import RACE_CHOICES
+from .tabs import RACE_CHOICES, RACE_DEFAULT
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
-                  ("speculative (draft model)", "speculative")]
+                  ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi")]
 PRESETS = [("auto: tuned for this model and device", "auto"), ("manual: the values below", "manual")]
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
 VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
@@ -33,6 +33,24 @@ EXAMPLES = [  # code with repetition first (what the embedded models know: the P
     ["import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""],
     ["User: What is a hash table? Answer in two sentences.\nAssistant:"],
 ]
+# Aggressive decoding (Ge et al.): an edit whose input is the reference. The embedded 10M model cannot
+# follow instructions; it writes this codec boilerplate from memory (the stdlib has ~100 copies), so
+# "fixing" the input means writing it out again: reference lookup copies 20+ tokens a step where the
+# input is right, and the model's own token replaces each typo (bench/jacobi_reference.py measures it).
+CODEC = ("class Codec(codecs.Codec):\n\n    def encode(self,input,errors='strict'):\n"
+         "        return codecs.charmap_encod(input,errors,encoding_map)\n\n    def decode(self,input,errors='strict'):\n"
+         "        return codecs.charmap_decode(input,errors,decoding_table)\n\n"
+         "class IncrementalEncoder(codecs.IncrementalEncoder):\n    def encode(self, input, final=False):\n"
+         "        return codecs.charmap_encode(input,self.errors,encoding_map)[0]\n\n"
+         "class IncrementalDecodr(codecs.IncrementalDecoder):\n    def decode(self, input, final=False):\n"
+         "        return codecs.charmap_decode(input,self.errors,decoding_table)[0]\n\n"
+         "class StreamWriter(Codec,codecs.StreamWriter):\n    pass\n\nclass StreamReader(Codec,codecs.StreamReader):\n"
+         "    pass\n\n### encodings module API\n\ndef getregentry():\n    return codecs.CodecInfo(\n"
+         "        name='cp1251',\n        encode=Codec().encode,\n        decode=Codec().decode,\n"
+         "        incrementalencoder=IncrementalEncoder,\n        incrementaldecoder=IncrementalDecoder,\n"
+         "        streamreader=StreamReadr,\n        streamwriter=StreamWriter,\n    )\n")
+EDIT_PROMPT = '"""Fix the typos in this codec module."""\n\nimport codecs\n\n### Codec APIs\n\nclass Codec(codecs.Codec):'
+EDIT_EXAMPLES = [[EDIT_PROMPT, CODEC, "prompt_lookup"]]
 CSS = """
 #ds-stats table,#ds-race-md table{display:block;overflow-x:auto;max-width:100%}
 #ds-stats th,#ds-stats td{white-space:nowrap}
@@ -88,6 +106,10 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             p.prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
                                   info=f"{room}at most {MAX_PROMPT_CHARS:,} characters")
             gr.Examples(EXAMPLES, inputs=[p.prompt], label="examples: code with repetition, then chat")
+            p.reference = gr.Textbox("", label="reference text (prompt lookup also copies from it)", lines=3,
+                                     max_lines=10, elem_id="ds-reference",
+                                     info="reference lookup (LLMA); the input of an edit = aggressive decoding. "
+                                          "Empty = plain prompt lookup")
         with gr.Column(scale=2, min_width=280):
             p.method = gr.Radio(METHOD_CHOICES, value="lookahead", label="method")
             p.preset = gr.Radio(PRESETS, value="auto", label="parameters", elem_id="ds-preset",
@@ -104,6 +126,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                 with gr.Row():
                     p.max_ngram = Int(3, "max n-gram to match", lim, "max_ngram")
                     p.num_tokens = Int(10, "tokens to copy", lim, "num_tokens")
+            with gr.Group(visible=False) as p.jc_group:
+                p.block = Int(8, "K block (guesses per step)", lim, "block", elem_id="ds-block")
             with gr.Group(visible=False) as p.sp_group:
                 p.spec_mode = gr.Radio(SPEC_MODES, value="chain", label="speculative mode")
                 with gr.Row():
@@ -123,6 +147,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.top_k = Int(0, "top-k (0 = off)", lim, "top_k")
                     p.top_p = Int(1.0, "top-p", info="in (0, 1]")
                     p.seed = Int(0, "seed", info=f"0–{2**31 - 1}")
+    gr.Examples(EDIT_EXAMPLES, inputs=[p.prompt, p.reference, p.method],
+                label="edit task (aggressive decoding): fix the typos; the module is the reference text")
     p.msg = gr.Markdown("", elem_id="ds-msg")  # the persistent message of the last failed event
     with gr.Tabs():
         run_tab(p)
@@ -158,7 +184,7 @@ def race_tab(p: Page) -> None:
     with gr.Tab("Race", id="race"):
         gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
                     "mode (temperature 0) every method must give **identical tokens**: checked here.")
-        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_CHOICES),
+        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_DEFAULT),
                                           label="accelerated methods", elem_id="ds-race-methods")
         with gr.Row():
             p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
@@ -193,7 +219,9 @@ def sweep_tab(p: Page, lim: Limits) -> None:
                     "compression (tokens per step) vs per-step FLOPs, one line per N, one point per "
                     "W (G = W). More FLOPs per step buy fewer steps — until steps stop being free.")
         with gr.Row():
-            p.sw_n = gr.CheckboxGroup([2, 3, 4, 5, 7], value=[3, 5], label="N (n-gram sizes)")
+            p.sw_n = gr.CheckboxGroup([(str(n), n) for n in (2, 3, 4, 5, 7)] + [("Jacobi (block K = W)", 0)],
+                                      value=[3, 5], label="N (n-gram sizes)",
+                                      info="Jacobi: plain Jacobi decoding, the flat line lookahead improves on")
             p.sw_w = gr.CheckboxGroup([1, 2, 4, 8, 16], value=[1, 2, 4, 8], label="W (window sizes)")
             p.sw_max = Int(48, "new tokens per run", lim, "max_new_tokens")
         with gr.Row():

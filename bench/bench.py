@@ -76,6 +76,8 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             model, tok, "lookahead", **auto)
     c["HF prompt lookup"] = hf_runner(hf_model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
     c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
+    for block in (4, 8):  # plain Jacobi (issue 20): the lesson row, expected near greedy
+        c[f"ours jacobi K{block}"] = ours_runner(model, tok, "jacobi", block=block)
     if draft is not None:
         # HF reads K from the ASSISTANT's generation config (a generate() kwarg is ignored); 0.4 is its
         # default confidence stop, which our chains and fixed trees use too

@@ -15,6 +15,7 @@ from .cli_run import add_arguments, compare_line, decode, json_path, read_prompt
 from .models import ModelError, load
 from .reference import measure
 from .params import LIMITS, make_shape
+from .reference_text import check_references, read_reference, tokenize_references
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
     g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
     g.add_argument("--candidates", type=int, default=None, help="prompt lookup: continuations verified per step")
+    g.add_argument("--reference", action="append", default=None, metavar="FILE",
+                   help="prompt lookup: also copy from this UTF-8 text file (repeatable; reference lookup, LLMA; "
+                        "the input of an edit makes it aggressive decoding)")
+    g.add_argument("--reference-tokens", type=int, default=None,
+                   help="prompt lookup: tokens copied from a reference per step (default 24)")
+    g.add_argument("--block", type=int, default=None, help="jacobi: guesses refined per step, K (default 8)")
     g.add_argument("--draft", default=None, help="speculative: draft model (default: the embedded draft)")
     g.add_argument("--draft-tokens", type=int, default=None, help="speculative: chain length K (default 4)")
     g.add_argument("--tree", default=None, help="speculative: token tree widths per depth, e.g. 3,2,1")
@@ -96,7 +103,14 @@ def setup(args: argparse.Namespace):
         raise ValueError("--check-exact compares greedy output with HF greedy: drop --temperature")
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
-                  prompt_ngrams=False if args.no_prompt_ngrams else None)
+                  prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
+                  reference_tokens=args.reference_tokens)
+    references = [read_reference(f) for f in args.reference or []]
+    check_references(references)
+    if references and args.method != "prompt_lookup":
+        raise ValueError("--reference needs --method prompt_lookup (reference lookup)")
+    if args.block is not None and args.method != "jacobi":
+        raise ValueError("--block needs --method jacobi")
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
@@ -105,11 +119,14 @@ def setup(args: argparse.Namespace):
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
-    if args.auto and (args.method not in ("lookahead", "speculative")
+    if args.auto and args.method == "jacobi" and args.block is not None:
+        raise ValueError("--auto chooses the jacobi block itself: drop --block")
+    if args.auto and args.method != "jacobi" and (args.method not in ("lookahead", "speculative")
                       or any(v is not None for v in (args.window, args.ngram, args.guesses, args.draft_tokens,
                                                      args.tree, args.tree_budget)) or args.staged):
         raise ValueError("--auto chooses the shape itself: use it with --method lookahead (without --window/--ngram/"
-                         "--guesses) or --method speculative (without --draft-tokens/--tree/--tree-budget/--staged)")
+                         "--guesses), --method speculative (without --draft-tokens/--tree/--tree-budget/--staged) "
+                         "or --method jacobi (without --block)")
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn)
     if args.method == "speculative":
@@ -130,11 +147,18 @@ def setup(args: argparse.Namespace):
         drafter = make_drafter("speculative", draft_model=draft, **shape, ngram_table=table,
                                confidence=args.draft_confidence, adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
+    elif args.auto and args.method == "jacobi":
+        from .jacobi import autotune_block
+        best = autotune_block(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
+        print(f"[auto] block {best}", file=sys.stderr)
+        drafter = make_drafter("jacobi", block=best)
     elif args.auto:
         from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
         drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
+    if references:  # the tokenizer is loaded now: the drafter gets the references' token ids
+        drafter = make_drafter("prompt_lookup", **params, reference_ids=tokenize_references(tok, references))
     return model, tok, drafter, sampling
 
 
@@ -176,6 +200,10 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
         print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
               f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
               f"origins {spec['origins']}", file=sys.stderr)
+    copied = sum(o == "reference" for s in tr.steps for o in s.origins)
+    if args.reference:
+        print(f"[reference] {copied} of {st['new_tokens']} tokens copied from {len(args.reference)} reference "
+              f"text(s)", file=sys.stderr)
     if out:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
         tr.save(out)
 

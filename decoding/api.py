@@ -4,20 +4,23 @@ from __future__ import annotations
 import difflib
 
 from .drafters import Greedy
+from .jacobi import Jacobi
 from .lookahead import Lookahead
 from .models import check_window, describe, max_positions
 from .params import LIMITS, TEXT_SPAN, check_range
 from .prompt_lookup import PromptLookup
+from .reference_text import tokenize_references
 from .runner import generate
 from .sampling import Sampling
 from .speculative import Speculative, check_compatible
 from .trace import Trace
 
-METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
+METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "jacobi")
 # The keyword parameters each method takes (run(**params) / make_drafter): anything else is a typo, refused.
 PARAMS = {"greedy": (),
           "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
-          "prompt_lookup": ("max_ngram", "num_tokens", "candidates"),
+          "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
+          "jacobi": ("block", "seed"),
           "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
                           "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
 HOOKS = ("step_context", "on_step")
@@ -46,6 +49,8 @@ def make_drafter(method: str, **p):
     for k, v in p.items():
         if k in LIMITS:
             check_range(k, v)
+    if p.get("reference_ids") is not None and method != "prompt_lookup":
+        raise ValueError("reference texts are searched by --method prompt_lookup only (reference lookup)")
     if method == "greedy":
         return Greedy()
     if method == "lookahead":
@@ -53,7 +58,11 @@ def make_drafter(method: str, **p):
                          prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True),
                          dedupe=p.get("dedupe", True), text_span=p.get("text_span", TEXT_SPAN))
     if method == "prompt_lookup":
-        return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1))
+        return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1),
+                            reference=p.get("reference_ids"), reference_tokens=p.get("reference_tokens", 24))
+
+    if method == "jacobi":
+        return Jacobi(p.get("block", 8), p.get("seed", 0))
     if method == "speculative":
         d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
                         bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
@@ -78,19 +87,25 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
         sampling: Sampling = Sampling(), drafter=None, trace: bool = True, static: bool | None = None,
         **params) -> Trace:
     """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info.
-    static: the static-shape path (None = the device default, see runner.default_static)."""
+    static: the static-shape path (None = the device default, see runner.default_static).
+    reference (params): a text or list of texts prompt lookup also copies from (reference lookup)."""
     check_range("max_new_tokens", max_new_tokens)
     check_params(method, params)
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
     if isinstance(prompt, str) and not prompt.strip() or not ids:
         raise ValueError("the prompt is empty")
+    if params.get("reference") is not None:
+        if drafter is not None:
+            raise ValueError("give reference= or a drafter built with reference_ids, not both")
+        params["reference_ids"] = tokenize_references(tokenizer, params.pop("reference"))
     if drafter is None and method == "speculative":  # let make_drafter compare the tokenizers
         params = {"target_model": model, "tokenizer": tokenizer, **params}
-    drafter = drafter or make_drafter(method, **params)
+    drafter = drafter or make_drafter(method, **{k: v for k, v in params.items() if k not in HOOKS})
     limit = max_positions(model.config)
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
-        raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + lookahead span "
-                         f"({drafter.max_depth()}) exceeds the model's {limit} positions")
+        raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + "
+                         f"{drafter.name.replace('_', ' ')} span ({drafter.max_depth()} positions one step looks "
+                         f"ahead) exceeds the model's {limit} positions")
     check_window(model.config, len(ids), max_new_tokens, drafter.max_depth())
     if getattr(drafter, "draft", None) is not None:
         check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth())
@@ -112,8 +127,10 @@ def eos_of(model, tokenizer=None):
     return eos
 
 
+
+
 def _hooks(params: dict) -> dict:
-    return {k: params[k] for k in ("step_context", "on_step") if params.get(k) is not None}
+    return {k: params[k] for k in HOOKS if params.get(k) is not None}
 
 
 def vocab_for(tr: Trace, tokenizer) -> dict[str, str]:

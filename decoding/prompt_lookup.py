@@ -3,8 +3,18 @@ the tokens that followed it. Several distinct continuations can be verified in t
 
 The shared n-gram index (decoding/ngrams.py: n-gram → positions where it ended) is updated
 incrementally, so a lookup costs O(1) instead of a scan of the whole context every step.
+
+Reference lookup (LLMA, Yang et al. 2023, "Inference with Reference"): the same lookup also searches
+reference texts the user supplies (retrieved documents, the file being edited), and copies up to
+`reference_tokens` tokens from there; tokens accepted from a reference get the origin "reference".
+Aggressive decoding (Ge et al.) is its special case where the reference is the input of an edit
+(fix typos, rewrite a function): the output copies long spans of it. Each reference keeps a cursor
+(where the last accepted copy ended), and the occurrence at or after it is offered first: in an edit
+the output walks through the input in order, and a frequent n-gram (`self.x`) must not jump back.
 """
 from __future__ import annotations
+
+import bisect
 
 from .drafters import Plan
 from .masks import add_trie, depths_of
@@ -15,38 +25,85 @@ from .verify import Verdict, common_prefix
 class PromptLookup:
     name = "prompt_lookup"
 
-    def __init__(self, max_ngram: int = 3, num_tokens: int = 10, candidates: int = 1, min_ngram: int = 1):
-        if not (1 <= min_ngram <= max_ngram) or num_tokens < 1 or candidates < 1:
-            raise ValueError("prompt lookup needs 1 <= min_ngram <= max_ngram, num_tokens >= 1, candidates >= 1")
+    def __init__(self, max_ngram: int = 3, num_tokens: int = 10, candidates: int = 1, min_ngram: int = 1,
+                 reference: list[list[int]] | None = None, reference_tokens: int = 24):
+        if not (1 <= min_ngram <= max_ngram) or num_tokens < 1 or candidates < 1 or reference_tokens < 1:
+            raise ValueError("prompt lookup needs 1 <= min_ngram <= max_ngram, num_tokens >= 1, candidates >= 1, "
+                             "reference_tokens >= 1")
+        if reference is not None and (not reference or not all(reference)):
+            raise ValueError("a reference text is empty (it has no tokens)")
         self.max_ngram, self.min_ngram, self.K, self.C = max_ngram, min_ngram, num_tokens, candidates
+        self.reference = [list(r) for r in reference or []]
+        self.R = reference_tokens
 
     def config(self) -> dict:
-        return {"max_ngram": self.max_ngram, "min_ngram": self.min_ngram, "num_tokens": self.K,
-                "candidates": self.C}
+        c = {"max_ngram": self.max_ngram, "min_ngram": self.min_ngram, "num_tokens": self.K, "candidates": self.C}
+        if self.reference:  # sizes only: the texts are the user's and can be long
+            c.update(references=len(self.reference), reference_tokens=self.R,
+                     reference_lengths=[len(r) for r in self.reference])
+        return c
 
     def max_depth(self) -> int:
-        return self.K + 1
+        return max(self.K, self.R if self.reference else 0) + 1
 
     def start(self, prompt_ids: list[int]) -> None:
         # n-grams ending before the last token: the one ending at it is what we look up
         self.index = NGramIndex(self.max_ngram, self.min_ngram, follow=1)
+        self.refs = []
+        for r in self.reference:
+            idx = NGramIndex(self.max_ngram, self.min_ngram, follow=1)
+            idx.update(r)
+            self.refs.append(idx)
+        self.cursor = [0] * len(self.refs)  # per reference: the position after the last accepted copy
+
+    def _from_references(self, key: tuple[int, ...]) -> list[tuple[list[int], int, int]]:
+        """(continuation, reference, end of the matched key) for up to C references that contain key:
+        the occurrence at or after the reference's cursor first, else the nearest before it."""
+        out = []
+        for d, idx in enumerate(self.refs):
+            ends = idx.ends.get(key)
+            if not ends:
+                continue
+            i = bisect.bisect_left(ends, self.cursor[d] - 1)
+            end = ends[i] if i < len(ends) else ends[-1]
+            cont = self.reference[d][end + 1:end + 1 + self.R]
+            if cont:
+                out.append((cont, d, end))
+            if len(out) >= self.C:
+                break
+        return out
 
     def plan(self, context: list[int]) -> Plan:
         self.index.update(context)
         cands: list[list[int]] = []
         key: list[int] = []
+        refs: list[tuple[list[int], int, int]] = []
         for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
-            found = self.index.continuations(tuple(context[-n:]), self.K, self.C)
-            if found:  # the longest n-gram that occurred earlier decides
-                key, cands = context[-n:], [list(c) for c, _ in found]
+            k = tuple(context[-n:])
+            refs = self._from_references(k) if self.refs else []
+            found = self.index.continuations(k, self.K, self.C)
+            if found or refs:  # the longest n-gram that occurred earlier (or in a reference) decides
+                key = context[-n:]
+                cands = [c for c, _, _ in refs] + [list(c) for c, _ in found if list(c) not in [r[0] for r in refs]]
                 break
+        sources = ["reference"] * len(refs) + ["text"] * (len(cands) - len(refs))
         parents, roles, slots = [-1], ["x0"], [(0, 0)]
         tokens = [context[-1]] + add_trie(parents, roles, slots, cands)  # shared prefixes verified once
         info = {"key": key, "candidates": cands}
+        origins = None
+        if self.refs:  # a node first proposed by a reference candidate is a reference copy
+            info.update(candidate_sources=sources, reference_at=[[d, e] for _, d, e in refs])
+            origins = ["target"] + [("reference" if sources[g] == "reference" else "prompt_lookup")
+                                    for g, _ in slots[1:]]
         return Plan(tokens, parents, depths_of(parents), roles, slots, [r == "candidate" for r in roles],
-                    origin="prompt_lookup", info=info)
+                    origin="prompt_lookup", info=info, origins=origins)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         acc = verdict.tokens
         plan.info["matched"] = [common_prefix(c, acc) for c in plan.info["candidates"]]
-        plan.info["chosen"] = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None
+        chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None
+        plan.info["chosen"] = chosen
+        at = plan.info.get("reference_at") or []
+        if chosen is not None and chosen < len(at):  # the copy went this far: continue from there
+            d, end = at[chosen]
+            self.cursor[d] = end + 1 + plan.info["matched"][chosen]

@@ -9,14 +9,18 @@ never read back. Trace.load also reads version 1 files and the pre-v2 CLI wrappe
 Step fields:
   index, kind ("prefill" | "decode"), kv_len (cached tokens before the step), n_query,
   tokens / positions / parents / roles / slots: the step's query, one entry per new token. roles are
-    "prompt", "x0", "window", "candidate", "draft", "stage2"; slots say where in its structure the token
+    "prompt", "x0", "window", "candidate", "draft", "stage2", "jacobi" (a Jacobi block guess); slots say where in its structure the token
     sits: window → [level, column] (x0 is [0, 0], L0[j-1] is [0, j]), candidate → [candidate, offset],
     draft → [node id, depth]; parents are query indices (-1 = root) and define the attention mask.
   accepted: new tokens this step; origins: one per accepted token ("target" = the model's own next token,
-    "candidate" = a verified lookahead n-gram, "prompt_lookup", "draft", "stage2");
+    "candidate" = a verified lookahead n-gram, "prompt_lookup", "reference" = copied from a reference
+    text (reference lookup), "jacobi" = a confirmed Jacobi guess, "draft", "stage2");
   kept: query indices whose KV entries stayed in the cache; wall_ms: the step's wall time;
   info: what the method did (lookahead: window, window_next, pool_key, candidates, candidate_sources,
-    matched, chosen, harvested, pool_size; speculative: the tree, draft probabilities, ...).
+    matched, chosen, harvested, pool_size; prompt lookup: key, candidates, matched, chosen and, with
+    references, candidate_sources ("reference" | "text") and reference_at ([reference, end of the match]);
+    jacobi: info["jacobi"] = {guesses, fresh, updated (the model's argmax at x0 and every guess), accepted,
+    next (the following step's guesses)}; speculative: the tree, draft probabilities, ...).
 With tracing off, the query arrays and info are left empty and only counts and times are kept.
 
 Trace.agreement (optional, None = not measured; traces without it load): the output compared with HF

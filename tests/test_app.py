@@ -468,3 +468,30 @@ def test_app_module_contract():
     assert torch.get_num_threads() == 1
     for path in Path(app_module.__file__).parent.glob("appkit/*.py"):  # small, readable modules
         assert len(path.read_text().splitlines()) < 320, path.name
+
+
+def test_jacobi_and_the_reference_box(client, dirs):
+    """Issue 20: the Jacobi method and the reference text box reach the engine through the app's API;
+    a bad block or an oversize reference gets the field's message."""
+    from decoding.reference_text import MAX_REFERENCE_CHARS
+    greedy = reference(dirs)
+    msg, stats, text, html, path = client.predict(*settings(dirs, method="jacobi", block=3), api_name="/run")
+    tr = saved_trace(path)
+    assert msg == "" and tr["method"] == "jacobi" and tr["config"]["block"] == 3
+    assert tr["output_ids"] == greedy.output_ids and "data-view='trajectory'" in html
+    msg, stats, text, html, path = client.predict(*settings(dirs, method="prompt_lookup", reference=greedy.text),
+                                                  api_name="/run")
+    tr = saved_trace(path)
+    assert tr["output_ids"] == greedy.output_ids and tr["config"]["references"] == 1
+    assert "reference" in {o for s in tr["steps"] for o in s["origins"]}
+    expect_msg(client, settings(dirs, method="jacobi", block=0), "/run", "K block", "got 0")
+    expect_msg(client, settings(dirs, method="prompt_lookup", reference="x" * (MAX_REFERENCE_CHARS + 1)), "/run",
+               "reference text", "too long")
+
+
+def test_sweep_draws_the_jacobi_line(client, dirs):
+    """N = 0 in the Sweep is plain Jacobi with block K = W: its own line beside lookahead's."""
+    msg, status, fig, table = client.predict(*settings(dirs), [0, 3], [1, 2], 16, api_name="/sweep")
+    assert status.startswith("done: 4 runs")
+    assert [r[0] for r in table["data"]] == ["greedy", "jacobi", "jacobi", 3, 3]
+    assert "Jacobi (block K = W)" in json.dumps(fig)

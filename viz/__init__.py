@@ -29,6 +29,8 @@ Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames
     viz.pool.figure(trace, i)     key, candidates, matched prefix (origin colour), chosen candidate
     viz.mask.figure(trace, i)     attention mask (decoding.masks.tree_visibility) with role·position labels
     viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejection, pruned nodes
+    viz.trajectory.figure(trace, i)  Jacobi trajectory (jacobi block or lookahead window): positions x
+                                  iterations, green once a guess equals its final token, accepted outlined
 Run figures (method colours from viz.palette.method_color, log axes labelled by decades only):
     viz.race.race_figure(runs)                tokens over engine time; runs = {name: trace}
     viz.sweep.figure(points, title="")        lookahead scaling: compression vs FLOPs per step
@@ -42,10 +44,11 @@ HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has 
 plain numbers it draws (what the tests compare with the trace). viz/costs.py was
 viz/profile.py (renamed: "profile" named three different things).
 """
-from . import costs, describe, mask, palette, pool, race, report, step_profile, stepper, sweep, tokens, tree, window
+from . import (costs, describe, mask, palette, pool, race, report, step_profile, stepper, sweep, tokens, trajectory,
+               tree, window)
 from .report import write_report
 from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
 
 __all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "mask", "palette", "pool", "race",
-           "report", "step_profile", "step_view_html", "stepper", "sweep", "tokens", "tree", "window",
+           "report", "step_profile", "step_view_html", "stepper", "sweep", "tokens", "trajectory", "tree", "window",
            "write_report"]

@@ -73,6 +73,10 @@ def config_words(trace: TraceLike) -> str:
     elif tr.method == "prompt_lookup":
         line = (f"prompt lookup · n-gram {c.get('min_ngram')}–{c.get('max_ngram')} · copy {c.get('num_tokens')}"
                 f" · {c.get('candidates', 1)} candidate(s)")
+        if c.get("references"):
+            line += f" · {c['references']} reference text(s), copy {c.get('reference_tokens')}"
+    elif tr.method == "jacobi":
+        line = f"jacobi · block {c.get('block')} · initial guesses: {c.get('init', 'prompt tokens')}"
     elif tr.method == "speculative":
         line = _spec(c)
     else:

@@ -20,23 +20,30 @@ ORIGIN_COLORS = {
     "prompt_lookup": "#f4a6c6",   # prompt lookup copies from the text: the same meaning as text_ngram
     "draft": "#f16913",           # a draft-model token the target accepted
     "stage2": "#b4a7d6",          # a stage-2 (n-gram table) draft token the target accepted
+    "reference": "#5fc7c7",       # copied from a reference text the user supplied (reference lookup)
+    "jacobi": "#74c476",          # a Jacobi-decoding guess the target confirmed (plain Jacobi, no pool)
 }
 ORIGIN_LABELS = {
     "prompt": "prompt", "target": "model's own next token", "candidate": "lookahead window n-gram",
     "text_ngram": "text n-gram (prompt/output)", "draft": "draft model token", "stage2": "stage-2 n-gram token",
+    "reference": "reference text copy", "jacobi": "Jacobi guess",
 }
 # Roles of query tokens inside one step (what the mask and the tree label).
 ROLE_COLORS = {
     "prompt": ORIGIN_COLORS["prompt"], "x0": "#6baed6", "window": "#dcbc32", "candidate": ORIGIN_COLORS["candidate"],
     "draft": ORIGIN_COLORS["draft"], "stage2": ORIGIN_COLORS["stage2"], "target": "#6baed6",
+    "jacobi": ORIGIN_COLORS["jacobi"],
 }
 ROLE_LABELS = {"x0": "x0: last accepted token", "window": "window guess", "candidate": "pool candidate",
-               "draft": "draft node", "stage2": "stage-2 node", "prompt": "prompt"}
+               "draft": "draft node", "stage2": "stage-2 node", "prompt": "prompt", "jacobi": "Jacobi guess"}
 # The Jacobi window's ages: a gold sequential scale (index 0 = produced by this step, the newest).
 AGE_COLORS = ["#b8960b", "#dcbc32", "#eed775", "#f7e9a8"]
 INIT_COLOR = "#ffffff"            # warm-up's random initial guesses: white, dashed outline
 # States of a checked token (pool rows, tree nodes): matched, first rejection, not checked, pruned.
 STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0f0", "pruned": "#bdbdbd"}
+# Trajectory cells (viz/trajectory.py): a guess not equal to its final token, the iteration where a position
+# converged for good (equals its final token from then on), the iterations after it, a fresh initial guess.
+TRAJECTORY_COLORS = {"wrong": "#f0f0f0", "converges": "#31a354", "converged": "#c7e9c0", "fresh": "#ffffff"}
 MASK_COLORS = ["#f7f7f7", "#2171b5", "#9ecae1"]  # masked, may attend, cache column
 SELECT_COLOR = "#e7298a"          # the selected token's outline in every view
 CURRENT_COLOR = "#d62728"         # the current step's marker on run charts
@@ -44,7 +51,7 @@ CURRENT_COLOR = "#d62728"         # the current step's marker on run charts
 # the method is known for (lookahead green, prompt lookup pink, speculative orange, staged purple).
 METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#c51b7d",
                  "speculative": "#d94801", "speculative_chain": "#d94801", "speculative_tree": "#a63603",
-                 "speculative_staged": "#6a51a3"}
+                 "speculative_staged": "#6a51a3", "jacobi": "#6b8e23"}
 EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#17becf", "#999999"]
 STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]  # text coloured by step
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -68,6 +75,8 @@ def token_origin(origin: str, source: str | None = None) -> str:
     """A colour key for an accepted token: lookahead candidates from the text become "text_ngram"."""
     if origin == "candidate" and source in ("prompt", "output", "text"):
         return "text_ngram"
+    if source == "reference" and origin in ("candidate", "prompt_lookup"):
+        return "reference"
     return "text_ngram" if origin == "prompt_lookup" else origin
 
 
@@ -94,6 +103,7 @@ def window_legend() -> list[tuple[str, str]]:
 def pool_legend() -> list[tuple[str, str]]:
     return [("matches the model: window n-gram", ORIGIN_COLORS["candidate"]),
             ("matches the model: text n-gram", ORIGIN_COLORS["text_ngram"]),
+            ("matches the model: reference text", ORIGIN_COLORS["reference"]),
             ("first mismatch", STATE_COLORS["rejected"]), ("not checked", STATE_COLORS["unchecked"])]
 
 
@@ -104,10 +114,17 @@ def tree_legend(pruned: bool = False) -> list[tuple[str, str]]:
     return items + ([("pruned (below cutoff)", STATE_COLORS["pruned"])] if pruned else [])
 
 
+def trajectory_legend() -> list[tuple[str, str]]:
+    return [("not yet its final token", TRAJECTORY_COLORS["wrong"]),
+            ("converges here (final token from now on)", TRAJECTORY_COLORS["converges"]),
+            ("converged earlier", TRAJECTORY_COLORS["converged"]),
+            ("accepted this step (outlined)", STATE_COLORS["matched"])]
+
+
 def mask_legend(roles: bool = False) -> list[tuple[str, str]]:
     """Mask cells; with roles=True also the role strip along the rows and columns (the step view)."""
     cells = [("may attend", MASK_COLORS[1]), ("KV cache (whole prefix)", MASK_COLORS[2]), ("masked", MASK_COLORS[0])]
-    shown = ("x0", "window", "candidate", "draft", "stage2")
+    shown = ("x0", "window", "candidate", "draft", "stage2", "jacobi")
     return cells + ([(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in shown] if roles else [])
 
 
@@ -115,7 +132,8 @@ def for_js() -> dict:
     """Everything stepper.js colours with (so the browser and Python draw the same colours)."""
     return {"origin": ORIGIN_COLORS, "origin_labels": ORIGIN_LABELS, "role": ROLE_COLORS, "role_labels": ROLE_LABELS,
             "age": AGE_COLORS, "init": INIT_COLOR, "state": STATE_COLORS, "select": SELECT_COLOR, "mask": MASK_COLORS,
-            "current": CURRENT_COLOR, "method": METHOD_COLORS, "extra": EXTRA_COLORS, "step": STEP_COLORS}
+            "current": CURRENT_COLOR, "method": METHOD_COLORS, "extra": EXTRA_COLORS, "step": STEP_COLORS,
+            "trajectory": TRAJECTORY_COLORS}
 
 
 def decade_ticks(lo: float, hi: float) -> dict:

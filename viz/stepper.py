@@ -14,17 +14,18 @@ import json
 import uuid
 from pathlib import Path
 
-from . import costs as cost_figs, pool, step_profile, tokens, window
+from . import costs as cost_figs, pool, step_profile, tokens, trajectory, window
 from .common import TraceLike, as_trace, esc, safe_json, text_of
 from .describe import header_words
-from .palette import STATE_COLORS, for_js, legend_html, mask_legend, pool_legend, tree_legend, window_legend
+from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, pool_legend, trajectory_legend, tree_legend,
+                      window_legend)
 from .stepper_css import CSS
 from .stepper_text import caption
 
 SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "stepper.js"))
 MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
-ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s"}
+ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}
 INFO_KEYS = ("window", "pool_key", "key", "candidates", "candidate_sources", "matched", "chosen", "pool_size",
              "accepted_path", "first_rejected")
 TREE_KEYS = ("tokens", "parents", "depth", "draft_prob", "target_prob", "origin", "pruned")
@@ -39,7 +40,9 @@ def views_for(tr) -> list[str]:
         names.append("window")
     if any("candidates" in s.info for s in tr.steps):
         names.append("pool")
-    if any(s.info.get("tree") for s in tr.steps) or tr.method not in ("lookahead", "greedy"):
+    if tr.method in ("jacobi", "lookahead") and trajectory.has_trajectory(tr):
+        names.append("trajectory")
+    if any(s.info.get("tree") for s in tr.steps) or tr.method not in ("lookahead", "greedy", "jacobi"):
         names.append("tree")
     names.append("mask")
     return names
@@ -100,7 +103,14 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
         fig = cost_figs.latency_figure([(tr, costs if isinstance(costs, dict) else None)])
         run["latency"], marks["latency"] = json.loads(fig.to_json()), "point"
         points["latency"] = {i: [q, w] for i, q, w in zip(lat["steps"], lat["n_query"], lat["wall_ms"])}
-    return {"views": names, "steps": steps, "run": run, "marks": marks, "points": points,
+    traj = None
+    if "trajectory" in names:
+        t = trajectory.data(tr)
+        code = {"wrong": "w", "converges": "n", "converged": "c"}
+        traj = {"cells": t["cells"], "right": t["right"],
+                "rows": [{"s": r["step"], "a": r["accepted"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
+                         for r in t["rows"] if r["step"] < max_steps]}
+    return {"views": names, "steps": steps, "trajectory": traj, "run": run, "marks": marks, "points": points,
             "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
             "method": tr.method, "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
@@ -108,8 +118,10 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
 
 LEGENDS = {"window": lambda: legend_html(window_legend() + [("harvested into the pool (green outline)", STATE_COLORS["matched"])]),
            "pool": lambda: legend_html(pool_legend()), "tree": lambda: legend_html(tree_legend(True)),
+           "trajectory": lambda: legend_html(trajectory_legend()),
            "mask": lambda: legend_html(mask_legend(roles=True))}
-TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask"}
+TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask",
+          "trajectory": "Jacobi trajectory"}
 
 
 def _view_box(name: str) -> str:

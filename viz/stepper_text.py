@@ -17,6 +17,14 @@ def caption(trace: TraceLike, step_index: int) -> str:
     if s.kind == "prefill":
         return f"Step {s.index} (prefill): the model read the {s.n_query}-token prompt in one pass and chose {got}."
     info, head = s.info, f"Step {s.index}: one forward pass over {s.n_query} query token{'s' if s.n_query != 1 else ''}"
+    if "jacobi" in info:
+        j = info["jacobi"]
+        fresh = sum(j.get("fresh") or [])
+        k = j.get("accepted", max(len(s.accepted) - 1, 0))
+        agreed = (f"the model's argmax chain agreed with the first {k} guess{'es' if k != 1 else ''}" if k
+                  else "the first guess already differed from the model's argmax")
+        return (f"{head} — x0 and a block of {len(j['guesses'])} guesses ({fresh} fresh, the rest the previous step's "
+                f"updates) — {agreed}, plus the model's own token: {got}; the other updates become the next guesses.")
     if "window" in info:
         levels, n1 = len(info["window"]), (tr.config.get("ngram") or 0) - 1
         warm = f" (warm-up: level {levels} of {n1} filled)" if n1 > 0 and levels < n1 else ""

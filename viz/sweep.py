@@ -2,7 +2,8 @@
 axis, one line per n-gram size N, one point per window W (G = W), greedy as the reference cross.
 
 Moved here from appkit/sweep.py (which still runs the points): drawing belongs to viz/ and its colours to
-viz/palette.py. points = [{"N", "W", "G", "compression", "flops_per_step", ...}]; N == 1 is greedy.
+viz/palette.py. points = [{"N", "W", "G", "compression", "flops_per_step", ...}]; N == 1 is greedy, N == 0
+plain Jacobi decoding with block K = W (the flat line lookahead is measured against).
 """
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def figure(points: list[dict], title: str = "") -> go.Figure:
             hovertemplate="N=%{customdata[0]} W=%{customdata[1]}<br>%{y:.2f} tokens/step<br>%{x:.3g} FLOPs/step"
                           "<extra></extra>",
             customdata=[[p["N"], p["W"]] for p in pts]))
+    jac = sorted((p for p in points if p["N"] == 0), key=lambda p: p["W"])
+    if jac:
+        c = method_color("jacobi")
+        fig.add_trace(go.Scatter(
+            x=[p["flops_per_step"] for p in jac], y=[p["compression"] for p in jac], mode="lines+markers+text",
+            name="Jacobi (block K = W)", text=[f"K={p['W']}" for p in jac], textposition="bottom right",
+            marker=dict(size=9, color=c, symbol="diamond"), line=dict(color=c, dash="dash"),
+            hovertemplate="Jacobi K=%{customdata}<br>%{y:.2f} tokens/step<br>%{x:.3g} FLOPs/step<extra></extra>",
+            customdata=[p["W"] for p in jac]))
     fig.update_layout(title=title or "Lookahead scaling: compression vs per-step FLOPs (G = W)",
                       xaxis=log_axis([p["flops_per_step"] for p in points], title="FLOPs per step (log scale)"),
                       yaxis=dict(title="compression = tokens / step"), height=440, plot_bgcolor="white",

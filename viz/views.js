@@ -69,7 +69,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const rows = cands.map((c, g) => {
       const m = matched[g] || 0, chosen = g === info.chosen;
       const source = src[g] || (D.method === "prompt_lookup" ? "text" : "");
-      const ok = P.origin[source && source !== "window" ? "text_ngram" : "candidate"];
+      const ok = P.origin[source === "reference" ? "reference" : source && source !== "window" ? "text_ngram" : "candidate"];
       const cells = c.map((t, i) => cell(D, t, pos[g + "," + i], i < m ? ok : i === m ? P.state.rejected : P.state.unchecked,
         "", i < m ? "matches the model" : i === m ? "first mismatch" : "not checked")).join("");
       return `<tr class="${chosen ? "ds-chosen" : ""}"><th>${chosen ? "▶ " : ""}cand ${g}${source ? ` (${esc(source)})` : ""}</th>${cells}</tr>`;
@@ -82,7 +82,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   function treeNodes(s) {
     const info = s.info || {}, t = info.tree || {};
     const toks = t.tokens || s.t, par = t.parents || s.par;
-    const ROLE = { x: "target", w: "window", c: "candidate", d: "draft", s: "stage2", p: "prompt" };
+    const ROLE = { x: "target", w: "window", c: "candidate", d: "draft", s: "stage2", p: "prompt", j: "jacobi" };
     const origin = t.origin || s.r.split("").map((r) => ROLE[r] || "draft");
     const depth = [];
     const nodes = toks.map((tk, i) => {
@@ -146,7 +146,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
 
   // ---- Attention mask (SVG, one path for every visible cell): query i sees j when j is i or its ancestor.
   const ROLE_NAME = { p: "p", d: "d", s: "s2" };
-  const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2" };
+  const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2", j: "jacobi" };
   function label(s, k, base) {
     const r = s.r[k], sl = s.sl[k] || [], rel = s.p.length ? s.p[k] - base : k;
     const name = r === "w" ? (sl[0] === 0 && sl[1] === 0 ? "x0" : "L" + sl[0]) : r === "c" ? "c" + (sl.length ? sl[0] : "")
@@ -181,7 +181,40 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
   }
 
-  const VIEWS = { window: windowView, pool: poolView, tree: treeView, mask: maskView };
+  // ---- Jacobi trajectory (viz/trajectory.py): rows = the last iterations up to this step, columns = positions;
+  // a guess is grey until it equals its final token, dark green where it converges, pale green after;
+  // the guesses this step accepted are outlined.
+  function trajectoryView(D, s) {
+    const T = D.trajectory, P = D.palette;
+    if (!T || !T.rows.length) return [`Step ${s.i}: no Jacobi trajectory (${D.method})`, ""];
+    const past = T.rows.filter((r) => r.s <= s.i);
+    if (!past.length) return [`Step ${s.i} (prefill): the first guesses are fed in the next step`, ""];
+    // columns: this step's block and the 6 positions before it (their history); rows: the last 10 iterations
+    const now = past[past.length - 1].c.map((c) => c[0]);
+    const lo = Math.min(...now) - 6, hi = Math.max(...now);
+    const rows = past.slice(-10).filter((r) => r.c.some((c) => c[0] >= lo && c[0] <= hi));
+    const STATE = { w: "wrong", n: "converges", c: "converged" };
+    const WHY = { w: "not (yet) its final token", n: "converges here: its final token from now on", c: "converged earlier" };
+    const out = rows.map((r) => {
+      const at = {};
+      r.c.forEach((c) => (at[c[0]] = c));
+      const cells = [];
+      for (let p = lo; p <= hi; p++) {
+        const c = at[p];
+        if (!c) { cells.push("<td class='ds-empty' style='border:none'></td>"); continue; }
+        const acc = p >= r.a[0] && p < r.a[1];
+        cells.push(cell(D, c[1], p, P.trajectory[STATE[c[2]]], acc ? "ds-hv" : "",
+          `step ${r.s}, position ${p}: ${WHY[c[2]]}` + (acc ? "; accepted this step" : "")));
+      }
+      return `<tr class="${r.s === s.i ? "ds-chosen" : ""}"><th>${r.s === s.i ? "▶ " : ""}step ${r.s}</th>${cells.join("")}</tr>`;
+    });
+    const here = rows[rows.length - 1], n = Math.max(here.a[1] - here.a[0], 0);
+    const what = D.method === "jacobi" ? "Jacobi block" : "window (newest level per position)";
+    return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined); ` +
+      `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];
+  }
+
+  const VIEWS = { window: windowView, pool: poolView, tree: treeView, mask: maskView, trajectory: trajectoryView };
 
   // ---- Cost panel: the step on the roofline, its numbers, cumulative FLOPs vs tokens beside greedy.
   function profileView(root, D, s) {

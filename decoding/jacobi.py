@@ -1,0 +1,95 @@
+"""Jacobi decoding (Santilli et al. 2023, arXiv 2305.10427): guess a block of K future tokens, run the
+block through the model in ONE forward (a chain under x0), and replace every guess by the model's argmax
+at the position before it. Repeat. Exact by construction: the guesses the model agrees with (the longest
+prefix equal to its argmax chain) are accepted, plus its own next token, so the output is greedy's.
+
+Why it is in DecodeScope: on real models a Jacobi step rarely fixes more than one token (a guess made
+from a wrong left context is usually wrong), which is the lesson lookahead decoding starts from: keep
+the n-grams the trajectories produce instead of waiting for the block to converge. The trace records
+every position's guess per iteration (step.info["jacobi"]) so viz/trajectory.py can draw it.
+
+Initial guesses: K tokens drawn from the prompt with a seeded RNG, as lookahead's window starts (the
+paper uses pad tokens for encoder-decoder MT; many decoder-only LMs have no pad token, and a prompt
+token is at least a plausible token). After a step that accepts k guesses, the unaccepted positions
+keep the model's updated argmax (shifted by k + 1, as the paper's block slides: the K + 1 outputs of
+a step cover one position past the block), and the k positions that open at its end get fresh
+initial guesses.
+
+Sampling: the runner verifies the block with verify.sampled (multi-candidate rejection with
+point-mass proposals, as for lookahead), which draws every token from exactly the target's warped
+distribution whatever the guesses are; the guesses stay the argmax iterates.
+"""
+from __future__ import annotations
+
+import random
+
+from .drafters import Plan
+from .masks import chain_parents
+from .verify import Verdict
+
+
+class Jacobi:
+    name = "jacobi"
+
+    def __init__(self, block: int = 8, seed: int = 0):
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+            raise ValueError(f"jacobi needs block >= 1, got {block}")
+        self.K, self.seed = block, seed
+
+    def config(self) -> dict:
+        return {"block": self.K, "seed": self.seed, "init": "prompt tokens"}
+
+    def max_depth(self) -> int:
+        return self.K + 1  # K guesses after x0, plus the model's own next token
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.rng = random.Random(self.seed)
+        self.prompt = list(prompt_ids)
+        self.guesses = self._init(self.K)
+        self.fresh = [True] * self.K  # which guesses are initial (never updated by the model yet)
+
+    def _init(self, n: int) -> list[int]:
+        return [self.rng.choice(self.prompt) for _ in range(n)]
+
+    def plan(self, context: list[int]) -> Plan:
+        """Query = [x0, g_1 .. g_K] as one causal chain; every guess is a proposal the target verifies."""
+        k = self.K
+        tokens = [context[-1]] + list(self.guesses)
+        info = {"jacobi": {"guesses": list(self.guesses), "fresh": list(self.fresh)}}
+        return Plan(tokens, chain_parents(k + 1), list(range(k + 1)), ["x0"] + ["jacobi"] * k,
+                    [[0, i] for i in range(k + 1)], [False] + [True] * k, origin="jacobi", info=info)
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        """preds[i] is the model's argmax after query node i: the Jacobi update of guess i + 1 (and
+        preds[K] a new guess one position past the block). Slide the block past the accepted tokens."""
+        k = len(verdict.path) - 1              # guesses accepted this step
+        updated = preds[:self.K + 1]           # the whole updated block, x0's prediction first
+        keep = updated[k + 1:]                 # positions after the bonus token: still unverified
+        opened = self.K - len(keep)
+        self.guesses = keep + self._init(opened)
+        self.fresh = [False] * len(keep) + [True] * opened
+        plan.info["jacobi"].update(updated=list(updated), accepted=k, next=list(self.guesses))
+
+
+BLOCKS = (1, 2, 4, 8, 16)
+
+
+def autotune_block(model, tokenizer, prompt: str | list[int], *, pilot_tokens: int = 32, blocks=BLOCKS,
+                   reps: int = 2) -> dict:
+    """The block size with the best measured tokens/s on this prompt and device (pilot runs, best of
+    `reps` wall times each). Why a tuner at all: compression hardly grows with K on real models (a
+    guess made from a wrong left context is rarely right) while a K-token step costs more than a
+    1-token step, so the best K is usually small, and how small depends on the device's latency curve.
+    Returns {"best": K, "ranking": [{"block", "compression", "tokens_per_s"}, ...]}."""
+    from .api import run
+    rows = []
+    for k in blocks:
+        best = None
+        for _ in range(reps):
+            tr = run(model, tokenizer, prompt, "jacobi", max_new_tokens=pilot_tokens, trace=False, block=k)
+            st = tr.stats()
+            if best is None or st["tokens_per_s"] > best["tokens_per_s"]:
+                best = {"block": k, "compression": st["compression"], "tokens_per_s": st["tokens_per_s"]}
+        rows.append(best)
+    rows.sort(key=lambda r: -r["tokens_per_s"])
+    return {"best": rows[0]["block"], "ranking": rows}

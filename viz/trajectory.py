@@ -1,0 +1,118 @@
+"""Jacobi trajectories: positions × iterations, each cell the guess a step fed the model at that position.
+
+Why: plain Jacobi decoding (a jacobi trace) and lookahead's window (a lookahead trace) both iterate
+guesses for future positions; drawn the same way, side by side, they show the lesson of the lookahead
+paper: a guess made from a wrong left context is rarely right, so a Jacobi block converges about one
+position per step, while lookahead keeps the n-grams its trajectories produce and copies them later.
+
+A cell is green when the guess equals the position's final token (the text the run produced): dark at
+the iteration from which it stays equal ("converges here"), pale after that; grey while it differs. The
+tokens a step accepted are outlined. Rows are steps (iterations), columns absolute positions, so every
+cell links to the token strip by its position like every other view.
+
+Where the guesses come from: jacobi → step.info["jacobi"]["guesses"] at positions kv_len + 1 ...;
+lookahead → the step's window cells (roles "window"), the newest level's guess where several levels sit
+at one position (level l, column j sits at x0 + l + j).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .common import TraceLike, as_trace, box, text_of
+from .palette import STATE_COLORS, TRAJECTORY_COLORS
+from .window import _empty
+
+
+def guesses(step) -> dict[int, int]:
+    """{absolute position: guessed token} a decode step fed the model, {} when it has no trajectory."""
+    jac = step.info.get("jacobi")
+    if jac:
+        return {step.kv_len + 1 + i: t for i, t in enumerate(jac["guesses"])}
+    out: dict[int, tuple[int, int]] = {}
+    for r, sl, p, t in zip(step.roles, step.slots, step.positions, step.tokens):
+        if r == "window" and (p not in out or sl[0] >= out[p][0]):
+            out[p] = (sl[0], t)
+    return {p: t for p, (_, t) in out.items()}
+
+
+def has_trajectory(trace: TraceLike) -> bool:
+    tr = as_trace(trace)
+    return any(s.kind == "decode" and guesses(s) for s in tr.steps)
+
+
+def data(trace: TraceLike) -> dict:
+    """Rows (one per decode step with guesses): step, x0 position, accepted positions [first, last] and
+    cells {pos, token, text, final, state}; state is "wrong", "converges" or "converged"."""
+    tr = as_trace(trace)
+    final = list(tr.prompt_ids) + list(tr.output_ids)
+    rows = []
+    for s in tr.steps:
+        if s.kind != "decode":
+            continue
+        g = guesses(s)
+        if not g:
+            continue
+        rows.append({"step": s.index, "x0": s.kv_len, "accepted": [s.kv_len + 1, s.kv_len + len(s.accepted)],
+                     "cells": [{"pos": p, "token": t, "text": text_of(tr, t),
+                                "final": final[p] if p < len(final) else None} for p, t in sorted(g.items())]})
+    history: dict[int, list[tuple[int, bool]]] = {}  # position -> (row, guess == final) in row order
+    for k, row in enumerate(rows):
+        for c in row["cells"]:
+            history.setdefault(c["pos"], []).append((k, c["final"] is not None and c["token"] == c["final"]))
+    seen: dict[int, int | None] = {}  # position -> the row where its last run of right guesses starts
+    for pos, h in history.items():
+        first = None
+        for k, ok in reversed(h):
+            if not ok:
+                break
+            first = k
+        seen[pos] = first
+    for k, row in enumerate(rows):
+        for c in row["cells"]:
+            first = seen.get(c["pos"])
+            c["state"] = ("converges" if first == k else "converged" if first is not None and k > first
+                          else "wrong")
+    n = sum(len(r["cells"]) for r in rows)
+    right = sum(c["state"] != "wrong" for r in rows for c in r["cells"])
+    return {"method": tr.method, "rows": rows, "cells": n, "right": right,
+            "accepted_guesses": sum(max(r["accepted"][1] - r["accepted"][0], 0) for r in rows)}
+
+
+def figure(trace: TraceLike, step_index: int | None = None, last: int = 16) -> go.Figure:
+    """The `last` iterations up to step_index (default: the run's end) as a grid of token cells."""
+    tr = as_trace(trace)
+    d = data(tr)
+    rows = [r for r in d["rows"] if step_index is None or r["step"] <= step_index][-last:]
+    if not rows:
+        return _empty(f"no Jacobi trajectory in this run ({tr.method})")
+    lo = min(c["pos"] for r in rows for c in r["cells"])
+    hi = max(c["pos"] for r in rows for c in r["cells"])
+    xs, ys, labels, hover, shapes, meta = [], [], [], [], [], []
+    for y, r in enumerate(rows):
+        a0, a1 = r["accepted"]
+        for c in r["cells"]:
+            x = c["pos"]
+            acc = a0 <= x < a1  # the guesses accepted this step (the last accepted token is the model's own)
+            shapes.append(dict(type="rect", x0=x - .46, x1=x + .46, y0=y - .42, y1=y + .42, layer="below",
+                               fillcolor=TRAJECTORY_COLORS[c["state"]],
+                               line=dict(color=STATE_COLORS["matched"] if acc else "#999", width=3 if acc else 1)))
+            xs.append(x); ys.append(y); labels.append(c["text"]); meta.append(box(x, y, x))
+            fin = "?" if c["final"] is None else text_of(tr, c["final"])
+            hover.append(f"step {r['step']} · position {x}<br>guess {c['text']!r} · final {fin!r}<br>{c['state']}"
+                         + ("<br>accepted this step" if acc else ""))
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="text", text=labels, hovertext=hover, hoverinfo="text",
+                               showlegend=False))
+    fig.update_layout(shapes=shapes, meta={"cells": meta}, plot_bgcolor="white",
+                      height=140 + 34 * len(rows), margin=dict(l=70, r=20, t=50, b=40),
+                      title=dict(text=_title(tr, d), font=dict(size=13)),
+                      xaxis=dict(title="position", range=[lo - .6, hi + .6], showgrid=False, zeroline=False),
+                      yaxis=dict(tickvals=list(range(len(rows))), ticktext=[f"step {r['step']}" for r in rows],
+                                 range=[len(rows) - .4, -.6], showgrid=False, zeroline=False))
+    return fig
+
+
+def _title(tr, d: dict) -> str:
+    share = d["right"] / d["cells"] if d["cells"] else 0.0
+    what = "Jacobi block" if tr.method == "jacobi" else "lookahead window (newest level per position)"
+    return (f"Trajectory of the {what}: {share:.0%} of guesses equal their final token; "
+            f"{d['accepted_guesses']} guesses accepted")
