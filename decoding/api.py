@@ -39,7 +39,9 @@ def check_params(method: str, params: dict) -> None:
             takes = ", ".join(PARAMS[method]) or "no parameters"
             raise ValueError(f"unknown parameter {k!r}{hint} ({method} takes {takes})")
         if v is not None and k not in PARAMS[method] and k not in HOOKS:
-            raise ValueError(f"{k} is not a {method} parameter ({method} takes {', '.join(PARAMS[method]) or 'none'})")
+            owners = ", ".join(m for m, names in PARAMS.items() if k in names)
+            raise ValueError(f"{k} is not a {method} parameter ({method} takes {', '.join(PARAMS[method]) or 'none'}; "
+                             f"{k} belongs to {owners})")
 
 
 def make_drafter(method: str, **p):
