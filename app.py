@@ -75,7 +75,7 @@ def wire(p: Page, h: Tabs) -> None:
     local = dict(api_visibility="private", queue=False)
     p.run_btn.click(gpu(120)(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
                     api_name="run", show_progress="hidden", **model)
-    p.race_btn.click(gpu(180)(h.race), p.inputs(p.race_methods), [p.msg, p.race_md, p.race_table, p.race_plot,
+    p.race_btn.click(gpu(300)(h.race), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat], api_name="race", **model)
     p.prof_btn.click(gpu(240)(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)

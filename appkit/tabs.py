@@ -18,7 +18,7 @@ from .errors import one_line, reported
 from .handlers import CLEAR, Handlers, Plan, thread_setup, tmpdir
 from .models import describe as describe_model, human
 from .replay import load_trace, shipped_path
-from .settings import InputError, Settings, raise_if, whole
+from .settings import FIELDS, InputError, Settings, raise_if, whole
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
@@ -30,10 +30,21 @@ class Tabs(Handlers):
 
     @reported(5)
     def race(self, request: gr.Request, *values):
-        """Greedy, then each picked method, same prompt and settings; rows stream in as runs finish."""
-        s, methods = Settings.from_values(values[:-1]), [m for m in (values[-1] or []) if m in RACE_CHOICES]
-        if not methods:
-            raise InputError("**accelerated methods**: pick at least one to race against greedy")
+        """Greedy and each picked method, `repeats` times interleaved (repeat r runs them rotated by r);
+        rows stream in as runs finish and show the median and min-max over the runs so far."""
+        n = len(FIELDS)
+        s, picked = Settings.from_values(values[:n]), values[n] if len(values) > n else None
+        methods = [m for m in (picked or []) if m in RACE_CHOICES]
+        repeats = values[n + 1] if len(values) > n + 1 and values[n + 1] not in (None, "") else racekit.REPEATS
+        problems = [] if methods else ["**accelerated methods**: pick at least one to race against greedy"]
+        try:
+            repeats = float(repeats)
+            if repeats != int(repeats) or not 1 <= repeats <= racekit.MAX_REPEATS:
+                raise ValueError
+            repeats = int(repeats)
+        except (TypeError, ValueError):
+            problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
+        raise_if(problems)
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
@@ -41,12 +52,16 @@ class Tabs(Handlers):
 
             def work(job: Job):
                 run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
-                runs = {}
-                for m in ["greedy", *methods]:
-                    job.report((dict(runs), m))
-                    runs[m] = p.run(m, on_step=job.check)
-                job.report((dict(runs), None))
-                return runs
+                runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
+                for r in range(repeats):
+                    for m in racekit.order(["greedy", *methods], r):
+                        job.report((done(runs), f"{m} (run {r + 1} of {repeats})"))
+                        runs[m].append(p.run(m, on_step=job.check))
+                job.report((done(runs), None))
+                return done(runs)
+
+            def done(runs: dict) -> dict:
+                return {m: list(t) for m, t in runs.items() if t}
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
@@ -54,7 +69,7 @@ class Tabs(Handlers):
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
                     current = f"running {current}…" if current else None
-                if runs:
+                if runs.get("greedy"):
                     yield (gr.skip(), *self._race_view(p, runs, current or ""))
                 elif current:
                     yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip()
@@ -62,19 +77,21 @@ class Tabs(Handlers):
             self.sessions.end(session, stop)
 
     def _race_view(self, p: Plan, runs: dict, status: str) -> tuple:
+        """runs: {method: [trace per repeat]}; the figures draw each method's median-time run."""
         g = runs["greedy"]
         rows, reasons = [], []
-        device = str(next(p.model.parameters()).device)
-        for m, tr in runs.items():
-            row = racekit.race_row(m, tr, g, not p.sampling.greedy)
+        param = next(p.model.parameters())
+        device, dtype = str(param.device), str(param.dtype)
+        for m, trs in runs.items():
+            row = racekit.race_row(m, trs, g, not p.sampling.greedy)
             row["config"] = presets.describe(m, p.params.get(m, {}))
             rows.append(row)
-            if m != "greedy":
-                reasons.append(racekit.reason(m, tr, g, row["speedup vs greedy"], device))
+            reasons.append(racekit.reason(m, trs, g, row["speedup vs greedy"], device))
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
-        md = racekit.summary(rows, reasons, p.sampling.greedy, auto) + (f"\n\n*{status}*" if status else "")
-        return (md, race_table(rows), viz.race.race_figure(runs),
-                viz.costs.latency_figure({n: (t, None) for n, t in runs.items()}))
+        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
+        shown = {m: racekit.representative(trs) for m, trs in runs.items()}
+        return (md, race_table(rows), viz.race.race_figure(shown),
+                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}))
 
     @reported(6)
     def profile(self, request: gr.Request, *values):

@@ -15,6 +15,7 @@ from decoding.params import DEFAULT_CONFIDENCE
 from .explain import explain
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
+from .race import MAX_REPEATS, REPEATS
 from .replay import shipped
 from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES
@@ -158,8 +159,12 @@ def race_tab(p: Page) -> None:
     with gr.Tab("Race", id="race"):
         gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
                     "mode (temperature 0) every method must give **identical tokens**: checked here.")
-        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_CHOICES),
-                                          label="accelerated methods", elem_id="ds-race-methods")
+        with gr.Row():
+            p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_CHOICES), scale=3,
+                                              label="accelerated methods", elem_id="ds-race-methods")
+            p.race_repeats = Int(REPEATS, "repeats", elem_id="ds-race-repeats", min_width=120, scale=1,
+                                 info=f"1–{MAX_REPEATS}: each repeat runs every method once, interleaved; "
+                                      "the race shows the median and the spread")
         with gr.Row():
             p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
             p.race_stop = gr.Button("Stop", variant="stop", min_width=100)
