@@ -25,6 +25,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 
 import viz  # noqa: E402
+from appkit import autofields  # noqa: E402
 from appkit.explain import explain  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
@@ -73,9 +74,9 @@ def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     model = dict(concurrency_id=GPU, concurrency_limit=1)
     local = dict(api_visibility="private", queue=False)
-    p.run_btn.click(gpu(120)(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
+    run_ev = p.run_btn.click(gpu(120)(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
                     api_name="run", show_progress="hidden", **model)
-    p.race_btn.click(gpu(300)(h.race), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
+    race_ev = p.race_btn.click(gpu(300)(h.race), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat], api_name="race", **model)
     p.prof_btn.click(gpu(240)(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)
@@ -84,9 +85,9 @@ def wire(p: Page, h: Tabs) -> None:
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    p.tune_btn.click(gpu(300)(h.tune), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
+    tune_ev = p.tune_btn.click(gpu(300)(h.tune), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
                      api_name="tune", **model)
-    p.load_btn.click(gpu(60)(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
+    load_ev = p.load_btn.click(gpu(60)(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)
     p.rp_btn.click(h.replay, [p.rp_upload, p.rp_pick, p.last], [p.rp_msg, p.rp_stats, p.rp_view, p.rp_text],
                    api_name="replay", concurrency_limit=4)
@@ -95,6 +96,14 @@ def wire(p: Page, h: Tabs) -> None:
     for c in live:
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
     for c in (p.window, p.ngram, p.guesses, p.max_ngram, p.num_tokens, p.draft_tokens, p.widths, p.budget):
+        c.input(lambda: "manual", None, [p.preset], **local)
+    # what the controls show is what runs: after each model event (and on picking "auto") the fields
+    # take the auto preset's values for every method whose preset is known (appkit/autofields.py)
+    fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
+    for ev in (run_ev, race_ev, tune_ev, load_ev):
+        ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    p.preset.input(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    for c in (p.spec_mode, p.staged):
         c.input(lambda: "manual", None, [p.preset], **local)
     p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md], **local)
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)

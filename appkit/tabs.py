@@ -185,13 +185,17 @@ class Tabs(Handlers):
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
         name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
-        la = presets.tune(name, p.model, p.tok, "lookahead")["params"]
+        tuned = presets.tune(name, p.model, p.tok, "lookahead")
+        la = tuned["params"]
         note = f"lookahead {presets.describe('lookahead', la)}"
+        facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":
             dmodel = self.cache.get(self.model_name(s.draft, "draft"), p.settings.device, s.dtype)[0]
-            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)["params"]
-            note += f", speculative {presets.describe('speculative', sp)}"
-        line = f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset)."
+            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
+            note += f", speculative {presets.describe('speculative', sp['params'])}"
+            facts.append(f"speculative — {sp['measured']}")
+        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset).\n\n"
+                "What it measured: " + "\n\n".join(facts))
         return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
 
     @reported(2, status=None)

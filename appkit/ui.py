@@ -12,6 +12,7 @@ import gradio as gr
 import viz
 from decoding.params import DEFAULT_CONFIDENCE
 
+from .autofields import field_values
 from .explain import explain
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
@@ -84,6 +85,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             p.model_info = gr.Markdown("Models load on first use and stay cached.")
     room = f"the model has {positions:,} positions for prompt + output; " if positions else ""
     la = SHIPPED_CPU["lookahead"]
+    sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
             p.prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
@@ -94,6 +96,9 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             p.preset = gr.Radio(PRESETS, value="auto", label="parameters", elem_id="ds-preset",
                                 info="auto: the autotuner's choice for this device (cached; the embedded model "
                                      "on a CPU ships one). Editing a value below switches to manual.")
+            p.preset_md = gr.Markdown("auto: the fields below show the shipped CPU preset of the embedded model; "
+                                      "after each run they show what auto chose for the loaded model and device.",
+                                      elem_id="ds-preset-md")
             p.max_new = Int(128, "max new tokens", lim, "max_new_tokens", elem_id="ds-max-new")
             with gr.Group(visible=True) as p.la_group:
                 with gr.Row():
@@ -106,14 +111,17 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.max_ngram = Int(3, "max n-gram to match", lim, "max_ngram")
                     p.num_tokens = Int(10, "tokens to copy", lim, "num_tokens")
             with gr.Group(visible=False) as p.sp_group:
-                p.spec_mode = gr.Radio(SPEC_MODES, value="chain", label="speculative mode")
+                p.spec_mode = gr.Radio(SPEC_MODES, value=sp["spec_mode"], label="speculative mode")
                 with gr.Row():
-                    p.draft_tokens = Int(4, "K draft tokens (depth)", lim, "draft_tokens")
-                    p.widths = gr.Textbox("3,2,1", label="tree widths per depth", visible=False,
+                    p.draft_tokens = Int(sp.get("draft_tokens", 4), "K draft tokens (depth)", lim, "draft_tokens",
+                                         visible=sp["spec_mode"] != "tree")
+                    p.widths = gr.Textbox(sp.get("widths", "3,2,1"), label="tree widths per depth",
+                                          visible=sp["spec_mode"] == "tree",
                                           info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
-                    p.budget = Int(16, "tree budget (nodes)", lim, "tree_budget", visible=False)
+                    p.budget = Int(sp.get("budget", 16), "tree budget (nodes)", lim, "tree_budget",
+                                   visible=sp["spec_mode"] == "budget")
                 with gr.Row():
-                    p.staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
+                    p.staged = gr.Checkbox(sp["staged"], label="staged (n-gram stage 2 drafts for the draft model)")
                     p.confidence = Int(DEFAULT_CONFIDENCE, "draft cutoff", elem_id="ds-cutoff",
                                        info="0–1: a draft token below this draft probability is not extended "
                                             "(the tree view shows what it pruned); 0 = full tree")

@@ -262,6 +262,26 @@ def test_tune_button_sets_the_auto_preset(client, dirs, cache_dir):
     msg, line, W, N, G, preset = client.predict(*settings(dirs, method="lookahead"), api_name="/tune")
     assert msg == "" and preset == "auto" and 1 <= W <= 64 and 2 <= N <= 16 and 0 <= G <= 64
     assert f"W{W} N{N} G{G}" in line and "saved as the auto preset" in line
+    assert "What it measured" in line and "1-token step" in line and "tokens/step at" in line  # not silent
+
+
+def test_auto_fields_show_what_auto_runs(server, dirs):
+    """After an auto run, every method's fields hold the preset it used; manual then runs the same."""
+    from appkit import autofields
+    url, demo = server
+    h = demo.decodescope["handlers"]
+    c = Client(url, verbose=False)
+    out = c.predict(*settings(dirs, method="lookahead", preset="auto", max_new=8), api_name="/run")
+    cfg = saved_trace(out[4])["config"]
+    ups = dict(zip(autofields.FIELDS + ("note",), autofields.shown(h, *settings(dirs, preset="auto", window=9))))
+    assert [ups[k]["value"] for k in ("window", "ngram", "guesses")] == [cfg["window"], cfg["ngram"], cfg["guesses"]]
+    assert f"lookahead **W{cfg['window']} N{cfg['ngram']} G{cfg['guesses']}**" in ups["note"]
+    assert all(u.get("__type__") == "update" and "value" not in u for u in autofields.shown(h, *settings(dirs)))  # manual: untouched
+    # speculative: the staged tree it runs is what the fields show, so "manual" runs the same shape
+    assert autofields.field_values("speculative", {"tree": [2, 1, 1, 1, 1], "staged": True}) == \
+        {"spec_mode": "tree", "widths": "2,1,1,1,1", "staged": True}
+    assert autofields.field_values("speculative", {"draft_tokens": 5}) == {"spec_mode": "chain", "draft_tokens": 5,
+                                                                          "staged": False}
 
 
 def test_profile_returns_plots_and_downloads(client, dirs):
