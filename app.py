@@ -33,7 +33,7 @@ from appkit.models import ModelCache  # noqa: E402
 from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name  # noqa: E402
-from appkit.ui import CSS, Page, layout  # noqa: E402
+from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 
@@ -75,7 +75,8 @@ def wire(p: Page, h: Tabs) -> None:
     model = dict(concurrency_id=GPU, concurrency_limit=1)
     local = dict(api_visibility="private", queue=False)
     run_ev = p.run_btn.click(gpu(120)(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
-                    api_name="run", show_progress="hidden", **model)
+                    api_name="run", show_progress="hidden", js=MARK_STALE, **model)  # "previous run" label
+    p.msg.change(None, [p.msg], None, js=UNMARK_STALE_ON_ERROR, **local)  # a refused run keeps the old view, unlabelled
     race_ev = p.race_btn.click(gpu(300)(h.race), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat], api_name="race", **model)
     p.prof_btn.click(gpu(240)(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,

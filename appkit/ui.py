@@ -45,7 +45,17 @@ CSS = """
 .ds-stepper .js-plotly-plot,.ds-stepper .plot-container{max-width:100%}
 .ds-stepper,.ds-controls{min-width:0;max-width:100%}
 .ds-slider{min-width:80px}
+.gradio-container{overflow:clip !important}  /* clips like hidden but is no scroll box: the step controls can stick */
+#ds-stepview.ds-stale>*{opacity:.55}
+#ds-stepview.ds-stale::before{content:"⟲ previous run — a new run is streaming; its step view replaces this one when it finishes";
+  display:block;background:#fff4d6;border-left:4px solid #e6a700;padding:4px 8px;margin-bottom:4px;font-size:13px}
+@media (pointer:coarse),(max-width:700px){.js-plotly-plot .modebar-container{display:none !important}}
 """
+# run on the click in the browser: the step view on the page now belongs to the previous run
+UNMARK_STALE_ON_ERROR = ("(m) => { const e = document.querySelector('#ds-stepview'); if (m && e) "
+                         "e.classList.remove('ds-stale'); }")
+MARK_STALE = ("(...args) => { const e = document.querySelector('#ds-stepview'); "
+              "if (e && e.querySelector('.ds-stepper')) e.classList.add('ds-stale'); return args; }")
 
 
 class Page:

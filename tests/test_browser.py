@@ -123,7 +123,7 @@ def wait_stats(page, text: str, timeout_ms: int = 120000) -> None:
 def wait_done(page, tokens: int, timeout_ms: int = 120000) -> None:
     """The run that makes `tokens` tokens is done (not the previous run's 'done')."""
     page.wait_for_function(f"(document.querySelector('{STATS}')||{{}}).innerText?.includes('done') && "
-                           f"document.querySelector('{STATS}').innerText.includes('\\t{tokens}\\t')",
+                           f"document.querySelector('{STATS}').innerText.includes('{tokens} new tokens')",
                            polling="raf", timeout=timeout_ms)
 
 
@@ -266,9 +266,8 @@ def test_narrow_viewport_has_no_horizontal_overflow(browser, url):
     expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
     page.wait_for_timeout(500)
     assert overflow(page) <= 0, f"{overflow(page)} px of horizontal overflow at 400 px after a run"
-    # the stats table scrolls in its own box: its header row stays one line (no word per line)
-    th, td = page.evaluate("['th', 'td'].map(t => document.querySelector('#ds-stats ' + t).getBoundingClientRect().height)")
-    assert th <= 1.5 * td, f"stats header {th:.0f} px tall vs a {td:.0f} px row: wrapped"
+    assert_headline_visible(page, 400)
+    assert_scroll_cues(page, "#ds-stepview")
     page.screenshot(path=str(SHOTS / "app_narrow.png"), full_page=True)
     assert not watch.external, watch.external
     page.close()
@@ -288,5 +287,64 @@ def test_replay_tab(browser, url):
     assert label_step(page, stepper) == first + 1 or first == int(page.locator(f"{stepper} .ds-slider").get_attribute("max"))
     assert "/" + str(ROOT).strip("/") not in page.content()  # no server path in what the page carries
     page.screenshot(path=str(SHOTS / "app_replay.png"), full_page=True)
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
+    page.close()
+
+
+def assert_headline_visible(page, width: int) -> None:
+    """The headline numbers wrap, never clip: no box inside #ds-stats scrolls or cuts them."""
+    cut = page.evaluate("[...document.querySelectorAll('#ds-stats, #ds-stats *')]"
+                        ".filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX != 'visible').length")
+    assert cut == 0, f"{cut} clipped boxes in the headline stats at {width} px"
+    text = page.locator(STATS).inner_text()
+    for k in ("tokens/s", "new tokens", "steps (forward passes)", "compression", "mean accepted / step", "wall s"):
+        assert k in text, (k, text)
+
+
+def assert_scroll_cues(page, host: str) -> None:
+    """Every step view wider than its box says "scroll →" in its title."""
+    bad = page.evaluate(f"[...document.querySelectorAll('{host} .ds-plot')].filter(p => {{ const s = p.querySelector('.ds-scroll');"
+                        " return s.scrollWidth > s.clientWidth + 1 && !p.classList.contains('ds-overflows'); }).length")
+    assert bad == 0, f"{bad} views scroll without a cue"
+    cued = page.evaluate(f"[...document.querySelectorAll('{host} .ds-plot.ds-overflows > .ds-vt')]"
+                         ".map(e => getComputedStyle(e, '::after').content)")
+    assert all("scroll" in c for c in cued), cued
+
+
+def test_stepper_keeps_the_current_token_in_view_and_labels_the_previous_run(browser, url):
+    page, watch = open_app(browser, url, width=1920)
+    set_number(page, "ds-max-new", 160)
+    page.locator("#ds-run").click()
+    wait_done(page, 160)
+    stepper = "#ds-stepview .ds-stepper"
+    expect(page.locator(f"{stepper} .ds-label")).to_have_text(re.compile(r"step \d+ / \d+"), timeout=60000)
+    assert "ds-stale" not in page.locator("#ds-stepview").get_attribute("class")
+    assert_headline_visible(page, 1920)
+    in_view = ("(() => { const b = document.querySelector('#ds-stepview .ds-text').getBoundingClientRect();"
+               " const t = document.querySelector('#ds-stepview .ds-text .ds-tok.ds-cur').getBoundingClientRect();"
+               " return t.top >= b.top - 1 && t.bottom <= b.bottom + 1; })()")
+    page.locator(f"{stepper} .ds-first").click()
+    n = int(page.locator(f"{stepper} .ds-slider").get_attribute("max"))
+    for k in range(min(n, 60)):
+        page.locator(f"{stepper} .ds-next").click()
+        if k % 10 == 9:
+            assert page.evaluate(in_view), f"the current token left the token box at step {k + 1}"
+    page.locator(f"{stepper} .ds-last").click()
+    assert page.evaluate(in_view)
+    # axis titles on the cost plots (no lone "1e10" tick with nothing to read it by)
+    for view in ("roofline", "cumflops"):
+        for axis in ("g-xtitle", "g-ytitle"):
+            title = page.locator(f'{stepper} .ds-run-plot[data-view="{view}"] .{axis}').text_content()
+            assert title.strip(), f"{view} has no {axis}"
+    # the step controls stay on screen while the views below are read
+    page.locator(f'{stepper} .ds-plot[data-view="mask"]').scroll_into_view_if_needed()
+    top = page.evaluate(f"document.querySelector('{stepper} .ds-controls').getBoundingClientRect().top")
+    assert 0 <= top < 1000, f"step controls scrolled away (top {top:.0f} px)"
+    # a new run: the old step view is labelled "previous run" until the new one lands
+    set_number(page, "ds-max-new", 400)
+    page.locator("#ds-run").click()
+    expect(page.locator("#ds-stepview")).to_have_class(re.compile("ds-stale"), timeout=5000)
+    wait_done(page, 400)
+    expect(page.locator("#ds-stepview")).not_to_have_class(re.compile("ds-stale"), timeout=60000)
     assert not watch.external and not watch.errors, (watch.external, watch.errors)
     page.close()

@@ -7,7 +7,9 @@
 (function () {
   if (window.DecodeScope) return;
   const DS = (window.DecodeScope = {});
-  const CONFIG = { displaylogo: false, responsive: true };
+  // On a touch screen plotly's toolbar covers the chart titles: off there, shown on hover elsewhere.
+  const TOUCH = window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
+  const CONFIG = { displaylogo: false, responsive: true, displayModeBar: TOUCH ? false : "hover" };
   const { VIEWS, profileView } = window.DecodeScopeViews; // views.js, loaded just before this script
   let active = null; // the stepper that keyboard arrows drive
   function initialStep(root, n) {
@@ -24,6 +26,8 @@
     if (!node) return;
     if (root.__ds_stop) root.__ds_stop();
     root.__ds = root.id;
+    const host = root.parentElement && root.parentElement.closest(".ds-stale");  // a new run has arrived
+    if (host) host.classList.remove("ds-stale");
     const D = JSON.parse(node.textContent), steps = D.steps, n = steps.length;
     const q = (sel) => root.querySelector(sel);
     const slider = q(".ds-slider"), label_ = q(".ds-label"), caption = q(".ds-caption"), playBtn = q(".ds-play");
@@ -78,9 +82,27 @@
         t.classList.toggle("ds-sel", sel !== null && parseInt(t.dataset.pos, 10) === sel);
       });
       outline();
+      reveal();
+      cues();
       markRun(s.i);
       profileView(root, D, s);
       root.dataset.step = String(s.i);
+    }
+
+    // The token box scrolls on its own (~220 px): keep the current step's first token in view, scrolling
+    // only that box (never the page), so next ▶ / play visibly move.
+    function reveal() {
+      const box = q(".ds-text"), t = box && box.querySelector(".ds-tok.ds-cur");
+      if (!t) return;
+      const b = box.getBoundingClientRect(), r = t.getBoundingClientRect();
+      if (r.top < b.top + 4 || r.bottom > b.bottom - 4) box.scrollTop += r.top - b.top - box.clientHeight / 3;
+    }
+    // Every view wider than its box says so ("scroll →" in its title).
+    function cues() {
+      root.querySelectorAll(".ds-scroll").forEach((el) => {
+        const box = el.closest(".ds-plot");
+        if (box) box.classList.toggle("ds-overflows", el.scrollWidth > el.clientWidth + 1);
+      });
     }
 
     function recolour() {
@@ -148,6 +170,7 @@
     const pre = m && root.querySelector(`.ds-text .ds-tok[data-pos="${m[1]}"]`);
     if (pre) select(pre);
     go(initialStep(root, n));
+    if (window.ResizeObserver) new ResizeObserver(() => cues()).observe(root);
     // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
     root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && (div.removeAllListeners && div.removeAllListeners("plotly_click"), div.on("plotly_click", (ev) => {
       const p = ev.points && ev.points[0];

@@ -8,7 +8,9 @@ _CSS = """
   overflow-wrap:anywhere;box-sizing:border-box}
 .ds-stepper *{box-sizing:border-box}
 .ds-head{font-size:13px;color:#333;margin:2px 0 4px}
-.ds-controls{display:flex;gap:6px;align-items:center;flex-wrap:wrap;margin:4px 0}
+.ds-controls{display:flex;gap:6px;align-items:center;flex-wrap:wrap;margin:4px 0;position:sticky;top:0;z-index:5;
+  background:#fff;padding:3px 0;box-shadow:0 2px 3px -2px rgba(0,0,0,.25)}
+.ds-plot.ds-overflows>.ds-vt::after{content:"  · scroll →";color:#a50f15;font-weight:normal;white-space:nowrap}
 .ds-controls button{padding:3px 9px;border:1px solid #bbb;border-radius:4px;background:#f7f7f7;cursor:pointer}
 .ds-slider{flex:1 1 140px;min-width:100px}
 .ds-label{font-variant-numeric:tabular-nums;min-width:90px}
