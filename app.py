@@ -27,6 +27,7 @@ import gradio as gr  # noqa: E402
 import viz  # noqa: E402
 from appkit import autofields  # noqa: E402
 from appkit.explain import explain  # noqa: E402
+from appkit.hints import hub_label, prompt_hint  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
 from appkit.models import ModelCache  # noqa: E402
@@ -59,8 +60,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     h.max_trace_bytes = max_trace_bytes
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
     t0, d0 = display_name(target0), display_name(draft0)
-    targets = [(f"embedded target ({t0})", t0)] + [(m, m) for m in hub]
-    drafts = [(f"embedded draft ({d0})", d0)] + [(m, m) for m in hub]
+    targets = [(f"embedded target ({t0})", t0)] + [(hub_label(m), m) for m in hub]
+    drafts = [(f"embedded draft ({d0})", d0)] + [(hub_label(m), m) for m in hub]
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         p = layout(Page(), lim, t0, d0, targets, drafts, _positions(target0))
         wire(p, h)
@@ -104,6 +105,8 @@ def wire(p: Page, h: Tabs) -> None:
     for ev in (run_ev, race_ev, tune_ev, load_ev):
         ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     p.preset.input(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
+        ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
     for c in (p.spec_mode, p.staged):
         c.input(lambda: "manual", None, [p.preset], **local)
     p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md], **local)

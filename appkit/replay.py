@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from decoding import Trace
+from decoding.trace import SCHEMA
 
 from .limits import MAX_TRACE_BYTES
 
@@ -39,6 +40,12 @@ def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
         raise ValueError("the file is not a DecodeScope trace: expected a JSON object")
     if "trace" in d and "schema" not in d and isinstance(d["trace"], dict):
         d = d["trace"]  # the CLI's --json output wraps the trace
+    if d.get("schema") != SCHEMA:  # say it plainly, not "unsupported trace schema None"
+        got = d.get("schema")
+        raise ValueError("the file is not a DecodeScope trace: " + (
+            f"it was written by another version of DecodeScope ({got!r}; this one reads {SCHEMA!r})"
+            if isinstance(got, str) and got.startswith("decodescope") else
+            "it has no DecodeScope trace header — use the Run tab's trace download or the CLI's --json output"))
     try:
         tr = Trace.from_dict(d)
     except ValueError as e:

@@ -211,8 +211,15 @@ class Tabs(Handlers):
             lines.append(f"draft: not loaded — {one_line(e)}")
         return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
 
-    @reported(4, status=None)
     def replay(self, upload, shipped_name, last):
+        """A refused file clears the view: the page never shows the previous replay under a rejection."""
+        out = self._replay(upload, shipped_name, last)
+        if out[0]:
+            return out[0], "Nothing replayed — see the message above.", "", ""
+        return out
+
+    @reported(4, status=None)
+    def _replay(self, upload, shipped_name, last):
         if upload:
             tr = load_trace(upload if isinstance(upload, str) else upload.name, self.max_trace_bytes)
         elif shipped_name:

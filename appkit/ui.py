@@ -14,7 +14,8 @@ from decoding.params import DEFAULT_CONFIDENCE
 
 from .autofields import field_values
 from .explain import explain
-from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
+from .hints import prompt_info
+from .limits import TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
 from .race import MAX_REPEATS, REPEATS
 from .replay import shipped
@@ -93,13 +94,12 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
         with gr.Row():
             p.load_btn = gr.Button("Load models", size="sm")
             p.model_info = gr.Markdown("Models load on first use and stay cached.")
-    room = f"the model has {positions:,} positions for prompt + output; " if positions else ""
     la = SHIPPED_CPU["lookahead"]
     sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
             p.prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
-                                  info=f"{room}at most {MAX_PROMPT_CHARS:,} characters")
+                                  info=prompt_info(positions, target0))
             gr.Examples(EXAMPLES, inputs=[p.prompt], label="examples: code with repetition, then chat")
         with gr.Column(scale=2, min_width=280):
             p.method = gr.Radio(METHOD_CHOICES, value="lookahead", label="method")

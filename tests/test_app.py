@@ -235,6 +235,19 @@ def test_race_explains_a_mismatch_by_dtype():
     assert "bug" in drift_note(rows, "torch.float32") and drift_note(rows[:1], "torch.bfloat16") == ""
 
 
+def test_prompt_hint_follows_the_loaded_model_and_unreachable_models_are_marked(server, dirs):
+    from appkit.hints import hub_label, prompt_hint
+    from decoding.models import max_positions
+    url, demo = server
+    h = demo.decodescope["handlers"]
+    Client(url, verbose=False).predict(*settings(dirs, max_new=2), api_name="/run")
+    model = h.cache.get(dirs["target"])[0]
+    info = prompt_hint(h, dirs["target"], "auto", "auto")["info"]
+    assert f"{max_positions(model.config):,} positions" in info and "2,048" not in info
+    assert "once it loads" in prompt_hint(h, dirs["slow"] + "-not-loaded", "auto", "auto")["info"]
+    assert "not downloaded" in hub_label("decodescope-test/no-such-model")
+
+
 def test_race_order_is_interleaved_and_rotated():
     from appkit.race import order
     assert [order(["g", "a", "b"], r) for r in range(3)] == [["g", "a", "b"], ["a", "b", "g"], ["b", "g", "a"]]
@@ -363,7 +376,11 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
     expect_msg(client, [handle_file(str(bad)), None], "/replay", "not valid JSON")
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"schema": "something/9", "steps": []}))
-    expect_msg(client, [handle_file(str(wrong)), None], "/replay", "unsupported trace schema")
+    expect_msg(client, [handle_file(str(wrong)), None], "/replay", "not a DecodeScope trace", "no DecodeScope trace header")
+    (tmp_path / "old.json").write_text(json.dumps({**saved_trace(FIXTURES / "greedy.json"), "schema": "decodescope.trace/0"}))
+    out = client.predict(handle_file(str(tmp_path / "old.json")), None, api_name="/replay")
+    assert "another version of DecodeScope" in out[0] and "None" not in out[0]
+    assert out[1] == "Nothing replayed — see the message above." and out[2] == "" and out[3] == ""  # nothing stale
     broken = saved_trace(FIXTURES / "lookahead.json")
     broken["steps"][1]["parents"] = broken["steps"][1]["parents"][:-1]
     (tmp_path / "broken.json").write_text(json.dumps(broken))
