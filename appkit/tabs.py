@@ -126,20 +126,24 @@ class Tabs(Handlers):
 
     @staticmethod
     def _profile_view(method: str, runs: dict, out) -> tuple:
+        """The method's profile with greedy's beside it: both on the roofline, the FLOPs and latency charts,
+        and both runs' trace and Perfetto files in the downloads (as the tab says)."""
         tr, prof = runs[method]
-        public_trace(tr)
-        trace_path = out / f"{method}-trace.json"
-        tr.save(trace_path)
+        files = []
+        for m, (t, _) in runs.items():
+            public_trace(t)
+            t.save(out / f"{m}-trace.json")
+            files += [str(out / f"{m}-trace.json"), str(out / f"{m}.perfetto.json")]
         report = viz.write_report(tr, out / f"{method}-report.html", profile=prof,
                                   compare=runs if len(runs) > 1 else None)
         totals, pk = prof.get("totals") or {}, prof.get("peaks") or {}
-        summary = (f"**{method}** on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · "
-                   f"{tr.stats()['new_tokens']} tokens in {len(tr.steps)} steps · measured peaks: "
+        each = " · ".join(f"**{m}**: {t.stats()['new_tokens']} tokens in {len(t.steps)} steps" for m, (t, _) in runs.items())
+        summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · measured peaks: "
                    f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
-                   + (f" · total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
-        return (summary, viz.costs.roofline_figure(prof, tr), viz.costs.compare_figure(runs),
-                viz.costs.latency_figure(runs),
-                [str(trace_path), str(out / f"{method}.perfetto.json"), str(report)])
+                   + (f" · {method} total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
+        others = {m: r for m, r in runs.items() if m != method}
+        return (summary, viz.costs.roofline_figure(prof, tr, others=others), viz.costs.compare_figure(runs),
+                viz.costs.latency_figure(runs), files + [str(report)])
 
     @reported(4)
     def sweep(self, request: gr.Request, *values):

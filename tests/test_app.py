@@ -303,10 +303,14 @@ def test_profile_returns_plots_and_downloads(client, dirs):
     assert all(f["type"] == "plotly" for f in (roof, flops, lat))
     assert "GFLOP/s" in summary
     names = sorted(Path(f).name for f in files)
-    assert names == ["lookahead-report.html", "lookahead-trace.json", "lookahead.perfetto.json"]
+    assert names == ["greedy-trace.json", "greedy.perfetto.json", "lookahead-report.html", "lookahead-trace.json",
+                     "lookahead.perfetto.json"]  # greedy profiled and traced beside the method, as the tab says
     by = {Path(f).name: Path(f) for f in files}
-    assert Trace.from_dict(saved_trace(by["lookahead-trace.json"])).method == "lookahead"
-    assert "traceEvents" in by["lookahead.perfetto.json"].read_text()[:100000]
+    for m in ("greedy", "lookahead"):
+        assert Trace.from_dict(saved_trace(by[f"{m}-trace.json"])).method == m
+        assert "traceEvents" in by[f"{m}.perfetto.json"].read_text()[:100000]
+    assert {"greedy steps", "lookahead steps"} <= {t.get("name") for t in roof["plot"] and json.loads(roof["plot"])["data"]}
+    assert "**greedy**" in summary and "**lookahead**" in summary
     page = by["lookahead-report.html"].read_text()
     assert "ds-stepper" in page and "<script src=" not in page  # offline report: everything inline
 
