@@ -15,6 +15,7 @@ from decoding.params import DEFAULT_CONFIDENCE
 from .autofields import field_values
 from .explain import explain
 from .hints import prompt_info
+from .model_card import card_md
 from .limits import TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
 from .race import MAX_REPEATS, REPEATS
@@ -46,6 +47,7 @@ CSS = """
 .ds-stepper .js-plotly-plot,.ds-stepper .plot-container{max-width:100%}
 .ds-stepper,.ds-controls{min-width:0;max-width:100%}
 .ds-slider{min-width:80px}
+#ds-card table{display:table;width:100%;table-layout:auto}#ds-card td,#ds-card th{white-space:normal;overflow-wrap:anywhere}
 .gradio-container{overflow:clip !important}  /* clips like hidden but is no scroll box: the step controls can stick */
 #ds-stepview.ds-stale>*{opacity:.55}
 #ds-stepview.ds-stale::before{content:"⟲ previous run — a new run is streaming; its step view replaces this one when it finishes";
@@ -94,6 +96,9 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
         with gr.Row():
             p.load_btn = gr.Button("Load models", size="sm")
             p.model_info = gr.Markdown("Models load on first use and stay cached.")
+    with gr.Accordion("Model card: the embedded models' data, size, bits/byte — and why greedy output repeats",
+                      open=False, elem_id="ds-card"):
+        gr.Markdown(card_md())
     la = SHIPPED_CPU["lookahead"]
     sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
     with gr.Row():
