@@ -25,7 +25,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 
 import viz  # noqa: E402
-from appkit import autofields  # noqa: E402
+from appkit import autofields, lesson  # noqa: E402
 from appkit.explain import explain  # noqa: E402
 from appkit.hints import hub_label, prompt_hint  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
@@ -75,7 +75,8 @@ def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     model = dict(concurrency_id=GPU, concurrency_limit=1)
     local = dict(api_visibility="private", queue=False)
-    run_ev = p.run_btn.click(gpu(120)(h.run), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
+    run_out = [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last]
+    run_ev = p.run_btn.click(gpu(120)(h.run), p.inputs(), run_out,
                     api_name="run", show_progress="hidden", js=MARK_STALE, **model)  # "previous run" label
     p.msg.change(None, [p.msg], None, js=UNMARK_STALE_ON_ERROR, **local)  # a refused run keeps the old view, unlabelled
     race_ev = p.race_btn.click(gpu(300)(h.race), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
@@ -99,18 +100,28 @@ def wire(p: Page, h: Tabs) -> None:
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
     for c in (p.window, p.ngram, p.guesses, p.max_ngram, p.num_tokens, p.draft_tokens, p.widths, p.budget):
         c.input(lambda: "manual", None, [p.preset], **local)
+    # lesson: a stop sets the page (prompt, method, teaching preset, values), then runs it
+    lesson_out = [p.lesson_at, p.lesson_md, p.lesson_prev, p.lesson_next, p.tabs] + [getattr(p, f) for f in lesson.FIELDS]
+    for btn, delta in ((p.lesson_start, None), (p.lesson_prev, -1), (p.lesson_next, 1)):
+        btn.click(lesson_step(delta), [p.lesson_at], lesson_out, **local).then(
+            gpu(120)(h.run), p.inputs(), run_out, show_progress="hidden", js=lesson.RUN_JS, **model)
     # what the controls show is what runs: after each model event (and on picking "auto") the fields
     # take the auto preset's values for every method whose preset is known (appkit/autofields.py)
     fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
     for ev in (run_ev, race_ev, tune_ev, load_ev):
         ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
-    p.preset.input(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    p.preset.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
         ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
     for c in (p.spec_mode, p.staged):
         c.input(lambda: "manual", None, [p.preset], **local)
     p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md], **local)
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
+
+
+def lesson_step(delta: int | None):
+    """The handler of a lesson button: None starts at the first stop, -1/+1 move."""
+    return lambda at: lesson.go(-1 if delta is None else at, delta or 0)
 
 
 def on_method(method: str):

@@ -58,7 +58,9 @@ def shown(h, *values) -> list:
     """gr.update per FIELDS component, then the note under the preset: the auto values, or skips."""
     s = Settings.from_values(values)
     if s.preset != "auto":
-        return [gr.skip()] * (len(FIELDS) + 1)
+        note = ("teaching preset: the lesson's values, chosen to show the picture, not for speed"
+                if s.preset == "teach" else "manual: the values below run as shown")
+        return [gr.skip()] * len(FIELDS) + [note]
     chosen = known(h, s)
     vals: dict = {}
     for m, params in chosen.items():

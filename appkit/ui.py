@@ -12,6 +12,7 @@ import gradio as gr
 import viz
 from decoding.params import DEFAULT_CONFIDENCE
 
+from . import lesson
 from .autofields import field_values
 from .explain import explain
 from .hints import prompt_info
@@ -25,7 +26,8 @@ from .tabs import RACE_CHOICES
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
                   ("speculative (draft model)", "speculative")]
-PRESETS = [("auto: tuned for this model and device", "auto"), ("manual: the values below", "manual")]
+PRESETS = [("auto: tuned for this model and device (speed)", "auto"), ("manual: the values below", "manual"),
+           ("teaching: the lesson's values (the picture, not speed)", "teach")]
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
 VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
           "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
@@ -84,6 +86,13 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                 "step, on a real model. In fp32, greedy modes return exactly greedy's tokens — in fewer "
                 "forward passes (in bf16/fp16 the race measures and says how far they agree)." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
     p.last = gr.State(None)  # per session: the last finished run's trace
+    p.lesson_at = gr.State(-1)  # per session: the lesson stop shown (-1: none)
+    with gr.Group(elem_id="ds-lesson-box"):
+        with gr.Row():
+            p.lesson_start = gr.Button(lesson.start_label(), elem_id="ds-lesson-start", scale=3, min_width=200)
+            p.lesson_prev = gr.Button("◀ previous stop", visible=False, elem_id="ds-lesson-prev", min_width=120)
+            p.lesson_next = gr.Button("next stop ▶", visible=False, elem_id="ds-lesson-next", min_width=120)
+        p.lesson_md = gr.Markdown("", elem_id="ds-lesson")
     with gr.Accordion("Model", open=False):
         with gr.Row():
             p.target = gr.Dropdown(target_choices, value=target0, label="target model", allow_custom_value=True,
@@ -148,7 +157,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.top_p = Int(1.0, "top-p", info="in (0, 1]")
                     p.seed = Int(0, "seed", info=f"0–{2**31 - 1}")
     p.msg = gr.Markdown("", elem_id="ds-msg")  # the persistent message of the last failed event
-    with gr.Tabs():
+    with gr.Tabs() as p.tabs:
         run_tab(p)
         race_tab(p)
         profile_tab(p, lim)

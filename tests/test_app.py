@@ -248,6 +248,33 @@ def test_prompt_hint_follows_the_loaded_model_and_unreachable_models_are_marked(
     assert "not downloaded" in hub_label("decodescope-test/no-such-model")
 
 
+def test_lesson_stops_are_data_and_follow_the_methods_that_exist(monkeypatch):
+    from appkit import lesson
+    from decoding.api import METHODS
+    assert [s.method for s in lesson.stops()] == [s.method for s in lesson.STOPS if s.method in METHODS]
+    order = [s.method for s in lesson.STOPS]
+    assert order[:4] == ["greedy", "jacobi", "lookahead", "prompt_lookup"] and order[4:7] == ["speculative"] * 3
+    la = next(s for s in lesson.STOPS if s.method == "lookahead")
+    assert la.settings == {"window": 5, "ngram": 4, "guesses": 5} and la.expect["window"] == [5, 3]  # the paper's W5 N4 G5
+    for s in lesson.STOPS:
+        assert s.narration.count(". ") + s.narration.count("! ") >= 1 and s.look and s.prompt  # two sentences at least
+        assert set(lesson.values(s)) <= set(FIELDS) and lesson.values(s)["preset"] == "teach"
+    monkeypatch.setattr(lesson, "METHODS", (*METHODS, "jacobi", "medusa"))  # a branch adds a method: its stop appears
+    assert "jacobi" in [s.method for s in lesson.stops()] and "medusa" in lesson.start_label()
+    out = lesson.go(-1, 0)
+    assert out[0] == 0 and "Stop 1 of" in out[1] and "teaching preset" in out[1]
+    assert lesson.go(len(lesson.stops()) - 1, 1)[0] == len(lesson.stops()) - 1  # clamps at the last stop
+
+
+def test_teaching_preset_runs_the_fields_and_says_so(client, dirs):
+    out = client.predict(*settings(dirs, method="lookahead", preset="teach", window=5, ngram=4, guesses=5, max_new=8),
+                         api_name="/run")
+    assert out[0] == "" and "teaching preset W5 N4 G5" in out[1]
+    assert saved_trace(out[4])["config"]["window"] == 5
+    out = client.predict(*settings(dirs, method="lookahead", max_new=8), api_name="/run")
+    assert "manual preset W4 N3 G4" in out[1]
+
+
 def test_race_order_is_interleaved_and_rotated():
     from appkit.race import order
     assert [order(["g", "a", "b"], r) for r in range(3)] == [["g", "a", "b"], ["a", "b", "g"], ["b", "g", "a"]]
@@ -289,7 +316,8 @@ def test_auto_fields_show_what_auto_runs(server, dirs):
     ups = dict(zip(autofields.FIELDS + ("note",), autofields.shown(h, *settings(dirs, preset="auto", window=9))))
     assert [ups[k]["value"] for k in ("window", "ngram", "guesses")] == [cfg["window"], cfg["ngram"], cfg["guesses"]]
     assert f"lookahead **W{cfg['window']} N{cfg['ngram']} G{cfg['guesses']}**" in ups["note"]
-    assert all(u.get("__type__") == "update" and "value" not in u for u in autofields.shown(h, *settings(dirs)))  # manual: untouched
+    manual = autofields.shown(h, *settings(dirs))
+    assert all(u.get("__type__") == "update" and "value" not in u for u in manual[:-1]) and "manual" in manual[-1]
     # speculative: the staged tree it runs is what the fields show, so "manual" runs the same shape
     assert autofields.field_values("speculative", {"tree": [2, 1, 1, 1, 1], "staged": True}) == \
         {"spec_mode": "tree", "widths": "2,1,1,1,1", "staged": True}

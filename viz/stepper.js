@@ -169,7 +169,16 @@
     const m = /pos=(\d+)/.exec(window.location.hash || "");  // #step=6&pos=23 preselects a token
     const pre = m && root.querySelector(`.ds-text .ds-tok[data-pos="${m[1]}"]`);
     if (pre) select(pre);
-    go(initialStep(root, n));
+    // A host may ask for one step once (the lesson: "best" = the step that accepted the most tokens).
+    const ask = root.parentElement && root.parentElement.closest("[data-ds-goto]");
+    let start = initialStep(root, n);
+    if (ask) {
+      const want = ask.getAttribute("data-ds-goto");
+      ask.removeAttribute("data-ds-goto");
+      if (want === "best") steps.forEach((s, k) => { if (s.k !== "prefill" && s.a.length > steps[start].a.length) start = k; });
+      else if (D.index_of[parseInt(want, 10)] !== undefined) start = D.index_of[parseInt(want, 10)];
+    }
+    go(start);
     if (window.ResizeObserver) new ResizeObserver(() => cues()).observe(root);
     // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
     root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && (div.removeAllListeners && div.removeAllListeners("plotly_click"), div.on("plotly_click", (ev) => {
