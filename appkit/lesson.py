@@ -55,7 +55,7 @@ STOPS = [
          "Prompt lookup drafts for free: it finds the last few tokens earlier in the prompt or output and proposes "
          "the tokens that followed them there. On repetitive text like this class a single step accepts a long copy.",
          "the pool lookup: the matched key and the copied candidate, accepted up to its first mismatch",
-         settings={"max_ngram": 3, "num_tokens": 10}, expect={"views": ["pool", "mask"]}),
+         settings={"max_ngram": 3, "num_tokens": 10}, expect={"views": ["pool", "tree", "mask"]}),
     Stop("Speculative decoding: a draft chain", "speculative", STACK,
          "A small draft model writes K=4 tokens one after another; the target checks all of them in one forward "
          "pass and keeps the longest prefix it agrees with, plus one token of its own. The tree view is a single "

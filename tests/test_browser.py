@@ -348,3 +348,55 @@ def test_stepper_keeps_the_current_token_in_view_and_labels_the_previous_run(bro
     expect(page.locator("#ds-stepview")).not_to_have_class(re.compile("ds-stale"), timeout=60000)
     assert not watch.external and not watch.errors, (watch.external, watch.errors)
     page.close()
+
+
+def test_a_newcomer_completes_the_lesson(browser, url):
+    """One click per stop, start to end: each stop runs with the teaching preset, opens at its best step and
+    its picture matches its narration (asserted on the DOM); no console error, no request to another host."""
+    from appkit import lesson
+    from appkit.limits import Limits
+    from appkit.presets import describe
+    from appkit.settings import Settings, method_params
+    from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+    stops = lesson.stops()
+    page, watch = open_app(browser, url)
+    page.locator("#ds-lesson-start").click()
+    stepper = "#ds-stepview .ds-stepper"
+    for k, stop in enumerate(stops):
+        if k:
+            page.locator("#ds-lesson-next").click()
+        expect(page.locator("#ds-lesson")).to_contain_text(f"Stop {k + 1} of {len(stops)}", timeout=30000)
+        expect(page.locator("#ds-lesson")).to_contain_text(stop.narration.split(". ")[0][:60])
+        problems = []
+        params = method_params(Settings(**lesson.values(stop)), stop.method, Limits(False, DEFAULT_TARGET, DEFAULT_DRAFT), problems)
+        assert not problems, problems
+        preset = describe(stop.method, params) if stop.settings else ""
+        want = [f"{stop.method} · done", f"teaching preset {preset}" if preset else ""]
+        page.wait_for_function(f"(document.querySelector('{STATS}')||{{}}).innerText?.includes({want[0]!r}) && "
+                               f"document.querySelector('{STATS}').innerText.includes({want[1]!r})", timeout=180000)
+        expect(page.locator("#ds-stepview")).not_to_have_class(re.compile("ds-stale"), timeout=60000)
+        expect(page.locator(f"{stepper} .ds-head")).to_contain_text(stop.method.replace("_", " "), timeout=30000)
+        views = page.eval_on_selector_all(f"{stepper} .ds-plot", "els => els.map(e => e.dataset.view)")
+        assert views == stop.expect["views"], (stop.title, views)
+        # the view opened at the step that accepted the most tokens (the narration says so)
+        best = page.evaluate(f"""(() => {{ const r = document.querySelector('{stepper}');
+            const D = JSON.parse(r.querySelector('.ds-data').textContent); let b = -1;
+            D.steps.forEach((s, k) => {{ if (s.k !== 'prefill' && (b < 0 || s.a.length > D.steps[b].a.length)) b = k; }});
+            return [D.steps[b].i, parseInt(r.dataset.step, 10)]; }})()""")
+        assert best[0] == best[1], (stop.title, best)
+        if "window" in stop.expect:  # W columns, N-1 levels: the paper's picture
+            cols, levels = stop.expect["window"]
+            rows = page.eval_on_selector_all(
+                f'{stepper} .ds-plot[data-view="window"] table.ds-tab tr',
+                "rows => rows.filter(r => !r.querySelector('th').textContent.includes('new guesses'))"
+                ".map(r => r.querySelectorAll('td').length)")
+            assert rows == [cols] * levels, (stop.title, rows)
+        if "compression" in stop.expect:
+            expect(page.locator(STATS)).to_contain_text(f"{stop.expect['compression']:.2f} compression")
+        if k == 2:
+            page.screenshot(path=str(SHOTS / "app_lesson_lookahead.png"), full_page=False)
+    expect(page.locator("#ds-lesson-next")).to_be_disabled()
+    expect(page.locator("#ds-lesson")).to_contain_text("Last stop")
+    assert not watch.external, watch.external
+    assert not watch.errors, watch.errors
+    page.close()

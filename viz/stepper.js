@@ -175,7 +175,11 @@
     if (ask) {
       const want = ask.getAttribute("data-ds-goto");
       ask.removeAttribute("data-ds-goto");
-      if (want === "best") steps.forEach((s, k) => { if (s.k !== "prefill" && s.a.length > steps[start].a.length) start = k; });
+      if (want === "best") {  // the first decode step with the most accepted tokens
+        let b = -1;
+        steps.forEach((s, k) => { if (s.k !== "prefill" && (b < 0 || s.a.length > steps[b].a.length)) b = k; });
+        if (b >= 0) start = b;
+      }
       else if (D.index_of[parseInt(want, 10)] !== undefined) start = D.index_of[parseInt(want, 10)];
     }
     go(start);
