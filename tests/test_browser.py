@@ -400,3 +400,52 @@ def test_a_newcomer_completes_the_lesson(browser, url):
     assert not watch.external, watch.external
     assert not watch.errors, watch.errors
     page.close()
+
+
+def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_path):
+    """⤓ SVG / ⤓ PNG save the current step's views (checked by size, the SVG rendered on its own, the PNG
+    decoded); presentation mode is large type driven by the keyboard alone."""
+    from PIL import Image
+    page, watch = open_app(browser, url)
+    page.get_by_role("tab", name="Replay").click()
+    page.get_by_label("recorded traces (assets/traces)").click()
+    page.get_by_role("option", name=re.compile("lookahead")).first.click()
+    page.get_by_role("button", name="Replay", exact=True).click()
+    stepper = "#ds-replay .ds-stepper"
+    expect(page.locator(f"{stepper} .ds-last")).to_be_visible(timeout=60000)
+    page.locator(f"{stepper} .ds-last").click()
+    expect(page.locator(f'{stepper} .ds-plot[data-view="window"] table').first).to_be_visible(timeout=10000)
+    step = label_step(page, stepper)
+    with page.expect_download() as dl:
+        page.locator(f"{stepper} .ds-svg").click()
+    svg = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(svg)
+    text = svg.read_text()
+    assert svg.name.endswith(f"step{step}.svg") and svg.stat().st_size > 5000 and "<foreignObject" in text
+    assert f"step {step} /" in text and "Jacobi window" in text and "<svg" in text[:200]
+    view = browser.new_page()  # the file renders on its own: the window table and the mask are drawn
+    view.goto(svg.as_uri())
+    expect(view.locator("table.ds-tab td").first).to_be_visible(timeout=10000)
+    assert view.locator("rect").count() > 10
+    view.close()
+    with page.expect_download() as dl:
+        page.locator(f"{stepper} .ds-png").click()
+    png = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(png)
+    img = Image.open(png).convert("L")
+    assert png.suffix == ".png" and png.stat().st_size > 10000 and img.width > 600 and img.height > 300
+    assert len(img.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 20, "the PNG is blank"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / "export_step.png").write_bytes(png.read_bytes())
+    # presentation mode: large type, keyboard only, Esc leaves
+    page.locator(f"{stepper} .ds-present").click()
+    expect(page.locator(stepper)).to_have_class(re.compile("ds-present"))
+    size = page.evaluate(f"parseFloat(getComputedStyle(document.querySelector('{stepper} .ds-caption')).fontSize)")
+    assert size >= 24, size
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowRight")
+    assert label_step(page, stepper) == 1
+    page.keyboard.press("Escape")
+    expect(page.locator(stepper)).not_to_have_class(re.compile("ds-present"), timeout=5000)
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
+    page.close()

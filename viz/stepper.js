@@ -135,6 +135,10 @@
     q(".ds-next").onclick = () => { stop(); go(cur + 1); };
     q(".ds-last").onclick = () => { stop(); go(n - 1); };
     playBtn.onclick = play;
+    const X = window.DecodeScopeExport;  // export.js, loaded before this script
+    q(".ds-svg").onclick = () => X.saveSVG(root);
+    q(".ds-png").onclick = () => X.savePNG(root, 2);
+    q(".ds-present").onclick = () => { active = root; X.present(root); };
     slider.oninput = () => { stop(); go(parseInt(slider.value, 10)); };
     // Delegated clicks: a token selects its step (linked views); the mode buttons recolour the text.
     root.onclick = (e) => {
@@ -161,6 +165,7 @@
       else if (e.key === "Home") { stop(); go(0); }
       else if (e.key === "End") { stop(); go(n - 1); }
       else if (e.key === " ") play();
+      else if (e.key === "Escape" && root.classList.contains("ds-present")) window.DecodeScopeExport.present(root, false);
       else if (e.key === "Escape" && sel !== null) { sel = null; q(".ds-selinfo").textContent = ""; go(cur); }
       else return false;
       return true;
