@@ -80,7 +80,7 @@ def wire(p: Page, h: Tabs) -> None:
                     api_name="run", show_progress="hidden", js=MARK_STALE, **model)  # "previous run" label
     p.msg.change(None, [p.msg], None, js=UNMARK_STALE_ON_ERROR, **local)  # a refused run keeps the old view, unlabelled
     race_ev = p.race_btn.click(gpu(300)(h.race), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
-                                                                 p.race_lat], api_name="race", **model)
+                                                                 p.race_lat, p.race_sbs], api_name="race", **model)
     p.prof_btn.click(gpu(240)(h.profile), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)
     p.sw_btn.click(gpu(240)(h.sweep), p.inputs(p.sw_n, p.sw_w, p.sw_max), [p.msg, p.sw_status, p.sw_plot, p.sw_table],

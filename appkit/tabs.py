@@ -28,7 +28,7 @@ RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative"]
 class Tabs(Handlers):
     """Run tab (Handlers) plus the other tabs."""
 
-    @reported(5)
+    @reported(6)
     def race(self, request: gr.Request, *values):
         """Greedy and each picked method, `repeats` times interleaved (repeat r runs them rotated by r);
         rows stream in as runs finish and show the median and min-max over the runs so far."""
@@ -48,7 +48,7 @@ class Tabs(Handlers):
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, ["greedy", *methods], 5)
+            p = yield from self.prepare(s, ["greedy", *methods], 6)
 
             def work(job: Job):
                 run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
@@ -72,7 +72,7 @@ class Tabs(Handlers):
                 if runs.get("greedy"):
                     yield (gr.skip(), *self._race_view(p, runs, current or ""))
                 elif current:
-                    yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip(), gr.skip()
         finally:
             self.sessions.end(session, stop)
 
@@ -91,7 +91,7 @@ class Tabs(Handlers):
         md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
         return (md, race_table(rows), viz.race.race_figure(shown),
-                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}))
+                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), viz.side_by_side.html(shown))
 
     @reported(6)
     def profile(self, request: gr.Request, *values):

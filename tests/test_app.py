@@ -196,7 +196,7 @@ def race_rows(table) -> dict:
 
 def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     job = client.submit(*race_settings(dirs, ["lookahead", "prompt_lookup", "speculative"]), api_name="/race")
-    msg, summary, table, fig, lat = job.result(timeout=300)
+    msg, summary, table, fig, lat, sbs = job.result(timeout=300)
     rows = race_rows(table)
     assert list(rows) == ["greedy", "lookahead", "prompt_lookup", "speculative"]
     for m in ("lookahead", "prompt_lookup", "speculative"):
@@ -220,11 +220,15 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
         line = next(x for x in summary.split("\n\n") if x.startswith(f"**{m}** is "))
         assert "1-token step" in line and " ms)" in line and "tokens per step" in line and "x measured" in line
     assert "**greedy** is the baseline" in summary
+    # side by side: one row per method, aligned by output position; a row's cells are its steps
+    assert "aligned by output" in sbs and all(f"data-run='{m}'" in sbs for m in rows)
+    look = sbs.split("data-run='lookahead'")[1].split("</tr>")[0]
+    assert look.count("<td") == rows["lookahead"]["steps"]  # every step of the 20-token run, prefill included
 
 
 def test_race_repeats_input_is_checked_and_honoured(client, dirs):
     expect_msg(client, race_settings(dirs, ["lookahead"]) + [0], "/race", "repeats", "[1, 10]", "got 0")
-    _, summary, table, _, _ = client.predict(*race_settings(dirs, ["lookahead"]) + [1], api_name="/race")
+    _, summary, table, _, _, _ = client.predict(*race_settings(dirs, ["lookahead"]) + [1], api_name="/race")
     assert [r["runs"] for r in race_rows(table).values()] == [1, 1] and "Median of 1 interleaved run " in summary
 
 
@@ -275,13 +279,28 @@ def test_teaching_preset_runs_the_fields_and_says_so(client, dirs):
     assert "manual preset W4 N3 G4" in out[1]
 
 
+def test_side_by_side_aligns_runs_by_output_position():
+    import viz
+    g, la = Trace.load(FIXTURES / "greedy.json"), Trace.load(FIXTURES / "lookahead.json")
+    rows = {r["name"]: r for r in viz.side_by_side.data({"greedy": g, "lookahead": la})}
+    for name, tr in (("greedy", g), ("lookahead", la)):
+        cells = rows[name]["cells"]
+        assert [t for c in cells for t in c["tokens"]] == tr.output_ids[:len([t for c in cells for t in c["tokens"]])]
+        assert all(b["start"] == a["start"] + len(a["tokens"]) for a, b in zip(cells, cells[1:]))  # no gap, no overlap
+    assert all(len(c["tokens"]) == 1 for c in rows["greedy"]["cells"])
+    assert rows["lookahead"]["steps"] < rows["greedy"]["steps"] and rows["lookahead"]["tokens"] == rows["greedy"]["tokens"]
+    page = viz.side_by_side.html({"greedy": g, "lookahead": la})
+    wide = [c for c in rows["lookahead"]["cells"] if len(c["tokens"]) > 1][0]
+    assert f"colspan='{len(wide['tokens'])}' title='step {wide['step']}" in page and "scroll →" in page
+
+
 def test_race_order_is_interleaved_and_rotated():
     from appkit.race import order
     assert [order(["g", "a", "b"], r) for r in range(3)] == [["g", "a", "b"], ["a", "b", "g"], ["b", "g", "a"]]
 
 
 def test_race_in_sampling_mode_does_not_claim_exactness(client, dirs):
-    _, summary, table, _, _ = client.predict(*race_settings(dirs, ["lookahead"], temperature=1.0, seed=3) + [1],
+    _, summary, table, _, _, _ = client.predict(*race_settings(dirs, ["lookahead"], temperature=1.0, seed=3) + [1],
                                              api_name="/race")
     assert "n/a (sampling" in table["data"][1][-1] and "Sampling mode" in summary
 
@@ -511,7 +530,7 @@ def test_stop_keeps_the_finished_race_rows(server, dirs):
     while not any("running lookahead" in (o[1] or "") for o in job.outputs()) and time.time() - t0 < 60:
         time.sleep(0.02)
     c.predict(api_name="/stop")
-    msg, summary, table, _, _ = job.result(timeout=30)
+    msg, summary, table, _, _, _ = job.result(timeout=30)
     assert "Stopped during lookahead" in summary and list(race_rows(table)) == ["greedy"]
 
 
