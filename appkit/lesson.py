@@ -108,7 +108,7 @@ def values(stop: Stop) -> dict:
 def narration(k: int, all_stops: list[Stop]) -> str:
     s = all_stops[k]
     return (f"**Stop {k + 1} of {len(all_stops)} — {s.title}** · method `{s.method}` · teaching preset\n\n"
-            f"{s.narration}\n\n👀 **Look at:** {s.look}. The step view opens at the step that accepted the most "
+            f"{s.narration}\n\n**Look at:** {s.look}. The step view opens at the step that accepted the most "
             f"tokens; ◀ ▶ step around it." + ("\n\n*Last stop: compare them all on the Race tab.*"
                                               if k == len(all_stops) - 1 else ""))
 
@@ -125,7 +125,7 @@ def go(at, delta: int) -> list:
 
 def start_label() -> str:
     """The button names the tour that this build can give."""
-    return "🎓 Start the lesson: " + " → ".join(dict.fromkeys(s.method.replace("_", " ") for s in stops()))
+    return "Start the lesson: " + " → ".join(dict.fromkeys(s.method.replace("_", " ") for s in stops()))
 
 
 # On the run a stop starts, in the browser: the old step view is labelled "previous run" and the new one

@@ -112,7 +112,7 @@ def winner(rows: list[dict]) -> str:
     spread = f"{best['speedup (min-max)']}×" if runs > 1 else "a single run"
     close = (f" Close call: {second['method']}'s runs reached {hi2:.2f}×, inside the winner's spread."
              if runs > 1 and hi2 >= lo else "")
-    return (f"🏁 **Winner: {best['method']}** — {best['speedup vs greedy']}× greedy's wall-clock (median of {runs} "
+    return (f"**Winner: {best['method']}** — {best['speedup vs greedy']}× greedy's wall-clock (median of {runs} "
             f"interleaved run{'s' if runs > 1 else ''}; spread {spread}).{close}")
 
 

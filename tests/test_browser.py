@@ -408,7 +408,7 @@ def test_a_newcomer_completes_the_lesson(browser, url):
 
 
 def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_path):
-    """⤓ SVG / ⤓ PNG save the current step's views (checked by size, the SVG rendered on its own, the PNG
+    """↓ SVG / ↓ PNG save the current step's views (checked by size, the SVG rendered on its own, the PNG
     decoded); presentation mode is large type driven by the keyboard alone."""
     from PIL import Image
     page, watch = open_app(browser, url)
