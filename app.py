@@ -26,7 +26,9 @@ import gradio as gr  # noqa: E402
 
 import viz  # noqa: E402
 from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
+from appkit import autofields, lesson  # noqa: E402
 from appkit.explain import explain  # noqa: E402
+from appkit.hints import hub_label, prompt_hint  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
 from appkit.models import ModelCache  # noqa: E402
@@ -34,7 +36,7 @@ from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name  # noqa: E402
-from appkit.ui import CSS, Page, layout  # noqa: E402
+from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 
@@ -60,8 +62,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     h.max_trace_bytes = max_trace_bytes
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
     t0, d0 = display_name(target0), display_name(draft0)
-    targets = [(f"embedded target ({t0})", t0)] + [(m, m) for m in hub]
-    drafts = [(f"embedded draft ({d0})", d0)] + [(m, m) for m in hub]
+    targets = [(f"embedded target ({t0})", t0)] + [(hub_label(m), m) for m in hub]
+    drafts = [(f"embedded draft ({d0})", d0)] + [(hub_label(m), m) for m in hub]
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         p = layout(Page(), lim, t0, d0, targets, drafts, _positions(target0))
         wire(p, h)
@@ -77,10 +79,12 @@ def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     model = dict(concurrency_id=GPU, concurrency_limit=1)
     local = dict(api_visibility="private", queue=False)
-    p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last],
-                    api_name="run", show_progress="hidden", **model)
-    p.race_btn.click(gpu("race")(named(h.race, ("methods",))), p.inputs(p.race_methods),
-                     [p.msg, p.race_md, p.race_table, p.race_plot, p.race_lat], api_name="race", **model)
+    run_out = [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last]
+    run_ev = p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), run_out,
+                    api_name="run", show_progress="hidden", js=MARK_STALE, **model)  # "previous run" label
+    p.msg.change(None, [p.msg], None, js=UNMARK_STALE_ON_ERROR, **local)  # a refused run keeps the old view, unlabelled
+    race_ev = p.race_btn.click(gpu("race")(named(h.race, ("methods", "repeats"))), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
+                                                                 p.race_lat, p.race_sbs], api_name="race", **model)
     p.prof_btn.click(gpu("profile")(named(h.profile)), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)
     p.sw_btn.click(gpu("sweep")(named(h.sweep, ("sweep_n", "sweep_w", "sweep_max_new"))),
@@ -89,10 +93,9 @@ def wire(p: Page, h: Tabs) -> None:
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    p.tune_btn.click(gpu("tune")(named(h.tune, request=False)), p.inputs(),
-                     [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
+    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune, request=False)), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
                      api_name="tune", **model)
-    p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
+    load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)
     p.rp_btn.click(h.replay, [p.rp_upload, p.rp_pick, p.last], [p.rp_msg, p.rp_stats, p.rp_view, p.rp_text],
                    api_name="replay", concurrency_limit=4)
@@ -102,8 +105,28 @@ def wire(p: Page, h: Tabs) -> None:
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
     for c in (p.window, p.ngram, p.guesses, p.max_ngram, p.num_tokens, p.draft_tokens, p.widths, p.budget, p.block):
         c.input(lambda: "manual", None, [p.preset], **local)
+    # lesson: a stop sets the page (prompt, method, teaching preset, values), then runs it
+    lesson_out = [p.lesson_at, p.lesson_md, p.lesson_prev, p.lesson_next, p.tabs] + [getattr(p, f) for f in lesson.FIELDS]
+    for btn, delta in ((p.lesson_start, None), (p.lesson_prev, -1), (p.lesson_next, 1)):
+        btn.click(lesson_step(delta), [p.lesson_at], lesson_out, **local).then(
+            gpu("run")(named(h.run)), p.inputs(), run_out, show_progress="hidden", js=lesson.RUN_JS, **model)
+    # what the controls show is what runs: after each model event (and on picking "auto") the fields
+    # take the auto preset's values for every method whose preset is known (appkit/autofields.py)
+    fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
+    for ev in (run_ev, race_ev, tune_ev, load_ev):
+        ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    p.preset.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
+        ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
+    for c in (p.spec_mode, p.staged):
+        c.input(lambda: "manual", None, [p.preset], **local)
     p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md, p.jc_group], **local)
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
+
+
+def lesson_step(delta: int | None):
+    """The handler of a lesson button: None starts at the first stop, -1/+1 move."""
+    return lambda at: lesson.go(-1 if delta is None else at, delta or 0)
 
 
 def on_method(method: str):

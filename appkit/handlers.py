@@ -137,6 +137,10 @@ class Handlers:
         p = Plan(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
                  model, tok, dmodel, dtok, params, cutoff=cutoff, reference=reference)
+        if not auto:  # the stats line says which preset a run used (teaching or manual; auto: apply_presets)
+            for m in methods:
+                if m != "greedy":
+                    p.notes[m] = f"{'teaching' if s.preset == 'teach' else 'manual'} preset {presets.describe(m, params[m])}"
         if presets_too:
             self.apply_presets(p, methods)
         return p

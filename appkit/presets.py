@@ -73,22 +73,40 @@ def cached(model_name: str, model, method: str) -> dict | None:
 
 def tune(model_name: str, model, tok, method: str, draft=None, on_step=None) -> dict:
     """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}."""
+    measured = ""
     if method == "lookahead":
         from decoding.autotune import autotune
-        params = autotune(model, tok, PILOTS, pilot_tokens=32)["best"]
+        res = autotune(model, tok, PILOTS, pilot_tokens=32)
+        params, measured = res["best"], measured_lookahead(res)
     elif method == "jacobi":
         from decoding.jacobi import autotune_block
         params = {"block": autotune_block(model, tok, PILOTS[0], pilot_tokens=32)["best"]}
     elif method == "speculative":
         from decoding.autotune_speculative import autotune_speculative
-        params = autotune_speculative(model, draft, tok, PILOTS, pilot_tokens=32, reps=1)["best"]
+        res = autotune_speculative(model, draft, tok, PILOTS, pilot_tokens=32, reps=1)
+        params, measured = res["best"], measured_speculative(res)
     else:
         params = dict(SHIPPED_CPU[method])  # prompt lookup has no tuner; its defaults copy freely
     with _lock:
         stored = _read()
         stored.setdefault(f"{model_name}|{device_key(model)}", {})[method] = params
         _path().write_text(json.dumps(stored, indent=1))
-    return {"params": params, "source": "tuned on this device just now"}
+    return {"params": params, "source": "tuned on this device just now", "measured": measured}
+
+
+def measured_lookahead(res: dict) -> str:
+    """What the lookahead tuner measured, in one sentence: the 1-token step, then best and runner-up."""
+    r, curve = res["ranking"], res["curve"]
+    top = "; ".join(f"W{x['window']} N{x['ngram']} G{x['guesses']}: {x['compression']:.2f} tokens/step at "
+                    f"{x['step_ms']:.1f} ms/step → {x['predicted_speedup']:.2f}x" for x in r[:2])
+    return (f"1-token step {float(curve.get('1', 0)):.1f} ms; piloted {len(r)} W/N/G configs on "
+            f"{len(PILOTS)} prompts, best first: {top}")
+
+
+def measured_speculative(res: dict) -> str:
+    r = res["ranking"]
+    top = "; ".join(f"{x['label']}: {x['compression']:.2f} tokens/step, {x['speedup']:.2f}x greedy" for x in r[:2])
+    return f"timed greedy ({res['greedy_tokens_per_s']:.0f} tokens/s) and {len(r)} draft shapes, best first: {top}"
 
 
 def resolve(model_name: str, model, tok, method: str, draft=None) -> dict:

@@ -53,11 +53,12 @@ def stats_md(tr, head: str = "", note: str = "") -> str:
     if m.get("name"):
         note = " · ".join(x for x in (note, f"model `{display_name(m['name'])}` on {m.get('device', '?')} "
                                              f"({m.get('dtype', '?')})") if x)
+    nums = [(f"{st['tokens_per_s']:.1f}", "tokens/s"), (st["new_tokens"], "new tokens"),
+            (st["steps"], "steps (forward passes)"), (f"{st['compression']:.2f}", "compression"),
+            (mean_accepted(tr), "mean accepted / step"), (f"{st['wall_s']:.2f}", "wall s")]
+    # one wrapping line, not a table: the headline numbers are never clipped at any width (400-1920 px)
     return (f"**{tr.method}** · {head}{' · ' + note if note else ''}\n\n"
-            f"| tokens/s | new tokens | steps (forward passes) | compression | mean accepted / step | wall s |\n"
-            f"|---|---|---|---|---|---|\n"
-            f"| {st['tokens_per_s']:.1f} | {st['new_tokens']} | {st['steps']} | {st['compression']:.2f} | "
-            f"{mean_accepted(tr)} | {st['wall_s']:.2f} |")
+            + " · ".join(f"**{v}** {k}" for v, k in nums))
 
 
 def live_line(tr) -> str:

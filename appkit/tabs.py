@@ -18,7 +18,7 @@ from .errors import one_line, reported
 from .handlers import CLEAR, Handlers, Plan, thread_setup, tmpdir
 from .models import describe as describe_model, human
 from .replay import load_trace, shipped_path
-from .settings import InputError, Settings, raise_if, whole
+from .settings import FIELDS, InputError, Settings, raise_if, whole
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
@@ -31,23 +31,38 @@ class Tabs(Handlers):
 
     @reported(5, client_error=True)
     def race(self, request: gr.Request, *values):
-        """Greedy, then each picked method, same prompt and settings; rows stream in as runs finish."""
-        s, methods = Settings.from_values(values[:-1]), [m for m in (values[-1] or []) if m in RACE_CHOICES]
-        if not methods:
-            raise InputError("**accelerated methods**: pick at least one to race against greedy")
+        """Greedy and each picked method, `repeats` times interleaved (repeat r runs them rotated by r);
+        rows stream in as runs finish and show the median and min-max over the runs so far."""
+        n = len(FIELDS)
+        s, picked = Settings.from_values(values[:n]), values[n] if len(values) > n else None
+        methods = [m for m in (picked or []) if m in RACE_CHOICES]
+        repeats = values[n + 1] if len(values) > n + 1 and values[n + 1] not in (None, "") else racekit.REPEATS
+        problems = [] if methods else ["**accelerated methods**: pick at least one to race against greedy"]
+        try:
+            repeats = float(repeats)
+            if repeats != int(repeats) or not 1 <= repeats <= racekit.MAX_REPEATS:
+                raise ValueError
+            repeats = int(repeats)
+        except (TypeError, ValueError):
+            problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
+        raise_if(problems)
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, ["greedy", *methods], 5)
+            p = yield from self.prepare(s, ["greedy", *methods], 6)
 
             def work(job: Job):
                 run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
-                runs = {}
-                for m in ["greedy", *methods]:
-                    job.report((dict(runs), m))
-                    runs[m] = p.run(m, on_step=job.check)
-                job.report((dict(runs), None))
-                return runs
+                runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
+                for r in range(repeats):
+                    for m in racekit.order(["greedy", *methods], r):
+                        job.report((done(runs), f"{m} (run {r + 1} of {repeats})"))
+                        runs[m].append(p.run(m, on_step=job.check))
+                job.report((done(runs), None))
+                return done(runs)
+
+            def done(runs: dict) -> dict:
+                return {m: list(t) for m, t in runs.items() if t}
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
@@ -55,27 +70,29 @@ class Tabs(Handlers):
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
                     current = f"running {current}…" if current else None
-                if runs:
+                if runs.get("greedy"):
                     yield (gr.skip(), *self._race_view(p, runs, current or ""))
                 elif current:
-                    yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip(), gr.skip()
         finally:
             self.sessions.end(session, stop)
 
     def _race_view(self, p: Plan, runs: dict, status: str) -> tuple:
+        """runs: {method: [trace per repeat]}; the figures draw each method's median-time run."""
         g = runs["greedy"]
         rows, reasons = [], []
-        device = str(next(p.model.parameters()).device)
-        for m, tr in runs.items():
-            row = racekit.race_row(m, tr, g, not p.sampling.greedy)
+        param = next(p.model.parameters())
+        device, dtype = str(param.device), str(param.dtype)
+        for m, trs in runs.items():
+            row = racekit.race_row(m, trs, g, not p.sampling.greedy)
             row["config"] = presets.describe(m, p.params.get(m, {}))
             rows.append(row)
-            if m != "greedy":
-                reasons.append(racekit.reason(m, tr, g, row["speedup vs greedy"], device))
+            reasons.append(racekit.reason(m, trs, g, row["speedup vs greedy"], device))
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
-        md = racekit.summary(rows, reasons, p.sampling.greedy, auto) + (f"\n\n*{status}*" if status else "")
-        return (md, race_table(rows), viz.race.race_figure(runs),
-                viz.costs.latency_figure({n: (t, None) for n, t in runs.items()}))
+        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
+        shown = {m: racekit.representative(trs) for m, trs in runs.items()}
+        return (md, race_table(rows), viz.race.race_figure(shown),
+                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), viz.side_by_side.html(shown))
 
     @reported(6, client_error=True)
     def profile(self, request: gr.Request, *values):
@@ -110,20 +127,24 @@ class Tabs(Handlers):
 
     @staticmethod
     def _profile_view(method: str, runs: dict, out) -> tuple:
+        """The method's profile with greedy's beside it: both on the roofline, the FLOPs and latency charts,
+        and both runs' trace and Perfetto files in the downloads (as the tab says)."""
         tr, prof = runs[method]
-        public_trace(tr)
-        trace_path = out / f"{method}-trace.json"
-        tr.save(trace_path)
+        files = []
+        for m, (t, _) in runs.items():
+            public_trace(t)
+            t.save(out / f"{m}-trace.json")
+            files += [str(out / f"{m}-trace.json"), str(out / f"{m}.perfetto.json")]
         report = viz.write_report(tr, out / f"{method}-report.html", profile=prof,
                                   compare=runs if len(runs) > 1 else None)
         totals, pk = prof.get("totals") or {}, prof.get("peaks") or {}
-        summary = (f"**{method}** on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · "
-                   f"{tr.stats()['new_tokens']} tokens in {len(tr.steps)} steps · measured peaks: "
+        each = " · ".join(f"**{m}**: {t.stats()['new_tokens']} tokens in {len(t.steps)} steps" for m, (t, _) in runs.items())
+        summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · measured peaks: "
                    f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
-                   + (f" · total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
-        return (summary, viz.costs.roofline_figure(prof, tr), viz.costs.compare_figure(runs),
-                viz.costs.latency_figure(runs),
-                [str(trace_path), str(out / f"{method}.perfetto.json"), str(report)])
+                   + (f" · {method} total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
+        others = {m: r for m, r in runs.items() if m != method}
+        return (summary, viz.costs.roofline_figure(prof, tr, others=others), viz.costs.compare_figure(runs),
+                viz.costs.latency_figure(runs), files + [str(report)])
 
     @reported(4, client_error=True)
     def sweep(self, request: gr.Request, *values):
@@ -169,13 +190,17 @@ class Tabs(Handlers):
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
         name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
-        la = presets.tune(name, p.model, p.tok, "lookahead")["params"]
+        tuned = presets.tune(name, p.model, p.tok, "lookahead")
+        la = tuned["params"]
         note = f"lookahead {presets.describe('lookahead', la)}"
+        facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":
             dmodel = self.cache.get(self.model_name(s.draft, "draft"), p.settings.device, s.dtype)[0]
-            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)["params"]
-            note += f", speculative {presets.describe('speculative', sp)}"
-        line = f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset)."
+            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
+            note += f", speculative {presets.describe('speculative', sp['params'])}"
+            facts.append(f"speculative — {sp['measured']}")
+        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset).\n\n"
+                "What it measured: " + "\n\n".join(facts))
         return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
 
     @reported(2, status=None)
@@ -191,8 +216,15 @@ class Tabs(Handlers):
             lines.append(f"draft: not loaded — {one_line(e)}")
         return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
 
-    @reported(4, status=None)
     def replay(self, upload, shipped_name, last):
+        """A refused file clears the view: the page never shows the previous replay under a rejection."""
+        out = self._replay(upload, shipped_name, last)
+        if out[0]:
+            return out[0], "Nothing replayed — see the message above.", "", ""
+        return out
+
+    @reported(4, status=None)
+    def _replay(self, upload, shipped_name, last):
         if upload:
             tr = load_trace(upload if isinstance(upload, str) else upload.name, self.max_trace_bytes)
         elif shipped_name:

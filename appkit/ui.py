@@ -12,16 +12,22 @@ import gradio as gr
 import viz
 from decoding.params import DEFAULT_CONFIDENCE
 
+from . import lesson
+from .autofields import field_values
 from .explain import explain
-from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
+from .hints import prompt_info
+from .model_card import card_md
+from .limits import TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
+from .race import MAX_REPEATS, REPEATS
 from .replay import shipped
 from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES, RACE_DEFAULT
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
                   ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi")]
-PRESETS = [("auto: tuned for this model and device", "auto"), ("manual: the values below", "manual")]
+PRESETS = [("auto: tuned for this model and device (speed)", "auto"), ("manual: the values below", "manual"),
+           ("teaching: the lesson's values (the picture, not speed)", "teach")]
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
 VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
           "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
@@ -61,7 +67,18 @@ CSS = """
 .ds-stepper .js-plotly-plot,.ds-stepper .plot-container{max-width:100%}
 .ds-stepper,.ds-controls{min-width:0;max-width:100%}
 .ds-slider{min-width:80px}
+#ds-card table{display:table;width:100%;table-layout:auto}#ds-card td,#ds-card th{white-space:normal;overflow-wrap:anywhere}
+.gradio-container{overflow:clip !important}  /* clips like hidden but is no scroll box: the step controls can stick */
+#ds-stepview.ds-stale>*{opacity:.55}
+#ds-stepview.ds-stale::before{content:"⟲ previous run — a new run is streaming; its step view replaces this one when it finishes";
+  display:block;background:#fff4d6;border-left:4px solid #e6a700;padding:4px 8px;margin-bottom:4px;font-size:13px}
+@media (pointer:coarse),(max-width:700px){.js-plotly-plot .modebar-container{display:none !important}}
 """
+# run on the click in the browser: the step view on the page now belongs to the previous run
+UNMARK_STALE_ON_ERROR = ("(m) => { const e = document.querySelector('#ds-stepview'); if (m && e) "
+                         "e.classList.remove('ds-stale'); }")
+MARK_STALE = ("(...args) => { const e = document.querySelector('#ds-stepview'); "
+              "if (e && e.querySelector('.ds-stepper')) e.classList.add('ds-stale'); return args; }")
 
 
 class Page:
@@ -87,6 +104,13 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                 "step, on a real model. In fp32, greedy modes return exactly greedy's tokens — in fewer "
                 "forward passes (in bf16/fp16 the race measures and says how far they agree)." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
     p.last = gr.State(None)  # per session: the last finished run's trace
+    p.lesson_at = gr.State(-1)  # per session: the lesson stop shown (-1: none)
+    with gr.Group(elem_id="ds-lesson-box"):
+        with gr.Row():
+            p.lesson_start = gr.Button(lesson.start_label(), elem_id="ds-lesson-start", scale=3, min_width=200)
+            p.lesson_prev = gr.Button("◀ previous stop", visible=False, elem_id="ds-lesson-prev", min_width=120)
+            p.lesson_next = gr.Button("next stop ▶", visible=False, elem_id="ds-lesson-next", min_width=120)
+        p.lesson_md = gr.Markdown("", elem_id="ds-lesson")
     with gr.Accordion("Model", open=False):
         with gr.Row():
             p.target = gr.Dropdown(target_choices, value=target0, label="target model", allow_custom_value=True,
@@ -99,12 +123,15 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
         with gr.Row():
             p.load_btn = gr.Button("Load models", size="sm")
             p.model_info = gr.Markdown("Models load on first use and stay cached.")
-    room = f"the model has {positions:,} positions for prompt + output; " if positions else ""
+    with gr.Accordion("Model card: the embedded models' data, size, bits/byte — and why greedy output repeats",
+                      open=False, elem_id="ds-card"):
+        gr.Markdown(card_md())
     la = SHIPPED_CPU["lookahead"]
+    sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
             p.prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
-                                  info=f"{room}at most {MAX_PROMPT_CHARS:,} characters")
+                                  info=prompt_info(positions, target0))
             gr.Examples(EXAMPLES, inputs=[p.prompt], label="examples: code with repetition, then chat")
             p.reference = gr.Textbox("", label="reference text (prompt lookup also copies from it)", lines=3,
                                      max_lines=10, elem_id="ds-reference",
@@ -115,6 +142,9 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             p.preset = gr.Radio(PRESETS, value="auto", label="parameters", elem_id="ds-preset",
                                 info="auto: the autotuner's choice for this device (cached; the embedded model "
                                      "on a CPU ships one). Editing a value below switches to manual.")
+            p.preset_md = gr.Markdown("auto: the fields below show the shipped CPU preset of the embedded model; "
+                                      "after each run they show what auto chose for the loaded model and device.",
+                                      elem_id="ds-preset-md")
             p.max_new = Int(128, "max new tokens", lim, "max_new_tokens", elem_id="ds-max-new")
             with gr.Group(visible=True) as p.la_group:
                 with gr.Row():
@@ -129,14 +159,17 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             with gr.Group(visible=False) as p.jc_group:
                 p.block = Int(8, "K block (guesses per step)", lim, "block", elem_id="ds-block")
             with gr.Group(visible=False) as p.sp_group:
-                p.spec_mode = gr.Radio(SPEC_MODES, value="chain", label="speculative mode")
+                p.spec_mode = gr.Radio(SPEC_MODES, value=sp["spec_mode"], label="speculative mode")
                 with gr.Row():
-                    p.draft_tokens = Int(4, "K draft tokens (depth)", lim, "draft_tokens")
-                    p.widths = gr.Textbox("3,2,1", label="tree widths per depth", visible=False,
+                    p.draft_tokens = Int(sp.get("draft_tokens", 4), "K draft tokens (depth)", lim, "draft_tokens",
+                                         visible=sp["spec_mode"] != "tree")
+                    p.widths = gr.Textbox(sp.get("widths", "3,2,1"), label="tree widths per depth",
+                                          visible=sp["spec_mode"] == "tree",
                                           info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
-                    p.budget = Int(16, "tree budget (nodes)", lim, "tree_budget", visible=False)
+                    p.budget = Int(sp.get("budget", 16), "tree budget (nodes)", lim, "tree_budget",
+                                   visible=sp["spec_mode"] == "budget")
                 with gr.Row():
-                    p.staged = gr.Checkbox(False, label="staged (n-gram stage 2 drafts for the draft model)")
+                    p.staged = gr.Checkbox(sp["staged"], label="staged (n-gram stage 2 drafts for the draft model)")
                     p.confidence = Int(DEFAULT_CONFIDENCE, "draft cutoff", elem_id="ds-cutoff",
                                        info="0–1: a draft token below this draft probability is not extended "
                                             "(the tree view shows what it pruned); 0 = full tree")
@@ -150,7 +183,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     gr.Examples(EDIT_EXAMPLES, inputs=[p.prompt, p.reference, p.method],
                 label="edit task (aggressive decoding): fix the typos; the module is the reference text")
     p.msg = gr.Markdown("", elem_id="ds-msg")  # the persistent message of the last failed event
-    with gr.Tabs():
+    with gr.Tabs() as p.tabs:
         run_tab(p)
         race_tab(p)
         profile_tab(p, lim)
@@ -184,12 +217,17 @@ def race_tab(p: Page) -> None:
     with gr.Tab("Race", id="race"):
         gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
                     "mode (temperature 0) every method must give **identical tokens**: checked here.")
-        p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_DEFAULT),
-                                          label="accelerated methods", elem_id="ds-race-methods")
+        with gr.Row():
+            p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_DEFAULT), scale=3,
+                                              label="accelerated methods", elem_id="ds-race-methods")
+            p.race_repeats = Int(REPEATS, "repeats", elem_id="ds-race-repeats", min_width=120, scale=1,
+                                 info=f"1–{MAX_REPEATS}: each repeat runs every method once, interleaved; "
+                                      "the race shows the median and the spread")
         with gr.Row():
             p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
             p.race_stop = gr.Button("Stop", variant="stop", min_width=100)
         p.race_md = gr.Markdown(elem_id="ds-race-md")
+        p.race_sbs = gr.HTML("", elem_id="ds-race-sbs")  # every method's token strip, aligned by output position
         p.race_table = gr.Dataframe(label="results", interactive=False)
         with gr.Row():
             p.race_plot = gr.Plot(label="tokens over time", min_width=300)

@@ -116,7 +116,7 @@ class Trace:
                              "Trace.save, `python -m decoding generate --json` or the app's download)")
         if schema not in READS:
             newer = isinstance(schema, str) and schema.startswith("decodescope.trace/")
-            why = "written by a newer DecodeScope" if newer else "not a DecodeScope trace"
+            why = "written by another version of DecodeScope" if newer else "not a DecodeScope trace"
             raise ValueError(f"{why}: schema {schema!r}; this version reads {', '.join(READS)}")
         fields = set(cls.__dataclass_fields__)  # derived ("stats", ...) and unknown keys are not read back
         missing = [k for k in ("method", "config", "prompt_ids") if k not in d]

@@ -60,7 +60,7 @@ def test_pre_v2_cli_wrapper_still_loads(tmp_path):
 
 @pytest.mark.parametrize("text,needle", [
     ('{"method": "greedy", "steps": []}', 'no "schema" field'),
-    ('{"schema": "decodescope.trace/7", "method": "greedy"}', "newer DecodeScope"),
+    ('{"schema": "decodescope.trace/7", "method": "greedy"}', "another version of DecodeScope"),
     ('{"schema": "other/1"}', "not a DecodeScope trace"),
     ('[1, 2]', "expected a JSON object"),
     ('{"schema": "decodescope.trace/2"', "not valid JSON"),

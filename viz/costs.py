@@ -122,8 +122,9 @@ def roofline_data(profile: dict, trace=None) -> dict:
             "n_query": [s.get("n_query") for s in st]}
 
 
-def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
-    """Log-log roofline: attainable = min(peak_flops, intensity × peak_bw); one point per step."""
+def roofline_figure(profile: dict | None, trace=None, others: dict | None = None) -> go.Figure:
+    """Log-log roofline: attainable = min(peak_flops, intensity × peak_bw); one point per step.
+    others: {name: (trace, profile)} drawn beside it (the Profile tab puts greedy beside the method)."""
     if not profile:
         return _empty("no profile: run with profiling on to see the roofline")
     tr = as_trace(trace) if trace is not None else None
@@ -138,9 +139,18 @@ def roofline_figure(profile: dict | None, trace=None) -> go.Figure:
         fig.add_trace(go.Scatter(x=grid, y=[min(m["peak_flops"], x * m["peak_bw"]) for x in grid], mode="lines",
                                  name=f"roof ({short_name(m['name']) or 'machine'})", line=dict(color="#444")))
         fig.add_vline(x=ridge, line=dict(dash="dot", color="#999"))
+    name = profile.get("method") or (tr.method if tr is not None else None) or "steps"
+    for other, (otr, oprof) in (others or {}).items():
+        if other == name or not oprof:
+            continue
+        od = roofline_data(oprof, as_trace(otr) if otr is not None else None)
+        fig.add_trace(go.Scatter(x=od["intensity"], y=od["achieved_flops"], mode="markers", name=f"{other} steps",
+                                 marker=dict(size=7, color=method_color(other), symbol="diamond-open"),
+                                 customdata=list(zip(od["steps"], od["n_query"])),
+                                 hovertemplate=f"{other} step %{{customdata[0]}}<br>query %{{customdata[1]}} tokens<br>"
+                                               "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     xs_all = [x for t in fig.data for x in t.x] + list(d["intensity"])
     ys_all = [y for t in fig.data for y in t.y] + list(d["achieved_flops"])
-    name = profile.get("method") or (tr.method if tr is not None else None) or "steps"
     fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name=f"{name} steps",
                              marker=dict(size=8, color=method_color(name), opacity=.75),  # the method's colour
                              customdata=list(zip(d["steps"], d["n_query"])),

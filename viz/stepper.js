@@ -7,7 +7,9 @@
 (function () {
   if (window.DecodeScope) return;
   const DS = (window.DecodeScope = {});
-  const CONFIG = { displaylogo: false, responsive: true };
+  // On a touch screen plotly's toolbar covers the chart titles: off there, shown on hover elsewhere.
+  const TOUCH = window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
+  const CONFIG = { displaylogo: false, responsive: true, displayModeBar: TOUCH ? false : "hover" };
   const { VIEWS, profileView } = window.DecodeScopeViews; // views.js, loaded just before this script
   let active = null; // the stepper that keyboard arrows drive
   function initialStep(root, n) {
@@ -24,6 +26,8 @@
     if (!node) return;
     if (root.__ds_stop) root.__ds_stop();
     root.__ds = root.id;
+    const host = root.parentElement && root.parentElement.closest(".ds-stale");  // a new run has arrived
+    if (host) host.classList.remove("ds-stale");
     const D = JSON.parse(node.textContent), steps = D.steps, n = steps.length;
     const q = (sel) => root.querySelector(sel);
     const slider = q(".ds-slider"), label_ = q(".ds-label"), caption = q(".ds-caption"), playBtn = q(".ds-play");
@@ -78,9 +82,27 @@
         t.classList.toggle("ds-sel", sel !== null && parseInt(t.dataset.pos, 10) === sel);
       });
       outline();
+      reveal();
+      cues();
       markRun(s.i);
       profileView(root, D, s);
       root.dataset.step = String(s.i);
+    }
+
+    // The token box scrolls on its own (~220 px): keep the current step's first token in view, scrolling
+    // only that box (never the page), so next ▶ / play visibly move.
+    function reveal() {
+      const box = q(".ds-text"), t = box && box.querySelector(".ds-tok.ds-cur");
+      if (!t) return;
+      const b = box.getBoundingClientRect(), r = t.getBoundingClientRect();
+      if (r.top < b.top + 4 || r.bottom > b.bottom - 4) box.scrollTop += r.top - b.top - box.clientHeight / 3;
+    }
+    // Every view wider than its box says so ("scroll →" in its title).
+    function cues() {
+      root.querySelectorAll(".ds-scroll").forEach((el) => {
+        const box = el.closest(".ds-plot");
+        if (box) box.classList.toggle("ds-overflows", el.scrollWidth > el.clientWidth + 1);
+      });
     }
 
     function recolour() {
@@ -113,6 +135,10 @@
     q(".ds-next").onclick = () => { stop(); go(cur + 1); };
     q(".ds-last").onclick = () => { stop(); go(n - 1); };
     playBtn.onclick = play;
+    const X = window.DecodeScopeExport;  // export.js, loaded before this script
+    q(".ds-svg").onclick = () => X.saveSVG(root);
+    q(".ds-png").onclick = () => X.savePNG(root, 2);
+    q(".ds-present").onclick = () => { active = root; X.present(root); };
     slider.oninput = () => { stop(); go(parseInt(slider.value, 10)); };
     // Delegated clicks: a token selects its step (linked views); the mode buttons recolour the text.
     root.onclick = (e) => {
@@ -139,6 +165,7 @@
       else if (e.key === "Home") { stop(); go(0); }
       else if (e.key === "End") { stop(); go(n - 1); }
       else if (e.key === " ") play();
+      else if (e.key === "Escape" && root.classList.contains("ds-present")) window.DecodeScopeExport.present(root, false);
       else if (e.key === "Escape" && sel !== null) { sel = null; q(".ds-selinfo").textContent = ""; go(cur); }
       else return false;
       return true;
@@ -147,7 +174,21 @@
     const m = /pos=(\d+)/.exec(window.location.hash || "");  // #step=6&pos=23 preselects a token
     const pre = m && root.querySelector(`.ds-text .ds-tok[data-pos="${m[1]}"]`);
     if (pre) select(pre);
-    go(initialStep(root, n));
+    // A host may ask for one step once (the lesson: "best" = the step that accepted the most tokens).
+    const ask = root.parentElement && root.parentElement.closest("[data-ds-goto]");
+    let start = initialStep(root, n);
+    if (ask) {
+      const want = ask.getAttribute("data-ds-goto");
+      ask.removeAttribute("data-ds-goto");
+      if (want === "best") {  // the first decode step with the most accepted tokens
+        let b = -1;
+        steps.forEach((s, k) => { if (s.k !== "prefill" && (b < 0 || s.a.length > steps[b].a.length)) b = k; });
+        if (b >= 0) start = b;
+      }
+      else if (D.index_of[parseInt(want, 10)] !== undefined) start = D.index_of[parseInt(want, 10)];
+    }
+    go(start);
+    if (window.ResizeObserver) new ResizeObserver(() => cues()).observe(root);
     // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
     root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && (div.removeAllListeners && div.removeAllListeners("plotly_click"), div.on("plotly_click", (ev) => {
       const p = ev.points && ev.points[0];

@@ -22,7 +22,7 @@ from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, pool_legen
 from .stepper_css import CSS
 from .stepper_text import caption
 
-SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "stepper.js"))
+SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "export.js", "stepper.js"))
 MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}
@@ -150,7 +150,9 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 <button class="ds-prev" title="previous step (←)">◀ prev</button><button class="ds-play" title="play (space)">▶ play</button>
 <button class="ds-next" title="next step (→)">next ▶</button><button class="ds-last" title="last step (End)">▶|</button>
 <input class="ds-slider" type="range" min="0" max="0" value="0" aria-label="step"><span class="ds-label"></span>
-<span>colour by</span><button class="ds-mode ds-on" data-mode="origin">origin</button><button class="ds-mode" data-mode="step">step</button></div>
+<span>colour by</span><button class="ds-mode ds-on" data-mode="origin">origin</button><button class="ds-mode" data-mode="step">step</button>
+<button class="ds-svg" title="download this step's views as an SVG file">↓ SVG</button><button class="ds-png" title="download this step's views as a PNG image">↓ PNG</button>
+<button class="ds-present" title="presentation mode: full screen, large type; ← → space Home End, Esc leaves">present</button></div>
 <div class="ds-caption"></div>
 {tokens.html(tr, "origin")}
 <div class="ds-selinfo"></div>

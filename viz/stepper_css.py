@@ -8,7 +8,9 @@ _CSS = """
   overflow-wrap:anywhere;box-sizing:border-box}
 .ds-stepper *{box-sizing:border-box}
 .ds-head{font-size:13px;color:#333;margin:2px 0 4px}
-.ds-controls{display:flex;gap:6px;align-items:center;flex-wrap:wrap;margin:4px 0}
+.ds-controls{display:flex;gap:6px;align-items:center;flex-wrap:wrap;margin:4px 0;position:sticky;top:0;z-index:5;
+  background:#fff;padding:3px 0;box-shadow:0 2px 3px -2px rgba(0,0,0,.25)}
+.ds-plot.ds-overflows>.ds-vt::after{content:"  · scroll →";color:#a50f15;font-weight:normal;white-space:nowrap}
 .ds-controls button{padding:3px 9px;border:1px solid #bbb;border-radius:4px;background:#f7f7f7;cursor:pointer}
 .ds-slider{flex:1 1 140px;min-width:100px}
 .ds-label{font-variant-numeric:tabular-nums;min-width:90px}
@@ -45,6 +47,12 @@ table.ds-tab tr.ds-chosen th{font-weight:700;color:#000}
 table.ds-tab tr.ds-chosen td{border:2px solid #222}
 .ds-selcell{outline:3px solid SELECT !important;outline-offset:1px}
 svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !important}
+.ds-stepper.ds-present{font-size:22px;background:#fff;padding:18px 28px;overflow:auto;max-height:100vh}
+.ds-present .ds-controls button{font-size:20px;padding:6px 14px}.ds-present .ds-caption{font-size:26px;line-height:1.35}
+.ds-present .ds-text{font-size:22px;max-height:28vh}.ds-present table.ds-tab{font-size:20px}
+.ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:13px}
+.ds-present .ds-vt{font-size:22px}.ds-present .ds-prof,.ds-present .ds-run{display:none}
+.ds-present .ds-svg,.ds-present .ds-png{display:none}
 @media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}}
 """
 # the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)

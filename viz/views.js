@@ -233,7 +233,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       margin: { l: 60, r: 10, t: 40, b: 50 }, legend: { orientation: "h", y: -0.3 } });
     const rf = root.querySelector('.ds-run-plot[data-view="roofline"]');
     if (rf) window.Plotly.react(rf, roof.concat([dot(pts, pr.method + " steps", "#bdbdbd", 6), dot(cur, `step ${s.i}`, pr.color, 14)]),
-      lay("This step on the roofline", Object.assign({ title: "FLOP/byte" }, pr.axes.intensity), Object.assign({ title: "FLOP/s" }, pr.axes.achieved)), CONFIG);
+      lay("This step on the roofline", Object.assign({ title: { text: "arithmetic intensity (FLOP/byte, log)" } }, pr.axes.intensity),
+        Object.assign({ title: { text: "achieved FLOP/s (log)" } }, pr.axes.achieved)), CONFIG);
     const cf = root.querySelector('.ds-run-plot[data-view="cumflops"]');
     const line = { x: pr.steps.map((r) => r.cum_tokens), y: pr.steps.map((r) => r.cum_flops), mode: "lines+markers", name: pr.method,
       line: { color: pr.color, shape: "hv" }, marker: { size: 4 }, customdata: pr.steps.map((r) => r.index),
@@ -242,8 +243,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       line: { color: pr.greedy_color, dash: "dash" } }] : [];
     const here = row ? [{ x: [row.cum_tokens], y: [row.cum_flops], mode: "markers", name: `after step ${s.i}`,
       marker: { size: 14, color: "rgba(0,0,0,0)", line: { color: D.palette.current, width: 3 } } }] : [];
-    if (cf) window.Plotly.react(cf, [line].concat(g, here), lay("FLOPs spent vs tokens produced", { title: "tokens" },
-      { title: "cumulative FLOPs", rangemode: "tozero" }), CONFIG);
+    if (cf) window.Plotly.react(cf, [line].concat(g, here), lay("FLOPs spent vs tokens produced", { title: { text: "new tokens produced" } },
+      { title: { text: "cumulative FLOPs" }, rangemode: "tozero", exponentformat: "SI" }), CONFIG);
   }
 
   return { VIEWS, profileView };

@@ -1,0 +1,70 @@
+"""What the controls show is what runs: the "auto" preset written back into the fields it chose.
+
+Why: with preset "auto" the run used the autotuner's choice (e.g. speculative "staged tree 2,1,1,1,1")
+while the fields still showed the page's defaults ("chain, K=4, not staged"), so switching to manual
+silently ran something else. After every model event (and when the user picks "auto" again) the fields
+of every method whose preset is known for the loaded (model, device) are set to that preset; only
+typing into a field switches to manual (programmatic updates do not fire .input).
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from . import presets
+from .settings import Settings
+
+# The components this writes, in order (names = Settings fields = Page attributes), then the note.
+FIELDS = ("window", "ngram", "guesses", "max_ngram", "num_tokens", "spec_mode", "draft_tokens", "widths", "budget",
+          "staged")
+METHODS = ("lookahead", "prompt_lookup", "speculative")
+
+
+def field_values(method: str, params: dict) -> dict:
+    """A method's preset parameters as the page's field values."""
+    if method == "lookahead":
+        return {k: params[k] for k in ("window", "ngram", "guesses")}
+    if method == "prompt_lookup":
+        return {k: params[k] for k in ("max_ngram", "num_tokens")}
+    out = {"staged": bool(params.get("staged"))}
+    if params.get("tree"):
+        out.update(spec_mode="tree", widths=",".join(map(str, params["tree"])))
+    elif params.get("tree_budget"):
+        out.update(spec_mode="budget", budget=params["tree_budget"], draft_tokens=params.get("draft_tokens", 4))
+    else:
+        out.update(spec_mode="chain", draft_tokens=params.get("draft_tokens", 4))
+    return out
+
+
+def known(h, s: Settings) -> dict:
+    """{method: preset params} for the loaded target and this device; {} while the model is not loaded
+    (nothing is loaded or tuned here: this runs after model events and on a preset change)."""
+    try:
+        target = h.model_name(s.target, "target")
+    except ValueError:
+        return {}
+    device = "auto" if h.lim.public else s.device
+    if not h.cache.cached(target, device, s.dtype):
+        return {}
+    model = h.cache.get(target, device, s.dtype)[0]
+    out = {}
+    for m in METHODS:
+        pr = presets.cached(target, model, m)
+        if pr is not None:
+            out[m] = pr["params"]
+    return out
+
+
+def shown(h, *values) -> list:
+    """gr.update per FIELDS component, then the note under the preset: the auto values, or skips."""
+    s = Settings.from_values(values)
+    if s.preset != "auto":
+        note = ("teaching preset: the lesson's values, chosen to show the picture, not for speed"
+                if s.preset == "teach" else "manual: the values below run as shown")
+        return [gr.skip()] * len(FIELDS) + [note]
+    chosen = known(h, s)
+    vals: dict = {}
+    for m, params in chosen.items():
+        vals.update(field_values(m, params))
+    note = ("auto chose: " + " · ".join(f"{m.replace('_', ' ')} **{presets.describe(m, p)}**" for m, p in chosen.items())
+            if chosen else "auto: tuned for this model and device on the first run (the fields then show its choice)")
+    return [gr.update(value=vals[f]) if f in vals else gr.skip() for f in FIELDS] + [note]

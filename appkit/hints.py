@@ -1,0 +1,41 @@
+"""Page text that must follow the loaded model: the prompt box's room and the hub models' availability.
+
+Why: the prompt hint said "2,048 positions" after another model was loaded, and the model list offered
+hub models that cannot load on an offline machine without saying so.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from decoding.models import max_positions
+
+from .limits import MAX_PROMPT_CHARS
+
+
+def prompt_info(positions: int | None, model: str = "") -> str:
+    room = f"{model + ': ' if model else ''}{positions:,} positions for prompt + output; " if positions else ""
+    return f"{room}at most {MAX_PROMPT_CHARS:,} characters"
+
+
+def prompt_hint(h, target, device, dtype):
+    """The prompt box's info for the target as loaded now (nothing is loaded here)."""
+    try:
+        name = h.model_name(target, "target")
+    except ValueError:
+        return gr.skip()
+    dev = "auto" if h.lim.public else device
+    if not h.cache.cached(name, dev, dtype):
+        return gr.update(info=f"{MAX_PROMPT_CHARS:,} characters at most; the model's positions show once it loads")
+    model = h.cache.get(name, dev, dtype)[0]
+    return gr.update(info=prompt_info(max_positions(model.config), str(target)))
+
+
+def hub_label(model_id: str) -> str:
+    """A hub id as the model list shows it: marked when its files are not in the local cache (offline it
+    cannot load; online the first use downloads it)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        hit = try_to_load_from_cache(model_id, "config.json")
+    except Exception:  # noqa: BLE001 - an odd id or no hub library: treat as not downloaded
+        hit = None
+    return model_id if isinstance(hit, str) else f"{model_id} (not downloaded: needs internet on first use)"

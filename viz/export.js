@@ -1,0 +1,87 @@
+// DecodeScope pictures that leave the page: the current step's views as one SVG or PNG file, and a
+// presentation mode (full screen, large type, keyboard only). No library: the step's caption and views are
+// cloned into an SVG <foreignObject> with the step view's own CSS, so the file looks like the page; the PNG
+// is that SVG drawn on a canvas (2x for projectors).
+window.DecodeScopeExport = window.DecodeScopeExport || (function () {
+  const XHTML = "http://www.w3.org/1999/xhtml";
+  function stepSVG(root) {
+    const css = (root.querySelector("style") || {}).textContent || "";
+    const box = document.createElement("div");
+    box.className = "ds-stepper ds-export";
+    box.setAttribute("xmlns", XHTML);
+    box.style.cssText = "background:#fff;padding:10px;width:max-content;max-width:1600px";
+    const head = document.createElement("div");
+    head.className = "ds-head";
+    head.textContent = `${root.querySelector(".ds-head").textContent} · ${root.querySelector(".ds-label").textContent}`;
+    box.appendChild(head);
+    box.appendChild(root.querySelector(".ds-caption").cloneNode(true));
+    const grid = document.createElement("div");
+    grid.className = "ds-grid";
+    root.querySelectorAll(".ds-grid > .ds-plot").forEach((p) => {
+      const c = p.cloneNode(true);
+      c.classList.remove("ds-overflows");
+      c.style.flex = "0 0 auto";
+      c.querySelectorAll(".ds-scroll").forEach((s) => { s.style.overflow = "visible"; });
+      grid.appendChild(c);
+    });
+    box.appendChild(grid);
+    // measure the clone laid out off screen, then serialise it as XHTML inside the SVG
+    const probe = document.createElement("div");
+    probe.className = "ds-stepper";
+    probe.style.cssText = "position:absolute;left:-100000px;top:0";
+    const style = document.createElement("style");
+    style.textContent = css;
+    probe.appendChild(style);
+    probe.appendChild(box);
+    document.body.appendChild(probe);
+    const w = Math.ceil(box.scrollWidth) + 2, h = Math.ceil(box.scrollHeight) + 2;
+    const body = new XMLSerializer().serializeToString(box);
+    probe.remove();
+    const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">` +
+      `<foreignObject x="0" y="0" width="${w}" height="${h}"><div xmlns="${XHTML}" class="ds-stepper">` +
+      `<style>${css.replace(/</g, "&lt;")}</style>${body}</div></foreignObject></svg>`;
+    return { svg, w, h };
+  }
+  function save(name, blob) {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+  }
+  function fileName(root, ext) {
+    const D = JSON.parse(root.querySelector(".ds-data").textContent);
+    return `decodescope-${D.method}-step${root.dataset.step || 0}.${ext}`;
+  }
+  function saveSVG(root) {
+    save(fileName(root, "svg"), new Blob([stepSVG(root).svg], { type: "image/svg+xml" }));
+  }
+  function savePNG(root, scale) {
+    const { svg, w, h } = stepSVG(root), img = new Image(), k = scale || 2;
+    img.onload = () => {
+      const c = document.createElement("canvas");
+      c.width = w * k; c.height = h * k;
+      const g = c.getContext("2d");
+      g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+      g.scale(k, k);
+      g.drawImage(img, 0, 0);
+      c.toBlob((b) => save(fileName(root, "png"), b), "image/png");
+    };
+    img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg);
+  }
+  // Presentation mode: full screen where the browser allows it, large type either way; Esc leaves.
+  function present(root, on) {
+    const want = on === undefined ? !root.classList.contains("ds-present") : on;
+    root.classList.toggle("ds-present", want);
+    if (want) {
+      root.focus();
+      if (root.requestFullscreen) root.requestFullscreen().catch(() => {});
+      root.onfullscreenchange = () => { if (!document.fullscreenElement) root.classList.remove("ds-present"); };
+    } else if (document.fullscreenElement === root && document.exitFullscreen) {
+      document.exitFullscreen().catch(() => {});
+    }
+    return want;
+  }
+  return { stepSVG, saveSVG, savePNG, present };
+})();
