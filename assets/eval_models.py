@@ -167,13 +167,13 @@ def heldout_stream(ckpt_dir: Path, tokenizer_json: Path) -> tuple[np.ndarray, in
         sum(len(t.encode("utf-8")) for t in docs)
 
 
-def loops_main(out_dir: Path) -> dict:
+def loops_main(out_dir: Path, names=("target", "draft")) -> dict:
     """The loop measure for each model in out_dir on the held-out stdlib prompts (loop_prompts)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     prompts = loop_prompts(stdlib_corpus.load_split()[1])
     res = {"prompts": "assets/eval_models.py: loop_prompts (held-out stdlib files)", "models": {}}
-    for name in ("target", "draft"):
+    for name in names:
         tok = AutoTokenizer.from_pretrained(out_dir / name)
         model = AutoModelForCausalLM.from_pretrained(out_dir / name).eval()
         t0 = time.time()
@@ -196,13 +196,14 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--completions-only", action="store_true", help="skip the held-out loss")
     ap.add_argument("--loops", action="store_true", help="only the loop measure (128-token greedy outputs)")
+    ap.add_argument("--models", default="target,draft", help="--loops: which of out-dir's models")
     ap.add_argument("--save", default=None, help="also write the JSON here")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if a.loops:
-        res = loops_main(Path(a.out_dir))
+        res = loops_main(Path(a.out_dir), a.models.split(","))
         text = json.dumps(res, indent=1)
         if a.save:
             Path(a.save).write_text(text + "\n")

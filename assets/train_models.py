@@ -49,7 +49,7 @@ PRESETS = {
     "v2": dict(corpus="stdlib", arch_target="target", arch_draft="draft", seq_len=256, warmup=60,
                lr_target=2e-3, lr_draft=3e-3, tokens_target=None, tokens_draft=None, batch=64),
     "v3": dict(corpus="v3", arch_target="target-v3", arch_draft="draft-v3", seq_len=512, warmup=300,
-               lr_target=1.5e-3, lr_draft=3e-3, tokens_target=150e6, tokens_draft=100e6, batch=64),
+               lr_target=1e-3, lr_draft=2e-3, tokens_target=120e6, tokens_draft=60e6, batch=64),
 }
 
 
@@ -252,8 +252,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-draft", type=int, default=None, help="sequences per step (default 4 CPU / 64 CUDA)")
     ap.add_argument("--batch-target", type=int, default=None, help="sequences per step (default 8 CPU / 64 CUDA)")
     ap.add_argument("--max-positions", type=int, default=2048)
-    ap.add_argument("--tokens-draft", type=float, default=None, help="training tokens (v3 default 100e6)")
-    ap.add_argument("--tokens-target", type=float, default=None, help="training tokens (v3 default 150e6)")
+    ap.add_argument("--tokens-draft", type=float, default=None, help="training tokens (v3 default 60e6)")
+    ap.add_argument("--tokens-target", type=float, default=None, help="training tokens (v3 default 120e6)")
     ap.add_argument("--epochs-draft", type=float, default=None, help=f"passes over the fit tokens (v2 default {EPOCHS['draft']})")
     ap.add_argument("--epochs-target", type=float, default=None, help=f"passes over the fit tokens (v2 default {EPOCHS['target']})")
     ap.add_argument("--steps-draft", type=int, default=None, help="exact step count (overrides tokens/epochs)")
@@ -263,8 +263,8 @@ def main(argv=None) -> int:
                          "0 = none (fit on every training file, keep the last weights). v3: build_corpus.py's split")
     ap.add_argument("--eval-every", type=int, default=None, help="steps between validations (default: 12 per run)")
     ap.add_argument("--valid-windows", type=int, default=96, help="validation windows of seq-len tokens")
-    ap.add_argument("--lr-draft", type=float, default=None, help="peak lr (preset: 3e-3)")
-    ap.add_argument("--lr-target", type=float, default=None, help="peak lr (preset: 2e-3 v2, 1.5e-3 v3)")
+    ap.add_argument("--lr-draft", type=float, default=None, help="peak lr (preset: 3e-3 v2, 2e-3 v3)")
+    ap.add_argument("--lr-target", type=float, default=None, help="peak lr (preset: 2e-3 v2, 1e-3 v3)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (preset: 60 v2, 300 v3)")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                     help="torch.compile the training forward (default: on for CUDA)")
