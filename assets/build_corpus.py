@@ -151,10 +151,13 @@ def main(argv=None) -> int:
     stats = {"vocab_size": tok.get_vocab_size(), "tokenizer_mb": a.tokenizer_mb, "splits": {}}
     tok_count, eos = Counter(), tok.token_to_id(stdlib_corpus.EOS)
     for s, ds in by_split.items():
-        encs = tok.encode_batch([d["text"] for d in ds], add_special_tokens=False)
-        for d, e in zip(ds, encs):
-            tok_count[d["package"]] += len(e.ids) + 1
-        ids = np.concatenate([np.asarray(e.ids + [eos], dtype=np.uint16) for e in encs] or [np.zeros(0, np.uint16)])
+        parts = [np.zeros(0, np.uint16)]
+        for i in range(0, len(ds), 500):  # in chunks: Encoding objects of 100M tokens would take >10 GB
+            chunk = ds[i : i + 500]
+            for d, e in zip(chunk, tok.encode_batch([d["text"] for d in chunk], add_special_tokens=False)):
+                tok_count[d["package"]] += len(e.ids) + 1
+                parts.append(np.asarray(e.ids + [eos], dtype=np.uint16))
+        ids = np.concatenate(parts)
         ids.tofile(work / f"{s}.bin")
         stats["splits"][s] = {"files": len(ds), "bytes": sum(len(d["text"].encode()) for d in ds),
                               "tokens": int(ids.size), "packages": len({d["package"] for d in ds})}
