@@ -151,6 +151,25 @@ def loop_measure(model, tok, prompts: list[tuple[str, str]], max_new_tokens: int
             "distinct_4": sum(r["distinct_4"] for r in rows) / max(1, len(rows)), "outputs": rows}
 
 
+@torch.no_grad()
+def sampled_bits_per_byte(model, tok, texts: list[str], ctx: int, windows: int) -> dict:
+    """bits/byte on `windows` evenly spaced ctx-token windows of the texts' stream (each text + EOS): a
+    CPU-sized estimate for a large held-out set. Bytes = UTF-8 bytes of the predicted tokens' decoding."""
+    ids: list[int] = []
+    for t in texts:
+        ids += tok(t)["input_ids"] + [tok.eos_token_id]
+    starts = np.linspace(0, len(ids) - ctx - 1, num=min(windows, (len(ids) - 1) // ctx)).astype(int)
+    nll, n_bytes, n_tok = 0.0, 0, 0
+    for s in starts:
+        w = torch.tensor([ids[s : s + ctx + 1]])
+        logits = model(input_ids=w[:, :-1]).logits.float()
+        nll += torch.nn.functional.cross_entropy(logits[0], w[0, 1:], reduction="sum").item()
+        n_bytes += len(tok.decode(w[0, 1:].tolist()).encode("utf-8"))
+        n_tok += ctx
+    return {"bits_per_byte": bits_per_byte(nll, n_bytes), "loss": nll / n_tok, "windows": len(starts),
+            "tokens": n_tok, "bytes": n_bytes, "stream_tokens": len(ids)}
+
+
 def heldout_stream(ckpt_dir: Path, tokenizer_json: Path) -> tuple[np.ndarray, int]:
     """Held-out token stream and its UTF-8 byte count: the training run's cache when there is one, else the
     held-out files encoded with the shipped tokenizer (the same ids), so a fresh clone can evaluate too."""
@@ -197,11 +216,28 @@ def main() -> int:
     ap.add_argument("--completions-only", action="store_true", help="skip the held-out loss")
     ap.add_argument("--loops", action="store_true", help="only the loop measure (128-token greedy outputs)")
     ap.add_argument("--models", default="target,draft", help="--loops: which of out-dir's models")
+    ap.add_argument("--heldout-packages", default=None,
+                    help="build_corpus.py's heldout_packages.jsonl: bits/byte of the target on --sample-windows of it")
+    ap.add_argument("--sample-windows", type=int, default=200)
     ap.add_argument("--save", default=None, help="also write the JSON here")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if a.heldout_packages:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        texts = [json.loads(ln)["text"] for ln in open(a.heldout_packages)]
+        res = {}
+        for name in a.models.split(","):
+            tok = AutoTokenizer.from_pretrained(Path(a.out_dir) / name)
+            model = AutoModelForCausalLM.from_pretrained(Path(a.out_dir) / name).eval()
+            res[name] = sampled_bits_per_byte(model, tok, texts, a.ctx, a.sample_windows)
+            print(f"[packages] {name}: {res[name]}", file=sys.stderr, flush=True)
+        if a.save:
+            Path(a.save).write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(res, indent=1))
+        return 0
     if a.loops:
         res = loops_main(Path(a.out_dir), a.models.split(","))
         text = json.dumps(res, indent=1)
