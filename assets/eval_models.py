@@ -101,6 +101,75 @@ def evaluate_dirs(out_dir, val_ids, heldout_bytes, ctx, log=print, completions=T
     return res
 
 
+LOOP_TOKENS, LOOP_REPEATS = 128, 3
+
+
+def loop_prompts(held: dict[str, str], per_file: int = 3) -> list[tuple[str, str]]:
+    """(file, prompt) for the loop measure: for each held-out file (codec tables excluded), up to `per_file`
+    prompts of PROMPT_LINES lines ending at its 2nd, 4th, 6th ... def signature (no trailing newline)."""
+    out = []
+    for rel in sorted(held):
+        if rel.startswith("encodings/"):
+            continue
+        lines = held[rel].splitlines(keepends=True)
+        defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
+        for end in defs[1::2][:per_file]:
+            out.append((rel, "".join(lines[max(0, end - PROMPT_LINES + 1) : end + 1]).rstrip("\n")))
+    return out
+
+
+def repeated_line(text: str) -> str | None:
+    """The most frequent non-empty line (stripped) when it appears >= LOOP_REPEATS times: the model looped."""
+    from collections import Counter
+
+    counts = Counter(ln.strip() for ln in text.splitlines() if ln.strip())
+    line, n = counts.most_common(1)[0] if counts else ("", 0)
+    return line if n >= LOOP_REPEATS else None
+
+
+def distinct_4(text: str) -> float:
+    """Distinct 4-grams / all 4-grams over code tokens (identifiers, numbers, symbols: tokenizer-independent)."""
+    import near_dup
+
+    toks = near_dup.TOKEN.findall(text)
+    grams = [tuple(toks[i : i + 4]) for i in range(len(toks) - 3)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+@torch.no_grad()
+def loop_measure(model, tok, prompts: list[tuple[str, str]], max_new_tokens: int = LOOP_TOKENS) -> dict:
+    """Share of greedy outputs with a line repeated >= 3 times, and their mean distinct-4 ratio."""
+    rows = []
+    for rel, prompt in prompts:
+        enc = tok(prompt, return_tensors="pt").to(model.device)
+        gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.eos_token_id)
+        text = tok.decode(gen[0, enc["input_ids"].shape[1]:])
+        rows.append({"file": rel, "loop": repeated_line(text), "distinct_4": round(distinct_4(text), 4),
+                     "completion": text})
+    return {"prompts": len(rows), "max_new_tokens": max_new_tokens,
+            "loop_share": sum(r["loop"] is not None for r in rows) / max(1, len(rows)),
+            "distinct_4": sum(r["distinct_4"] for r in rows) / max(1, len(rows)), "outputs": rows}
+
+
+@torch.no_grad()
+def sampled_bits_per_byte(model, tok, texts: list[str], ctx: int, windows: int) -> dict:
+    """bits/byte on `windows` evenly spaced ctx-token windows of the texts' stream (each text + EOS): a
+    CPU-sized estimate for a large held-out set. Bytes = UTF-8 bytes of the predicted tokens' decoding."""
+    ids: list[int] = []
+    for t in texts:
+        ids += tok(t)["input_ids"] + [tok.eos_token_id]
+    starts = np.linspace(0, len(ids) - ctx - 1, num=min(windows, (len(ids) - 1) // ctx)).astype(int)
+    nll, n_bytes, n_tok = 0.0, 0, 0
+    for s in starts:
+        w = torch.tensor([ids[s : s + ctx + 1]])
+        logits = model(input_ids=w[:, :-1]).logits.float()
+        nll += torch.nn.functional.cross_entropy(logits[0], w[0, 1:], reduction="sum").item()
+        n_bytes += len(tok.decode(w[0, 1:].tolist()).encode("utf-8"))
+        n_tok += ctx
+    return {"bits_per_byte": bits_per_byte(nll, n_bytes), "loss": nll / n_tok, "windows": len(starts),
+            "tokens": n_tok, "bytes": n_bytes, "stream_tokens": len(ids)}
+
+
 def heldout_stream(ckpt_dir: Path, tokenizer_json: Path) -> tuple[np.ndarray, int]:
     """Held-out token stream and its UTF-8 byte count: the training run's cache when there is one, else the
     held-out files encoded with the shipped tokenizer (the same ids), so a fresh clone can evaluate too."""
@@ -117,6 +186,23 @@ def heldout_stream(ckpt_dir: Path, tokenizer_json: Path) -> tuple[np.ndarray, in
         sum(len(t.encode("utf-8")) for t in docs)
 
 
+def loops_main(out_dir: Path, names=("target", "draft")) -> dict:
+    """The loop measure for each model in out_dir on the held-out stdlib prompts (loop_prompts)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompts = loop_prompts(stdlib_corpus.load_split()[1])
+    res = {"prompts": "assets/eval_models.py: loop_prompts (held-out stdlib files)", "models": {}}
+    for name in names:
+        tok = AutoTokenizer.from_pretrained(out_dir / name)
+        model = AutoModelForCausalLM.from_pretrained(out_dir / name).eval()
+        t0 = time.time()
+        res["models"][name] = loop_measure(model, tok, prompts)
+        r = res["models"][name]
+        print(f"[loops] {name}: {r['loop_share']:.1%} of {r['prompts']} outputs loop, distinct-4 "
+              f"{r['distinct_4']:.3f} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return res
+
+
 def main() -> int:
     import argparse
     import json
@@ -128,10 +214,37 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=256, help="the training context (seq_len)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--completions-only", action="store_true", help="skip the held-out loss")
+    ap.add_argument("--loops", action="store_true", help="only the loop measure (128-token greedy outputs)")
+    ap.add_argument("--models", default="target,draft", help="--loops: which of out-dir's models")
+    ap.add_argument("--heldout-packages", default=None,
+                    help="build_corpus.py's heldout_packages.jsonl: bits/byte of the target on --sample-windows of it")
+    ap.add_argument("--sample-windows", type=int, default=200)
+    ap.add_argument("--save", default=None, help="also write the JSON here")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if a.heldout_packages:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        texts = [json.loads(ln)["text"] for ln in open(a.heldout_packages)]
+        res = {}
+        for name in a.models.split(","):
+            tok = AutoTokenizer.from_pretrained(Path(a.out_dir) / name)
+            model = AutoModelForCausalLM.from_pretrained(Path(a.out_dir) / name).eval()
+            res[name] = sampled_bits_per_byte(model, tok, texts, a.ctx, a.sample_windows)
+            print(f"[packages] {name}: {res[name]}", file=sys.stderr, flush=True)
+        if a.save:
+            Path(a.save).write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(res, indent=1))
+        return 0
+    if a.loops:
+        res = loops_main(Path(a.out_dir), a.models.split(","))
+        text = json.dumps(res, indent=1)
+        if a.save:
+            Path(a.save).write_text(text + "\n")
+        print(text)
+        return 0
     val_ids, heldout_bytes = heldout_stream(Path(a.ckpt_dir), Path(a.out_dir) / "target" / "tokenizer.json")
     res = evaluate_dirs(a.out_dir, val_ids, heldout_bytes, a.ctx, loss=not a.completions_only)
     print(json.dumps(res, indent=1))

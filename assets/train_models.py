@@ -1,12 +1,15 @@
-"""Train DecodeScope's default tokenizer, draft and target models on the local Python standard library.
+"""Train DecodeScope's default tokenizer, draft and target models.
 
-    python assets/train_models.py --device cuda         # the shipped models: ~1.5 min on one H100
+    python assets/train_models.py --device cuda         # v2 (shipped): stdlib corpus, ~1.5 min on one H100
+    python assets/build_corpus.py && python assets/train_models.py --preset v3 --device cuda   # v3, see README
     python assets/train_models.py                       # CPU: the same schedule, hours (it prints its ETA)
     python assets/train_models.py --resume              # continue from assets/.ckpt after an interruption
     python assets/train_models.py --tiny --out-dir /tmp/x --ckpt-dir /tmp/x/ckpt   # seconds, for tests
 
-The schedule is counted in epochs over the fit tokens (--epochs-*; --steps-* for an exact step count), never
-in wall-clock minutes, so the same command trains the same model on any machine. One training file in
+The schedule is counted in tokens (--tokens-*, the v3 preset) or epochs over the fit tokens (--epochs-*, v2;
+--steps-* for an exact step count), never in wall-clock minutes, so the same command trains the same model on
+any machine. Preset v3 reads the memory-mapped token files of build_corpus.py (its own tokenizer, split by
+package) and, on CUDA, trains with bf16 autocast, fused AdamW and torch.compile. One training file in
 --valid-modulus (by a salted hash; never a held-out evaluation file) forms a validation slice; the weights
 with the best validation loss are saved. Deterministic given --seed and the step counts. See assets/README.md.
 """
@@ -26,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stdlib_corpus  # noqa: E402
-from eval_models import evaluate_dirs  # noqa: E402
+from eval_models import evaluate_dirs, heldout_nll, bits_per_byte  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 # name -> (hidden, layers, heads, intermediate, lr)
@@ -35,6 +38,18 @@ ARCH = {
     "draft": dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=512),
     "tiny-target": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
     "tiny-draft": dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=1, intermediate_size=32),
+    # v3: ~36M-parameter target, ~4.5M draft (8x smaller), same 8192-token vocabulary
+    "target-v3": dict(hidden_size=512, num_hidden_layers=10, num_attention_heads=8, intermediate_size=1408),
+    "draft-v3": dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=704),
+}
+# Size/data presets. v2 reproduces the shipped weights' recipe (stdlib corpus, epochs); v3 is the scaled recipe
+# for one H100 in <= 20 minutes: tokens chosen from v2's measured 560k tokens/s scaled by parameters (an
+# estimate until a GPU run measures it; the run prints its throughput and ETA after five steps).
+PRESETS = {
+    "v2": dict(corpus="stdlib", arch_target="target", arch_draft="draft", seq_len=256, warmup=60,
+               lr_target=2e-3, lr_draft=3e-3, tokens_target=None, tokens_draft=None, batch=64),
+    "v3": dict(corpus="v3", arch_target="target-v3", arch_draft="draft-v3", seq_len=512, warmup=300,
+               lr_target=1e-3, lr_draft=2e-3, tokens_target=120e6, tokens_draft=60e6, batch=64),
 }
 
 
@@ -102,16 +117,18 @@ def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
     checkpoints (latest and best) go to ckpt_dir/<name>.pt."""
     from transformers import LlamaForCausalLM
 
-    arch = f"tiny-{name}" if args.tiny else name
+    arch = f"tiny-{name}" if args.tiny else PRESETS[args.preset][f"arch_{name}"]
     cfg = make_config(arch, len(tok), tok.eos_token_id, args.max_positions)
+    cfg._attn_implementation = "sdpa"  # fused attention kernels (flash / memory-efficient) on CUDA
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(cfg).to(device)
-    model.config._attn_implementation = "sdpa"
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+    # compiled forward for training; `model` (uncompiled, same parameters) is what is saved and validated
+    fwd = torch.compile(model) if args.compile else model
     ckpt = Path(args.ckpt_dir) / f"{name}.pt"
     step, elapsed, tokens_seen, ema, best, history = 0, 0.0, 0, None, None, []
     if args.resume and ckpt.exists():
@@ -137,7 +154,7 @@ def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
         for g in opt.param_groups:
             g["lr"] = cur_lr
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            logits = model(input_ids=x[:, :-1]).logits
+            logits = fwd(input_ids=x[:, :-1]).logits
         loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), x[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -172,7 +189,7 @@ def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
     if best is not None:
         model.load_state_dict(best["model"])
         log(f"[{name}] keeping the best checkpoint: step {best['step']}, validation loss {best['loss']:.4f}")
-    return model, {"params": n_params, "steps": step, "epochs": round(epochs, 3), "minutes": round(elapsed / 60, 2),
+    return model, {"arch": arch, "params": n_params, "steps": step, "epochs": round(epochs, 3), "minutes": round(elapsed / 60, 2),
                    "tokens": tokens_seen, "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": bsz,
                    "seq_len": args.seq_len, "best_step": best["step"] if best else step,
                    "best_valid_loss": round(best["loss"], 4) if best else None, "valid_history": history}
@@ -197,30 +214,60 @@ def save_model(model, tok, out: Path, dtype: str) -> None:
     model.to(torch.float32)
 
 
+def load_data(args, ckdir: Path):
+    """(tokenizer, fit_ids, valid_ids, {held-out stream: (ids, bytes)}) for the preset's corpus. v3: the
+    uint16 token files of build_corpus.py, memory-mapped (the corpus is larger than it needs to be in RAM)."""
+    if PRESETS[args.preset]["corpus"] == "v3":
+        from tokenizers import Tokenizer
+
+        work = Path(args.corpus_dir)
+        if not (work / "meta.json").exists():
+            raise SystemExit(f"error: no v3 corpus in {work}: run python assets/build_corpus.py first")
+        meta = json.loads((work / "meta.json").read_text())
+        tok = stdlib_corpus.wrap_tokenizer(Tokenizer.from_file(str(work / "tokenizer.json")), args.max_positions)
+        ids = {s: np.memmap(work / f"{s}.bin", dtype=np.uint16, mode="r") for s in meta["splits"]
+               if meta["splits"][s]["tokens"]}
+        streams = {s: (ids[s], meta["splits"][s]["bytes"]) for s in ("heldout_stdlib", "heldout_packages") if s in ids}
+        return tok, ids["train"], ids.get("valid", np.zeros(0, np.uint16)), streams
+    tok, train_ids, val_ids, meta = stdlib_corpus.prepare(ckdir, args.vocab_size, args.max_positions, args.tiny, log)
+    fit_ids, valid_ids = train_ids, np.zeros(0, dtype=np.uint16)
+    if args.valid_modulus:
+        train_files = stdlib_corpus.load_split(tiny=args.tiny)[0]
+        fit_ids, valid_ids = stdlib_corpus.fit_and_validation(ckdir, train_files, args.valid_modulus, log)
+    return tok, fit_ids, valid_ids, {"heldout_stdlib": (val_ids, meta["heldout_bytes"])}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="v2",
+                    help="v2: the shipped recipe (stdlib, 10M/2.5M); v3: build_corpus.py's corpus, 36M/4.5M")
+    ap.add_argument("--corpus-dir", default=str(HERE / ".corpus"), help="build_corpus.py's output (preset v3)")
     ap.add_argument("--out-dir", default=str(HERE), help="writes <out>/target and <out>/draft")
     ap.add_argument("--ckpt-dir", default=str(HERE / ".ckpt"), help="checkpoints and token caches (not in git)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores on CPU)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--vocab-size", type=int, default=8192)
-    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--vocab-size", type=int, default=8192, help="v2 only (v3: build_corpus.py's tokenizer)")
+    ap.add_argument("--seq-len", type=int, default=None, help="training context (preset: 256 v2, 512 v3)")
     ap.add_argument("--batch-draft", type=int, default=None, help="sequences per step (default 4 CPU / 64 CUDA)")
     ap.add_argument("--batch-target", type=int, default=None, help="sequences per step (default 8 CPU / 64 CUDA)")
     ap.add_argument("--max-positions", type=int, default=2048)
-    ap.add_argument("--epochs-draft", type=float, default=None, help=f"passes over the fit tokens (default {EPOCHS['draft']})")
-    ap.add_argument("--epochs-target", type=float, default=None, help=f"passes over the fit tokens (default {EPOCHS['target']})")
-    ap.add_argument("--steps-draft", type=int, default=None, help="exact step count (overrides --epochs-draft)")
-    ap.add_argument("--steps-target", type=int, default=None, help="exact step count (overrides --epochs-target)")
+    ap.add_argument("--tokens-draft", type=float, default=None, help="training tokens (v3 default 60e6)")
+    ap.add_argument("--tokens-target", type=float, default=None, help="training tokens (v3 default 120e6)")
+    ap.add_argument("--epochs-draft", type=float, default=None, help=f"passes over the fit tokens (v2 default {EPOCHS['draft']})")
+    ap.add_argument("--epochs-target", type=float, default=None, help=f"passes over the fit tokens (v2 default {EPOCHS['target']})")
+    ap.add_argument("--steps-draft", type=int, default=None, help="exact step count (overrides tokens/epochs)")
+    ap.add_argument("--steps-target", type=int, default=None, help="exact step count (overrides tokens/epochs)")
     ap.add_argument("--valid-modulus", type=int, default=40,
-                    help="1 in M training files (by hash) is the validation slice that picks the best checkpoint; "
-                         "0 = none (fit on every training file, keep the last weights)")
+                    help="v2: 1 in M training files (by hash) is the validation slice that picks the best checkpoint; "
+                         "0 = none (fit on every training file, keep the last weights). v3: build_corpus.py's split")
     ap.add_argument("--eval-every", type=int, default=None, help="steps between validations (default: 12 per run)")
     ap.add_argument("--valid-windows", type=int, default=96, help="validation windows of seq-len tokens")
-    ap.add_argument("--lr-draft", type=float, default=3e-3)
-    ap.add_argument("--lr-target", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=60)
+    ap.add_argument("--lr-draft", type=float, default=None, help="peak lr (preset: 3e-3 v2, 2e-3 v3)")
+    ap.add_argument("--lr-target", type=float, default=None, help="peak lr (preset: 2e-3 v2, 1e-3 v3)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (preset: 60 v2, 300 v3)")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                    help="torch.compile the training forward (default: on for CUDA)")
     ap.add_argument("--only", choices=["all", "draft", "target", "eval"], default="all")
     ap.add_argument("--resume", action="store_true", help="continue from checkpoints in --ckpt-dir")
     ap.add_argument("--ckpt-minutes", type=float, default=5.0)
@@ -232,45 +279,65 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = device.type == "cuda"
+    pre = PRESETS[args.preset]
+    for key in ("seq_len", "warmup", "lr_target", "lr_draft", "tokens_target", "tokens_draft"):
+        if getattr(args, key) is None:
+            setattr(args, key, pre[key])
+    args.compile = cuda if args.compile is None else args.compile
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if args.tiny:
         args.vocab_size, args.seq_len, args.batch_draft, args.batch_target, args.log_every = 384, 64, 4, 4, 2
         args.warmup, args.max_positions, args.valid_modulus, args.valid_windows = 2, 256, 4, 4
+        args.tokens_draft = args.tokens_target = None
         if args.epochs_draft is None:
             args.steps_draft = args.steps_draft or 4
         if args.epochs_target is None:
             args.steps_target = args.steps_target or 4
-    args.batch_draft = args.batch_draft or (64 if cuda else 4)
-    args.batch_target = args.batch_target or (64 if cuda else 8)
+    args.batch_draft = args.batch_draft or (pre["batch"] if cuda else 4)
+    args.batch_target = args.batch_target or (pre["batch"] if cuda else 8)
     log(f"args: {vars(args)} threads={torch.get_num_threads()}")
     out, ckdir = Path(args.out_dir), Path(args.ckpt_dir)
-    tok, train_ids, val_ids, meta = stdlib_corpus.prepare(ckdir, args.vocab_size, args.max_positions, args.tiny, log)
-    fit_ids, valid_ids = train_ids, np.zeros(0, dtype=np.uint16)
-    if args.valid_modulus:
-        train_files = stdlib_corpus.load_split(tiny=args.tiny)[0]
-        fit_ids, valid_ids = stdlib_corpus.fit_and_validation(ckdir, train_files, args.valid_modulus, log)
+    tok, fit_ids, valid_ids, streams = load_data(args, ckdir)
     results_path = ckdir / "train_stats.json"
+    ckdir.mkdir(parents=True, exist_ok=True)
     stats = json.loads(results_path.read_text()) if results_path.exists() and args.resume else {}
     stats["seed"], stats["device"], stats["threads"] = args.seed, str(device), torch.get_num_threads()
+    stats["preset"], stats["compile"] = args.preset, args.compile
     stats["valid_modulus"], stats["fit_tokens"], stats["valid_tokens"] = args.valid_modulus, int(fit_ids.size), \
         int(valid_ids.size)
-    for name, epochs, steps, lr, bsz in (
-            ("draft", args.epochs_draft or EPOCHS["draft"], args.steps_draft, args.lr_draft, args.batch_draft),
-            ("target", args.epochs_target or EPOCHS["target"], args.steps_target, args.lr_target, args.batch_target)):
+    for name, epochs, tokens, steps, lr, bsz in (
+            ("draft", args.epochs_draft or EPOCHS["draft"], args.tokens_draft, args.steps_draft, args.lr_draft,
+             args.batch_draft),
+            ("target", args.epochs_target or EPOCHS["target"], args.tokens_target, args.steps_target, args.lr_target,
+             args.batch_target)):
         if args.only not in ("all", name):
             continue
+        if not steps and tokens and not (args.epochs_draft if name == "draft" else args.epochs_target):
+            steps = max(1, round(tokens / (bsz * args.seq_len)))
         steps = steps or steps_for(epochs, fit_ids.size, bsz, args.seq_len)
         model, st = train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz)
         stats[name] = st
         save_model(model, tok, out / name, args.save_dtype)
         results_path.write_text(json.dumps(stats, indent=1))
         log(f"[{name}] saved to {out / name}")
-    ev = evaluate_dirs(out, val_ids, meta["heldout_bytes"], args.seq_len, log=log,
-                       completions=not args.tiny, device="cpu")
+    ids, n_bytes = streams["heldout_stdlib"]
+    ev = evaluate_dirs(out, np.asarray(ids), n_bytes, args.seq_len, log=log, completions=not args.tiny,
+                       device="cuda" if cuda else "cpu")
+    for sname, (sids, sbytes) in streams.items():  # v3: also the held-out packages
+        for name, r in ev["models"].items():
+            if sname != "heldout_stdlib":
+                from transformers import AutoModelForCausalLM
+
+                m = AutoModelForCausalLM.from_pretrained(out / name).to(device).eval()
+                nll, n = heldout_nll(m, np.asarray(sids), args.seq_len)
+                r[sname] = {"loss": nll / n, "bits_per_byte": bits_per_byte(nll, sbytes), "tokens": n}
+            else:
+                r[sname] = {"loss": r["loss"], "bits_per_byte": r["bits_per_byte"], "tokens": r["tokens"]}
+            log(f"[eval] {name} on {sname}: loss {r[sname]['loss']:.4f} nats/token, "
+                f"{r[sname]['bits_per_byte']:.4f} bits/byte ({r[sname]['tokens']} tokens, {sbytes} bytes)")
     stats["eval"] = ev
     results_path.write_text(json.dumps(stats, indent=1))
-    for name, r in ev["models"].items():
-        log(f"[eval] {name}: held-out loss {r['loss']:.4f} nats/token, {r['bits_per_byte']:.4f} bits/byte "
-            f"({r['tokens']} tokens, {meta['heldout_bytes']} bytes)")
     return 0
 
 
