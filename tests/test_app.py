@@ -216,7 +216,7 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     best = max(rows.values(), key=lambda r: r["speedup vs greedy"])["method"]
     assert f"Winner: {best}**" in summary and "Median of 3 interleaved runs" in summary
     progress = [str(o[1]) for o in job.outputs()]
-    assert any("run 3 of 3" in x for x in progress), progress
+    assert any("of 3)" in x for x in progress), progress  # the repeats stream (which ones arrive depends on polling)
     # every method gets one line with measured numbers: why it won or lost
     for m in ("lookahead", "prompt_lookup", "speculative"):
         line = next(x for x in summary.split("\n\n") if x.startswith(f"**{m}** is "))
