@@ -18,7 +18,7 @@ from .settings import FIELDS
 P = inspect.Parameter
 # Output components without a label of their own: what the API calls them (never shown on the page).
 OUTPUT_LABELS = {"msg": "message", "stats": "status", "step_view": "step view (HTML)",
-                 "race_md": "status", "prof_md": "status", "sw_status": "status", "budget_md": "query budget",
+                 "race_md": "status", "race_sbs": "side by side (HTML)", "prof_md": "status", "sw_status": "status", "budget_md": "query budget",
                  "model_info": "loaded models", "rp_msg": "message", "rp_stats": "replay statistics",
                  "rp_view": "replay step view (HTML)"}
 

@@ -29,7 +29,7 @@ RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]  # jacobi on reques
 class Tabs(Handlers):
     """Run tab (Handlers) plus the other tabs."""
 
-    @reported(5, client_error=True)
+    @reported(6, client_error=True)
     def race(self, request: gr.Request, *values):
         """Greedy and each picked method, `repeats` times interleaved (repeat r runs them rotated by r);
         rows stream in as runs finish and show the median and min-max over the runs so far."""

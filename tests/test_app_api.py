@@ -13,7 +13,7 @@ from appkit.settings import FIELDS
 from test_app import PROMPT, cache_dir, client, dirs, reference, server  # noqa: F401 - shared fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = {"/run": (), "/race": ("methods",), "/profile": (), "/sweep": ("sweep_n", "sweep_w", "sweep_max_new"),
+EXTRAS = {"/run": (), "/race": ("methods", "repeats"), "/profile": (), "/sweep": ("sweep_n", "sweep_w", "sweep_max_new"),
           "/tune": ()}
 
 
@@ -44,12 +44,12 @@ def test_run_by_keyword_uses_the_values_sent(client, dirs):
 
 
 def test_other_endpoints_by_keyword(client, dirs):
-    msg, summary, table, fig, lat = client.predict(**base(dirs, method="greedy"), methods=["prompt_lookup"],
-                                                   api_name="/race")
+    msg, summary, table, fig, lat, sbs = client.predict(**base(dirs, method="greedy"), methods=["prompt_lookup"],
+                                                        repeats=1, api_name="/race")
     assert [r[0] for r in table["data"]][:2] == ["greedy", "prompt_lookup"] and "identical" in summary
     msg, summary, roof, flops, lat, files = client.predict(**base(dirs, method="prompt_lookup", max_ngram=2,
                                                                   num_tokens=4), api_name="/profile")
-    assert len(files) == 3 and "GFLOP/s" in summary
+    assert len(files) == 5 and "GFLOP/s" in summary  # the method's and greedy's trace + Perfetto, the report
     msg, status, fig, table = client.predict(**base(dirs), sweep_n=[3], sweep_w=[1], sweep_max_new=8,
                                              api_name="/sweep")
     assert [r[0] for r in table["data"]] == ["greedy", 3] and status.startswith("done")
