@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
+    g.add_argument("--heads", default=None, help="medusa / eagle: heads folder (python -m decoding train-heads)")
+    g.add_argument("--budget", type=int, default=None,
+                   help="medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -71,6 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
                         "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
+    t = sub.add_parser("train-heads", help="train Medusa or EAGLE heads for a model on your text")
+    t.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
+    t.add_argument("--kind", required=True, help="medusa or eagle")
+    t.add_argument("--data", required=True, nargs="+", help="text files and/or folders of text files")
+    t.add_argument("--out", required=True, help="folder for heads.safetensors + heads.json (and resume state)")
+    t.add_argument("--n-heads", type=int, default=4, help="medusa: heads (head k guesses k tokens after x0)")
+    t.add_argument("--epochs", type=float, default=1.0)
+    t.add_argument("--max-tokens", type=int, default=300_000, help="training tokens read from --data")
+    t.add_argument("--seq", type=int, default=256, help="tokens per training row")
+    t.add_argument("--batch", type=int, default=4, help="rows per step")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--cache", default=None, help="feature cache folder (default OUT/features)")
+    t.add_argument("--device", default=None, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
+    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--trust-remote-code", action="store_true")
     return ap
 
 
@@ -80,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
     hf_logging.disable_progress_bar()
     try:
-        return generate(args)
+        return train_heads(args) if args.command == "train-heads" else generate(args)
     except (ValueError, ModelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -94,7 +112,9 @@ def generate(args: argparse.Namespace) -> int:
         raise ValueError("--check-exact compares greedy output with HF greedy: drop --temperature")
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
-                  prompt_ngrams=False if args.no_prompt_ngrams else None)
+                  prompt_ngrams=False if args.no_prompt_ngrams else None, heads=args.heads, budget=args.budget)
+    if (args.heads or args.budget) and args.method not in ("medusa", "eagle"):
+        raise ValueError("--heads and --budget need --method medusa or eagle")
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
@@ -138,7 +158,7 @@ def generate(args: argparse.Namespace) -> int:
     exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}
-    if args.method == "speculative":
+    if args.method in ("speculative", "medusa", "eagle"):
         from .speculative import speculative_stats
         spec = speculative_stats(tr)
     print(tr.text)
@@ -147,7 +167,7 @@ def generate(args: argparse.Namespace) -> int:
           file=sys.stderr)
     if spec:
         depth = " ".join(f"{d}:{r:.2f}" for d, r in spec["acceptance_rate_per_depth"].items())
-        print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
+        print(f"[{args.method}] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
               f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
               f"origins {spec['origins']}", file=sys.stderr)
     if args.json:
@@ -158,6 +178,26 @@ def generate(args: argparse.Namespace) -> int:
         if tr.agreement is not None:
             doc["agreement"] = tr.agreement
         Path(args.json).write_text(json.dumps(doc))
+    return 0
+
+
+def train_heads(args: argparse.Namespace) -> int:
+    """python -m decoding train-heads: bad input (unknown kind, no text, missing data) fails before the
+    model loads."""
+    from .heads import KINDS
+    from .train_heads import read_texts, stderr_log, train
+    if args.kind not in KINDS:
+        raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}")
+    texts = read_texts(args.data)
+    if not texts:
+        raise ValueError(f"no training text in {' '.join(args.data)}: no readable, non-empty text file")
+    model, tok = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
+                      threads=args.threads, layout="stock")
+    best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
+                 max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
+                 log=stderr_log)
+    print(f"{args.kind} heads in {args.out}: best validation top-1 "
+          + " ".join(f"{a:.3f}" for a in best["acc"]) + f" (step {best['step']})")
     return 0
 
 

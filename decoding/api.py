@@ -11,7 +11,8 @@ from .sampling import Sampling
 from .speculative import Speculative, check_compatible
 from .trace import Trace
 
-METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative")
+METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "medusa", "eagle")
+HEADS_METHODS = ("medusa", "eagle")  # self-drafting: need heads= (a folder from python -m decoding train-heads)
 
 
 def make_drafter(method: str, **p):
@@ -35,6 +36,14 @@ def make_drafter(method: str, **p):
         if p.get("target_model") is not None:
             check_compatible(p["target_model"], d.draft, p.get("tokenizer"), p.get("draft_tokenizer"))
         return d
+    if method in HEADS_METHODS:
+        if not p.get("heads"):
+            raise ValueError(f"{method} needs heads: a folder made by python -m decoding train-heads --kind {method}")
+        from .eagle import Eagle
+        from .medusa import Medusa
+        keys = ("budget", "branch") if method == "medusa" else ("budget", "depth", "branch", "beam")
+        cls = Medusa if method == "medusa" else Eagle
+        return cls(p["heads"], **{k: int(p[k]) for k in keys if k in p})
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 

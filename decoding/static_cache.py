@@ -151,43 +151,52 @@ class StaticKV(Cache):
         self._alloc_buffers()
 
     def step(self, tokens: list[int], depths: list[int], vis: np.ndarray, length: int, start: int,
-             rows: int | list[int] | None) -> torch.Tensor:
+             rows: int | list[int] | None, hidden: list[int] | None = None, layers: tuple = (-1,)):
         """One forward of q new tokens written at cache slots start.. (start = length + region so far).
 
         vis: bool [q, start - length + q], what each new token sees above the committed prefix `length`.
         rows: logits to return: None = all q, an int k = the last k, a list = those rows (others zero).
-        Returns float32 logits [q or k, vocab], always a fresh tensor (graph outputs get overwritten)."""
+        Returns float32 logits [q or k, vocab], always a fresh tensor (graph outputs get overwritten);
+        with `hidden` (rows) also the hidden states of `layers` at those rows, [len(layers), len(hidden), h]
+        (graph mode: the bucket's graph, keyed by the layers, writes them to its own static output)."""
         q = len(tokens)
         qb = bucket(q)
         self.ensure(start + qb)
         pad = qb - q
+        hid = None if hidden is None else tuple(layers)
+        key = qb if hid is None else (qb, hid)
         host = torch.tensor([[0] * pad + list(tokens), [0] * pad + [length + d for d in depths],
                              list(range(start + q, start + qb)) + list(range(start, start + q))], dtype=torch.long)
         vis_t = torch.from_numpy(np.array(vis, dtype=bool))
-        if self.fixed and qb <= GRAPH_MAX and self.graphs.get(qb, 0) is not None:
+        if self.fixed and qb <= GRAPH_MAX and self.graphs.get(key, 0) is not None:
             self.io[:, :qb].copy_(host)
             self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
             if self.graphs_on:
-                logits = self._replay(qb)
+                logits, feats = self._replay(qb, hid)
             else:
                 fn = _COMPILED[self._model()] if self.compiled else None
-                logits = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, fn)
+                logits, feats = self._forward(self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, fn, hid)
             logits = logits[0, pad:]
+            if isinstance(rows, int):
+                logits = logits[q - rows:]
+            logits = logits.to(torch.float32, copy=True)
         else:
             kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))
             io = host.to(self.device)
             mask = torch.empty((1, 1, qb, kv), dtype=self.dtype, device=self.device)
             self._fill_mask(mask, vis_t, length, start, q)
             keep = _keep_arg(rows, pad, q, self.device)
-            logits = self._forward(io, mask, kv, keep)[0]
+            logits, feats = self._forward(io, mask, kv, keep, None, hid)
+            logits = logits[0]
             if rows is None or isinstance(rows, int):
-                return logits.float()
-            full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
-            full[keep - pad] = logits.float()
-            return full
-        if isinstance(rows, int):
-            logits = logits[q - rows:]
-        return logits.to(torch.float32, copy=True)
+                logits = logits.float()
+            else:
+                full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
+                full[keep - pad] = logits.float()
+                logits = full
+        if hid is None:
+            return logits
+        return logits, feats[:, pad:][:, hidden].clone()
 
     def _fill_mask(self, mask: torch.Tensor, vis: torch.Tensor, length: int, start: int, q: int) -> None:
         """Additive mask in place: padded rows (first) see only their own slot; real rows see the prefix
@@ -199,19 +208,22 @@ class StaticKV(Cache):
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 
-    def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None) -> torch.Tensor:
+    def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None, hid: tuple | None = None):
+        """(logits, hidden states of layers `hid` [len(hid), qb, h] or None) of one bucket."""
         qb = io.shape[1]
         self.slots, self.kv_len = io[2, :qb], kv
         model = self._model() if fn is None else fn
         out = model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
-                    past_key_values=self, use_cache=True, logits_to_keep=keep)
-        return out.logits
+                    past_key_values=self, use_cache=True, logits_to_keep=keep, output_hidden_states=hid is not None)
+        return out.logits, None if hid is None else torch.stack([out.hidden_states[k][0] for k in hid])
 
-    def _replay(self, qb: int) -> torch.Tensor:
-        """Replay bucket qb's graph, capturing it first (warm-up on a side stream, as CUDA graphs need)."""
-        entry = self.graphs.get(qb)
+    def _replay(self, qb: int, hid: tuple | None = None):
+        """Replay bucket qb's graph (one per set of hidden layers read, `hid`), capturing it first
+        (warm-up on a side stream, as CUDA graphs need); returns its static (logits, hidden) outputs."""
+        key = qb if hid is None else (qb, hid)
+        entry = self.graphs.get(key)
         if entry is None:
-            args = (self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0)
+            args = (self.io[:, :qb], self.mask[:, :, :qb], self.capacity, 0, None, hid)
             try:
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))
@@ -221,9 +233,9 @@ class StaticKV(Cache):
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                     out = self._forward(*args)
-                entry = self.graphs[qb] = (graph, out)
+                entry = self.graphs[key] = (graph, out)
             except Exception as e:  # noqa: BLE001 - a model that cannot be captured still decodes eagerly
-                self.graphs[qb] = None
+                self.graphs[key] = None
                 self.graph_error = f"{type(e).__name__}: {e}"
                 warnings.warn(f"CUDA graph capture failed for {qb}-token steps, running them eagerly: {e}")
                 return self._forward(*args)
