@@ -146,24 +146,29 @@ def test_train_resumes_and_keeps_best(tmp_path):
     assert cfg["training"]["valid_loss"] == round(best["loss"], 5)
 
 
-def _cli(args):
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "decoding", *args], capture_output=True, text=True, timeout=300)
+def _cli(args, capsys):
+    """In-process (main() is what the entry point runs) to keep the suite fast."""
+    from types import SimpleNamespace
+
+    from decoding.__main__ import main
+    capsys.readouterr()
+    rc = main(args)
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
 
 
-def test_cli_train_heads_and_generate(tmp_path):
+def test_cli_train_heads_and_generate(tmp_path, capsys):
     mdir = save_tiny_dir(tmp_path / "m")
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.py").write_text(" ".join(WORDS * 30))
     (data / "b.txt").write_text(" ".join(reversed(WORDS * 30)))
     r = _cli(["train-heads", "--model", mdir, "--kind", "eagle", "--data", str(data), "--out", str(tmp_path / "e"),
-              "--seq", "32", "--max-tokens", "2000", "--epochs", "1"])
+              "--seq", "32", "--max-tokens", "2000", "--epochs", "1"], capsys)
     assert r.returncode == 0, r.stderr
     assert "ETA" in r.stderr and (tmp_path / "e" / "heads.safetensors").exists()
     r = _cli(["generate", "--model", mdir, "--method", "eagle", "--heads", str(tmp_path / "e"), "--prompt",
-              "def f ( x ) :", "--max-new-tokens", "12", "--check-exact"])
+              "def f ( x ) :", "--max-new-tokens", "12", "--check-exact"], capsys)
     assert r.returncode == 0, r.stderr
     assert "identical" in r.stderr and "[eagle] mean acceptance length" in r.stderr
 
@@ -176,11 +181,33 @@ def test_cli_train_heads_and_generate(tmp_path):
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
     (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"], "--heads and --budget need"),
 ], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method"])
-def test_cli_bad_input_one_line(tmp_path, args, msg):
+def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
     (tmp_path / "EMPTY").mkdir()
     (tmp_path / "NOHEADS").mkdir()
     args = [str(tmp_path / a) if a in ("EMPTY", "MISSING", "NOHEADS") else a for a in args]
-    r = _cli(args)
+    r = _cli(args, capsys)
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_heads_trace_and_viz(trained, kind):
+    """The trace records which head/depth, rank and probabilities of every node and survives JSON; the
+    tree view colours nodes by head, the heads figure's counts agree with the steps' accepted paths."""
+    import viz
+    from decoding.trace import Trace
+    from viz.palette import ORIGIN_COLORS
+    model, heads = trained["gpt2", kind]
+    tr = Trace.from_dict(json.loads(run(model, None, PROMPTS[0], kind, max_new_tokens=40, heads=heads).to_json()))
+    d = viz.heads.data(tr)
+    steps = [s for s in tr.steps if s.kind == "decode"]
+    assert d["accepted_per_step"] == [len(s.accepted) for s in steps]
+    assert d["accepted"][0] == sum(len(s.info["accepted_path"]) > 1 for s in steps if "tree" in s.info)
+    assert all(0 <= r <= 1 for r in d["rate"]) and d["tried"] == sorted(d["tried"], reverse=True)
+    nodes = viz.tree.data(tr, 2)["nodes"]
+    want = {f"head {n['depth']}" if kind == "medusa" else "eagle draft" for n in nodes[1:]}
+    assert {n["origin"] for n in nodes[1:]} == want and all(o in ORIGIN_COLORS for o in want)
+    assert all(n["rank"] is not None and n["draft_prob"] is not None for n in nodes[1:])
+    viz.heads.figure(tr)
+    viz.tree.figure(tr, 2)

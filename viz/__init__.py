@@ -29,10 +29,12 @@ Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames
     viz.pool.figure(trace, i)     key, candidates, matched prefix (origin colour), chosen candidate
     viz.mask.figure(trace, i)     attention mask (decoding.masks.tree_visibility) with role·position labels
     viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejection, pruned nodes
+                                  (Medusa/EAGLE trees too: origin "head k" / "eagle draft", rank in the hover)
 Run figures (method colours from viz.palette.method_color, log axes labelled by decades only):
     viz.race.race_figure(runs)                tokens over engine time; runs = {name: trace}
     viz.sweep.figure(points, title="")        lookahead scaling: compression vs FLOPs per step
     viz.pool.run_figure(trace)                pool size and hit rates over the run
+    viz.heads.figure(trace)                   Medusa per-head / EAGLE per-depth acceptance, tokens per step
     viz.costs.compare_figure(runs)            FLOPs per step | cumulative tokens vs FLOPs, per method
     viz.costs.roofline_figure(profile, trace=None)
     viz.costs.latency_figure(runs)            step latency vs query tokens (works without a profile)
@@ -42,10 +44,10 @@ HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has 
 plain numbers it draws (what the tests compare with the trace). viz/costs.py was
 viz/profile.py (renamed: "profile" named three different things).
 """
-from . import costs, describe, mask, palette, pool, race, report, step_profile, stepper, sweep, tokens, tree, window
+from . import costs, describe, heads, mask, palette, pool, race, report, step_profile, stepper, sweep, tokens, tree, window
 from .report import write_report
 from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
 
-__all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "mask", "palette", "pool", "race",
+__all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "heads", "mask", "palette", "pool", "race",
            "report", "step_profile", "step_view_html", "stepper", "sweep", "tokens", "tree", "window",
            "write_report"]
