@@ -104,12 +104,12 @@ def _progress(what: str, done: int, total: int, t0: float, log, every: float = 1
 
 
 def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: torch.Tensor, arg: torch.Tensor,
-              noise: float = 0.0) -> tuple[torch.Tensor, list[float]]:
+              noise: float = 0.0, ce_weight: float = 0.1) -> tuple[torch.Tensor, list[float]]:
     """Loss and top-1 accuracy per head (Medusa) / of the next-feature guess (EAGLE) on one batch.
 
     Medusa head k at position t guesses arg[t + k + 1] (the target's choice k + 2 tokens after t), weighted
     0.8^k. EAGLE at t reads [emb(ids[t + 1]); feats[t]] and predicts feats[t + 1]: SmoothL1 on the feature
-    + 0.1 x cross-entropy of lm_head(prediction) against arg[t + 1]."""
+    + ce_weight (EAGLE's 0.1) x cross-entropy of lm_head(prediction) against arg[t + 1]."""
     lm = model.get_output_embeddings()
     if kind == "medusa":
         K = len(module.blocks)
@@ -128,13 +128,13 @@ def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: tor
     lg = lm(pred)
     y = arg[:, 1:]
     loss = nn.functional.smooth_l1_loss(pred.float(), feats[:, 1:].float()) + \
-        0.1 * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
+        ce_weight * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
     return loss, [float((lg.argmax(-1) == y).float().mean())]
 
 
 def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: int = 4, seq: int = 256,
           max_tokens: int = 300_000, epochs: float = 1.0, batch: int = 4, lr: float = 1e-3, val_every: int = 75,
-          cache: str | Path | None = None, seed: int = 0, log=print) -> dict:
+          cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, log=print) -> dict:
     """Train heads of `kind` for `model` on `texts`; heads land in `out` (best validation checkpoint)."""
     if kind not in KINDS:
         raise HeadsError(f"unknown --kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -177,7 +177,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         b = np.sort(order[step * batch:(step + 1) * batch])
         ids, f, y = _batch(rows, feats, arg, b, dev)
         with _autocast(dev):
-            loss, acc = head_loss(kind, module, model, ids, f, y, noise=0.2 if kind == "eagle" else 0.0)
+            loss, acc = head_loss(kind, module, model, ids, f, y, noise=0.2 if kind == "eagle" else 0.0,
+                                  ce_weight=ce_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(module.parameters(), 1.0)
@@ -190,7 +191,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         _progress("train", step - s0, total - s0, t0, log, extra=f"loss {loss.item():.3f} acc "
                   + " ".join(f"{a:.2f}" for a in acc))
         if step % val_every == 0 or step == total:
-            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev)
+            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight)
             log(f"[valid] step {step}: loss {v['loss']:.4f}, top-1 " + " ".join(f"{a:.3f}" for a in v["acc"]))
             if v["loss"] < best["loss"]:
                 best = {**v, "step": step}
@@ -220,13 +221,13 @@ def _batch(rows, feats, arg, b, dev):
 
 
 @torch.no_grad()
-def evaluate(kind, module, model, rows, feats, arg, val, batch, dev) -> dict:
+def evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight: float = 0.1) -> dict:
     module.eval()
     losses, accs = [], []
     for i in range(0, len(val), batch):
         ids, f, y = _batch(rows, feats, arg, val[i:i + batch], dev)
         with _autocast(dev):
-            loss, acc = head_loss(kind, module, model, ids, f, y)
+            loss, acc = head_loss(kind, module, model, ids, f, y, ce_weight=ce_weight)
         losses.append(float(loss))
         accs.append(acc)
     module.train()
