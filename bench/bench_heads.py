@@ -1,7 +1,7 @@
 """Self-drafting heads (Medusa, EAGLE) against HF greedy and our draft-model and lookahead rows.
 
     nice -n 19 python bench/bench_heads.py                   # embedded target, assets/heads/, code prompts
-    python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24
+    python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle
 
 Same protocol as bench/bench.py (whose helpers it uses): every row runs every prompt once per round,
 rounds interleaved, times are medians over rounds of each row's total; greedy outputs checked token for
@@ -27,14 +27,17 @@ from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
 HEADS = ROOT / "assets" / "heads"
 
 
-def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int]) -> dict:
-    c = {"HF greedy": hf_runner(hf_model, tok), "ours greedy": ours_runner(model, tok, "greedy"),
-         "ours lookahead W1 N3 G2": ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2)}
-    if draft is not None:
+def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kinds=("medusa", "eagle"),
+               baselines: bool = True) -> dict:
+    c = {"HF greedy": hf_runner(hf_model, tok)}
+    if baselines:
+        c["ours greedy"] = ours_runner(model, tok, "greedy")
+        c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2)
+    if draft is not None and baselines:
         c["ours speculative chain K4"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=4)
         c["ours speculative staged tree 2,1,1,1,1"] = ours_runner(model, tok, "speculative", draft_model=draft,
                                                                    tree=[2, 1, 1, 1, 1], staged=True)
-    for kind in ("medusa", "eagle"):
+    for kind in kinds:
         if (heads / kind / "heads.json").exists():
             for b in budgets:
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(heads / kind), budget=b)
@@ -46,9 +49,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--model", default=None)
     ap.add_argument("--heads", default=str(HEADS), help="folder holding medusa/ and eagle/ heads")
     ap.add_argument("--prompts", default="code")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--budgets", default="8,16,24")
+    ap.add_argument("--budgets", default="8,16")
+    ap.add_argument("--kinds", default="medusa,eagle")
+    ap.add_argument("--no-baselines", action="store_true", help="only HF greedy and the heads rows")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args(argv)
@@ -58,7 +63,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     hf_model = load(a.model, threads=a.threads, layout="stock")[0]
     draft = load(DEFAULT_DRAFT, threads=a.threads)[0] if a.model is None else None
     prompts = load_prompts(a.prompts.split(","))
-    runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")])
+    runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],
+                         a.kinds.split(","), not a.no_baselines)
     for fn in runners.values():  # warm-up
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(md)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"cpu-heads-{a.prompts.replace(',', '+')}"
+    name = f"cpu-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return rows
