@@ -96,13 +96,14 @@ def wire(p: Page, h: Tabs) -> None:
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
     for c in (p.window, p.ngram, p.guesses, p.max_ngram, p.num_tokens, p.draft_tokens, p.widths, p.budget):
         c.input(lambda: "manual", None, [p.preset], **local)
-    p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md], **local)
+    p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md, p.hd_group], **local)
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
 
 
 def on_method(method: str):
     return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),
-            gr.update(visible=method == "speculative"), explain(method))
+            gr.update(visible=method == "speculative"), explain(method),
+            gr.update(visible=method in ("medusa", "eagle")))
 
 
 def on_spec_mode(mode: str):

@@ -24,7 +24,8 @@ PILOTS = ["class Stack:\n    def __init__(self):\n        self.items = []\n\n   
           "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""]
 SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True}}
+               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
+               "medusa": {"budget": 16}, "eagle": {"budget": 16}}  # heads: no tuner yet (bench_heads.py)
 _lock = threading.Lock()
 
 
@@ -102,4 +103,6 @@ def describe(method: str, params: dict) -> str:
         return ("staged " if params.get("staged") else "") + shape
     if method == "prompt_lookup":
         return f"max n-gram {params['max_ngram']}, copy {params['num_tokens']}"
+    if method in ("medusa", "eagle"):
+        return f"tree budget {params['budget']}"
     return ""

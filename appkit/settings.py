@@ -22,7 +22,7 @@ LABELS = {"max_new": ("max new tokens", "max_new_tokens"), "window": ("W window"
           "ngram": ("N n-gram", "ngram"), "guesses": ("G guesses", "guesses"),
           "max_ngram": ("max n-gram to match", "max_ngram"), "num_tokens": ("tokens to copy", "num_tokens"),
           "draft_tokens": ("K draft tokens", "draft_tokens"), "budget": ("tree budget", "tree_budget"),
-          "top_k": ("top-k", "top_k")}
+          "top_k": ("top-k", "top_k"), "heads_budget": ("heads tree budget", "tree_budget")}
 
 
 class InputError(ValueError):
@@ -55,6 +55,8 @@ class Settings:
     top_k: float = 0
     top_p: float = 1.0
     seed: float = 0
+    heads: str = ""               # medusa / eagle heads folder; "" = the shipped heads (assets/heads/<method>)
+    heads_budget: float = 16      # medusa / eagle: tree nodes verified per step
 
     @classmethod
     def from_values(cls, values) -> "Settings":
@@ -130,7 +132,10 @@ def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) ->
         return {k: whole(s, k, lim, problems) for k in ("max_ngram", "num_tokens")}
     if method == "speculative":
         return speculative_params(s, lim, problems)
-    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup or speculative")
+    if method in ("medusa", "eagle"):
+        return {"budget": whole(s, "heads_budget", lim, problems)}
+    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative, "
+                    "medusa or eagle")
     return {}
 
 
