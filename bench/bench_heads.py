@@ -31,7 +31,6 @@ def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kin
                baselines: bool = True) -> dict:
     c = {"HF greedy": hf_runner(hf_model, tok)}
     if baselines:
-        c["ours greedy"] = ours_runner(model, tok, "greedy")
         c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2)
     if draft is not None and baselines:
         c["ours speculative chain K4"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=4)
@@ -54,6 +53,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--budgets", default="8,16")
     ap.add_argument("--kinds", default="medusa,eagle")
     ap.add_argument("--no-baselines", action="store_true", help="only HF greedy and the heads rows")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args(argv)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     model, tok = load(a.model, threads=a.threads)
     hf_model = load(a.model, threads=a.threads, layout="stock")[0]
     draft = load(DEFAULT_DRAFT, threads=a.threads)[0] if a.model is None else None
-    prompts = load_prompts(a.prompts.split(","))
+    prompts = load_prompts(a.prompts.split(","))[:a.limit or None]
     runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],
                          a.kinds.split(","), not a.no_baselines)
     for fn in runners.values():  # warm-up

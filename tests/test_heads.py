@@ -211,3 +211,25 @@ def test_heads_trace_and_viz(trained, kind):
     assert all(n["rank"] is not None and n["draft_prob"] is not None for n in nodes[1:])
     viz.heads.figure(tr)
     viz.tree.figure(tr, 2)
+
+
+def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
+    """The shipped heads load for assets/target (fingerprint) and decode HF greedy's tokens through the
+    app's Plan; another target gets one input error naming the heads; the budget is range-checked."""
+    from appkit.handlers import Plan, check_heads
+    from appkit.limits import Limits
+    from appkit.settings import InputError, Settings, method_params
+    from decoding import Sampling, load
+    model, tok = load()
+    prompt = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
+    ids = tok(prompt)["input_ids"]
+    for kind in ("medusa", "eagle"):
+        p = Plan(Settings(method=kind), prompt, 24, Sampling(), model, tok, params={kind: {"budget": 8}})
+        check_heads(p, [kind])
+        tr = p.run(kind)
+        assert tr.output_ids == hf_greedy(model, ids, 24, eos=0)
+        with pytest.raises(InputError, match="heads.*another base model"):
+            check_heads(Plan(Settings(method=kind), prompt, 8, Sampling(), tiny("llama"), tok), [kind])
+    problems: list[str] = []
+    method_params(Settings(method="eagle", heads_budget=0), "eagle", Limits(), problems)
+    assert problems and "heads tree budget" in problems[0]
