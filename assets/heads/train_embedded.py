@@ -23,7 +23,7 @@ from decoding.models import DEFAULT_TARGET, load  # noqa: E402
 from decoding.train_heads import stderr_log, train, write_card_json  # noqa: E402
 from stdlib_corpus import load_split  # noqa: E402
 
-SETTINGS = {"medusa": dict(n_heads=4, epochs=0.5, lr=1e-3, batch=4),
+SETTINGS = {"medusa": dict(n_heads=4, epochs=0.25, lr=2e-3, batch=4, val_every=20),
             "eagle": dict(epochs=2.0, lr=1e-3, batch=8)}
 
 
