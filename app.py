@@ -120,7 +120,7 @@ def wire(p: Page, h: Tabs) -> None:
         ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
     for c in (p.spec_mode, p.staged):
         c.input(lambda: "manual", None, [p.preset], **local)
-    p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md, p.jc_group], **local)
+    p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md, p.jc_group, p.hd_group], **local)
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
 
 
@@ -131,7 +131,8 @@ def lesson_step(delta: int | None):
 
 def on_method(method: str):
     return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),
-            gr.update(visible=method == "speculative"), explain(method), gr.update(visible=method == "jacobi"))
+            gr.update(visible=method == "speculative"), explain(method), gr.update(visible=method == "jacobi"),
+            gr.update(visible=method in ("medusa", "eagle")))
 
 
 def on_spec_mode(mode: str):

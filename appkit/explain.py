@@ -77,5 +77,16 @@ EXPLAIN = {
 }
 
 
+EXPLAIN["medusa"] = (
+    "**Medusa** drafts with the target itself: small heads on its last hidden state guess the next tokens "
+    "(head k: k tokens after the last accepted one, read through the target's own LM head). The best "
+    "nodes of their top-k, by the product of the heads' probabilities, form a tree the target checks in one "
+    "forward. The tree view labels each node with its head and rank; greedy output equals the target's own.")
+EXPLAIN["eagle"] = (
+    "**EAGLE** drafts at the feature level: a one-layer head reads [next token's embedding; the target's "
+    "hidden state] and predicts the next hidden state, token by token, growing a tree of the most probable "
+    "paths (EAGLE-2). The target checks the whole tree in one forward; greedy output equals its own.")
+
+
 def explain(method: str) -> str:
     return EXPLAIN.get(method, "") + "\n\n" + COMMON

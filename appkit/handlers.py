@@ -59,11 +59,34 @@ class Plan:
         if method == "speculative":
             kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
                       confidence=self.cutoff)
+        if method in HEADS_METHODS:
+            kw["heads"] = heads_folder(self.settings.heads, method)
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):
         return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
                    drafter=self.drafter(method), on_step=on_step, **kw)
+
+
+HEADS_METHODS = ("medusa", "eagle")
+
+
+def heads_folder(name: str, method: str) -> str:
+    """The heads folder a medusa/eagle run uses: the one named, else the shipped heads of the embedded
+    target (assets/heads/<method>; refused with a clear message for any other target)."""
+    from decoding.models import ASSETS
+    return (name or "").strip() or str(ASSETS / "heads" / method)
+
+
+def check_heads(p, methods: list[str]) -> None:
+    """Heads trained for another model, or a missing/corrupt heads file: one input error, before any run."""
+    from decoding.heads import HeadsError, load_heads
+    for m in methods:
+        if m in HEADS_METHODS:
+            try:
+                load_heads(heads_folder(p.settings.heads, m), p.model, m)
+            except HeadsError as e:
+                raise InputError(f"**heads**: {e}") from None
 
 
 def tmpdir() -> Path:
@@ -141,6 +164,7 @@ class Handlers:
             for m in methods:
                 if m != "greedy":
                     p.notes[m] = f"{'teaching' if s.preset == 'teach' else 'manual'} preset {presets.describe(m, params[m])}"
+        check_heads(p, methods)
         if presets_too:
             self.apply_presets(p, methods)
         return p

@@ -25,7 +25,8 @@ PILOTS = ["class Stack:\n    def __init__(self):\n        self.items = []\n\n   
 SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
-               "jacobi": {"block": 2}}  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
+               "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
+               "medusa": {"budget": 16}, "eagle": {"budget": 16}}  # heads: no tuner yet (bench_heads.py)
 _lock = threading.Lock()
 
 
@@ -126,4 +127,6 @@ def describe(method: str, params: dict) -> str:
         return f"max n-gram {params['max_ngram']}, copy {params['num_tokens']}"
     if method == "jacobi":
         return f"block {params['block']}"
+    if method in ("medusa", "eagle"):
+        return f"tree budget {params['budget']}"
     return ""

@@ -23,7 +23,8 @@ LABELS = {"max_new": ("max new tokens", "max_new_tokens"), "window": ("W window"
           "ngram": ("N n-gram", "ngram"), "guesses": ("G guesses", "guesses"),
           "max_ngram": ("max n-gram to match", "max_ngram"), "num_tokens": ("tokens to copy", "num_tokens"),
           "draft_tokens": ("K draft tokens", "draft_tokens"), "budget": ("tree budget", "tree_budget"),
-          "top_k": ("top-k", "top_k"), "block": ("K block", "block")}
+          "top_k": ("top-k", "top_k"), "block": ("K block", "block"),
+          "heads_budget": ("heads tree budget", "tree_budget")}
 
 
 class InputError(ValueError):
@@ -58,6 +59,8 @@ class Settings:
     seed: float = 0
     block: float = 8            # jacobi: guesses refined per step
     reference: str = ""         # prompt lookup: a reference text it also copies from ("" = none)
+    heads: str = ""               # medusa / eagle heads folder; "" = the shipped heads (assets/heads/<method>)
+    heads_budget: float = 16      # medusa / eagle: tree nodes verified per step
 
     @classmethod
     def from_values(cls, values) -> "Settings":
@@ -138,7 +141,10 @@ def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) ->
         return p
     if method == "speculative":
         return speculative_params(s, lim, problems)
-    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative or jacobi")
+    if method in ("medusa", "eagle"):
+        return {"budget": whole(s, "heads_budget", lim, problems)}
+    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative, "
+                    "jacobi, medusa or eagle")
     return {}
 
 

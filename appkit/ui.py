@@ -25,7 +25,8 @@ from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES, RACE_DEFAULT
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
-                  ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi")]
+                  ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi"),
+                  ("Medusa heads (self-drafting)", "medusa"), ("EAGLE head (self-drafting)", "eagle")]
 PRESETS = [("auto: tuned for this model and device (speed)", "auto"), ("manual: the values below", "manual"),
            ("teaching: the lesson's values (the picture, not speed)", "teach")]
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
@@ -173,6 +174,11 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.confidence = Int(DEFAULT_CONFIDENCE, "draft cutoff", elem_id="ds-cutoff",
                                        info="0–1: a draft token below this draft probability is not extended "
                                             "(the tree view shows what it pruned); 0 = full tree")
+            with gr.Group(visible=False) as p.hd_group:
+                with gr.Row():
+                    p.heads = gr.Textbox("", label="heads folder", placeholder="empty = the shipped heads (assets/heads)",
+                                         info="made by python -m decoding train-heads for THIS target model")
+                    p.heads_budget = Int(16, "tree budget (nodes)", lim, "tree_budget")
             p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
+    g.add_argument("--heads", default=None, help="medusa / eagle: heads folder (python -m decoding train-heads)")
+    g.add_argument("--budget", type=int, default=None,
+                   help="medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -78,6 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
     add_arguments(g)  # --prompt-file, --chat, --stop, --stream, --compare (decoding/cli_run.py)
+    t = sub.add_parser("train-heads", help="train Medusa or EAGLE heads for a model on your text")
+    t.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
+    t.add_argument("--kind", required=True, help="medusa or eagle")
+    t.add_argument("--data", required=True, nargs="+", help="text files and/or folders of text files")
+    t.add_argument("--out", required=True, help="folder for heads.safetensors + heads.json (and resume state)")
+    t.add_argument("--n-heads", type=int, default=4, help="medusa: heads (head k guesses k tokens after x0)")
+    t.add_argument("--epochs", type=float, default=1.0)
+    t.add_argument("--max-tokens", type=int, default=300_000, help="training tokens read from --data")
+    t.add_argument("--seq", type=int, default=256, help="tokens per training row")
+    t.add_argument("--batch", type=int, default=4, help="rows per step")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--cache", default=None, help="feature cache folder (default OUT/features)")
+    t.add_argument("--device", default=None, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
+    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--trust-remote-code", action="store_true")
     return ap
 
 
@@ -87,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
     hf_logging.disable_progress_bar()
     try:
-        return generate(args)
+        return train_heads(args) if args.command == "train-heads" else generate(args)
     except (ValueError, ModelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -104,13 +122,16 @@ def setup(args: argparse.Namespace):
     params = dict(window=args.window, ngram=args.ngram, guesses=args.guesses, num_tokens=args.num_tokens,
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
-                  reference_tokens=args.reference_tokens)
+                  reference_tokens=args.reference_tokens,
+                  heads=args.heads, budget=args.budget)
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
     if references and args.method != "prompt_lookup":
         raise ValueError("--reference needs --method prompt_lookup (reference lookup)")
     if args.block is not None and args.method != "jacobi":
         raise ValueError("--block needs --method jacobi")
+    if (args.heads or args.budget) and args.method not in ("medusa", "eagle"):
+        raise ValueError("--heads and --budget need --method medusa or eagle")
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
@@ -184,7 +205,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
     spec = {}
-    if args.method == "speculative":
+    if args.method in ("speculative", "medusa", "eagle"):
         from .speculative import speculative_stats
         spec = speculative_stats(tr)
     if not args.stream:  # streamed text is already on stdout
@@ -197,7 +218,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
         print(f"[graphs] {capture_warning(tr.config)}", file=sys.stderr)
     if spec:
         depth = " ".join(f"{d}:{r:.2f}" for d, r in spec["acceptance_rate_per_depth"].items())
-        print(f"[speculative] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
+        print(f"[{args.method}] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
               f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
               f"origins {spec['origins']}", file=sys.stderr)
     copied = sum(o == "reference" for s in tr.steps for o in s.origins)
@@ -206,6 +227,26 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
               f"text(s)", file=sys.stderr)
     if out:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
         tr.save(out)
+
+
+def train_heads(args: argparse.Namespace) -> int:
+    """python -m decoding train-heads: bad input (unknown kind, no text, missing data) fails before the
+    model loads."""
+    from .heads import KINDS
+    from .train_heads import read_texts, stderr_log, train
+    if args.kind not in KINDS:
+        raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}")
+    texts = read_texts(args.data)
+    if not texts:
+        raise ValueError(f"no training text in {' '.join(args.data)}: no readable, non-empty text file")
+    model, tok = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
+                      threads=args.threads, layout="stock")
+    best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
+                 max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
+                 log=stderr_log)
+    print(f"{args.kind} heads in {args.out}: best validation top-1 "
+          + " ".join(f"{a:.3f}" for a in best["acc"]) + f" (step {best['step']})")
+    return 0
 
 
 def exactness(model, tok, tr, sampling, force: bool) -> None:

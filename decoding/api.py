@@ -15,12 +15,15 @@ from .sampling import Sampling
 from .speculative import Speculative, check_compatible
 from .trace import Trace
 
-METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "jacobi")
+METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle")
+HEADS_METHODS = ("medusa", "eagle")  # self-drafting: need heads= (a folder from python -m decoding train-heads)
 # The keyword parameters each method takes (run(**params) / make_drafter): anything else is a typo, refused.
 PARAMS = {"greedy": (),
           "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
           "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
           "jacobi": ("block", "seed"),
+          "medusa": ("heads", "budget", "branch"),
+          "eagle": ("heads", "budget", "depth", "branch", "beam"),
           "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
                           "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
 HOOKS = ("step_context", "on_step")
@@ -73,6 +76,14 @@ def make_drafter(method: str, **p):
             d.vocab_checked = check_compatible(p["target_model"], d.draft, p.get("tokenizer"),
                                                p.get("draft_tokenizer"))
         return d
+    if method in HEADS_METHODS:
+        if not p.get("heads"):
+            raise ValueError(f"{method} needs heads: a folder made by python -m decoding train-heads --kind {method}")
+        from .eagle import Eagle
+        from .medusa import Medusa
+        keys = ("budget", "branch") if method == "medusa" else ("budget", "depth", "branch", "beam")
+        cls = Medusa if method == "medusa" else Eagle
+        return cls(p["heads"], **{k: int(p[k]) for k in keys if k in p})
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 

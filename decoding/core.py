@@ -91,22 +91,26 @@ class Core:
         self.staging = self.cache.staging if self.static else Staging(self.device)  # non-blocking uploads
 
     def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
-                rows: list[int] | None = None) -> torch.Tensor:
+                rows: list[int] | None = None, hidden: list[int] | None = None,
+                layers: tuple[int, ...] = (-1,)):
         """Run the model on a tree of new tokens; returns float logits [q, vocab].
 
         rows: the only nodes whose logits the caller reads; the LM head (a quarter of a small model's
-        FLOPs per token) skips the others, whose rows come back as zeros (or as real values)."""
+        FLOPs per token) skips the others, whose rows come back as zeros (or as real values).
+        hidden: nodes whose hidden states a self-drafting head reads (Medusa, EAGLE): then returns
+        (logits, feats [len(layers), len(hidden), h]) from the SAME forward; layers index transformers'
+        hidden_states (-1 = the last, normed feature the LM head reads; k = after decoder layer k)."""
         if self.spec_parents:
             raise RuntimeError("commit() the previous step before the next forward()")
-        return self._run(tokens, parents, depths, rows)
+        return self._run(tokens, parents, depths, rows, hidden, tuple(layers))
 
-    def prefill(self, tokens: list[int]) -> torch.Tensor:
+    def prefill(self, tokens: list[int], hidden: list[int] | None = None, layers: tuple[int, ...] = (-1,)):
         """Causal forward of the prompt (or any chain); the caller commits what it keeps."""
-        return self.forward(tokens, chain_parents(len(tokens)))
+        return self.forward(tokens, chain_parents(len(tokens)), hidden=hidden, layers=layers)
 
     @torch.inference_mode()
     def _run(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
-             rows: list[int] | int | None = None) -> torch.Tensor:
+             rows: list[int] | int | None = None, hidden: list[int] | None = None, layers: tuple = (-1,)):
         """Append nodes to the region (parents index the region: earlier nodes or this batch).
         rows: None = logits of every new node, int k = of the last k, list = of those (others zero)."""
         n0, q, past = len(self.spec_parents), len(tokens), self.length
@@ -124,13 +128,14 @@ class Core:
             if self.static:  # a chain (prefill) skips the cached builder: one entry per prompt length
                 chain = n0 == 0 and allp == chain_parents(q)
                 vis = np.tril(np.ones((q, q), dtype=bool)) if chain else tree_visibility(allp)[n0:]
-                logits = self.cache.step(tokens, new_depths, vis, past, past + n0, rows)
+                out = self.cache.step(tokens, new_depths, vis, past, past + n0, rows, hidden, layers)
             else:
-                logits = self._dynamic(tokens, allp, new_depths, n0, rows)
+                out = self._dynamic(tokens, allp, new_depths, n0, rows, hidden, layers)
         self.spec_parents, self.spec_depths = allp, depths
-        return logits
+        return out
 
-    def _dynamic(self, tokens: list[int], allp: list[int], depths: list[int], n0: int, rows) -> torch.Tensor:
+    def _dynamic(self, tokens: list[int], allp: list[int], depths: list[int], n0: int, rows,
+                 hidden: list[int] | None = None, layers: tuple = (-1,)):
         q, past = len(tokens), self.length
         io = self.staging.longs([tokens, depths])
         ids, pos = io[0:1], io[1:2] + past
@@ -139,13 +144,16 @@ class Core:
             keep = 0 if rows is None else rows
         else:
             keep = self.staging.longs(rows)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=keep, output_hidden_states=hidden is not None)
         if not torch.is_tensor(keep):
-            return out.logits[0].float()
-        full = torch.zeros((q, out.logits.shape[-1]), dtype=torch.float32, device=self.device)
-        full[keep] = out.logits[0].float()
-        return full
+            logits = out.logits[0].float()
+        else:
+            logits = torch.zeros((q, out.logits.shape[-1]), dtype=torch.float32, device=self.device)
+            logits[keep] = out.logits[0].float()
+        if hidden is None:
+            return logits
+        return logits, torch.stack([out.hidden_states[k][0, hidden] for k in layers])
 
     def _mask(self, allp: list[int], past: int, n0: int) -> torch.Tensor:
         """masks.step_mask built on the device: only the bool tree block travels (pinned, non_blocking)."""

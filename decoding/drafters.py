@@ -27,9 +27,15 @@ class Plan:
     rows: list[int] | None = None     # nodes whose logits are read (None = all): the LM head skips the rest
     origins: list[str] | None = None  # per-node origin labels (query-aligned); overrides `origin`
     logits: torch.Tensor | None = field(default=None, repr=False)  # target logits, set by the runner
+    hidden_rows: list[int] | None = None  # nodes whose target hidden states the drafter reads (heads)
+    hidden_layers: tuple[int, ...] = (-1,)  # which: transformers' hidden_states index (-1 = last, normed)
+    hidden: torch.Tensor | None = field(default=None, repr=False)  # [layers, rows, h], set by the runner
 
 
 class Drafter(Protocol):
+    """Optional: `bind(model, sampling)` before a run; `prefill_features(feats)` receives the prompt's
+    hidden states (layers `hidden_layers`, all prompt rows) from the prefill forward when the drafter
+    has a `hidden_layers` attribute (self-drafting heads)."""
     name: str
 
     def start(self, prompt_ids: list[int]) -> None: ...

@@ -78,10 +78,16 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
 
     with ctx_mgr(0, "prefill"):
         t0 = time.perf_counter()
-        logits = core.prefill(context)
+        layers = getattr(drafter, "hidden_layers", None)  # heads read the prompt's features too
+        if layers is None:
+            logits = core.prefill(context)
+        else:
+            logits, feats = core.prefill(context, list(range(len(context))), layers)
         core.commit(list(range(len(context))))
         first = int(logits[-1].argmax()) if gen is None else sample(warp(logits[-1], sampling), gen)
         drafter.start(list(prompt_ids))
+        if layers is not None:
+            drafter.prefill_features(feats)
         step = Step(0, "prefill", 0, len(context), [], [])
         if trace:
             step.tokens, step.positions = list(context), list(range(len(context)))
@@ -99,7 +105,11 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
             t0 = time.perf_counter()
             plan = drafter.plan(context)
             kv_len = core.length
-            logits = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows)
+            if plan.hidden_rows is None:
+                logits = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows)
+            else:  # the same forward hands back the features the drafter asked for (observe reads them)
+                logits, plan.hidden = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows,
+                                                   plan.hidden_rows, plan.hidden_layers)
             preds = logits.argmax(-1).tolist()  # the one host sync of the step
             if gen is None:
                 v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)

@@ -197,18 +197,29 @@ class StaticKV(Cache):
     def status(self) -> dict:
         """Capture status for the trace: graphs on, buckets this run used / captured / failed (with the
         error). A bucket is named "Qb", or "Qb:Rb" when the LM head ran for Rb rows only."""
-        name = (lambda k: str(k[0]) if k[0] == k[1] else f"{k[0]}:{k[1]}")
+        name = (lambda k: (str(k[0]) if k[0] == k[1] else f"{k[0]}:{k[1]}")
+                + (f"+h{','.join(map(str, k[2]))}" if len(k) > 2 else ""))  # +h: hidden states read too
         return {"graphs": self.graphs_on, "fixed": self.fixed, "capacity": self.capacity,
                 "used": [name(k) for k in sorted(self.used)], "captured": [name(k) for k in sorted(self.graphs)],
                 "failed": {name(k): e for k, e in sorted(self.failed.items())}}
 
     def step(self, tokens: list[int], depths: list[int], vis: np.ndarray, length: int, start: int,
-             rows: int | list[int] | None) -> torch.Tensor:
+             rows: int | list[int] | None, hidden: list[int] | None = None, layers: tuple = (-1,)):
         """One forward of q new tokens written at cache slots start.. (start = length + region so far).
 
         vis: bool [q, start - length + q], what each new token sees above the committed prefix `length`.
         rows: logits to return: None = all q, an int k = the last k, a list = those rows (others zero).
-        Returns float32 logits [q or k, vocab], always a fresh tensor (graph outputs get overwritten)."""
+        Returns float32 logits [q or k, vocab], always a fresh tensor (graph outputs get overwritten);
+        with `hidden` (rows) also the hidden states of `layers` at those rows, [len(layers), len(hidden), h]
+        (graph mode: the bucket's graph, keyed by the layers too, writes them to its static output)."""
+        if hidden is None:
+            return self._step(tokens, depths, vis, length, start, rows, None)
+        logits, feats = self._step(tokens, depths, vis, length, start, rows, tuple(layers))
+        pad = bucket(len(tokens)) - len(tokens)
+        return logits, feats[:, pad:][:, hidden].clone()
+
+    def _step(self, tokens, depths, vis, length: int, start: int, rows, hid: tuple | None):
+        """step() for logits, or (logits, hidden states of layers `hid` for every bucket row) with hid."""
         q = len(tokens)
         qb = bucket(q)
         self.ensure(start + qb)
@@ -221,22 +232,26 @@ class StaticKV(Cache):
                              read + [0] * (qb - len(read))], dtype=torch.long)
         vis_t = torch.from_numpy(np.array(vis, dtype=bool))
         if not (self.fixed and qb <= GRAPH_MAX):
-            return self._eager(host, vis_t, length, start, q, rows, want)
+            return self._eager(host, vis_t, length, start, q, rows, want, hid)
         self.staging.upload(host, self.io[:, :qb])
         self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
-        logits = self._fixed((qb, rb))[0]
+        out, feats = self._fixed((qb, rb) if hid is None else (qb, rb, hid))
+        logits = out[0]
         if rb < qb:  # the rows read, in order, then the bucket's repeats
             logits = logits[:len(want)]
             if isinstance(rows, int):
-                return logits.to(torch.float32, copy=True)
-            full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
-            return full.index_copy_(0, self.staging.longs(want), logits.float())
-        logits = logits[pad:]
-        if isinstance(rows, int):
-            logits = logits[q - rows:]
-        return logits.to(torch.float32, copy=True)
+                logits = logits.to(torch.float32, copy=True)
+            else:
+                full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
+                logits = full.index_copy_(0, self.staging.longs(want), logits.float())
+        else:
+            logits = logits[pad:]
+            if isinstance(rows, int):
+                logits = logits[q - rows:]
+            logits = logits.to(torch.float32, copy=True)
+        return logits if hid is None else (logits, feats)
 
-    def _eager(self, host, vis_t, length: int, start: int, q: int, rows, want) -> torch.Tensor:
+    def _eager(self, host, vis_t, length: int, start: int, q: int, rows, want, hid: tuple | None = None):
         """A step at its own size (CPU default, prefill, buckets above GRAPH_MAX): exact [qb, kv] mask."""
         qb = host.shape[1]
         pad = qb - q
@@ -245,12 +260,15 @@ class StaticKV(Cache):
         mask = torch.empty((1, 1, qb, kv), dtype=self.dtype, device=self.device)
         self._fill_mask(mask, vis_t, length, start, q)
         keep = q if rows is None else rows if isinstance(rows, int) else self.staging.longs(want) + pad
-        logits = self._forward(io, mask, kv, keep)[0]
+        out, feats = self._forward(io, mask, kv, keep, None, hid)
+        logits = out[0]
         if rows is None or isinstance(rows, int):
-            return logits.float()
-        full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
-        full[keep - pad] = logits.float()
-        return full
+            logits = logits.float()
+        else:
+            full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
+            full[keep - pad] = logits.float()
+            logits = full
+        return logits if hid is None else (logits, feats)
 
     def _fill_mask(self, mask: torch.Tensor, vis: torch.Tensor, length: int, start: int, q: int) -> None:
         """Additive mask in place, on the device (only the bool tree block is uploaded): padded rows
@@ -262,31 +280,33 @@ class StaticKV(Cache):
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 
-    def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None) -> torch.Tensor:
+    def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None, hid: tuple | None = None):
+        """(logits, hidden states of layers `hid` [len(hid), qb, h] or None) of one bucket."""
         qb = io.shape[1]
         self.slots, self.kv_len = io[2, :qb], kv
         model = self._model() if fn is None else fn
-        out = model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask,
-                    past_key_values=self, use_cache=True, logits_to_keep=keep)
-        return out.logits
+        out = model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask, past_key_values=self,
+                    use_cache=True, logits_to_keep=keep, output_hidden_states=hid is not None)
+        return out.logits, None if hid is None else torch.stack([out.hidden_states[k][0] for k in hid])
 
-    def _fixed(self, key: tuple[int, int]) -> torch.Tensor:
-        """Bucket `key` = (Qb, Rb) on the fixed buffers: its graph replayed (captured on first use), or the
-        same data path eagerly (no graphs, or its capture failed CAPTURE_TRIES times in this cache)."""
-        qb, rb = key
+    def _fixed(self, key: tuple) -> tuple:
+        """Bucket `key` = (Qb, Rb[, hidden layers]) on the fixed buffers: its graph replayed (captured on
+        first use), or the same data path eagerly (no graphs, or its capture failed CAPTURE_TRIES times in
+        this cache). Returns (logits, hidden states or None): the graph's static outputs when replayed."""
+        qb, rb, hid = key[0], key[1], (key[2] if len(key) > 2 else None)
         self.used.add(key)
         args = (self.io[:, :qb], self.mask[:, :, :qb], self.capacity, self.io[3, :rb] if rb < qb else 0)
         if not self.graphs_on:
-            return self._forward(*args, _COMPILED[self._model()] if self.compiled else None)
+            return self._forward(*args, _COMPILED[self._model()] if self.compiled else None, hid)
         entry = self.graphs.get(key)
         if entry is None and self.tries.get(key, 0) < CAPTURE_TRIES:
-            entry = self._capture(key, args)
+            entry = self._capture(key, (*args, None, hid))
         if entry is None:
-            return self._forward(*args)
+            return self._forward(*args, None, hid)
         entry[0].replay()
         return entry[1]
 
-    def _capture(self, key: tuple[int, int], args: tuple):
+    def _capture(self, key: tuple, args: tuple):
         """Capture bucket `key` (warm-up on a side stream, as CUDA graphs need), on the cache's device;
         a failure is recorded (status()) and the step runs eagerly."""
         try:

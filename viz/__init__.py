@@ -31,11 +31,13 @@ Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames
     viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejection, pruned nodes
     viz.trajectory.figure(trace, i)  Jacobi trajectory (jacobi block or lookahead window): positions x
                                   iterations, green once a guess equals its final token, accepted outlined
+                                  (Medusa/EAGLE trees too: origin "head k" / "eagle draft", rank in the hover)
 Run figures (method colours from viz.palette.method_color, log axes labelled by decades only):
     viz.race.race_figure(runs)                tokens over engine time; runs = {name: trace}
     viz.side_by_side.html(runs)               token strips of several runs aligned by output position
     viz.sweep.figure(points, title="")        lookahead scaling: compression vs FLOPs per step
     viz.pool.run_figure(trace)                pool size and hit rates over the run
+    viz.heads.figure(trace)                   Medusa per-head / EAGLE per-depth acceptance, tokens per step
     viz.costs.compare_figure(runs)            FLOPs per step | cumulative tokens vs FLOPs, per method
     viz.costs.roofline_figure(profile, trace=None)
     viz.costs.latency_figure(runs)            step latency vs query tokens (works without a profile)
@@ -45,12 +47,12 @@ HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has 
 plain numbers it draws (what the tests compare with the trace). viz/costs.py was
 viz/profile.py (renamed: "profile" named three different things).
 """
-from . import (costs, describe, mask, palette, pool, race, report, side_by_side, step_profile, stepper, sweep, tokens,
-               trajectory, tree, window)
+from . import (costs, describe, heads, mask, palette, pool, race, report, side_by_side, step_profile, stepper, sweep,
+               tokens, trajectory, tree, window)
 from .report import write_report
 from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
 
-__all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "mask", "palette", "pool", "race",
-           "report", "side_by_side", "step_profile", "step_view_html", "stepper", "sweep", "tokens", "trajectory",
-           "tree", "window",
+__all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "heads", "mask", "palette", "pool",
+           "race", "report", "side_by_side", "step_profile", "step_view_html", "stepper", "sweep", "tokens",
+           "trajectory", "tree", "window",
            "write_report"]

@@ -46,7 +46,8 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     base = step.positions[0] if step.positions else step.kv_len
     nodes = [{"id": i, "token": t, "text": text_of(tr, t), "parent": parents[i], "depth": depth[i], "pos": base + depth[i],
               "draft_prob": _get(tree.get("draft_prob"), i), "target_prob": _get(tree.get("target_prob"), i),
-              "origin": _get(origin, i) or "draft", "accepted": i in path, "rejected": i == rejected}
+              "origin": _get(origin, i) or "draft", "accepted": i in path, "rejected": i == rejected,
+              "rank": _get(tree.get("rank"), i)}
              for i, t in enumerate(tokens)]
     return {"step": step.index, "nodes": nodes, "accepted_path": path, "first_rejected": rejected,
             "accepted": list(step.accepted), "origins": list(step.origins), "from_info": bool(tree),
@@ -155,7 +156,8 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
 def _hover(n: dict) -> str:
     parts = [f"node {n['id']} token {n['token']} {n['text']!r}", f"depth {n['depth']}, origin {n['origin']}"]
     if n["draft_prob"] is not None:
-        parts.append(f"draft p = {n['draft_prob']:.3f}")
+        rank = "" if n.get("rank") is None else f" (its head's rank {n['rank'] + 1})"
+        parts.append(f"draft p = {n['draft_prob']:.3f}{rank}")
     if n["target_prob"] is not None:
         parts.append(f"target p = {n['target_prob']:.3f}")
     if n["accepted"]:

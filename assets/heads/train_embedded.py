@@ -1,0 +1,59 @@
+"""Train the shipped heads for the embedded target (assets/target) on the stdlib corpus's TRAINING split
+(assets/stdlib_corpus.py; held-out files never seen), both kinds sharing one feature cache.
+
+    nice -n 19 python assets/heads/train_embedded.py [--max-tokens 300000] [--kinds medusa,eagle]
+
+Writes assets/heads/medusa/ and assets/heads/eagle/ (heads.safetensors + heads.json) and, per kind, a
+log with the timings; the feature cache and resumable state live in a scratch folder (--work).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "assets"))
+
+import torch  # noqa: E402
+
+from decoding.models import DEFAULT_TARGET, load  # noqa: E402
+from decoding.train_heads import stderr_log, train, write_card_json  # noqa: E402
+from stdlib_corpus import load_split  # noqa: E402
+
+SETTINGS = {"medusa": dict(n_heads=4, epochs=0.25, lr=2e-3, batch=4, val_every=20),
+            "eagle": dict(epochs=2.0, lr=1e-3, batch=8)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-tokens", type=int, default=240_000)
+    ap.add_argument("--kinds", default="medusa,eagle")
+    ap.add_argument("--work", default="/tmp/decodescope_heads")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    model, tok = load(DEFAULT_TARGET, layout="stock")
+    train_texts = [t for _, t in sorted(load_split()[0].items())]
+    stderr_log(f"[data] {len(train_texts)} stdlib training files (held-out split excluded)")
+    for kind in a.kinds.split(","):
+        t0 = time.perf_counter()
+        out = ROOT / "assets" / "heads" / kind
+        best = train(model, tok, kind, train_texts, Path(a.work) / kind, max_tokens=a.max_tokens,
+                     cache=Path(a.work) / "features", log=stderr_log, **SETTINGS[kind])
+        minutes = (time.perf_counter() - t0) / 60
+        src = Path(a.work) / kind
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("heads.safetensors", "heads.json"):
+            (out / name).write_bytes((src / name).read_bytes())
+        write_card_json(out, {"base_model": "assets/target", "trained_with": {
+            "command": f"nice -n 19 python assets/heads/train_embedded.py --max-tokens {a.max_tokens} --kinds {kind}",
+            "settings": SETTINGS[kind], "wall_minutes": round(minutes, 1), "threads": a.threads,
+            "machine": "2-core shared CPU (6 developers' jobs at once), torch " + torch.__version__}})
+        stderr_log(f"[done] {kind} in {minutes:.1f} min -> {out} (best {best})")
+
+
+if __name__ == "__main__":
+    main()

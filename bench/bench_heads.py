@@ -1,0 +1,106 @@
+"""Self-drafting heads (Medusa, EAGLE) against HF greedy and our draft-model and lookahead rows.
+
+    nice -n 19 python bench/bench_heads.py                   # embedded target, assets/heads/, code prompts
+    python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle
+
+Same protocol as bench/bench.py (whose helpers it uses): every row runs every prompt once per round,
+rounds interleaved, times are medians over rounds of each row's total; greedy outputs checked token for
+token against HF greedy. "mean accepted" = tokens per decode step, the target's bonus token included.
+The bench prompts are held-out stdlib files (assets/stdlib_corpus.py); the heads never saw them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import torch  # noqa: E402
+
+from bench import hf_runner, load_prompts, machine, markdown, ours_runner  # noqa: E402
+from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
+
+HEADS = ROOT / "assets" / "heads"
+
+
+def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kinds=("medusa", "eagle"),
+               baselines: bool = True) -> dict:
+    c = {"HF greedy": hf_runner(hf_model, tok)}
+    if baselines:
+        c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2)
+    if draft is not None and baselines:
+        c["ours speculative chain K4"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=4)
+        c["ours speculative staged tree 2,1,1,1,1"] = ours_runner(model, tok, "speculative", draft_model=draft,
+                                                                   tree=[2, 1, 1, 1, 1], staged=True)
+    for kind in kinds:
+        if (heads / kind / "heads.json").exists():
+            for b in budgets:
+                c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(heads / kind), budget=b)
+    return c
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--heads", default=str(HEADS), help="folder holding medusa/ and eagle/ heads")
+    ap.add_argument("--prompts", default="code")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--budgets", default="8,16")
+    ap.add_argument("--kinds", default="medusa,eagle")
+    ap.add_argument("--no-baselines", action="store_true", help="only HF greedy and the heads rows")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    a = ap.parse_args(argv)
+    import time
+    import statistics
+    model, tok = load(a.model, threads=a.threads)
+    hf_model = load(a.model, threads=a.threads, layout="stock")[0]
+    draft = load(DEFAULT_DRAFT, threads=a.threads)[0] if a.model is None else None
+    prompts = load_prompts(a.prompts.split(","))[:a.limit or None]
+    runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],
+                         a.kinds.split(","), not a.no_baselines)
+    for fn in runners.values():  # warm-up
+        fn(prompts[0]["prompt"], 8)
+    times = {name: [] for name in runners}
+    results: dict[str, list] = {}
+    for r in range(a.runs):
+        for name, fn in runners.items():
+            t0 = time.perf_counter()
+            results[name] = [fn(p["prompt"], a.max_new_tokens) for p in prompts]
+            times[name].append(time.perf_counter() - t0)
+        print(f"round {r + 1}/{a.runs} done", file=sys.stderr)
+    ref = [ids for ids, _ in results["HF greedy"]]
+    base = statistics.median(times["HF greedy"])
+    rows = []
+    for name, outs in results.items():
+        n_tok = sum(len(ids) for ids, _ in outs)
+        stats = [s for _, s in outs if s]
+        steps = sum(s["steps"] for s in stats)
+        dec = sum(s["steps"] - 1 for s in stats)  # decode steps (prefill excluded)
+        t = statistics.median(times[name])
+        rows.append({"method": name, "tokens": n_tok, "median_s": t, "tokens_per_s": n_tok / t,
+                     "vs_hf_greedy": base / t, "exact": [ids for ids, _ in outs] == ref,
+                     "compression": n_tok / steps if steps else None,
+                     "mean_accepted": (n_tok - len(outs)) / dec if dec else None, "runs": a.runs})
+    meta = {**machine(model), "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
+            "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads}
+    md = markdown(rows, meta) + ("\nmean accepted = new tokens after the prefill's first one / decode steps "
+                                 "(the bonus token included). Shared 2-core CPU: read the ratios (one "
+                                 "interleaved run), not the absolute speeds.\n")
+    print(md)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"cpu-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
+    (out / f"{name}.md").write_text(md)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""EAGLE as a drafter: a one-layer head drafts at the feature level, the engine verifies its tree.
+
+The head reads pairs [embedding of token t+1; the target's feature at t] and predicts the feature at t+1;
+the target's (frozen, shared) LM head turns a feature into a token distribution. Real features come from
+the target's verification forward (the Core's hidden-state seam: no second target forward): after each
+step the accepted nodes' features become "catch-up" pairs for the head's own KV cache. Drafting then runs
+the head on its own predicted features, level by level (one head forward per depth, the `beam` best
+frontier nodes at once), and the tree keeps the `budget` best nodes by cumulative draft probability:
+EAGLE-2's dynamic tree. The head's KV cache keeps only real-feature pairs; tree nodes are dropped after
+every step (their features were guesses). Greedy: verify.greedy; sampling: verify.sampled (deterministic
+top-k proposals), so the target's distribution is kept.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import DynamicCache
+
+from .drafters import Plan
+from .heads import load_heads
+from .masks import chain_parents, step_mask
+from .medusa import record_verdict
+from .sampling import Sampling
+from .verify import Verdict
+
+
+class Eagle:
+    name = "eagle"
+    hidden_layers = (-1,)
+
+    def __init__(self, heads: str, budget: int = 16, depth: int = 6, branch: int = 4, beam: int = 4):
+        if min(budget, depth, branch, beam) < 1:
+            raise ValueError("eagle: budget, depth, branch and beam must be >= 1")
+        self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
+        self.module = None
+
+    def config(self) -> dict:
+        return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
+                "beam": self.beam}
+
+    def bind(self, model, sampling: Sampling) -> None:
+        if self.module is None or self._model is not model:
+            self.module, self.cfg = load_heads(self.path, model, "eagle")
+            self._model = model
+        self.emb, self.lm = model.get_input_embeddings(), model.get_output_embeddings()
+
+    def max_depth(self) -> int:
+        return self.depth + 1
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.cache = DynamicCache(config=self.module.body.config)
+        self.n = 0                      # pairs in the head's cache (positions 0..n-1)
+        self.pending: list[torch.Tensor] = []  # real target features of positions n, n+1, ...
+
+    def prefill_features(self, feats: torch.Tensor) -> None:
+        self.pending = [feats[0]]
+
+    def _run(self, toks: list[int], feats: torch.Tensor, parents: list[int], depths: list[int],
+             first: int) -> torch.Tensor:
+        """Head forward of new region nodes (parents index the region; -1 = the cached prefix only)."""
+        dev = feats.device
+        ids = torch.tensor([toks], dtype=torch.long, device=dev)
+        pos = torch.tensor([depths], dtype=torch.long, device=dev) + self.n
+        mask = step_mask(parents, self.n, feats.dtype, dev, first=first)
+        return self.module(self.emb(ids), feats[None], position_ids=pos, attention_mask=mask,
+                           past_key_values=self.cache, use_cache=True)[0]
+
+    @torch.inference_mode()
+    def plan(self, context: list[int]) -> Plan:
+        t0 = time.perf_counter()
+        feats = torch.cat(self.pending) if self.pending else None
+        L = len(context)
+        if feats is None or self.n + len(feats) != L - 1:
+            raise RuntimeError("eagle: the target's features do not cover the accepted text")
+        # catch-up: pairs [emb(context[i + 1]); f_i] for i = n .. L-2 (the last one carries x0)
+        m = len(feats)
+        out = self._run(context[self.n + 1:], feats, chain_parents(m), list(range(m)), 0)
+        self.n += m  # real-feature pairs stay in the head's cache
+        self.pending = []
+        # tree: nodes (token, parent, depth, prob, score, rank, predicted feature of the node's position)
+        nodes = [[context[-1], -1, 0, None, 1.0, None]]
+        feat_of = {0: out[-1]}  # node -> predicted feature at its position (what its children read)
+        frontier, region_parent, level_rows = [0], {}, 0
+        forwards = 1
+        for d in range(1, self.depth + 1):
+            f = torch.stack([feat_of[i] for i in frontier])
+            probs = self.lm(f).float().softmax(-1)
+            top = torch.topk(probs, self.branch)
+            tp, tt = top.values.tolist(), top.indices.tolist()
+            new = []
+            for j, i in enumerate(frontier):
+                for r in range(self.branch):
+                    nodes.append([tt[j][r], i, d, tp[j][r], nodes[i][4] * tp[j][r], r])
+                    new.append(len(nodes) - 1)
+            if d == self.depth:
+                break
+            frontier = sorted(new, key=lambda k: -nodes[k][4])[:self.beam]
+            # one head forward for the frontier: pair [emb(node token); predicted feature of its parent]
+            parents = [region_parent.get(nodes[k][1], -1) for k in frontier]
+            for j, k in enumerate(frontier):
+                region_parent[k] = level_rows + j
+            level_rows += len(frontier)
+            pf = torch.stack([feat_of[nodes[k][1]] for k in frontier])
+            allp = self._region_parents + parents if d > 1 else parents
+            self._region_parents = allp
+            outs = self._run([nodes[k][0] for k in frontier], pf, allp, [nodes[k][2] - 1 for k in frontier],
+                             len(allp) - len(frontier))
+            forwards += 1
+            for j, k in enumerate(frontier):
+                feat_of[k] = outs[j]
+        if level_rows:
+            self.cache.crop(-level_rows)  # transformers 5: a negative count removes tokens
+        self._region_parents = []
+        keep = _best(nodes, self.budget)
+        remap = {old: new for new, old in enumerate(keep)}
+        sel = [nodes[k] for k in keep]
+        n = len(sel)
+        toks = [x[0] for x in sel]
+        parents = [-1] + [remap[x[1]] for x in sel[1:]]
+        depths = [x[2] for x in sel]
+        origins = ["target"] + ["eagle draft"] * (n - 1)
+        info = {"tree": {"tokens": toks, "parents": parents, "depth": depths,
+                         "draft_prob": [None] + [round(x[3], 6) for x in sel[1:]], "target_prob": [None] * n,
+                         "origin": origins, "rank": [None] + [x[5] for x in sel[1:]]},
+                "drafted": True, "draft_forwards": forwards, "draft_ms": (time.perf_counter() - t0) * 1e3,
+                "target_forwards": 1, "mode": "eagle"}
+        return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
+                    [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
+                    hidden_rows=list(range(n)))
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        self.pending = [plan.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
+        record_verdict(plan, verdict)
+
+
+def _best(nodes: list[list], budget: int) -> list[int]:
+    """Root plus the `budget` best nodes by cumulative draft probability, ancestor-closed, in node order
+    (parents before children: a child never scores above its parent; ties go to the earlier node)."""
+    order = sorted(range(1, len(nodes)), key=lambda k: (-nodes[k][4], k))[:budget]
+    keep = set(order)
+    keep = {k for k in keep if _closed(nodes, k, keep)}
+    return [0] + sorted(keep)
+
+
+def _closed(nodes: list[list], k: int, keep: set[int]) -> bool:
+    p = nodes[k][1]
+    while p > 0:
+        if p not in keep:
+            return False
+        p = nodes[p][1]
+    return True

@@ -1,0 +1,157 @@
+"""Self-drafting heads on the target's own features: the Medusa heads and the EAGLE head, and their files.
+
+Medusa (Cai et al. 2024): head k = ResBlock (Linear(h, h) initialised to zero, SiLU, residual) then an LM
+head, on the target's last (normed) hidden state at the last accepted position; head k guesses the token
+k + 2 positions ahead (the target's own LM head gives + 1). Our heads SHARE the target's LM head (frozen):
+a head is then 0.1M parameters instead of h x vocab (10x smaller files, and training on a CPU spends its
+time in the vocab projection either way). EAGLE (Li et al. 2024): fc over [embedding of the next token;
+the target's feature] then one Llama decoder layer predicts the next feature; the target's embedding and
+LM head are frozen and shared. Files: heads.safetensors + heads.json naming the base model's fingerprint,
+so heads are never used on a model they were not trained for.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+KINDS = ("medusa", "eagle")
+CONFIG, WEIGHTS = "heads.json", "heads.safetensors"
+
+
+class HeadsError(ValueError):
+    """Heads that cannot be used (wrong base model, corrupt or missing file); the message is for the user."""
+
+
+def base_fingerprint(model) -> str:
+    """sha256 of the base model's shape and of a strided sample of its input embedding: equal for the same
+    weights wherever they are stored, different for another model or another checkpoint of it."""
+    cfg = model.config.get_text_config()
+    emb = model.get_input_embeddings().weight.detach().float().flatten().cpu()
+    step = max(1, emb.numel() // 1_000_000)
+    h = hashlib.sha256()
+    h.update(json.dumps([cfg.model_type, int(cfg.hidden_size), int(emb.numel()),
+                         int(model.get_input_embeddings().weight.shape[0])]).encode())
+    h.update(emb[::step].numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)  # starts as the identity: head k begins as the target's own guess
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.silu(self.linear(x))
+
+
+class MedusaHeads(nn.Module):
+    """n ResBlocks; logits come from the target's LM head (passed in: it is frozen and shared)."""
+
+    def __init__(self, hidden: int, n_heads: int):
+        super().__init__()
+        self.blocks = nn.ModuleList([ResBlock(hidden) for _ in range(n_heads)])  # n distinct modules
+
+    def forward(self, feat: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """feat [..., h] -> logits [n_heads, ..., vocab]."""
+        return torch.stack([lm_head(b(feat)) for b in self.blocks])
+
+
+class EagleHead(nn.Module):
+    """fc([embedding; feature]) -> one Llama decoder layer (own rotary, KV cache usable) -> next feature."""
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaModel
+        h = spec["hidden"]
+        self.fc = nn.Linear(2 * h, h, bias=False)
+        cfg = LlamaConfig(vocab_size=1, hidden_size=h, intermediate_size=spec["intermediate"],
+                          num_hidden_layers=1, num_attention_heads=spec["heads"],
+                          num_key_value_heads=spec["kv_heads"], head_dim=spec["head_dim"],
+                          max_position_embeddings=spec["max_positions"], rms_norm_eps=spec["eps"],
+                          rope_parameters={"rope_type": "default", "rope_theta": spec["rope_theta"]},
+                          pad_token_id=None, bos_token_id=None, eos_token_id=None)
+        cfg._attn_implementation = "sdpa"
+        self.body = LlamaModel(cfg)
+
+    def forward(self, emb: torch.Tensor, feat: torch.Tensor, **kw) -> torch.Tensor:
+        """emb, feat [B, T, h] -> predicted features [B, T, h]; kw: position_ids, attention_mask, cache."""
+        x = self.fc(torch.cat([emb, feat], dim=-1))
+        return self.body(inputs_embeds=x, **kw).last_hidden_state
+
+
+def eagle_spec(model) -> dict:
+    """The EAGLE layer's shape from the base model's config (any causal LM, with Llama-like fallbacks)."""
+    c = model.config.get_text_config()
+    h = int(c.hidden_size)
+    heads = int(getattr(c, "num_attention_heads", None) or max(1, h // 64))
+    rope = (getattr(c, "rope_parameters", None) or {}).get("rope_theta", getattr(c, "rope_theta", 10000.0))
+    return {"hidden": h, "heads": heads, "kv_heads": int(getattr(c, "num_key_value_heads", None) or heads),
+            "head_dim": int(getattr(c, "head_dim", None) or h // heads),
+            "intermediate": int(getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * h),
+            "max_positions": int(getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", 2048)),
+            "eps": float(getattr(c, "rms_norm_eps", None) or 1e-6), "rope_theta": float(rope or 10000.0)}
+
+
+def new_heads(model, kind: str, n_heads: int = 4) -> tuple[nn.Module, dict]:
+    """Fresh heads for `model` and their config (saved beside the weights)."""
+    if kind not in KINDS:
+        raise HeadsError(f"unknown heads kind {kind!r}; choose one of {', '.join(KINDS)}")
+    h = int(model.config.get_text_config().hidden_size)
+    cfg = {"kind": kind, "base_fingerprint": base_fingerprint(model), "hidden": h,
+           "base_model": str(getattr(model.config, "_name_or_path", "") or "").split("/")[-1]}
+    if kind == "medusa":
+        cfg.update(n_heads=n_heads, lm_head="shared")
+        module = MedusaHeads(h, n_heads)
+    else:
+        cfg.update(eagle=eagle_spec(model))
+        module = EagleHead(cfg["eagle"])
+    dev = model.get_input_embeddings().weight.device
+    return module.to(dev), cfg
+
+
+def save_heads(module: nn.Module, cfg: dict, out: str | Path, extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
+    save_file(state, str(out / WEIGHTS))
+    (out / CONFIG).write_text(json.dumps({**cfg, **(extra or {})}, indent=1))
+
+
+def load_heads(path: str | Path, model, kind: str | None = None) -> tuple[nn.Module, dict]:
+    """Heads from `path` for `model`; refused (HeadsError, one line) for another base model, another
+    kind than asked, or a missing/corrupt file."""
+    from safetensors.torch import load_file
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise HeadsError(f"{path} holds no heads ({CONFIG} and {WEIGHTS}); train them with "
+                         "python -m decoding train-heads")
+    try:
+        cfg = json.loads((path / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise HeadsError(f"{path / CONFIG} is not valid JSON ({e})") from None
+    if cfg.get("kind") not in KINDS:
+        raise HeadsError(f"{path / CONFIG} names no known heads kind ({cfg.get('kind')!r})")
+    if kind is not None and cfg["kind"] != kind:
+        raise HeadsError(f"{path} holds {cfg['kind']} heads, not {kind} heads")
+    fp = base_fingerprint(model)
+    if cfg.get("base_fingerprint") != fp:
+        raise HeadsError(f"these {cfg['kind']} heads were trained for another base model "
+                         f"({cfg.get('base_model') or '?'}, fingerprint {cfg.get('base_fingerprint')}), not this "
+                         f"one ({fp}): train heads for it with python -m decoding train-heads")
+    module = (MedusaHeads(cfg["hidden"], cfg["n_heads"]) if cfg["kind"] == "medusa"
+              else EagleHead(cfg["eagle"]))
+    try:
+        state = load_file(str(path / WEIGHTS))
+        module.load_state_dict(state)
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
+        raise HeadsError(f"{path / WEIGHTS} is corrupt or does not match {CONFIG} "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    w = model.get_input_embeddings().weight
+    return module.to(device=w.device, dtype=w.dtype).eval(), cfg

@@ -1,0 +1,103 @@
+"""Medusa as a drafter: heads on the target's last feature guess the next K tokens; the engine verifies a
+candidate tree of their top-k in the step's one target forward.
+
+At the step's start the drafter holds the target's feature at the last accepted node (the one whose own
+argmax is x0, from the previous forward: no extra target work). Head k (1-based) guesses the token k
+positions after x0. The tree keeps the `budget` best nodes by the product of the heads' probabilities
+along the path (best-first; a child never scores above its parent, so the tree is ancestor-closed), the
+dynamic counterpart of Medusa's hand-made `mc_sim` trees, sized by one number like our other trees.
+Greedy: verify.greedy (output = HF greedy). Sampling: the proposals are deterministic tokens, so
+verify.sampled keeps the target's distribution. Medusa's "typical acceptance" is not offered (not exact).
+"""
+from __future__ import annotations
+
+import heapq
+import time
+
+import torch
+
+from .drafters import Plan
+from .heads import load_heads
+from .sampling import Sampling
+from .verify import Verdict
+
+
+class Medusa:
+    name = "medusa"
+    hidden_layers = (-1,)
+
+    def __init__(self, heads: str, budget: int = 12, branch: int = 4):
+        if budget < 1 or branch < 1:
+            raise ValueError("medusa: budget and branch must be >= 1")
+        self.path, self.budget, self.branch = str(heads), int(budget), int(branch)
+        self.module = None
+        self.feat: torch.Tensor | None = None
+
+    def config(self) -> dict:
+        return {"heads": self.path, "budget": self.budget, "branch": self.branch,
+                "n_heads": None if self.module is None else len(self.module.blocks)}
+
+    def bind(self, model, sampling: Sampling) -> None:
+        if self.module is None or self._model is not model:
+            self.module, self.cfg = load_heads(self.path, model, "medusa")
+            self._model = model
+        self.lm = model.get_output_embeddings()
+
+    def max_depth(self) -> int:
+        return 1 + (len(self.module.blocks) if self.module is not None else 8)
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.feat = None
+
+    def prefill_features(self, feats: torch.Tensor) -> None:
+        self.feat = feats[0, -1]
+
+    @torch.inference_mode()
+    def plan(self, context: list[int]) -> Plan:
+        t0 = time.perf_counter()
+        if self.feat is None:  # no feature yet (a run resumed without prefill): one plain step fetches it
+            return Plan([context[-1]], [-1], [0], ["x0"], [[0, 0]], [False], hidden_rows=[0],
+                        info={"drafted": False})
+        probs = self.module(self.feat[None], self.lm)[:, 0].float().softmax(-1)  # [K, V]
+        top = torch.topk(probs, self.branch)
+        tp, tt = top.values.tolist(), top.indices.tolist()  # one transfer for every head
+        nodes = [(context[-1], -1, 0, None, 1.0, None)]  # token, parent, depth, prob, score, rank
+        heap = [(-tp[0][r], 0, r) for r in range(self.branch)]
+        heapq.heapify(heap)
+        while heap and len(nodes) <= self.budget:
+            neg, parent, r = heapq.heappop(heap)
+            d = nodes[parent][2] + 1
+            nodes.append((tt[d - 1][r], parent, d, tp[d - 1][r], -neg, r))
+            if d < len(tp):
+                i = len(nodes) - 1
+                for r2 in range(self.branch):
+                    heapq.heappush(heap, (neg * tp[d][r2], i, r2))
+        n = len(nodes)
+        toks, parents, depths = [x[0] for x in nodes], [x[1] for x in nodes], [x[2] for x in nodes]
+        origins = ["target"] + [f"head {d}" for d in depths[1:]]
+        info = {"tree": {"tokens": toks, "parents": parents, "depth": depths,
+                         "draft_prob": [None] + [round(x[3], 6) for x in nodes[1:]],
+                         "target_prob": [None] * n, "origin": origins,
+                         "head": [None] + depths[1:], "rank": [None] + [x[5] for x in nodes[1:]]},
+                "drafted": True, "draft_ms": (time.perf_counter() - t0) * 1e3, "target_forwards": 1,
+                "mode": "medusa"}
+        return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
+                    [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
+                    hidden_rows=list(range(n)))
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        self.feat = plan.hidden[0, verdict.path[-1]]
+        record_verdict(plan, verdict)
+
+
+def record_verdict(plan: Plan, verdict: Verdict) -> None:
+    """The tree record the viz reads: accepted path, first rejected child, the target's probability of
+    every drafted token (greedy: softmax of its logits; what 'why was it cut' needs)."""
+    info = plan.info
+    path = verdict.path
+    kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
+    info["accepted_path"], info["first_rejected"] = list(path), kids[0] if kids else None
+    if "tree" in info and plan.logits is not None and len(plan.tokens) > 1:
+        p = plan.logits[plan.parents[1:]].softmax(-1)
+        idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]
+        info["tree"]["target_prob"] = [None] + [round(x, 6) for x in p.gather(-1, idx)[:, 0].tolist()]

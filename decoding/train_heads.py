@@ -1,0 +1,252 @@
+"""Train Medusa or EAGLE heads for any causal LM on the user's text (python -m decoding train-heads).
+
+Why this shape: the base model is frozen, so its features (last normed hidden state) and its greedy
+choices are computed ONCE and cached on disk; every epoch then costs only the heads. Labels are the
+target's own argmax (what greedy verification accepts), not the corpus token. A validation slice picks
+the best checkpoint; state.pt after every evaluation makes a killed run resumable with the same command.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .heads import KINDS, HeadsError, base_fingerprint, new_heads, save_heads
+
+TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".jsonl", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs",
+                 ".html", ".css", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".tex", ".csv", ""}
+
+
+def read_texts(paths: list[str]) -> list[str]:
+    """Texts of the given files, and of the text files under the given folders (UTF-8 only)."""
+    out = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise HeadsError(f"training data {p} does not exist")
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES
+                       and not any(part.startswith(".") for part in f.parts)) if p.is_dir() else [p]
+        for f in files:
+            try:
+                t = f.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            if t.strip():
+                out.append(t)
+    return out
+
+
+def chunk(tok, texts: list[str], seq: int, max_tokens: int, eos: int | None, seed: int = 0) -> np.ndarray:
+    """Documents (shuffled with a fixed seed), each followed by EOS, as [n, seq] int32 rows."""
+    texts = list(texts)
+    random.Random(seed).shuffle(texts)
+    ids: list[int] = []
+    for t in texts:
+        ids += tok(t)["input_ids"] + ([] if eos is None else [eos])
+        if len(ids) >= max_tokens:
+            break
+    n = min(len(ids), max_tokens) // seq
+    if n < 2:
+        raise HeadsError(f"the training data has {len(ids)} tokens: at least {2 * seq} are needed "
+                         f"(two rows of --seq {seq})")
+    return np.asarray(ids[:n * seq], dtype=np.int32).reshape(n, seq)
+
+
+@torch.inference_mode()
+def features(model, rows: np.ndarray, cache: Path, batch: int = 8, log=print) -> tuple[np.ndarray, np.ndarray]:
+    """(feats [n, seq, h] fp16, argmax [n, seq] int32) of the frozen base model, cached under `cache`."""
+    fp, ap = cache / "feats.npy", cache / "argmax.npy"
+    if (cache / "done").exists():
+        return np.load(fp, mmap_mode="r"), np.load(ap)
+    cache.mkdir(parents=True, exist_ok=True)
+    n, seq = rows.shape
+    h = int(model.config.get_text_config().hidden_size)
+    feats = np.lib.format.open_memmap(fp, mode="w+", dtype=np.float16, shape=(n, seq, h))
+    arg = np.zeros((n, seq), dtype=np.int32)
+    dev = model.get_input_embeddings().weight.device
+    t0 = time.perf_counter()
+    for i in range(0, n, batch):
+        ids = torch.from_numpy(rows[i:i + batch]).long().to(dev)
+        with _autocast(dev):
+            out = model(input_ids=ids, output_hidden_states=True)
+        feats[i:i + len(ids)] = out.hidden_states[-1].float().cpu().numpy()
+        arg[i:i + len(ids)] = out.logits.argmax(-1).cpu().numpy()
+        _progress("features", i + len(ids), n, t0, log)
+    feats.flush()
+    np.save(ap, arg)
+    (cache / "done").write_text("ok")
+    return np.load(fp, mmap_mode="r"), arg
+
+
+def _autocast(dev: torch.device):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
+
+
+def _progress(what: str, done: int, total: int, t0: float, log, every: float = 15.0, extra: str = "") -> None:
+    """One line with rate and ETA, at most every `every` seconds (and at the end)."""
+    now = time.perf_counter()
+    last = getattr(_progress, "last", {})
+    if done < total and now - last.get(what, 0) < every:
+        return
+    last[what] = now
+    _progress.last = last
+    el = now - t0
+    eta = el / max(done, 1) * (total - done)
+    bar = "#" * int(20 * done / total)
+    log(f"[{what}] {bar:<20} {done}/{total} {el / 60:5.1f} min, ETA {eta / 60:5.1f} min {extra}")
+
+
+def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: torch.Tensor, arg: torch.Tensor,
+              noise: float = 0.0, ce_weight: float = 0.1) -> tuple[torch.Tensor, list[float]]:
+    """Loss and top-1 accuracy per head (Medusa) / of the next-feature guess (EAGLE) on one batch.
+
+    Medusa head k at position t guesses arg[t + k + 1] (the target's choice k + 2 tokens after t), weighted
+    0.8^k. EAGLE at t reads [emb(ids[t + 1]); feats[t]] and predicts feats[t + 1]: SmoothL1 on the feature
+    + ce_weight (EAGLE's 0.1) x cross-entropy of lm_head(prediction) against arg[t + 1]."""
+    lm = model.get_output_embeddings()
+    if kind == "medusa":
+        K = len(module.blocks)
+        logits = module(feats, lm)  # [K, B, T, V]
+        loss, acc = 0.0, []
+        for k in range(K):
+            lg, y = logits[k][:, :-(k + 1)], arg[:, k + 1:]
+            loss = loss + 0.8 ** k * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
+            acc.append(float((lg.argmax(-1) == y).float().mean()))
+        return loss, acc
+    emb = model.get_input_embeddings()(ids[:, 1:]).detach()
+    f_in = feats[:, :-1]
+    if noise:
+        f_in = f_in + (torch.rand_like(f_in) - 0.5) * 2 * noise
+    pred = module(emb, f_in)
+    lg = lm(pred)
+    y = arg[:, 1:]
+    loss = nn.functional.smooth_l1_loss(pred.float(), feats[:, 1:].float()) + \
+        ce_weight * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
+    return loss, [float((lg.argmax(-1) == y).float().mean())]
+
+
+def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: int = 4, seq: int = 256,
+          max_tokens: int = 300_000, epochs: float = 1.0, batch: int = 4, lr: float = 1e-3, val_every: int = 75,
+          cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, log=print) -> dict:
+    """Train heads of `kind` for `model` on `texts`; heads land in `out` (best validation checkpoint)."""
+    if kind not in KINDS:
+        raise HeadsError(f"unknown --kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if not texts:
+        raise HeadsError("no training text: --data names no readable, non-empty text file")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    model.eval().requires_grad_(False)
+    dev = model.get_input_embeddings().weight.device
+    rows = chunk(tok, texts, seq, max_tokens, _eos(model, tok), seed)
+    key = hashlib.sha256(base_fingerprint(model).encode() + rows.tobytes()).hexdigest()[:16]
+    cache = Path(cache) if cache else out / "features"
+    feats, arg = features(model, rows, cache / key, log=log)
+    n = len(rows)
+    val = np.arange(n)[np.arange(n) % 20 == 19] if n >= 20 else np.arange(n)[-1:]
+    fit = np.setdiff1d(np.arange(n), val)
+    torch.manual_seed(seed)
+    module, cfg = new_heads(model, kind, n_heads)
+    module.train()
+    opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
+    total = max(1, int(math.ceil(len(fit) / batch) * epochs))
+    warm = max(1, total // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+    state_path, step, best = out / "state.pt", 0, {"loss": float("inf")}
+    if state_path.exists():  # resume: same data and shape, else start over
+        st = torch.load(state_path, map_location=dev, weights_only=False)
+        if st.get("key") == key and st.get("kind") == kind and st.get("total") == total:
+            module.load_state_dict(st["module"])
+            opt.load_state_dict(st["opt"])
+            sched.load_state_dict(st["sched"])
+            step, best = st["step"], st["best"]
+            log(f"[train] resuming {kind} at step {step}/{total}")
+    order = np.random.default_rng(seed).permutation(np.tile(fit, int(math.ceil(epochs)) + 1))
+    log(f"[train] {kind}: {len(fit)} rows x {seq} tokens for training, {len(val)} for validation, "
+        f"{total} steps of {batch} rows on {dev}")
+    t0, s0 = time.perf_counter(), step
+    while step < total:
+        b = np.sort(order[step * batch:(step + 1) * batch])
+        ids, f, y = _batch(rows, feats, arg, b, dev)
+        with _autocast(dev):
+            loss, acc = head_loss(kind, module, model, ids, f, y, noise=0.2 if kind == "eagle" else 0.0,
+                                  ce_weight=ce_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        if step == s0 + 5:
+            el = time.perf_counter() - t0
+            log(f"[train] ETA for {total - step} more steps: {el / 5 * (total - step) / 60:.1f} min")
+        _progress("train", step - s0, total - s0, t0, log, extra=f"loss {loss.item():.3f} acc "
+                  + " ".join(f"{a:.2f}" for a in acc))
+        if step % val_every == 0 or step == total:
+            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight)
+            log(f"[valid] step {step}: loss {v['loss']:.4f}, top-1 " + " ".join(f"{a:.3f}" for a in v["acc"]))
+            if v["loss"] < best["loss"]:
+                best = {**v, "step": step}
+                save_heads(module, cfg, out, {"training": _record(best, len(fit) * seq, len(val) * seq, epochs,
+                                                                  lr, batch, seq, t_start)})
+            torch.save({"key": key, "kind": kind, "total": total, "module": module.state_dict(),
+                        "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step, "best": best},
+                       state_path)
+    log(f"[train] done in {(time.perf_counter() - t_start) / 60:.1f} min; best step {best['step']}: "
+        f"validation top-1 {best['acc']}")
+    return best
+
+
+def _record(best: dict, fit_tokens: int, val_tokens: int, epochs: float, lr: float, batch: int, seq: int,
+            t_start: float) -> dict:
+    return {"best_step": best["step"], "valid_loss": round(best["loss"], 5),
+            "valid_top1": [round(a, 4) for a in best["acc"]], "train_tokens": fit_tokens, "valid_tokens": val_tokens,
+            "epochs": epochs, "lr": lr, "batch_rows": batch, "seq": seq,
+            "minutes_so_far": round((time.perf_counter() - t_start) / 60, 2)}
+
+
+def _batch(rows, feats, arg, b, dev):
+    ids = torch.from_numpy(rows[b]).long().to(dev)
+    f = torch.from_numpy(np.asarray(feats[b], dtype=np.float32)).to(dev)
+    y = torch.from_numpy(arg[b]).long().to(dev)
+    return ids, f, y
+
+
+@torch.no_grad()
+def evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight: float = 0.1) -> dict:
+    module.eval()
+    losses, accs = [], []
+    for i in range(0, len(val), batch):
+        ids, f, y = _batch(rows, feats, arg, val[i:i + batch], dev)
+        with _autocast(dev):
+            loss, acc = head_loss(kind, module, model, ids, f, y, ce_weight=ce_weight)
+        losses.append(float(loss))
+        accs.append(acc)
+    module.train()
+    return {"loss": float(np.mean(losses)), "acc": [float(a) for a in np.mean(accs, axis=0)]}
+
+
+def _eos(model, tok) -> int | None:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return eos if eos is not None else getattr(tok, "eos_token_id", None)
+
+
+def stderr_log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def write_card_json(out: Path, extra: dict) -> None:
+    p = Path(out) / "heads.json"
+    cfg = json.loads(p.read_text())
+    cfg.update(extra)
+    p.write_text(json.dumps(cfg, indent=1))

@@ -1,0 +1,235 @@
+"""Self-drafting heads (Medusa, EAGLE): the hidden-state seam, exactness, files and bad input.
+
+Heads are trained for a few seconds inside the tests on each tiny model's own greedy text, so they guess
+right often enough that multi-token steps happen; exactness never depends on how good they are."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import WORDS, hf_greedy, save_tiny_dir, tiny
+from decoding.api import run
+from decoding.core import Core
+from decoding.heads import HeadsError, load_heads
+from decoding.static_cache import StaticKV, _pool
+from decoding.train_heads import train
+
+ARCHS = ("llama", "qwen2", "gpt2")
+PROMPTS = ([5, 6, 7], [1, 9, 9, 2, 30])
+
+
+class IntTok:
+    """Whitespace-separated integers as token ids (tests train on the model's own greedy output)."""
+    eos_token_id = None
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [int(w) for w in text.split()]}
+
+
+def _train(model, kind: str, out, epochs: float = 8, **kw) -> str:
+    texts = [" ".join(map(str, [s, s + 1, s + 2] + hf_greedy(model, [s, s + 1, s + 2], 120))) for s in range(6)]
+    train(model, IntTok(), kind, texts, out, seq=32, max_tokens=800, epochs=epochs, batch=4, lr=3e-3,
+          val_every=50, log=lambda *a: None, **kw)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = {}
+    for arch in ARCHS:
+        model = tiny(arch)
+        for kind in ("medusa", "eagle"):
+            out[arch, kind] = (model, _train(model, kind, tmp_path_factory.mktemp(f"{arch}_{kind}")))
+    return out
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_hidden_seam_equals_hf_hidden_states(static):
+    """Core.forward(hidden=rows) returns the hidden states HF computes for the same tokens, from the same
+    forward, for the last (normed) feature and an intermediate layer, on both cache paths."""
+    model = tiny("llama", layers=3)
+    ids = [3, 4, 5, 6, 7, 8]
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    core = Core(model, static=static, capacity=64)
+    logits, feats = core.prefill(ids[:4], hidden=[1, 3], layers=(-1, 2))
+    assert feats.shape == (2, 2, 32)
+    torch.testing.assert_close(feats[0], ref[-1][0, [1, 3]], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(feats[1], ref[2][0, [1, 3]], rtol=1e-5, atol=1e-5)
+    core.commit(list(range(4)))
+    logits2, f2 = core.forward(ids[4:], [-1, 0], hidden=[1])
+    torch.testing.assert_close(f2[0, 0], ref[-1][0, 5], rtol=1e-5, atol=1e-5)
+    assert logits2.shape[0] == 2 and int(logits2[1].argmax()) == int(model(torch.tensor([ids])).logits[0, 5].argmax())
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_heads_greedy_is_hf_greedy(trained, arch, kind):
+    model, heads = trained[arch, kind]
+    multi = 0
+    for prompt in PROMPTS:
+        for static in (False, True):
+            tr = run(model, None, prompt, kind, max_new_tokens=40, heads=heads, static=static)
+            assert tr.output_ids == hf_greedy(model, prompt, 40), (arch, kind, static)
+            multi += sum(len(s.accepted) > 1 for s in tr.steps[1:])
+            tree = tr.steps[2].info["tree"]
+            assert len(tree["tokens"]) > 1 and tree["origin"][1] in ("head 1", "eagle draft")
+            assert all(p is None or 0 <= p <= 1 for p in tree["target_prob"])
+    assert multi > 0, "heads trained on the model's own text should get multi-token steps"
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_heads_on_graph_shaped_static_path(trained, kind):
+    """The graph path's fixed buffers (run eagerly on CPU) return the features too: still HF greedy."""
+    model, heads = trained["qwen2", kind]
+    kv = StaticKV(model, 256, fixed=True)
+    _pool(model).append(kv)
+    tr = run(model, None, PROMPTS[1], kind, max_new_tokens=40, heads=heads, static=True)
+    assert tr.output_ids == hf_greedy(model, PROMPTS[1], 40)
+    assert any(isinstance(k, tuple) for k in kv.graphs) or not kv.graphs_on
+    _pool(model).clear()
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_heads_sampling_is_seeded_and_path_independent(trained, kind):
+    from decoding import Sampling
+    model, heads = trained["llama", kind]
+    s = Sampling(0.8, top_k=20, seed=3)
+    outs = [run(model, None, PROMPTS[0], kind, max_new_tokens=24, heads=heads, sampling=s, static=st).output_ids
+            for st in (False, False, True)]
+    assert outs[0] == outs[1] == outs[2] and len(outs[0]) == 24
+
+
+def test_heads_refused_for_another_base_model_or_corrupt(trained, tmp_path):
+    model, heads = trained["llama", "medusa"]
+    other = tiny("llama", seed=1)
+    with pytest.raises(HeadsError, match="trained for another base model"):
+        run(other, None, PROMPTS[0], "medusa", max_new_tokens=4, heads=heads)
+    with pytest.raises(HeadsError, match="holds medusa heads, not eagle"):
+        load_heads(heads, model, "eagle")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("heads.json", "heads.safetensors"):
+        (bad / name).write_bytes((__import__("pathlib").Path(heads) / name).read_bytes())
+    (bad / "heads.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(HeadsError, match="corrupt"):
+        load_heads(bad, model)
+    (bad / "heads.json").write_text("{not json")
+    with pytest.raises(HeadsError, match="not valid JSON"):
+        load_heads(bad, model)
+
+
+def test_train_resumes_and_keeps_best(tmp_path):
+    """A run killed after its step-4 evaluation resumes from the step-2 state with the same command; the
+    saved heads are the best validation checkpoint, and progress lines carry an ETA."""
+    model = tiny("llama")
+    texts = [" ".join(map(str, [s, s + 1] + hf_greedy(model, [s, s + 1], 120))) for s in range(6)]
+    kw = dict(seq=32, max_tokens=800, epochs=2, batch=4, val_every=2)
+
+    class Killed(Exception):
+        pass
+
+    def killer(msg):
+        if msg.startswith("[valid] step 4"):
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(model, IntTok(), "medusa", texts, tmp_path / "h", log=killer, **kw)
+    logs = []
+    best = train(model, IntTok(), "medusa", texts, tmp_path / "h", log=logs.append, **kw)
+    assert any(m.startswith("[train] resuming medusa at step 2/") for m in logs)
+    assert any("ETA" in m for m in logs) and not any(m.startswith("[valid] step 2:") for m in logs)
+    cfg = json.loads((tmp_path / "h" / "heads.json").read_text())
+    assert cfg["kind"] == "medusa" and cfg["training"]["best_step"] == best["step"]
+    assert cfg["training"]["valid_loss"] == round(best["loss"], 5)
+
+
+def _cli(args, capsys):
+    """In-process (main() is what the entry point runs) to keep the suite fast."""
+    from types import SimpleNamespace
+
+    from decoding.__main__ import main
+    capsys.readouterr()
+    rc = main(args)
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+
+
+def test_cli_train_heads_and_generate(tmp_path, capsys):
+    mdir = save_tiny_dir(tmp_path / "m")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.py").write_text(" ".join(WORDS * 30))
+    (data / "b.txt").write_text(" ".join(reversed(WORDS * 30)))
+    r = _cli(["train-heads", "--model", mdir, "--kind", "eagle", "--data", str(data), "--out", str(tmp_path / "e"),
+              "--seq", "32", "--max-tokens", "2000", "--epochs", "1"], capsys)
+    assert r.returncode == 0, r.stderr
+    assert "ETA" in r.stderr and (tmp_path / "e" / "heads.safetensors").exists()
+    r = _cli(["generate", "--model", mdir, "--method", "eagle", "--heads", str(tmp_path / "e"), "--prompt",
+              "def f ( x ) :", "--max-new-tokens", "12", "--check-exact"], capsys)
+    assert r.returncode == 0, r.stderr
+    assert "identical" in r.stderr and "[eagle] mean acceptance length" in r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["train-heads", "--kind", "hydra", "--data", ".", "--out", "o"], "unknown --kind 'hydra'"),
+    (["train-heads", "--kind", "medusa", "--data", "EMPTY", "--out", "o"], "no training text"),
+    (["train-heads", "--kind", "medusa", "--data", "MISSING", "--out", "o"], "does not exist"),
+    (["generate", "--method", "medusa", "--prompt", "x"], "medusa needs heads"),
+    (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
+    (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"], "--heads and --budget need"),
+], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method"])
+def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
+    (tmp_path / "EMPTY").mkdir()
+    (tmp_path / "NOHEADS").mkdir()
+    args = [str(tmp_path / a) if a in ("EMPTY", "MISSING", "NOHEADS") else a for a in args]
+    r = _cli(args, capsys)
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_heads_trace_and_viz(trained, kind):
+    """The trace records which head/depth, rank and probabilities of every node and survives JSON; the
+    tree view colours nodes by head, the heads figure's counts agree with the steps' accepted paths."""
+    import viz
+    from decoding.trace import Trace
+    from viz.palette import ORIGIN_COLORS
+    model, heads = trained["gpt2", kind]
+    tr = Trace.from_dict(json.loads(run(model, None, PROMPTS[0], kind, max_new_tokens=40, heads=heads).to_json()))
+    d = viz.heads.data(tr)
+    steps = [s for s in tr.steps if s.kind == "decode"]
+    assert d["accepted_per_step"] == [len(s.accepted) for s in steps]
+    assert d["accepted"][0] == sum(len(s.info["accepted_path"]) > 1 for s in steps if "tree" in s.info)
+    assert all(0 <= r <= 1 for r in d["rate"]) and d["tried"] == sorted(d["tried"], reverse=True)
+    nodes = viz.tree.data(tr, 2)["nodes"]
+    want = {f"head {n['depth']}" if kind == "medusa" else "eagle draft" for n in nodes[1:]}
+    assert {n["origin"] for n in nodes[1:]} == want and all(o in ORIGIN_COLORS for o in want)
+    assert all(n["rank"] is not None and n["draft_prob"] is not None for n in nodes[1:])
+    viz.heads.figure(tr)
+    viz.tree.figure(tr, 2)
+
+
+def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
+    """The shipped heads load for assets/target (fingerprint) and decode HF greedy's tokens through the
+    app's Plan; another target gets one input error naming the heads; the budget is range-checked."""
+    from appkit.handlers import Plan, check_heads
+    from appkit.limits import Limits
+    from appkit.settings import InputError, Settings, method_params
+    from decoding import Sampling, load
+    model, tok = load()
+    prompt = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
+    ids = tok(prompt)["input_ids"]
+    for kind in ("medusa", "eagle"):
+        p = Plan(Settings(method=kind), prompt, 24, Sampling(), model, tok, params={kind: {"budget": 8}})
+        check_heads(p, [kind])
+        tr = p.run(kind)
+        assert tr.output_ids == hf_greedy(model, ids, 24, eos=0)
+        with pytest.raises(InputError, match="heads.*another base model"):
+            check_heads(Plan(Settings(method=kind), prompt, 8, Sampling(), tiny("llama"), tok), [kind])
+    problems: list[str] = []
+    method_params(Settings(method="eagle", heads_budget=0), "eagle", Limits(), problems)
+    assert problems and "heads tree budget" in problems[0]
