@@ -13,7 +13,7 @@ from conftest import WORDS, hf_greedy, save_tiny_dir, tiny
 from decoding.api import run
 from decoding.core import Core
 from decoding.heads import HeadsError, load_heads
-from decoding.static_cache import StaticKV, _pool
+from decoding.core import core_options
 from decoding.train_heads import train
 
 ARCHS = ("llama", "qwen2", "gpt2")
@@ -84,12 +84,11 @@ def test_heads_greedy_is_hf_greedy(trained, arch, kind):
 def test_heads_on_graph_shaped_static_path(trained, kind):
     """The graph path's fixed buffers (run eagerly on CPU) return the features too: still HF greedy."""
     model, heads = trained["qwen2", kind]
-    kv = StaticKV(model, 256, fixed=True)
-    _pool(model).append(kv)
-    tr = run(model, None, PROMPTS[1], kind, max_new_tokens=40, heads=heads, static=True)
+    with core_options(fixed=True):
+        tr = run(model, None, PROMPTS[1], kind, max_new_tokens=40, heads=heads, static=True)
     assert tr.output_ids == hf_greedy(model, PROMPTS[1], 40)
-    assert any(isinstance(k, tuple) for k in kv.graphs) or not kv.graphs_on
-    _pool(model).clear()
+    # the fixed buffers ran buckets keyed by the hidden layers read (named "+h-1" in the trace)
+    assert any(b.endswith("+h-1") for b in tr.config["graphs"]["used"]), tr.config["graphs"]
 
 
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])
