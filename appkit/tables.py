@@ -36,12 +36,14 @@ def _public_model(m: dict) -> dict:
 
 
 def public_trace(tr):
-    """The trace as a user downloads or replays it: target and draft names (and their configs' paths)
+    """The trace as a user downloads or replays it: target, draft and heads names (and the configs' paths)
     repo-relative or the hub id, never a server path. Changes tr in place and returns it."""
     if isinstance(tr.model, dict):
         tr.model = _public_model(tr.model)
     if isinstance(tr.config.get("draft"), dict):
         tr.config["draft"] = _public_model(tr.config["draft"])
+    if isinstance(tr.config.get("heads"), str):  # medusa / eagle: the heads folder, as the model name
+        tr.config["heads"] = display_name(tr.config["heads"])
     return tr
 
 

@@ -232,3 +232,14 @@ def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
     problems: list[str] = []
     method_params(Settings(method="eagle", heads_budget=0), "eagle", Limits(), problems)
     assert problems and "heads tree budget" in problems[0]
+
+
+def test_shared_traces_name_the_heads_folder_without_a_server_path():
+    """A downloaded / replayed medusa or eagle trace says which heads ran, repo-relative, never the
+    server's absolute path (the app's one public_trace() scrub)."""
+    from appkit.tables import ROOT, public_trace
+    from decoding.trace import Trace
+    tr = Trace("eagle", {"heads": str(ROOT / "assets" / "heads" / "eagle"), "budget": 16}, [1, 2])
+    assert public_trace(tr).config["heads"] == "assets/heads/eagle"
+    tr = Trace("medusa", {"heads": "/home/someone/my-heads"}, [1, 2])
+    assert public_trace(tr).config["heads"] == "my-heads"
