@@ -72,10 +72,14 @@ HEADS_METHODS = ("medusa", "eagle")
 
 
 def heads_folder(name: str, method: str) -> str:
-    """The heads folder a medusa/eagle run uses: the one named, else the shipped heads of the embedded
+    """The heads folder a medusa/eagle run uses: the one named (or its <method>/ subfolder when it holds one,
+    as assets/heads does, so one folder serves a race of both), else the shipped heads of the embedded
     target (assets/heads/<method>; refused with a clear message for any other target)."""
     from decoding.models import ASSETS
-    return (name or "").strip() or str(ASSETS / "heads" / method)
+    name = (name or "").strip()
+    if name and (Path(name) / method / "heads.json").is_file():
+        return str(Path(name) / method)
+    return name or str(ASSETS / "heads" / method)
 
 
 def check_heads(p, methods: list[str]) -> None:
@@ -175,7 +179,8 @@ class Handlers:
         target = self.model_name(p.settings.target, "target")
         for m in methods:
             if p.settings.preset == "auto" and m != "greedy":
-                pr = presets.resolve(target, p.model, p.tok, m, p.dmodel)
+                pr = presets.resolve(target, p.model, p.tok, m, p.dmodel,
+                                     heads_folder(p.settings.heads, m) if m in HEADS_METHODS else None)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
             self.check_positions(p, m)

@@ -26,7 +26,7 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               "medusa": {"budget": 16}, "eagle": {"budget": 16}}  # heads: no tuner yet (bench_heads.py)
+               "medusa": {"budget": 16}, "eagle": {"budget": 16}}  # bench_heads.py; tuned: autotune_heads
 _lock = threading.Lock()
 
 
@@ -72,8 +72,9 @@ def cached(model_name: str, model, method: str) -> dict | None:
     return None
 
 
-def tune(model_name: str, model, tok, method: str, draft=None, on_step=None) -> dict:
-    """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}."""
+def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, heads: str | None = None) -> dict:
+    """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}.
+    heads: the medusa / eagle heads folder the budget is tuned with (default: the shipped heads)."""
     measured = ""
     if method == "lookahead":
         from decoding.autotune import autotune
@@ -86,6 +87,11 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None) -> 
         from decoding.autotune_speculative import autotune_speculative
         res = autotune_speculative(model, draft, tok, PILOTS, pilot_tokens=32, reps=1)
         params, measured = res["best"], measured_speculative(res)
+    elif method in ("medusa", "eagle"):
+        from decoding.autotune_heads import autotune_heads
+        from decoding.models import ASSETS
+        res = autotune_heads(model, tok, PILOTS, method, heads or str(ASSETS / "heads" / method), reps=1)
+        params, measured = {"budget": res["best"]}, measured_heads(res)
     else:
         params = dict(SHIPPED_CPU[method])  # prompt lookup has no tuner; its defaults copy freely
     with _lock:
@@ -110,9 +116,16 @@ def measured_speculative(res: dict) -> str:
     return f"timed greedy ({res['greedy_tokens_per_s']:.0f} tokens/s) and {len(r)} draft shapes, best first: {top}"
 
 
-def resolve(model_name: str, model, tok, method: str, draft=None) -> dict:
+def measured_heads(res: dict) -> str:
+    r = res["ranking"]
+    top = "; ".join(f"budget {x['budget']}: {x['compression']:.2f} tokens/step, {x['tokens_per_s']:.1f} tokens/s"
+                    for x in r[:2])
+    return f"timed {len(r)} tree budgets on {len(PILOTS)} prompts, best first: {top}"
+
+
+def resolve(model_name: str, model, tok, method: str, draft=None, heads: str | None = None) -> dict:
     """The preset: cached or shipped, else tuned now."""
-    return cached(model_name, model, method) or tune(model_name, model, tok, method, draft)
+    return cached(model_name, model, method) or tune(model_name, model, tok, method, draft, heads=heads)
 
 
 def describe(method: str, params: dict) -> str:

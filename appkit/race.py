@@ -90,6 +90,7 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
     acc = sum(len(s.accepted) for s in steps) / len(steps)
     cost = ms / g_ms
     what = (f"a speculative step (draft forwards + a {q:.0f}-token check)" if name == "speculative"
+            else f"a {name} step (head forwards + a {q:.0f}-token check)" if name in ("medusa", "eagle")
             else f"a {q:.0f}-token {name.replace('_', ' ')} step")
     facts = (f"{what} costs {cost:.1f}x a 1-token step {where} ({ms:.1f} vs {g_ms:.1f} ms) and accepted "
              f"{acc:.2f} tokens per step: {acc / cost:.2f}x predicted, {speedup:.2f}x measured")

@@ -15,15 +15,17 @@ from decoding import ModelError, run
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
 from .errors import one_line, reported
-from .handlers import CLEAR, Handlers, Plan, thread_setup, tmpdir
+from .handlers import CLEAR, HEADS_METHODS, Handlers, Plan, heads_folder, thread_setup, tmpdir
 from .models import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, InputError, Settings, raise_if, whole
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
-RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi"]
-RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]  # jacobi on request: it is the lesson, not a contender
+RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle"]
+# jacobi on request: it is the lesson, not a contender; medusa / eagle on request: they need heads trained
+# for the target (shipped only for the embedded one)
+RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]
 
 
 class Tabs(Handlers):
@@ -184,7 +186,8 @@ class Tabs(Handlers):
 
     @reported(6, status=None, client_error=True)
     def tune(self, *values):
-        """Run the autotuner for this model and device now (lookahead, and speculative when chosen) and
+        """Run the autotuner for this model and device now (lookahead, and speculative / medusa / eagle when
+        chosen) and
         keep the result as the device's auto preset."""
         s = Settings.from_values(values)
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
@@ -199,6 +202,10 @@ class Tabs(Handlers):
             sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
             note += f", speculative {presets.describe('speculative', sp['params'])}"
             facts.append(f"speculative — {sp['measured']}")
+        if s.method in HEADS_METHODS:  # the heads' tree budget, with the heads the Run tab names
+            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method))
+            note += f", {s.method} {presets.describe(s.method, hp['params'])}"
+            facts.append(f"{s.method} — {hp['measured']}")
         line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset).\n\n"
                 "What it measured: " + "\n\n".join(facts))
         return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"

@@ -58,8 +58,11 @@ def ours_runner(model, tok, method: str, **params):
     return go
 
 
+HEADS_BUDGET = 16  # the shipped CPU preset (appkit/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
+
+
 def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,
-               spec_auto: dict | None = None) -> dict:
+               spec_auto: dict | None = None, heads: Path | None = None) -> dict:
     """HF rows run on hf_model/hf_draft: the same weights as loaded by transformers (stock layout), which is
     what a user would run instead; ours run on the engine's load (see decoding/layout.py). The extra row
     'HF greedy (engine layout)' shows how much of our speed-up comes from the weight layout alone."""
@@ -92,13 +95,18 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         if spec_auto:
             from decoding.autotune_speculative import label
             c[f"ours speculative auto ({label(spec_auto)})"] = spec(**spec_auto)
+    for kind in ("medusa", "eagle"):  # self-drafting heads (issue 21): rows only where heads for it exist
+        if heads is not None and (Path(heads) / kind / "heads.json").is_file():
+            c[f"ours {kind} budget {HEADS_BUDGET}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind),
+                                                                   budget=HEADS_BUDGET)
     return c
 
 
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
-          auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None) -> list[dict]:
+          auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None,
+          heads: Path | None = None) -> list[dict]:
     runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto, hf_model, hf_draft,
-                                                   spec_auto).items()
+                                                   spec_auto, heads).items()
                if not only or only in name or name == "HF greedy"}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
@@ -182,6 +190,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny random models, 1 run, 16 tokens")
     ap.add_argument("--no-auto", action="store_true", help="skip the autotuned lookahead row")
+    ap.add_argument("--heads", default=None, help="folder with medusa/ and eagle/ heads for --model "
+                    "(default: assets/heads for the embedded model; rows only where heads exist)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for the .md and .json")
     a = ap.parse_args(argv)
     if a.threads:
@@ -210,8 +220,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             spec_auto = autotune_speculative(model, draft, tok, [p["prompt"] for p in prompts[:3]],
                                              pilot_tokens=min(32, a.max_new_tokens))["best"]
             print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
+    heads = Path(a.heads) if a.heads else (ROOT / "assets" / "heads" if not a.quick and a.model is None else None)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
-                 hf_model, hf_draft, spec_auto)
+                 hf_model, hf_draft, spec_auto, heads)
     meta = {**machine(model), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},
             "autotuned": auto, "speculative_autotuned": spec_auto,

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--guesses", type=int, default=None, help="lookahead G (default 5)")
     g.add_argument("--auto", action="store_true",
                    help="lookahead: pick W/N/G from this device's latency curve and pilot runs on the prompt; "
-                        "speculative: pick K / tree / staged by timing pilot runs")
+                        "speculative: pick K / tree / staged by timing pilot runs; jacobi / medusa / eagle: "
+                        "pick the block / tree budget by timing pilot runs")
     g.add_argument("--text-span", type=int, default=None,
                    help="lookahead: tokens offered after a prompt/output n-gram match "
                         "(default 7; at least N-1, the paper's pool)")
@@ -142,12 +143,14 @@ def setup(args: argparse.Namespace):
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
     if args.auto and args.method == "jacobi" and args.block is not None:
         raise ValueError("--auto chooses the jacobi block itself: drop --block")
-    if args.auto and args.method != "jacobi" and (args.method not in ("lookahead", "speculative")
+    if args.auto and args.method in ("medusa", "eagle") and args.budget is not None:
+        raise ValueError(f"--auto chooses the {args.method} tree budget itself: drop --budget")
+    if args.auto and args.method not in ("jacobi", "medusa", "eagle") and (args.method not in ("lookahead", "speculative")
                       or any(v is not None for v in (args.window, args.ngram, args.guesses, args.draft_tokens,
                                                      args.tree, args.tree_budget)) or args.staged):
         raise ValueError("--auto chooses the shape itself: use it with --method lookahead (without --window/--ngram/"
-                         "--guesses), --method speculative (without --draft-tokens/--tree/--tree-budget/--staged) "
-                         "or --method jacobi (without --block)")
+                         "--guesses), --method speculative (without --draft-tokens/--tree/--tree-budget/--staged), "
+                         "--method jacobi (without --block) or --method medusa / eagle (without --budget)")
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn)
     if args.method == "speculative":
@@ -173,6 +176,13 @@ def setup(args: argparse.Namespace):
         best = autotune_block(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
         print(f"[auto] block {best}", file=sys.stderr)
         drafter = make_drafter("jacobi", block=best)
+    elif args.auto and args.method in ("medusa", "eagle"):
+        from .autotune_heads import autotune_heads
+        tuned = autotune_heads(model, tok, args.prompt, args.method, args.heads,
+                               pilot_tokens=min(32, args.max_new_tokens))
+        print(f"[auto] tree budget {tuned['best']} (" + ", ".join(
+            f"{r['budget']}: {r['tokens_per_s']:.1f} tokens/s" for r in tuned["ranking"]) + ")", file=sys.stderr)
+        drafter = make_drafter(args.method, heads=args.heads, budget=tuned["best"])
     elif args.auto:
         from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]

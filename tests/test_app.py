@@ -228,6 +228,26 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     assert look.count("<td") == rows["lookahead"]["steps"]  # every step of the 20-token run, prefill included
 
 
+def test_race_with_heads_reports_identical_tokens(client, dirs, tmp_path):
+    """Medusa and EAGLE race as choices (off by default) from one heads folder holding medusa/ and eagle/
+    (heads trained a few steps on the target's own greedy text): both rows are greedy's tokens."""
+    from appkit.tabs import RACE_CHOICES, RACE_DEFAULT
+    from test_heads import _train
+    assert {"medusa", "eagle"} <= set(RACE_CHOICES) and not {"medusa", "eagle"} & set(RACE_DEFAULT)
+    model, _ = load(dirs["target"])
+    for kind in ("medusa", "eagle"):
+        _train(model, kind, tmp_path / "heads" / kind, epochs=2)
+    _, summary, table, _, _, _ = client.predict(
+        *race_settings(dirs, ["eagle", "medusa"], heads=str(tmp_path / "heads"), heads_budget=8) + [1],
+        api_name="/race")
+    rows = race_rows(table)
+    assert list(rows) == ["greedy", "eagle", "medusa"]
+    for m in ("eagle", "medusa"):
+        assert rows[m]["exact"] == "✓ identical to greedy" and rows[m]["tokens"] == 20, rows[m]
+        assert rows[m]["config"] == "tree budget 8"
+        assert f"a {m} step (head forwards + a" in summary
+
+
 def test_race_repeats_input_is_checked_and_honoured(client, dirs):
     expect_msg(client, race_settings(dirs, ["lookahead"]) + [0], "/race", "repeats", "[1, 10]", "got 0")
     _, summary, table, _, _, _ = client.predict(*race_settings(dirs, ["lookahead"]) + [1], api_name="/race")

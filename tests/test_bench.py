@@ -23,6 +23,20 @@ def test_quick_benchmark_runs_and_greedy_modes_are_exact(tmp_path):
     assert "HF greedy (column layout)" in names
 
 
+def test_bench_heads_rows_are_exact(tmp_path):
+    """With a heads folder (medusa/ and eagle/, trained a few steps for the quick target) bench.py runs
+    'ours medusa' and 'ours eagle' rows, checked token for token against HF greedy; without one, none."""
+    from test_heads import _train
+    model, tok, _, (hf_model, _), prompts = bench.quick_models()
+    for kind in ("medusa", "eagle"):
+        _train(model, kind, tmp_path / kind, epochs=2)
+    rows = bench.bench(model, tok, None, prompts, 1, 16, 4, "budget", hf_model=hf_model, heads=tmp_path)
+    assert [r["method"] for r in rows] == ["HF greedy", f"ours medusa budget {bench.HEADS_BUDGET}",
+                                           f"ours eagle budget {bench.HEADS_BUDGET}"]
+    assert all(r["exact"] and r["tokens"] == 16 for r in rows), rows
+    assert not any("budget" in n for n in bench.contenders(model, tok, None, 4, heads=tmp_path / "none"))
+
+
 def test_layout_bench_quick():
     import bench_layout
     rows = bench_layout.main(["--quick"])

@@ -170,6 +170,34 @@ def test_cli_train_heads_and_generate(tmp_path, capsys):
               "def f ( x ) :", "--max-new-tokens", "12", "--check-exact"], capsys)
     assert r.returncode == 0, r.stderr
     assert "identical" in r.stderr and "[eagle] mean acceptance length" in r.stderr
+    # --auto: the tree budget is picked by timed pilots and printed; the output stays HF greedy's
+    r = _cli(["generate", "--model", mdir, "--method", "eagle", "--heads", str(tmp_path / "e"), "--prompt",
+              "def f ( x ) :", "--max-new-tokens", "12", "--check-exact", "--auto"], capsys)
+    assert r.returncode == 0, r.stderr
+    auto = next(ln for ln in r.stderr.splitlines() if ln.startswith("[auto] tree budget "))
+    assert int(auto.split()[3]) in (4, 8, 16, 24) and "identical" in r.stderr
+
+
+def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, monkeypatch):
+    """The tuner times every budget and ranks by tokens/s; the app's Tune (presets.tune) uses it with the
+    heads it is given and stores the budget as the device's auto preset."""
+    from appkit import presets
+    from decoding.autotune_heads import autotune_heads
+    from decoding.models import load
+    model, heads = trained["llama", "medusa"]
+    res = autotune_heads(model, None, PROMPTS[0], "medusa", heads, pilot_tokens=12, budgets=(2, 8), reps=1)
+    assert sorted(r["budget"] for r in res["ranking"]) == [2, 8] and res["best"] == res["ranking"][0]["budget"]
+    assert res["ranking"][0]["tokens_per_s"] >= res["ranking"][1]["tokens_per_s"] > 0
+    assert all(r["compression"] >= 1 for r in res["ranking"])
+    with pytest.raises(ValueError, match="not 'jacobi'"):
+        autotune_heads(model, None, PROMPTS[0], "jacobi", heads)
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
+    mdir = save_tiny_dir(tmp_path / "m")
+    m2, tok = load(mdir)
+    h2 = _train(m2, "eagle", tmp_path / "h", epochs=2)
+    out = presets.tune("tiny", m2, tok, "eagle", heads=h2)
+    assert out["params"]["budget"] in (4, 8, 16, 24) and "tree budgets" in out["measured"]
+    assert presets.cached("tiny", m2, "eagle") == {"params": out["params"], "source": "tuned on this device"}
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -179,7 +207,9 @@ def test_cli_train_heads_and_generate(tmp_path, capsys):
     (["generate", "--method", "medusa", "--prompt", "x"], "medusa needs heads"),
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
     (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"], "--heads and --budget need"),
-], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method"])
+    (["generate", "--method", "medusa", "--heads", "h", "--budget", "8", "--auto", "--prompt", "x"],
+     "--auto chooses the medusa tree budget itself: drop --budget"),
+], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method", "auto-budget"])
 def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
     (tmp_path / "EMPTY").mkdir()
     (tmp_path / "NOHEADS").mkdir()
