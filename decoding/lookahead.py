@@ -18,6 +18,7 @@ from .verify import Verdict, common_prefix
 
 class Lookahead:
     name = "lookahead"
+    tracing = False  # set by the runner: per-step pool deltas (info["pool_delta"]) only when tracing
 
     def __init__(self, window: int = 5, ngram: int = 4, guesses: int = 5, prompt_ngrams: bool = True,
                  output_ngrams: bool = True, pool_cap: int | None = None, seed: int = 0, dedupe: bool = True,
@@ -43,6 +44,7 @@ class Lookahead:
         rng = random.Random(self.seed)
         self.levels: list[list[int]] = [[rng.choice(prompt_ids) for _ in range(self.W - 1)]]
         self.pool = Pool(self.N - 1, self.pool_cap, self.text_span)
+        self.pool.log = [] if self.tracing else None
         self._next = 0 if self.prompt_ngrams else max(0, len(prompt_ids) - self.N + 1)
         if self.prompt_ngrams:
             self._next = self.pool.add_text(prompt_ids, 0, "prompt")
@@ -98,4 +100,6 @@ class Lookahead:
         chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None  # deepest node's candidate
         plan.info.update(window_next=[list(level) for level in self.levels], harvested=harvested,
                          matched=matched, chosen=chosen, pool_size=self.pool.size)
+        if self.pool.log is not None:  # the pool's changes since the last step (the first: the prompt's too)
+            plan.info["pool_delta"], self.pool.log = self.pool.log, []
 

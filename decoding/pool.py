@@ -29,6 +29,9 @@ class Pool:
         self.window: dict[int, OrderedDict[tuple[int, ...], None]] = {}
         self._distinct: dict[int, set[tuple[int, ...]]] = {}  # text n-grams per key, for `size`
         self.size = 0  # n-grams a lookup can offer: up to cap per key and shelf
+        # Only when tracing: every change in order, ["t"|"w"|"x", key, *value] (text added, window added,
+        # window evicted), so the trace can carry per-step deltas and the pool browser rebuild any step.
+        self.log: list[list[int | str]] | None = None
 
     def add(self, key: int, value: tuple[int, ...], source: str = "window") -> None:
         """A window n-gram (harvested guesses): kept per key, the cap most recent (LRU)."""
@@ -39,8 +42,12 @@ class Pool:
             shelf.move_to_end(value)
             return
         shelf[value] = None
+        if self.log is not None:
+            self.log.append(["w", key, *value])
         if len(shelf) > self.cap:
-            shelf.popitem(last=False)
+            old, _ = shelf.popitem(last=False)
+            if self.log is not None:
+                self.log.append(["x", key, *old])
         else:
             self.size += 1
 
@@ -55,9 +62,22 @@ class Pool:
             value = tuple(tokens[i + 1:i + 1 + self.n1])
             if value not in seen:
                 seen.add(value)
+                if self.log is not None:
+                    self.log.append(["t", tokens[i], *value])
                 if len(seen) <= self.cap:
                     self.size += 1
         return self.index.done
+
+    def contents(self) -> dict[int, dict[str, set[tuple[int, ...]]]]:
+        """Every n-gram held, by key and shelf (text: each distinct N-1 continuation seen; window: the LRU
+        shelf): what the trace's pool deltas rebuild, for the pool browser and its test."""
+        out: dict[int, dict[str, set[tuple[int, ...]]]] = {}
+        for key, seen in self._distinct.items():
+            out.setdefault(key, {"text": set(), "window": set()})["text"] |= seen
+        for key, shelf in self.window.items():
+            if shelf:
+                out.setdefault(key, {"text": set(), "window": set()})["window"] |= set(shelf)
+        return out
 
     def _source(self, at: int) -> str:
         for first, src in reversed(self.sources):  # a short list: one entry per change of source

@@ -17,8 +17,10 @@ Step fields:
     text (reference lookup), "jacobi" = a confirmed Jacobi guess, "draft", "stage2");
   kept: query indices whose KV entries stayed in the cache; wall_ms: the step's wall time;
   info: what the method did (lookahead: window, window_next, pool_key, candidates, candidate_sources,
-    matched, chosen, harvested, pool_size; prompt lookup: key, candidates, matched, chosen and, with
-    references, candidate_sources ("reference" | "text") and reference_at ([reference, end of the match]);
+    matched, chosen, harvested, pool_size, pool_delta (the pool's changes this step, in order:
+    ["t"|"w"|"x", key, *n-gram] = text added, window added, window evicted); prompt lookup: key,
+    candidates, matched, chosen and, with references, candidate_sources ("reference" | "text") and
+    reference_at ([reference, end of the match]);
     jacobi: info["jacobi"] = {guesses, fresh, updated (the model's argmax at x0 and every guess), accepted,
     next (the following step's guesses)}; speculative: the tree, draft probabilities, ...).
 With tracing off, the query arrays and info are left empty and only counts and times are kept.

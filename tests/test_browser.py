@@ -409,7 +409,7 @@ def test_a_newcomer_completes_the_lesson(browser, url):
 
 def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_path):
     """↓ SVG / ↓ PNG save the current step's views (checked by size, the SVG rendered on its own, the PNG
-    decoded); presentation mode is large type driven by the keyboard alone."""
+    decoded); ↓ slides saves the run as an HTML deck (one slide per step, rendered on its own); presentation mode is large type driven by the keyboard alone."""
     from PIL import Image
     page, watch = open_app(browser, url)
     page.get_by_role("tab", name="Replay").click()
@@ -442,6 +442,25 @@ def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_
     assert len(img.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 20, "the PNG is blank"
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / "export_step.png").write_bytes(png.read_bytes())
+    # the whole run as one HTML deck: one slide per step, the stepper comes back to the step it was on
+    n = int(page.locator(f"{stepper} .ds-slider").get_attribute("max")) + 1
+    with page.expect_download() as dl:
+        page.locator(f"{stepper} .ds-slides").click()
+    deck = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(deck)
+    html = deck.read_text()
+    assert deck.name.endswith("-slides.html") and deck.stat().st_size > 5000 * n and label_step(page, stepper) == step
+    assert html.count('<section class="slide"') == n and html.count("<foreignObject") == n
+    view = browser.new_page()  # it renders on its own: one slide shown, the window table drawn, keys move
+    view.goto(deck.as_uri())
+    expect(view.locator(".slide.on")).to_have_count(1)
+    expect(view.locator("#count")).to_have_text(re.compile(f"slide 1 / {n}"))
+    view.keyboard.press("End")
+    expect(view.locator("#count")).to_have_text(re.compile(f"slide {n} / {n}"))
+    expect(view.locator(".slide.on table.ds-tab td").first).to_be_visible(timeout=10000)
+    assert f"step {step} /" in view.locator(".slide.on .ds-head").first.text_content()
+    assert view.locator(".slide.on rect").count() > 10
+    view.close()
     # presentation mode: large type, keyboard only, Esc leaves
     page.locator(f"{stepper} .ds-present").click()
     expect(page.locator(stepper)).to_have_class(re.compile("ds-present"))

@@ -22,3 +22,25 @@ def test_text_span_offers_what_followed_the_latest_occurrence():
     assert pool.lookup(2, 2)[0] == [(3, 8), (3, 4)]  # without the text: the stored N-1 tokens
     pool.add(2, (6, 6), "window")
     assert (6, 6) in pool.lookup(2, 3, text=text)[0]  # window guesses are never extended
+
+
+def test_pool_rebuilt_from_trace_deltas_equals_the_engines_pool_at_every_step(tiny_models):
+    """The pool browser's data: replaying info["pool_delta"] up to step i gives exactly the engine's pool
+    after step i (small cap, so window evictions happen); without tracing no delta is recorded."""
+    from decoding.lookahead import Lookahead
+    from decoding.runner import generate
+    from viz import pool as pool_view
+    model = tiny_models["llama"]
+    prompt = [5, 9, 3, 5, 9, 7, 5, 9, 3, 11, 5, 9]
+    drafter = Lookahead(window=4, ngram=3, guesses=2, pool_cap=1)
+    seen = {}
+    tr = generate(model, prompt, drafter, max_new_tokens=24,
+                  on_step=lambda s, out: seen.__setitem__(s.index, drafter.pool.contents()))
+    decode = [s for s in tr.steps if "pool_delta" in s.info]
+    assert len(decode) >= 5 and any(op == "x" for s in decode for op, *_ in s.info["pool_delta"])
+    for s in decode:
+        engine = {k: v for k, v in seen[s.index].items() if v["text"] or v["window"]}
+        assert pool_view.contents(tr, s.index) == engine, s.index
+    assert engine and s.info["pool_size"] > 0
+    quiet = generate(model, prompt, Lookahead(window=4, ngram=3, guesses=2, pool_cap=1), max_new_tokens=8, trace=False)
+    assert not any("pool_delta" in s.info for s in quiet.steps)

@@ -568,3 +568,28 @@ def test_browser_draws_pruned_nodes_and_follows_the_step_in_the_cost_panel(tmp_p
     st = {s["index"]: s for s in prof("lookahead")["steps"]}
     assert before.startswith("step 6:") and after.startswith("step 7:") and point == [7]
     assert f"{st[7]['n_query']} query tokens" in after
+
+
+def test_pool_browser_lists_the_rebuilt_pool_by_key(tiny_models, tmp_path):
+    """The step view carries each step's pool delta; Chromium's pool browser at step k lists exactly the pool
+    viz.pool.contents rebuilds (= the engine's pool, tests/test_pool.py), the looked-up key first and marked."""
+    import screenshots
+    from decoding.lookahead import Lookahead
+    from decoding.runner import generate
+    tr = generate(tiny_models["llama"], [5, 9, 3, 5, 9, 7, 5, 9, 3, 11, 5, 9], Lookahead(window=4, ngram=3, guesses=2,
+                  pool_cap=1), max_new_tokens=16)
+    data = _payload(viz.step_view_html(tr))
+    assert [d["info"].get("pool_delta") for d in data["steps"]] == [s.info.get("pool_delta") for s in tr.steps]
+    k = tr.steps[-3].index
+    page = viz.write_report(tr, tmp_path / "r.html")
+    dom = subprocess.run([screenshots.chromium(), *screenshots.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'p'}",
+                          "--dump-dom", page.as_uri() + f"#step={k}"], capture_output=True, text=True, timeout=60).stdout
+    box = re.search(r'<details class="ds-poolbrowse">(.*?)</details>', dom, re.S).group(1)
+    assert f"pool after step {k}:" in box
+    rows = re.findall(r'<tr class="([^"]*)" data-key="(\d+)">(.*?)</tr>', box, re.S)
+    shown = {int(key): {tuple(int(t) for t in g.split(",")) for g in re.findall(r'data-g="([\d,]+)"', body)}
+             for _, key, body in rows}
+    want = pool.contents(tr, k)
+    assert shown == {key: v["text"] | v["window"] for key, v in want.items()} and len(shown) > 3
+    assert rows[0][0] == "ds-poolkey" and int(rows[0][1]) == tr.steps[-3].info["pool_key"]
+    assert sum(r[0] == "ds-poolkey" for r in rows) == 1

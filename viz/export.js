@@ -70,6 +70,33 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     };
     img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg);
   }
+  // The whole run as one self-contained HTML deck: one slide per step, each the same SVG as "↓ SVG" (the
+  // stepper walks every step, then goes back); ← → Space Home End move, #5 opens slide 5.
+  function slidesHTML(root, n, go, back) {
+    const D = JSON.parse(root.querySelector(".ds-data").textContent), slides = [];
+    for (let k = 0; k < n; k++) {
+      go(k);
+      slides.push(`<section class="slide" data-step="${root.dataset.step}">${stepSVG(root).svg}</section>`);
+    }
+    go(back);
+    const title = `DecodeScope — ${D.method}, ${n} steps`.replace(/[<&]/g, "");
+    return `<!doctype html><html><head><meta charset="utf-8"><title>${title}</title><style>` +
+      "body{margin:0;background:#333;font-family:sans-serif}.slide{display:none}" +
+      ".slide.on{display:flex;justify-content:center;align-items:center;min-height:100vh}" +
+      ".slide>svg{max-width:100vw;max-height:100vh;height:auto;background:#fff}" +
+      "#count{position:fixed;right:12px;bottom:8px;color:#ddd;font-size:14px}</style><body>" +
+      slides.join("\n") + `<div id="count"></div><script>(function(){` +
+      `var s=document.querySelectorAll(".slide"),c=0;function go(k){c=Math.max(0,Math.min(s.length-1,k));` +
+      `s.forEach(function(e,j){e.classList.toggle("on",j===c)});document.getElementById("count").textContent=` +
+      `"slide "+(c+1)+" / "+s.length+" (← →)";}document.addEventListener("keydown",function(e){` +
+      `var k={ArrowRight:c+1," ":c+1,PageDown:c+1,ArrowLeft:c-1,PageUp:c-1,Home:0,End:s.length-1}[e.key];` +
+      `if(k!==undefined){e.preventDefault();go(k);}});go(parseInt((location.hash||"#1").slice(1),10)-1||0);})();` +
+      `</` + `script>`;  // no closing body/html tags: the host page keeps the only one
+  }
+  function saveSlides(root, n, go, back) {
+    const D = JSON.parse(root.querySelector(".ds-data").textContent);
+    save(`decodescope-${D.method}-slides.html`, new Blob([slidesHTML(root, n, go, back)], { type: "text/html" }));
+  }
   // Presentation mode: full screen where the browser allows it, large type either way; Esc leaves.
   function present(root, on) {
     const want = on === undefined ? !root.classList.contains("ds-present") : on;
@@ -83,5 +110,5 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     }
     return want;
   }
-  return { stepSVG, saveSVG, savePNG, present };
+  return { stepSVG, saveSVG, savePNG, slidesHTML, saveSlides, present };
 })();

@@ -77,6 +77,22 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     return fig
 
 
+def contents(trace: TraceLike, step_index: int) -> dict[int, dict[str, set[tuple[int, ...]]]]:
+    """The pool after step `step_index`, rebuilt from the per-step deltas a traced lookahead run records
+    (info["pool_delta"]: ["t"|"w"|"x", key, *n-gram] in order; views.js replays the same ops)."""
+    out: dict[int, dict[str, set[tuple[int, ...]]]] = {}
+    for s in as_trace(trace).steps:
+        if s.index > step_index:
+            break
+        for op, key, *gram in s.info.get("pool_delta") or []:
+            shelf = out.setdefault(key, {"text": set(), "window": set()})
+            if op == "x":
+                shelf["window"].discard(tuple(gram))
+            else:
+                shelf["text" if op == "t" else "window"].add(tuple(gram))
+    return {k: v for k, v in out.items() if v["text"] or v["window"]}
+
+
 def run_data(trace: TraceLike) -> dict:
     """Per decode step: pool size, whether the key was found, whether a candidate matched; running rates."""
     tr = as_trace(trace)

@@ -138,6 +138,8 @@
     const X = window.DecodeScopeExport;  // export.js, loaded before this script
     q(".ds-svg").onclick = () => X.saveSVG(root);
     q(".ds-png").onclick = () => X.savePNG(root, 2);
+    const slides = q(".ds-slides");
+    if (slides) slides.onclick = () => { stop(); X.saveSlides(root, n, go, cur); };
     q(".ds-present").onclick = () => { active = root; X.present(root); };
     slider.oninput = () => { stop(); go(parseInt(slider.value, 10)); };
     // Delegated clicks: a token selects its step (linked views); the mode buttons recolour the text.

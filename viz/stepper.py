@@ -27,7 +27,7 @@ MAX_STEPS = 2000   # the payload is compact now; this only guards against pathol
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}
 INFO_KEYS = ("window", "pool_key", "key", "candidates", "candidate_sources", "matched", "chosen", "pool_size",
-             "accepted_path", "first_rejected")
+             "accepted_path", "first_rejected", "pool_delta")
 TREE_KEYS = ("tokens", "parents", "depth", "draft_prob", "target_prob", "origin", "pruned")
 
 __all__ = ["CSS", "JS_ON_LOAD", "SCRIPT", "build", "caption", "gradio_html_kwargs", "head_html", "step_view_html"]
@@ -84,6 +84,7 @@ def _vocab(tr) -> dict[str, str]:
         ids.update(t for lv in info.get("window_next") or [] for t in lv)
         ids.update((info.get("tree") or {}).get("tokens") or [])
         ids.update(((info.get("tree") or {}).get("pruned") or {}).get("tokens") or [])
+        ids.update(t for op in info.get("pool_delta") or [] for t in op[1:])  # the pool browser's n-grams
         key = info.get("pool_key", info.get("key"))
         ids.update(key if isinstance(key, list) else [key] if key is not None else [])
     return {str(t): text_of(tr, t) for t in ids}
@@ -152,6 +153,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 <input class="ds-slider" type="range" min="0" max="0" value="0" aria-label="step"><span class="ds-label"></span>
 <span>colour by</span><button class="ds-mode ds-on" data-mode="origin">origin</button><button class="ds-mode" data-mode="step">step</button>
 <button class="ds-svg" title="download this step's views as an SVG file">↓ SVG</button><button class="ds-png" title="download this step's views as a PNG image">↓ PNG</button>
+<button class="ds-slides" title="download the whole run as one HTML slide deck, one step per slide (← → move)">↓ slides</button>
 <button class="ds-present" title="presentation mode: full screen, large type; ← → space Home End, Esc leaves">present</button></div>
 <div class="ds-caption"></div>
 {tokens.html(tr, "origin")}

@@ -52,7 +52,11 @@ svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !importan
 .ds-present .ds-text{font-size:22px;max-height:28vh}.ds-present table.ds-tab{font-size:20px}
 .ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:13px}
 .ds-present .ds-vt{font-size:22px}.ds-present .ds-prof,.ds-present .ds-run{display:none}
-.ds-present .ds-svg,.ds-present .ds-png{display:none}
+.ds-present .ds-svg,.ds-present .ds-png,.ds-present .ds-slides{display:none}
+details.ds-poolbrowse{margin-top:6px;font-size:12px}details.ds-poolbrowse summary{cursor:pointer;color:#333}
+table.ds-pooltab th{text-align:left}table.ds-pooltab tr.ds-poolkey th{font-weight:bold;color:#000;background:#fff3b0 !important}
+table.ds-pooltab td.ds-gram{min-width:0;height:auto;border:1px solid #ccc;white-space:pre;padding:1px 4px}
+table.ds-pooltab td.ds-gram.ds-w{border-style:dashed}
 @media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}}
 """
 # the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)

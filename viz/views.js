@@ -63,7 +63,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const keyRaw = info.pool_key !== undefined ? info.pool_key : info.key;
     const key = Array.isArray(keyRaw) ? keyRaw : keyRaw === null || keyRaw === undefined ? [] : [keyRaw];
     const cands = info.candidates || [], matched = info.matched || [], src = info.candidate_sources || [];
-    if (!cands.length) return [`Step ${s.i}: key ${quote(D, key)} found no candidates — the model's own token was kept`, ""];
+    if (!cands.length) return [`Step ${s.i}: key ${quote(D, key)} found no candidates — the model's own token was kept`, poolBrowser(D, s, key)];
     const pos = {};
     for (let k = 0; k < s.r.length; k++) if (s.r[k] === "c") pos[s.sl[k][0] + "," + s.sl[k][1]] = s.p[k];
     const rows = cands.map((c, g) => {
@@ -75,7 +75,44 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       return `<tr class="${chosen ? "ds-chosen" : ""}"><th>${chosen ? "▶ " : ""}cand ${g}${source ? ` (${esc(source)})` : ""}</th>${cells}</tr>`;
     });
     return [`Step ${s.i}: key ${quote(D, key)} → ${cands.length} candidate(s); accepted ${quote(D, s.a)}`,
-      `<table class="ds-tab">${rows.join("")}</table>`];
+      `<table class="ds-tab">${rows.join("")}</table>` + poolBrowser(D, s, key)];
+  }
+
+  // ---- Pool browser: every n-gram in the pool after this step, by key, rebuilt by replaying the trace's
+  // per-step deltas (info.pool_delta: ["t"|"w"|"x", key, ...n-gram], as viz/pool.py contents() does).
+  let poolOpen = false;  // the list stays open across step changes once opened
+  document.addEventListener("toggle", (e) => {
+    const d = e.composedPath ? e.composedPath()[0] : e.target;
+    if (d && d.classList && d.classList.contains("ds-poolbrowse")) poolOpen = d.open;
+  }, true);
+  function poolAt(D, s) {
+    const pool = new Map();
+    for (const st of D.steps) {
+      if (st.i > s.i) break;
+      for (const [op, k, ...g] of (st.info || {}).pool_delta || []) {
+        if (!pool.has(k)) pool.set(k, { t: new Map(), w: new Map() });
+        const shelf = pool.get(k)[op === "t" ? "t" : "w"], id = g.join(",");
+        if (op === "x") shelf.delete(id); else shelf.set(id, g);
+      }
+    }
+    return pool;
+  }
+  function poolBrowser(D, s, key, limit = 400) {
+    if (!D.steps.some((st) => (st.info || {}).pool_delta)) return "";
+    const pool = poolAt(D, s), look = key.length ? key[key.length - 1] : null;
+    const keys = [...pool.keys()].filter((k) => pool.get(k).t.size + pool.get(k).w.size)
+      .sort((a, b) => (b === look) - (a === look) || a - b);
+    let grams = 0;
+    const rows = keys.map((k) => {
+      const e = pool.get(k), cells = [...[...e.t.values()].map((g) => [g, ""]), ...[...e.w.values()].map((g) => [g, " ds-w"])];
+      grams += cells.length;
+      return `<tr class="${k === look ? "ds-poolkey" : ""}" data-key="${k}"><th>${k === look ? "▶ " : ""}${esc(quote(D, [k]))}</th>` +
+        cells.map(([g, w]) => `<td class="ds-gram${w}" data-g="${g.join(",")}" title="${w ? "window guess" : "seen in the text"}">${esc(quote(D, g))}</td>`).join("") + "</tr>";
+    });
+    const more = rows.length > limit ? `<p>… ${rows.length - limit} more key(s)</p>` : "";
+    return `<details class="ds-poolbrowse"${poolOpen ? " open" : ""}><summary>pool after step ${s.i}: ${keys.length} key(s), ` +
+      `${grams} n-gram(s) (solid: seen in the text, dashed: window guesses; ▶ the key looked up)</summary>` +
+      `<table class="ds-tab ds-pooltab">${rows.slice(0, limit).join("")}</table>${more}</details>`;
   }
 
   // ---- Token tree (SVG): depth left→right; accepted path green, first rejection red; pruned nodes faint.
