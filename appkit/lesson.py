@@ -44,13 +44,13 @@ STOPS = [
          "guess is kept once it equals what greedy would have produced. On its own it seldom gains more than a "
          "token per step — its trajectories are what lookahead harvests.",
          "how the guesses change from step to step before they settle",
-         settings={"block": 5}),
+         settings={"block": 5}, expect={"views": ["trajectory", "mask"]}),
     Stop("Lookahead at the paper's W5 N4 G5", "lookahead", VECTOR,
          "Lookahead keeps a 2D Jacobi window — 5 columns (W) of guesses, 3 levels deep (N−1) — and every column's "
          "history becomes a 4-token n-gram in the pool. In the same forward pass up to 5 (G) pooled n-grams that "
          "start with the last token are verified, so one step can accept several tokens.",
          "the Jacobi window (5 columns × 3 levels) and the pool lookup under it",
-         settings={"window": 5, "ngram": 4, "guesses": 5}, expect={"views": ["window", "pool", "mask"],
+         settings={"window": 5, "ngram": 4, "guesses": 5}, expect={"views": ["window", "pool", "trajectory", "mask"],
                                                                   "window": [5, 3]}),
     Stop("Prompt lookup: copy what followed last time", "prompt_lookup", VECTOR,
          "Prompt lookup drafts for free: it finds the last few tokens earlier in the prompt or output and proposes "
@@ -81,11 +81,11 @@ STOPS = [
     Stop("Self-drafting heads (Medusa)", "medusa", STACK,
          "Medusa adds small heads to the target that predict tokens +2, +3, … from its own last hidden state, so "
          "no separate draft model runs. Their guesses form a tree that the target verifies in its next pass.",
-         "the token tree drafted by the heads"),
+         "the token tree drafted by the heads", expect={"views": ["tree", "mask"]}),
     Stop("Self-drafting heads (EAGLE)", "eagle", STACK,
          "EAGLE drafts with one small layer that reads the target's hidden features, one step at a time. It "
          "guesses better than independent heads because each guess sees the previous one.",
-         "the token tree drafted from the target's features"),
+         "the token tree drafted from the target's features", expect={"views": ["tree", "mask"]}),
 ]
 MAX_NEW = 48  # every stop: long enough to show the pattern, short enough for a CPU in a workshop
 
