@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,20 +24,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import stdlib_corpus  # noqa: E402
-from eval_models import PROMPT_LINES  # noqa: E402
+from eval_models import loop_prompts  # noqa: E402
 
 
 def prompts(limit: int) -> list[tuple[str, str]]:
-    held = stdlib_corpus.load_split()[1]
-    out = []
-    for rel in sorted(held):
-        if rel.startswith("encodings/"):
-            continue
-        lines = held[rel].splitlines(keepends=True)
-        defs = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("def ") and ln.rstrip().endswith(":")]
-        if len(defs) >= 2:
-            out.append((rel, "".join(lines[max(0, defs[1] - PROMPT_LINES + 1) : defs[1] + 1]).rstrip("\n")))
-    return out[:limit]
+    """One prompt per held-out file (ending at its 2nd def signature): the loop measure's first prompts."""
+    return loop_prompts(stdlib_corpus.load_split()[1], per_file=1)[:limit]
 
 
 def speculative_acceptance(target_ids: list[int], prompt_ids: list[int], draft, k: int):

@@ -6,7 +6,7 @@ import torch
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter, run
 from decoding.sampling import Sampling
-from test_sampling import L, PROMPT, chi2_pvalue, exact_joint, peaky_model
+from test_sampling import chi2_pvalue, exact_joint, peaky_model, sampled_counts
 
 RUNS = 1000  # fewer than lookahead's 3000 (CI time); a wrong sampler still fails at p < 1e-3
 
@@ -56,15 +56,8 @@ def test_trace_records_every_guess_and_the_block_slides():
 def test_jacobi_sampling_matches_target_distribution():
     """verify.sampled on the Jacobi chain: every token drawn from exactly the target's distribution."""
     model = peaky_model()
-    s = Sampling(temperature=1.0, top_k=5, top_p=0.95)
-    probs = exact_joint(model, s)
-    counts: dict[tuple, int] = {}
-    multi = 0
-    for seed in range(RUNS):
-        tr = generate(model, PROMPT, make_drafter("jacobi", block=3), max_new_tokens=L,
-                      sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
-        counts[tuple(tr.output_ids)] = counts.get(tuple(tr.output_ids), 0) + 1
-        multi += any(len(st.accepted) > 1 for st in tr.steps)
+    probs = exact_joint(model, Sampling(temperature=1.0, top_k=5, top_p=0.95))
+    counts, multi = sampled_counts(model, "jacobi", RUNS, block=3)
     assert multi > RUNS // 20, f"only {multi} runs accepted a guess: the rule is barely exercised"
     assert chi2_pvalue(counts, probs, RUNS) > 1e-3
 

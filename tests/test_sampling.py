@@ -54,18 +54,24 @@ def peaky_model():
     return model
 
 
-def test_lookahead_sampling_matches_target_distribution():
-    model = peaky_model()
-    s = Sampling(temperature=1.0, top_k=5, top_p=0.95)
-    probs = exact_joint(model, s)
+def sampled_counts(model, method: str, runs: int, **params) -> tuple[dict[tuple, int], int]:
+    """Outputs of `runs` seeded sampling runs (temperature 1, top-k 5, top-p 0.95) of a method, counted,
+    and how many runs took a multi-token step (the acceptance rule was exercised)."""
     counts: dict[tuple, int] = {}
     multi = 0
-    for seed in range(RUNS):
-        tr = generate(model, PROMPT, make_drafter("lookahead", window=3, ngram=3, guesses=3),
-                      max_new_tokens=L, sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
+    for seed in range(runs):
+        tr = generate(model, PROMPT, make_drafter(method, **params), max_new_tokens=L,
+                      sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
         key = tuple(tr.output_ids)
         counts[key] = counts.get(key, 0) + 1
         multi += any(len(st.accepted) > 1 for st in tr.steps)
+    return counts, multi
+
+
+def test_lookahead_sampling_matches_target_distribution():
+    model = peaky_model()
+    probs = exact_joint(model, Sampling(temperature=1.0, top_k=5, top_p=0.95))
+    counts, multi = sampled_counts(model, "lookahead", RUNS, window=3, ngram=3, guesses=3)
     assert multi > RUNS // 10, f"only {multi} runs accepted a candidate: the rule is barely exercised"
     assert chi2_pvalue(counts, probs, RUNS) > 1e-3
 
