@@ -101,6 +101,12 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
             f"the step's cost in 1-token steps.")
 
 
+def fastest(rows: list[dict]) -> str | None:
+    """The accelerated method with the best median speed-up (the side-by-side view's default partner)."""
+    others = [r for r in rows if r["method"] != "greedy"]
+    return max(others, key=lambda r: r["speedup vs greedy"])["method"] if others else None
+
+
 def winner(rows: list[dict]) -> str:
     """The method with the best median speed-up, and whether its spread overlaps the runner-up's."""
     if len(rows) < 2:

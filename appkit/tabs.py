@@ -94,7 +94,7 @@ class Tabs(Handlers):
         md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
         return (md, race_table(rows), viz.race.race_figure(shown),
-                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), viz.side_by_side.html(shown))
+                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), viz.side_by_side.linked_html(shown, racekit.fastest(rows)))
 
     @reported(6, client_error=True)
     def profile(self, request: gr.Request, *values):

@@ -233,7 +233,8 @@ def race_tab(p: Page) -> None:
             p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
             p.race_stop = gr.Button("Stop", variant="stop", min_width=100)
         p.race_md = gr.Markdown(elem_id="ds-race-md")
-        p.race_sbs = gr.HTML("", elem_id="ds-race-sbs")  # every method's token strip, aligned by output position
+        # every method's token strip aligned by output position, and two linked step views
+        p.race_sbs = gr.HTML("", elem_id="ds-race-sbs", js_on_load=viz.stepper.JS_ON_LOAD)
         p.race_table = gr.Dataframe(label="results", interactive=False)
         with gr.Row():
             p.race_plot = gr.Plot(label="tokens over time", min_width=300)

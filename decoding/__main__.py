@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seq", type=int, default=256, help="tokens per training row")
     t.add_argument("--batch", type=int, default=4, help="rows per step")
     t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--distill", type=int, default=0, metavar="P",
+                   help="self-distillation: keep each row's first P tokens, train on the model's own greedy "
+                        "continuation (what greedy verification accepts); 0 = train on your text as is")
     t.add_argument("--cache", default=None, help="feature cache folder (default OUT/features)")
     t.add_argument("--device", default=None, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
     t.add_argument("--threads", type=int, default=None)
@@ -253,7 +256,7 @@ def train_heads(args: argparse.Namespace) -> int:
                       threads=args.threads, layout="stock")
     best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
                  max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
-                 log=stderr_log)
+                 distill=args.distill, log=stderr_log)
     print(f"{args.kind} heads in {args.out}: best validation top-1 "
           + " ".join(f"{a:.3f}" for a in best["acc"]) + f" (step {best['step']})")
     return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from .heads import KINDS, HeadsError, base_fingerprint, new_heads, save_heads
 
@@ -85,6 +86,38 @@ def features(model, rows: np.ndarray, cache: Path, batch: int = 8, log=print) ->
     return np.load(fp, mmap_mode="r"), arg
 
 
+@torch.inference_mode()
+def self_distill(model, rows: np.ndarray, prompt: int, cache: Path, batch: int = 32, log=print) -> np.ndarray:
+    """Rows whose tokens after the first `prompt` are the base model's own greedy continuation (cached).
+
+    Why: greedy verification accepts what the target says, not what the corpus says. Teacher-forced labels
+    on corpus text only match the target one step ahead; on its own continuations (Medusa-2's
+    self-distillation) every depth of a head's guess is trained on the text the target really produces."""
+    path = cache.with_suffix(".distill.npy")
+    if path.exists():
+        return np.load(path)
+    n, seq = rows.shape
+    if not 0 < prompt < seq:
+        raise HeadsError(f"--distill {prompt}: the prompt must be shorter than a row (--seq {seq})")
+    out = rows.copy()
+    dev = model.get_input_embeddings().weight.device
+    t0 = time.perf_counter()
+    for i in range(0, n, batch):
+        ids = torch.from_numpy(rows[i:i + batch, :prompt]).long().to(dev)
+        past = DynamicCache(config=model.config)
+        with _autocast(dev):
+            logits = model(input_ids=ids, past_key_values=past, use_cache=True).logits[:, -1]
+            for t in range(prompt, seq):
+                nxt = logits.argmax(-1, keepdim=True)
+                out[i:i + len(ids), t] = nxt[:, 0].cpu().numpy()
+                if t + 1 < seq:
+                    logits = model(input_ids=nxt, past_key_values=past, use_cache=True).logits[:, -1]
+        _progress("distill", i + len(ids), n, t0, log)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, out)
+    return out
+
+
 def _autocast(dev: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)
 
@@ -134,8 +167,11 @@ def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: tor
 
 def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: int = 4, seq: int = 256,
           max_tokens: int = 300_000, epochs: float = 1.0, batch: int = 4, lr: float = 1e-3, val_every: int = 75,
-          cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, log=print) -> dict:
-    """Train heads of `kind` for `model` on `texts`; heads land in `out` (best validation checkpoint)."""
+          cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, distill: int = 0,
+          log=print) -> dict:
+    """Train heads of `kind` for `model` on `texts`; heads land in `out` (best validation checkpoint).
+    distill > 0: each row keeps its first `distill` corpus tokens and continues with the model's own greedy
+    text (self_distill)."""
     if kind not in KINDS:
         raise HeadsError(f"unknown --kind {kind!r}; choose one of {', '.join(KINDS)}")
     if not texts:
@@ -148,6 +184,9 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     rows = chunk(tok, texts, seq, max_tokens, _eos(model, tok), seed)
     key = hashlib.sha256(base_fingerprint(model).encode() + rows.tobytes()).hexdigest()[:16]
     cache = Path(cache) if cache else out / "features"
+    if distill:
+        rows = self_distill(model, rows, distill, cache / key, log=log)
+        key = hashlib.sha256(key.encode() + rows.tobytes()).hexdigest()[:16]
     feats, arg = features(model, rows, cache / key, log=log)
     n = len(rows)
     val = np.arange(n)[np.arange(n) % 20 == 19] if n >= 20 else np.arange(n)[-1:]
@@ -196,7 +235,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
             if v["loss"] < best["loss"]:
                 best = {**v, "step": step}
                 save_heads(module, cfg, out, {"training": _record(best, len(fit) * seq, len(val) * seq, epochs,
-                                                                  lr, batch, seq, t_start)})
+                                                                  lr, batch, seq, t_start, distill)})
             torch.save({"key": key, "kind": kind, "total": total, "module": module.state_dict(),
                         "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step, "best": best},
                        state_path)
@@ -206,8 +245,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
 
 
 def _record(best: dict, fit_tokens: int, val_tokens: int, epochs: float, lr: float, batch: int, seq: int,
-            t_start: float) -> dict:
-    return {"best_step": best["step"], "valid_loss": round(best["loss"], 5),
+            t_start: float, distill: int = 0) -> dict:
+    return {"self_distill_prompt": distill, "best_step": best["step"], "valid_loss": round(best["loss"], 5),
             "valid_top1": [round(a, 4) for a in best["acc"]], "train_tokens": fit_tokens, "valid_tokens": val_tokens,
             "epochs": epochs, "lr": lr, "batch_rows": batch, "seq": seq,
             "minutes_so_far": round((time.perf_counter() - t_start) / 60, 2)}

@@ -258,7 +258,19 @@ def test_default_race_wins_or_says_why(browser, url):
     for m in ("lookahead", "prompt_lookup", "speculative"):
         assert re.search(rf"{m} [^:]*: [\d.]+× wall-clock \(runs [\d.]+-[\d.]+×\)", md), md
         assert re.search(rf"{m} is .* [\d.]+x measured", md), md
-    assert not watch.external, watch.external
+    # side by side: greedy's and the winner's step views, linked by output position
+    sbs = "#ds-race-sbs .ds-sbs-linked"
+    winner = re.search(r"Winner: (\w+)", md).group(1)
+    assert page.locator(f"{sbs} .ds-sbs-pick[data-side=left]").input_value() == "greedy"
+    assert page.locator(f"{sbs} .ds-sbs-pick[data-side=right]").input_value() == winner
+    expect(page.locator(f"{sbs} .ds-sbs-col[data-side=right] .ds-stepper .ds-caption")).not_to_be_empty(timeout=20000)
+    wide = page.locator(f"{sbs} .ds-sbs-row[data-run='{winner}'] .ds-sbs-cell:not([data-len='1'])").first
+    n = int(wide.get_attribute("data-len"))
+    wide.click()
+    assert page.locator(f"{sbs} .ds-sbs-col[data-side=right] .ds-stepper").get_attribute("data-step") == wide.get_attribute("data-step")
+    assert f"greedy {n} steps, {winner} 1 step" in page.locator(f"{sbs} .ds-sbs-say").inner_text()
+    page.screenshot(path=str(SHOTS / "app_side_by_side.png"), full_page=True)
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
     page.close()
 
 

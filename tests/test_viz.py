@@ -593,3 +593,58 @@ def test_pool_browser_lists_the_rebuilt_pool_by_key(tiny_models, tmp_path):
     assert shown == {key: v["text"] | v["window"] for key, v in want.items()} and len(shown) > 3
     assert rows[0][0] == "ds-poolkey" and int(rows[0][1]) == tr.steps[-3].info["pool_key"]
     assert sum(r[0] == "ds-poolkey" for r in rows) == 1
+
+
+def test_side_by_side_strips_match_the_traces():
+    """Each strip cell is one step of its run, spanning exactly the output positions that step produced."""
+    from viz import side_by_side
+    runs = {"greedy": load("greedy"), "lookahead": load("lookahead")}
+    rows = side_by_side.data(runs)
+    for r in rows:
+        tr = runs[r["name"]]
+        assert [t for c in r["cells"] for t in c["tokens"]] == tr.output_ids[:side_by_side.MAX_TOKENS]
+        assert [c["start"] for c in r["cells"]] == list(np.cumsum([0] + [len(c["tokens"]) for c in r["cells"]])[:-1])
+    assert side_by_side.default_pair(["greedy", "lookahead", "prompt_lookup"], "prompt_lookup") == ("greedy", "prompt_lookup")
+    assert side_by_side.default_pair(["lookahead", "jacobi"]) == ("lookahead", "jacobi")
+    html = side_by_side.linked_html(runs, "lookahead")
+    assert html.count("<template class='ds-sbs-t'") == 2 and html.count("class='ds-sbs-cell'") == sum(r["steps"] for r in rows)
+
+
+def test_side_by_side_page_links_two_step_views_by_output_position(tmp_path, capsys):
+    """python -m viz side-by-side: clicking lookahead's 4-token cell shows, on the left, greedy's step for the
+    same output position; stepping the left view moves the right one; picking another run keeps the
+    position; the page says how many steps each run spent on those positions."""
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    assert Path("/usr/bin/chromium").exists(), "Chromium missing: apt-get install -y chromium"
+    files = [str(FIX / f"{m}.json") for m in ("greedy", "lookahead", "prompt_lookup")]
+    out = tmp_path / "sbs.html"
+    from viz.__main__ import main as viz_main
+    assert viz_main(["side-by-side", *files, "-o", str(out)]) == 0 and out.exists()
+    capsys.readouterr()
+    assert viz_main(["side-by-side", files[0]]) == 2
+    assert capsys.readouterr().err.strip() == "error: side-by-side needs two or more trace files"
+    g, la = load("greedy"), load("lookahead")
+    wide = next(s for s in la.steps if len(s.accepted) > 1)
+    start = sum(len(s.accepted) for s in la.steps if s.index < wide.index)
+    greedy_step = [s.index for s in g.steps for _ in s.accepted][start]
+    steps = "() => [...document.querySelectorAll('.ds-sbs-col .ds-stepper')].map(e => parseInt(e.dataset.step, 10))"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        pg = b.new_page(viewport={"width": 1400, "height": 900})
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto(out.as_uri())
+        pg.wait_for_selector(".ds-sbs-col[data-side=right] .ds-stepper .ds-scroll svg", timeout=20_000)
+        pg.locator(f".ds-sbs-row[data-run='lookahead'] .ds-sbs-cell[data-step='{wide.index}']").click()
+        assert pg.evaluate(steps) == [greedy_step, wide.index]
+        n = len(wide.accepted)
+        assert f"greedy {n} steps, lookahead 1 step" in pg.locator(".ds-sbs-say").inner_text()
+        assert pg.locator(".ds-sbs-row[data-run='greedy'] .ds-sbs-span").count() == n
+        pg.locator(".ds-sbs-col[data-side=left] .ds-next").click()  # greedy's next token: still inside the wide step
+        assert pg.evaluate(steps) == [greedy_step + 1, wide.index]
+        pg.select_option(".ds-sbs-pick[data-side=right]", "prompt_lookup")
+        pl = load("prompt_lookup")
+        want = [s.index for s in pl.steps for _ in s.accepted][start + 1]
+        assert pg.evaluate(steps) == [greedy_step + 1, want]
+        b.close()
+    assert not errors, errors

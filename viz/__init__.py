@@ -35,6 +35,8 @@ Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames
 Run figures (method colours from viz.palette.method_color, log axes labelled by decades only):
     viz.race.race_figure(runs)                tokens over engine time; runs = {name: trace}
     viz.side_by_side.html(runs)               token strips of several runs aligned by output position
+    viz.side_by_side.linked_html(runs, best)  the strips + two step views linked by output position (race tab)
+    viz.report.write_side_by_side(runs, path) the same as an offline page (python -m viz side-by-side A B)
     viz.sweep.figure(points, title="")        lookahead scaling: compression vs FLOPs per step
     viz.pool.run_figure(trace)                pool size and hit rates over the run
     viz.heads.figure(trace)                   Medusa per-head / EAGLE per-depth acceptance, tokens per step

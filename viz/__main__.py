@@ -1,4 +1,5 @@
 """CLI: python -m viz report TRACE.json -o report.html [--profile PROFILE.json] [--title TEXT]
+     python -m viz side-by-side A.json B.json [...] -o sbs.html  (runs of one prompt, linked step views)
 
 Turns any trace file (Trace.save, `python -m decoding generate --json`, the app's download, older versions)
 into the standalone offline HTML report. Bad input ends with one line on stderr and exit status 2.
@@ -17,11 +18,39 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--out", default="report.html", help="HTML file to write (default report.html)")
     r.add_argument("--profile", default=None, help="profile JSON from python -m profiling (adds the cost panel)")
     r.add_argument("--title", default=None)
+    s = sub.add_parser("side-by-side", help="write an offline page comparing runs of one prompt step by step")
+    s.add_argument("traces", nargs="+", help="two or more trace JSON files (named by their method)")
+    s.add_argument("-o", "--out", default="side_by_side.html")
+    s.add_argument("--title", default=None)
     return ap
+
+
+def side_by_side(args: argparse.Namespace) -> int:
+    from decoding.trace import Trace
+
+    from .report import write_side_by_side
+    if len(args.traces) < 2:
+        raise ValueError("side-by-side needs two or more trace files")
+    runs = {}
+    for f in args.traces:
+        tr = Trace.load(f)
+        name, k = tr.method, 2
+        while name in runs:  # two settings of one method: lookahead, lookahead 2, ...
+            name, k = f"{tr.method} {k}", k + 1
+        runs[name] = tr
+    path = write_side_by_side(runs, args.out, args.title)
+    print(f"wrote {path} ({', '.join(runs)}; {path.stat().st_size / 1e3:.0f} kB)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "side-by-side":
+        try:
+            return side_by_side(args)
+        except (ValueError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     from decoding.trace import Trace
 
     from .report import write_report

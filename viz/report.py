@@ -68,6 +68,28 @@ trace of this run. Use ◀ ▶ (or the arrow keys) to step, click a token to jum
 </body></html>"""
 
 
+def side_by_side_html(runs: dict[str, TraceLike], title: str | None = None, best: str | None = None) -> str:
+    """An offline page: the runs' token strips aligned by output position and two linked step views."""
+    from .side_by_side import linked_html
+    runs = {n: as_trace(t) for n, t in runs.items()}
+    title = scrub_paths(title or "DecodeScope — " + " vs ".join(runs))
+    first = next(iter(runs.values()))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;margin:16px 24px;color:#222}} h1{{font-size:20px}}
+@media (max-width:700px){{body{{margin:8px}}}}</style>
+<script>{offline_plotlyjs()}</script>
+</head><body>
+<h1>{esc(title)}</h1>
+<p>Model: {esc(scrub_paths(model_words(first)))}. Each strip is one run; each cell one decoding step, as wide as the
+tokens it produced. Click a cell (or step either view) and both step views show the step that produced that
+output position.</p>
+{linked_html(runs, best)}
+<script>{SCRIPT}</script>
+</body></html>"""
+
+
 def _value(v: object) -> str:
     """A stats value in words: floats rounded, the accepted-length histogram as 'k tokens: n steps'."""
     if isinstance(v, float):
@@ -75,6 +97,14 @@ def _value(v: object) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k} token(s): {n} step(s)" for k, n in v.items())
     return str(v)
+
+
+def write_side_by_side(runs: dict[str, TraceLike], path: str | Path, title: str | None = None) -> Path:
+    """Write side_by_side_html to `path` (opens offline); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(side_by_side_html(runs, title), encoding="utf-8")
+    return path
 
 
 def write_report(trace: TraceLike, path: str | Path, profile: dict | None = None, title: str | None = None,

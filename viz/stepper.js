@@ -87,6 +87,7 @@
       markRun(s.i);
       profileView(root, D, s);
       root.dataset.step = String(s.i);
+      root.dispatchEvent(new CustomEvent("ds-step", { detail: s.i, bubbles: true }));
     }
 
     // The token box scrolls on its own (~220 px): keep the current step's first token in view, scrolling
@@ -161,6 +162,8 @@
     root.onkeydown = (e) => key(e);
     root.onpointerdown = () => { active = root; };
     root.__ds_stop = stop;
+    // Another view (side by side) moves this one to a recorded step index.
+    root.__ds_goto = (i) => { if (D.index_of[i] !== undefined) { stop(); go(D.index_of[i]); } };
     root.__ds_key = (e) => {
       if (e.key === "ArrowRight") { stop(); go(cur + 1); }
       else if (e.key === "ArrowLeft") { stop(); go(cur - 1); }
@@ -208,6 +211,7 @@
 
   DS.mountAll = function (scope) {
     (scope || document).querySelectorAll(".ds-stepper").forEach((r) => DS.mount(r));
+    if (window.DecodeScopeSideBySide) window.DecodeScopeSideBySide.mountAll(scope);
   };
   // A host element (Gradio's gr.HTML) whose content is replaced later: mount whatever lands in it. Gradio
   // runs its `watch` callbacks before the new HTML is in the DOM, so watching the element itself is what

@@ -22,7 +22,8 @@ from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, pool_legen
 from .stepper_css import CSS
 from .stepper_text import caption
 
-SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "export.js", "stepper.js"))
+SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "export.js", "side_by_side.js",
+                                                                                 "stepper.js"))
 MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}

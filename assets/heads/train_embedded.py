@@ -1,7 +1,7 @@
 """Train the shipped heads for the embedded target (assets/target) on the stdlib corpus's TRAINING split
 (assets/stdlib_corpus.py; held-out files never seen), both kinds sharing one feature cache.
 
-    nice -n 19 python assets/heads/train_embedded.py [--max-tokens 300000] [--kinds medusa,eagle]
+    python assets/heads/train_embedded.py [--max-tokens 400000 --seq 320 --distill 160] [--kinds eagle,medusa]
 
 Writes assets/heads/medusa/ and assets/heads/eagle/ (heads.safetensors + heads.json) and, per kind, a
 log with the timings; the feature cache and resumable state live in a scratch folder (--work).
@@ -23,14 +23,18 @@ from decoding.models import DEFAULT_TARGET, load  # noqa: E402
 from decoding.train_heads import stderr_log, train, write_card_json  # noqa: E402
 from stdlib_corpus import load_split  # noqa: E402
 
-SETTINGS = {"medusa": dict(n_heads=4, epochs=0.25, lr=2e-3, batch=4, val_every=20),
-            "eagle": dict(epochs=2.0, lr=1e-3, batch=8)}
+SETTINGS = {"medusa": dict(n_heads=4, epochs=1.0, lr=2e-3, batch=4, val_every=50),
+            "eagle": dict(epochs=3.0, lr=1e-3, batch=8)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--max-tokens", type=int, default=240_000)
-    ap.add_argument("--kinds", default="medusa,eagle")
+    ap.add_argument("--max-tokens", type=int, default=400_000)
+    ap.add_argument("--seq", type=int, default=320)
+    ap.add_argument("--distill", type=int, default=160, help="corpus tokens kept per row; the rest is the "
+                    "target's own greedy continuation (0: corpus text only)")
+    ap.add_argument("--kinds", default="eagle,medusa")
+    ap.add_argument("--dest", default=str(ROOT / "assets" / "heads"), help="heads land in DEST/<kind>")
     ap.add_argument("--work", default="/tmp/decodescope_heads")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
@@ -40,18 +44,19 @@ def main() -> None:
     stderr_log(f"[data] {len(train_texts)} stdlib training files (held-out split excluded)")
     for kind in a.kinds.split(","):
         t0 = time.perf_counter()
-        out = ROOT / "assets" / "heads" / kind
+        out = Path(a.dest) / kind
         best = train(model, tok, kind, train_texts, Path(a.work) / kind, max_tokens=a.max_tokens,
-                     cache=Path(a.work) / "features", log=stderr_log, **SETTINGS[kind])
+                     seq=a.seq, distill=a.distill, cache=Path(a.work) / "features", log=stderr_log, **SETTINGS[kind])
         minutes = (time.perf_counter() - t0) / 60
         src = Path(a.work) / kind
         out.mkdir(parents=True, exist_ok=True)
         for name in ("heads.safetensors", "heads.json"):
             (out / name).write_bytes((src / name).read_bytes())
         write_card_json(out, {"base_model": "assets/target", "trained_with": {
-            "command": f"nice -n 19 python assets/heads/train_embedded.py --max-tokens {a.max_tokens} --kinds {kind}",
+            "command": f"nice -n 19 python assets/heads/train_embedded.py --max-tokens {a.max_tokens} --seq {a.seq} "
+                       f"--distill {a.distill} --kinds {kind}",
             "settings": SETTINGS[kind], "wall_minutes": round(minutes, 1), "threads": a.threads,
-            "machine": "2-core shared CPU (6 developers' jobs at once), torch " + torch.__version__}})
+            "machine": "2-core x86_64 dev CPU, torch " + torch.__version__}})
         stderr_log(f"[done] {kind} in {minutes:.1f} min -> {out} (best {best})")
 
 
