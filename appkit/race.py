@@ -107,20 +107,41 @@ def fastest(rows: list[dict]) -> str | None:
     return max(others, key=lambda r: r["speedup vs greedy"])["method"] if others else None
 
 
+def _spread(row: dict) -> tuple[float, float]:
+    lo, hi = (row["speedup (min-max)"] or "0-0").split("-")
+    return float(lo), float(hi)
+
+
+CLOSE = 0.05  # medians within 5% are a tie: less than a shared machine's run-to-run noise
+
+
+def leaders(rows: list[dict]) -> list[dict]:
+    """The best row by median speed-up, then every row these repeats cannot separate from it: its
+    median within CLOSE of the best, or (with repeats) its fastest run reaching the best row's slowest."""
+    ranked = sorted(rows, key=lambda r: -r["speedup vs greedy"])
+    best = ranked[0]
+    return [best] + [r for r in ranked[1:] if r["speedup vs greedy"] >= (1 - CLOSE) * best["speedup vs greedy"]
+                     or (r["runs"] > 1 and best["runs"] > 1 and _spread(r)[1] >= _spread(best)[0])]
+
+
 def winner(rows: list[dict]) -> str:
-    """The method with the best median speed-up, and whether its spread overlaps the runner-up's."""
+    """The verdict: one winner when its runs beat every other method's runs, else "too close to call"
+    naming the methods whose runs overlap (alphabetically, so repeated races give the same verdict when
+    the noise only swaps their medians)."""
     if len(rows) < 2:
         return ""
-    ranked = sorted(rows, key=lambda r: -r["speedup vs greedy"])
-    best, second = ranked[0], ranked[1]
-    lo = float(best["speedup (min-max)"].split("-")[0]) if best["speedup (min-max)"] else 0.0
-    hi2 = float(second["speedup (min-max)"].split("-")[1]) if second["speedup (min-max)"] else 0.0
-    runs = best["runs"]
+    top = leaders(rows)
+    best, runs = top[0], top[0]["runs"]
     spread = f"{best['speedup (min-max)']}×" if runs > 1 else "a single run"
-    close = (f" Close call: {second['method']}'s runs reached {hi2:.2f}×, inside the winner's spread."
-             if runs > 1 and hi2 >= lo else "")
-    return (f"**Winner: {best['method']}** — {best['speedup vs greedy']}× greedy's wall-clock (median of {runs} "
-            f"interleaved run{'s' if runs > 1 else ''}; spread {spread}).{close}")
+    if len(top) == 1:
+        return (f"**Winner: {best['method']}** — {best['speedup vs greedy']}× greedy's wall-clock (median of {runs} "
+                f"interleaved run{'s' if runs > 1 else ''}; spread {spread}; every other method's median is over {CLOSE:.0%} lower and its runs do not reach "
+                f"this one's).")
+    names = sorted(r["method"] for r in top)
+    each = ", ".join(f"{r['method']} {r['speedup vs greedy']}× (runs {r['speedup (min-max)']}×)" for r in top)
+    return (f"**Too close to call: {' and '.join(names)}** — their interleaved runs overlap or their medians "
+            f"are within {CLOSE:.0%} ({each}; median of {runs}), so this race cannot name one winner: "
+            f"{best['method']} leads by median only. More repeats or more new tokens narrow the spreads.")
 
 
 def drift_note(rows: list[dict], dtype: str) -> str:

@@ -93,8 +93,12 @@ class Tabs(Handlers):
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
         md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
+        # while runs stream in: the light token strips; the linked step views (a full step view per
+        # method) once, when the race has finished or was stopped
+        running = status.startswith("running")
+        sbs = viz.side_by_side.html(shown) if running else viz.side_by_side.linked_html(shown, racekit.fastest(rows))
         return (md, race_table(rows), viz.race.race_figure(shown),
-                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), viz.side_by_side.linked_html(shown, racekit.fastest(rows)))
+                viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), sbs)
 
     @reported(6, client_error=True)
     def profile(self, request: gr.Request, *values):

@@ -35,14 +35,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def race_once(client: Client) -> tuple[str, dict[str, tuple[float, str]]]:
-    """(winner, {method: (median speed-up, 'lo-hi' spread)}) of one default race."""
-    s = Settings(target=DEFAULT_TARGET, draft=DEFAULT_DRAFT, prompt=EXAMPLES[0][0])
+def page_default(demo, elem_id: str):
+    """A control's value as the page first shows it (what a visitor's first press sends)."""
+    return next(b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+
+
+def race_once(client: Client, max_new: int) -> tuple[str, dict[str, tuple[float, str]]]:
+    """(verdict, {method: (median speed-up, 'lo-hi' spread)}) of one default race. The verdict is
+    "Winner: X" or "Too close to call: X and Y" (appkit.race.winner)."""
+    s = Settings(target=DEFAULT_TARGET, draft=DEFAULT_DRAFT, prompt=EXAMPLES[0][0], max_new=max_new)
     _, md, table, *_ = client.predict(*[getattr(s, f) for f in FIELDS], list(RACE_DEFAULT), REPEATS, api_name="/race")
     rows = {r[table["headers"].index("method")]: r for r in table["data"]}
     col = table["headers"].index
     speeds = {m: (float(r[col("speedup vs greedy")]), str(r[col("speedup (min-max)")])) for m, r in rows.items()}
-    return re.search(r"Winner: (\w+)", md).group(1), speeds
+    verdict = re.search(r"Winner: \w+|Too close to call: [\w ]+", md).group(0)
+    return verdict, speeds
 
 
 def main() -> int:
@@ -54,11 +61,12 @@ def main() -> int:
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
                             **app_module.launch_kwargs())
     client = Client(url, verbose=False)
+    max_new = int(page_default(demo, "ds-max-new"))
     lines, winners = [], []
     try:
         for k in range(a.races):
             t0 = time.perf_counter()
-            w, speeds = race_once(client)
+            w, speeds = race_once(client, max_new)
             winners.append(w)
             cells = ", ".join(f"{m} {v:.2f}x ({sp})" for m, (v, sp) in speeds.items() if m != "greedy")
             lines.append(f"| {k + 1} | **{w}** | {cells} | {time.perf_counter() - t0:.0f} s |")
@@ -70,9 +78,10 @@ def main() -> int:
         f"# {a.races} default races in a row ({platform.machine()}, {platform.processor() or 'cpu'}, "
         f"torch threads as the app sets them)", "",
         f"Command: `python bench/race_winner.py --races {a.races}`. Each race: greedy + {', '.join(RACE_DEFAULT)}, "
-        f"{REPEATS} interleaved repeats, the page's first example prompt, the embedded models, auto presets.", "",
-        "| race | winner | median speed-up vs greedy (min-max over the repeats) | wall |", "|---|---|---|---|",
-        *lines, "", f"Same winner every time: **{'yes' if same else 'no'}** ({', '.join(winners)}).", ""])
+        f"{REPEATS} interleaved repeats, {max_new} new tokens, the page's first example prompt, the embedded "
+        "models, auto presets.", "",
+        "| race | verdict | median speed-up vs greedy (min-max over the repeats) | wall |", "|---|---|---|---|",
+        *lines, "", f"Same verdict every time: **{'yes' if same else 'no'}** ({', '.join(winners)}).", ""])
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(text)
     print(text)

@@ -137,19 +137,22 @@ def _progress(what: str, done: int, total: int, t0: float, log, every: float = 1
 
 
 def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: torch.Tensor, arg: torch.Tensor,
-              noise: float = 0.0, ce_weight: float = 0.1) -> tuple[torch.Tensor, list[float]]:
+              noise: float = 0.0, ce_weight: float = 0.1, start: int = 0) -> tuple[torch.Tensor, list[float]]:
     """Loss and top-1 accuracy per head (Medusa) / of the next-feature guess (EAGLE) on one batch.
 
     Medusa head k at position t guesses arg[t + k + 1] (the target's choice k + 2 tokens after t), weighted
     0.8^k. EAGLE at t reads [emb(ids[t + 1]); feats[t]] and predicts feats[t + 1]: SmoothL1 on the feature
-    + ce_weight (EAGLE's 0.1) x cross-entropy of lm_head(prediction) against arg[t + 1]."""
+    + ce_weight (EAGLE's 0.1) x cross-entropy of lm_head(prediction) against arg[t + 1]. Only guesses of
+    positions >= start count (self-distilled rows: the model's own text, not the prompt it continues); the
+    earlier pairs still sit in the head's attention context, as the prompt does at decode time."""
     lm = model.get_output_embeddings()
     if kind == "medusa":
         K = len(module.blocks)
         logits = module(feats, lm)  # [K, B, T, V]
         loss, acc = 0.0, []
         for k in range(K):
-            lg, y = logits[k][:, :-(k + 1)], arg[:, k + 1:]
+            f0 = max(start - k - 2, 0)  # head k at t guesses position t + k + 2
+            lg, y = logits[k][:, f0:-(k + 1)], arg[:, f0 + k + 1:]
             loss = loss + 0.8 ** k * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
             acc.append(float((lg.argmax(-1) == y).float().mean()))
         return loss, acc
@@ -157,10 +160,11 @@ def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: tor
     f_in = feats[:, :-1]
     if noise:
         f_in = f_in + (torch.rand_like(f_in) - 0.5) * 2 * noise
-    pred = module(emb, f_in)
+    f0 = max(start - 2, 0)  # pair t guesses the token at t + 2
+    pred = module(emb, f_in)[:, f0:]
     lg = lm(pred)
-    y = arg[:, 1:]
-    loss = nn.functional.smooth_l1_loss(pred.float(), feats[:, 1:].float()) + \
+    y = arg[:, f0 + 1:]
+    loss = nn.functional.smooth_l1_loss(pred.float(), feats[:, f0 + 1:].float()) + \
         ce_weight * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
     return loss, [float((lg.argmax(-1) == y).float().mean())]
 
@@ -168,7 +172,7 @@ def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: tor
 def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: int = 4, seq: int = 256,
           max_tokens: int = 300_000, epochs: float = 1.0, batch: int = 4, lr: float = 1e-3, val_every: int = 75,
           cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, distill: int = 0,
-          log=print) -> dict:
+          noise: float = 0.2, log=print) -> dict:
     """Train heads of `kind` for `model` on `texts`; heads land in `out` (best validation checkpoint).
     distill > 0: each row keeps its first `distill` corpus tokens and continues with the model's own greedy
     text (self_distill)."""
@@ -202,7 +206,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     state_path, step, best = out / "state.pt", 0, {"loss": float("inf")}
     if state_path.exists():  # resume: same data and shape, else start over
         st = torch.load(state_path, map_location=dev, weights_only=False)
-        if st.get("key") == key and st.get("kind") == kind and st.get("total") == total:
+        if (st.get("key"), st.get("kind"), st.get("total"), st.get("start", 0)) == (key, kind, total, distill):
             module.load_state_dict(st["module"])
             opt.load_state_dict(st["opt"])
             sched.load_state_dict(st["sched"])
@@ -216,7 +220,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         b = np.sort(order[step * batch:(step + 1) * batch])
         ids, f, y = _batch(rows, feats, arg, b, dev)
         with _autocast(dev):
-            loss, acc = head_loss(kind, module, model, ids, f, y, noise=0.2 if kind == "eagle" else 0.0,
+            loss, acc = head_loss(kind, module, model, ids, f, y, noise=noise if kind == "eagle" else 0.0, start=distill,
                                   ce_weight=ce_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -230,13 +234,13 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         _progress("train", step - s0, total - s0, t0, log, extra=f"loss {loss.item():.3f} acc "
                   + " ".join(f"{a:.2f}" for a in acc))
         if step % val_every == 0 or step == total:
-            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight)
+            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight, distill)
             log(f"[valid] step {step}: loss {v['loss']:.4f}, top-1 " + " ".join(f"{a:.3f}" for a in v["acc"]))
             if v["loss"] < best["loss"]:
                 best = {**v, "step": step}
                 save_heads(module, cfg, out, {"training": _record(best, len(fit) * seq, len(val) * seq, epochs,
                                                                   lr, batch, seq, t_start, distill)})
-            torch.save({"key": key, "kind": kind, "total": total, "module": module.state_dict(),
+            torch.save({"key": key, "kind": kind, "total": total, "start": distill, "module": module.state_dict(),
                         "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step, "best": best},
                        state_path)
     log(f"[train] done in {(time.perf_counter() - t_start) / 60:.1f} min; best step {best['step']}: "
@@ -260,13 +264,13 @@ def _batch(rows, feats, arg, b, dev):
 
 
 @torch.no_grad()
-def evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight: float = 0.1) -> dict:
+def evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight: float = 0.1, start: int = 0) -> dict:
     module.eval()
     losses, accs = [], []
     for i in range(0, len(val), batch):
         ids, f, y = _batch(rows, feats, arg, val[i:i + batch], dev)
         with _autocast(dev):
-            loss, acc = head_loss(kind, module, model, ids, f, y, ce_weight=ce_weight)
+            loss, acc = head_loss(kind, module, model, ids, f, y, ce_weight=ce_weight, start=start)
         losses.append(float(loss))
         accs.append(acc)
     module.train()

@@ -214,7 +214,10 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
         lo, hi = map(float, r["wall s (min-max)"].split("-"))
         assert lo <= r["wall s (median)"] <= hi
     best = max(rows.values(), key=lambda r: r["speedup vs greedy"])["method"]
-    assert f"Winner: {best}**" in summary and "Median of 3 interleaved runs" in summary
+    assert "Median of 3 interleaved runs" in summary
+    verdict = summary.split("\n\n")[1]  # one winner, or the methods whose runs overlap the best one's
+    assert verdict.startswith(f"**Winner: {best}**") or (verdict.startswith("**Too close to call: ")
+                                                        and f"{best} leads by median" in verdict), verdict
     progress = [str(o[1]) for o in job.outputs()]
     assert any("of 3)" in x for x in progress), progress  # the repeats stream (which ones arrive depends on polling)
     # every method gets one line with measured numbers: why it won or lost

@@ -273,3 +273,42 @@ def test_shared_traces_name_the_heads_folder_without_a_server_path():
     assert public_trace(tr).config["heads"] == "assets/heads/eagle"
     tr = Trace("medusa", {"heads": "/home/someone/my-heads"}, [1, 2])
     assert public_trace(tr).config["heads"] == "my-heads"
+
+
+def test_self_distill_rows_continue_with_the_models_own_greedy_text(tmp_path):
+    """--distill P: each row keeps its first P tokens and continues with exactly HF greedy's tokens (the
+    text greedy verification accepts); the rows are cached, and a prompt as long as a row is refused."""
+    import numpy as np
+
+    from decoding.train_heads import self_distill
+    model = tiny("llama")
+    rows = np.asarray([[5, 6, 7, 8] + [0] * 12, [1, 9, 9, 2] + [0] * 12, [3, 3, 4, 4] + [1] * 12], dtype=np.int32)
+    out = self_distill(model, rows, 4, tmp_path / "k", batch=2, log=lambda *a: None)
+    for r, o in zip(rows, out):
+        assert o[:4].tolist() == r[:4].tolist()
+        assert o[4:].tolist() == hf_greedy(model, r[:4].tolist(), 12)
+    assert (tmp_path / "k.distill.npy").exists()
+    assert np.array_equal(self_distill(model, rows[:1], 4, tmp_path / "k", log=lambda *a: None), out)  # cached
+    with pytest.raises(HeadsError, match="shorter than a row"):
+        self_distill(model, rows, 16, tmp_path / "other", log=lambda *a: None)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_distilled_loss_ignores_guesses_of_the_prompt(kind):
+    """With start = P only guesses of positions >= P count: labels before P may change without changing the
+    loss, a label at P changes it."""
+    from decoding.heads import new_heads
+    from decoding.train_heads import head_loss
+    model = tiny("llama")
+    module, _ = new_heads(model, kind, 2)
+    torch.manual_seed(0)
+    ids = torch.randint(1, 50, (2, 12))
+    feats = torch.randn(2, 12, model.config.hidden_size)
+    arg = torch.randint(1, 50, (2, 12))
+    base = head_loss(kind, module, model, ids, feats, arg, start=6)[0]
+    early = arg.clone()
+    early[:, :5] = (early[:, :5] + 7) % 50
+    assert torch.equal(head_loss(kind, module, model, ids, feats, early, start=6)[0], base)
+    late = arg.clone()
+    late[:, 6] = (late[:, 6] + 7) % 50
+    assert not torch.equal(head_loss(kind, module, model, ids, feats, late, start=6)[0], base)

@@ -57,7 +57,8 @@ def _strips(rows: list[dict]) -> str:
                          f"{'#222' if wide else '#bbb'};cursor:pointer;padding:2px 4px;white-space:pre;font-family:monospace;"
                          f"font-size:12px;text-align:left'>{text}<br><small style='color:#555'>step {c['step']}"
                          f"</small></td>")
-        label = (f"<th style='text-align:right;white-space:nowrap;padding-right:6px;color:{method_color(r['method'])}'>"
+        label = (f"<th style='text-align:right;white-space:nowrap;padding-right:6px;position:sticky;left:0;z-index:1;"
+                 f"background:#fff;color:{method_color(r['method'])}'>"
                  f"{esc(r['name'])}<br><small style='color:#555'>{r['tokens']} tokens · {r['steps']} steps</small></th>")
         body.append(f"<tr class='ds-sbs-row' data-run='{esc(r['name'])}'>{label}{''.join(cells)}</tr>")
     return (f"<div class='ds-sbs'><div style='font-size:13px;margin:4px 0'><b>Side by side</b>, aligned by output "
