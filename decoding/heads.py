@@ -79,10 +79,22 @@ class EagleHead(nn.Module):
         cfg._attn_implementation = "sdpa"
         self.body = LlamaModel(cfg)
 
-    def forward(self, emb: torch.Tensor, feat: torch.Tensor, **kw) -> torch.Tensor:
-        """emb, feat [B, T, h] -> predicted features [B, T, h]; kw: position_ids, attention_mask, cache."""
+    def forward(self, emb: torch.Tensor, feat: torch.Tensor, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, past_key_values=None, use_cache: bool = False) -> torch.Tensor:
+        """emb, feat [B, T, h] -> predicted features [B, T, h]. The one decoder layer is called directly
+        (rotary, layer, norm): a drafting step calls it once per tree level, and LlamaModel's per-call
+        set-up (mask creation, output capture) cost more than the layer itself on a CPU. No mask = causal
+        (training); drafting passes its additive tree mask and the head's own KV cache."""
         x = self.fc(torch.cat([emb, feat], dim=-1))
-        return self.body(inputs_embeds=x, **kw).last_hidden_state
+        if position_ids is None:
+            start = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(start, start + x.shape[1], device=x.device)[None]
+        if attention_mask is None and x.shape[1] > 1 and past_key_values is not None and past_key_values.get_seq_length():
+            raise ValueError("EagleHead: pass the attention mask when appending several rows to a cache")
+        b = self.body
+        x = b.layers[0](x, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past_key_values,
+                        use_cache=use_cache, position_embeddings=b.rotary_emb(x, position_ids=position_ids))
+        return b.norm(x)
 
 
 def eagle_spec(model) -> dict:
