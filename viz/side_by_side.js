@@ -55,10 +55,10 @@
         const run = runOf(side);
         if (k === 1 && run === runOf("left")) return;
         const span = cells(run).filter((c) => num(c.dataset.start) <= hi && num(c.dataset.start) + num(c.dataset.len) - 1 >= lo);
-        span.forEach((c) => { c.classList.add("ds-sbs-span"); c.style.outline = "2px dashed #d62728"; });
+        span.forEach((c) => { c.classList.add("ds-sbs-span"); c.style.outline = `2px dashed ${box.dataset.current}`; });
         words.push(`${run} ${span.length} step${span.length === 1 ? "" : "s"}`);
       });
-      cur.forEach((c) => { if (c) { c.classList.add("ds-sbs-cur"); c.style.outline = "3px solid #d62728"; into(c); } });
+      cur.forEach((c) => { if (c) { c.classList.add("ds-sbs-cur"); c.style.outline = `3px solid ${box.dataset.current}`; into(c); } });
       const say = q(".ds-sbs-say");
       if (say) say.textContent = `output position${hi > lo ? "s" : ""} ${lo}${hi > lo ? "–" + hi : ""}: ` + words.join(", ");
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 from .common import TraceLike, as_trace, esc, text_of
-from .palette import STEP_COLORS, method_color
+from .palette import CURRENT_COLOR, STEP_COLORS, method_color
 
 MAX_TOKENS = 96
 
@@ -94,7 +94,8 @@ def linked_html(runs: dict[str, TraceLike], best: str | None = None, max_tokens:
         opts = "".join(f"<option value='{esc(n)}'{' selected' if n == chosen else ''}>{esc(n)}</option>" for n in names)
         return f"<label>{side} <select class='ds-sbs-pick' data-side='{side}'>{opts}</select></label>"
 
-    return (f"<div class='ds-sbs ds-sbs-linked' id='ds-sbs-{uuid.uuid4().hex[:8]}'>{_strips(rows)}"
+    return (f"<div class='ds-sbs ds-sbs-linked' id='ds-sbs-{uuid.uuid4().hex[:8]}' data-current='{CURRENT_COLOR}'>"
+            f"{_strips(rows)}"
             f"<div class='ds-sbs-bar' style='font-size:13px;margin:6px 0;display:flex;flex-wrap:wrap;gap:10px;"
             f"align-items:center'><b>Step views, linked by output position</b>{pick('left', left)}"
             f"{pick('right', right)}<label><input type='checkbox' class='ds-sbs-follow' checked> follow</label>"
