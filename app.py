@@ -87,8 +87,9 @@ def wire(p: Page, h: Tabs) -> None:
                                                                  p.race_lat, p.race_sbs], api_name="race", **model)
     p.prof_btn.click(gpu("profile")(named(h.profile)), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files], api_name="profile", **model)
-    p.sw_btn.click(gpu("sweep")(named(h.sweep, ("sweep_n", "sweep_w", "sweep_max_new"))),
-                   p.inputs(p.sw_n, p.sw_w, p.sw_max), [p.msg, p.sw_status, p.sw_plot, p.sw_table],
+    p.sw_btn.click(gpu("sweep")(named(h.sweep, ("sweep_n", "sweep_w", "sweep_max_new", "sweep_heads",
+                                                "sweep_budgets"))),
+                   p.inputs(p.sw_n, p.sw_w, p.sw_max, p.sw_heads, p.sw_budget), [p.msg, p.sw_status, p.sw_plot, p.sw_table],
                    api_name="sweep", **model)
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,

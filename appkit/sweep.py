@@ -1,5 +1,7 @@
 """The lookahead paper's scaling picture on the current model: compression (tokens per step) against the
-log of the per-step FLOPs, one line per n-gram size N, one point per window W (G = W).
+log of the per-step FLOPs, one line per n-gram size N, one point per window W (G = W); and the same axes
+for the self-drafting heads' tree size: one line per heads method (Medusa, EAGLE), one point per tree
+budget (nodes verified per step).
 
 Every point is a real greedy lookahead run of the same prompt; FLOPs per step are the analytic counts of
 profiling.trace_costs averaged over the decode steps.
@@ -28,6 +30,25 @@ def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=
     st = tr.stats()
     return {"N": n, "W": w, "G": w if n else 0, "compression": st["compression"], "steps": st["steps"],
             "tokens": st["new_tokens"], "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
+            "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
+
+
+def _decode_costs(model, tr) -> list[dict]:
+    p = next(model.parameters())
+    return [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
+        trace_costs(tr, model.config, p.dtype)
+
+
+def heads_point(model, tok, prompt: str, method: str, heads: str, budget: int, max_new_tokens: int,
+                on_step=None) -> dict:
+    """One medusa / eagle run with a tree of `budget` nodes: the tree-size sweep's point. FLOPs per step
+    are the target's (the heads' own work shows in tokens/s, not on this axis)."""
+    tr = run(model, tok, prompt, method, max_new_tokens=max_new_tokens, trace=False, heads=heads, budget=budget,
+             on_step=on_step)
+    costs, st = _decode_costs(model, tr), tr.stats()
+    return {"N": None, "W": None, "G": None, "method": method, "budget": budget, "compression": st["compression"],
+            "steps": st["steps"], "tokens": st["new_tokens"],
+            "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
             "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
 
 

@@ -75,8 +75,15 @@ def race_table(rows: list[dict]):
     return pd.DataFrame(rows)
 
 
+def _sweep_name(p: dict):
+    if p.get("budget") is not None:
+        return p["method"]
+    return p["N"] if p["N"] > 1 else "greedy" if p["N"] == 1 else "jacobi"
+
+
 def sweep_table(points: list[dict]):
-    rows = [{"N": p["N"] if p["N"] > 1 else "greedy" if p["N"] == 1 else "jacobi", "W": p["W"], "G": p["G"], "compression": round(p["compression"], 3),
+    rows = [{"N": _sweep_name(p), "W": p["W"] if p["W"] is not None else "", "G": p["G"] if p["G"] is not None else "",
+             "tree budget": p.get("budget") or "", "compression": round(p["compression"], 3),
              "FLOPs/step": f"{p['flops_per_step']:.3g}", "query tokens/step": round(p["query_per_step"], 1),
              "steps": p["steps"], "tokens/s": round(p["tokens_per_s"], 1)} for p in points]
     return pd.DataFrame(rows)

@@ -154,33 +154,46 @@ class Tabs(Handlers):
 
     @reported(4, client_error=True)
     def sweep(self, request: gr.Request, *values):
-        """The lookahead scaling picture: one real run per (N, W), G = W; a point streams in per run."""
-        s, ns, ws, n_new = Settings.from_values(values[:-3]), values[-3] or [], values[-2] or [], values[-1]
+        """The lookahead scaling picture (one real run per (N, W), G = W) and / or the heads' tree-size
+        sweep (one medusa / eagle run per tree budget); a point streams in per run."""
+        n = len(FIELDS)
+        s = Settings.from_values(values[:n])
+        ns, ws, n_new, heads, budgets = (list(values[n:]) + [None] * 5)[:5]
+        ns, ws, heads, budgets = ns or [], ws or [], [m for m in heads or [] if m in HEADS_METHODS], budgets or []
         problems: list[str] = []
-        if not ns or not ws:
-            problems.append("**sweep**: pick at least one N and one W")
+        if not heads and (not ns or not ws):
+            problems.append("**sweep**: pick at least one N and one W (or a heads method and a tree budget)")
+        if heads and not budgets:
+            problems.append("**sweep**: pick at least one tree budget for the heads methods")
         n_new = whole(Settings(max_new=n_new), "max_new", self.lim, problems)
-        cells = sweepkit.grid([int(n) for n in ns], [int(w) for w in ws])
-        if len(cells) > self.lim.sweep_max_runs:
-            problems.append(f"**sweep** has {len(cells)} runs; at most {self.lim.sweep_max_runs}: pick fewer N or W")
+        cells = sweepkit.grid([int(x) for x in ns], [int(w) for w in ws]) if ns and ws else []
+        trees = [(m, int(b)) for m in heads for b in sorted(set(budgets))]
+        if len(cells) + len(trees) > self.lim.sweep_max_runs:
+            problems.append(f"**sweep** has {len(cells) + len(trees)} runs; at most {self.lim.sweep_max_runs}: "
+                            "pick fewer N, W or budgets")
         raise_if(problems)
         s.max_new, s.preset = n_new, "manual"
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
+        total = len(cells) + len(trees)
         try:
-            p = yield from self.prepare(s, ["greedy"], 4)
+            p = yield from self.prepare(s, ["greedy", *heads], 4)
 
             def work(job: Job):
                 points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]
                 for n, w in cells:
                     job.report(list(points))
                     points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
+                for m, b in trees:
+                    job.report(list(points))
+                    points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m), b,
+                                                       n_new, on_step=job.check))
                 return points
 
             for kind, points in Job(work, stop, thread_setup).updates():
                 done = max(len(points or []) - 1, 0)
-                status = {"progress": f"{done}/{len(cells)} runs done", "stopped": f"Stopped after {done} runs.",
-                          "done": f"done: {len(cells)} runs (+ greedy baseline)"}[kind]
+                status = {"progress": f"{done}/{total} runs done", "stopped": f"Stopped after {done} runs.",
+                          "done": f"done: {total} runs (+ greedy baseline)"}[kind]
                 if points:
                     yield gr.skip(), status, viz.sweep.figure(points), sweep_table(points)
                 else:

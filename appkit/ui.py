@@ -262,13 +262,20 @@ def sweep_tab(p: Page, lim: Limits) -> None:
     with gr.Tab("Sweep", id="sweep"):
         gr.Markdown("The lookahead paper's scaling picture on the current target model and prompt: "
                     "compression (tokens per step) vs per-step FLOPs, one line per N, one point per "
-                    "W (G = W). More FLOPs per step buy fewer steps — until steps stop being free.")
+                    "W (G = W). More FLOPs per step buy fewer steps — until steps stop being free. "
+                    "Pick a heads method for the same picture of Medusa's / EAGLE's tree size.")
         with gr.Row():
             p.sw_n = gr.CheckboxGroup([(str(n), n) for n in (2, 3, 4, 5, 7)] + [("Jacobi (block K = W)", 0)],
                                       value=[3, 5], label="N (n-gram sizes)",
                                       info="Jacobi: plain Jacobi decoding, the flat line lookahead improves on")
             p.sw_w = gr.CheckboxGroup([1, 2, 4, 8, 16], value=[1, 2, 4, 8], label="W (window sizes)")
             p.sw_max = Int(48, "new tokens per run", lim, "max_new_tokens")
+        with gr.Row():
+            p.sw_heads = gr.CheckboxGroup(["medusa", "eagle"], value=[], label="heads methods (tree-size sweep)",
+                                          info="self-drafting heads (the heads folder of the Run tab; the shipped "
+                                               "ones for the embedded model): one line per method")
+            p.sw_budget = gr.CheckboxGroup([4, 8, 16, 24, 32], value=[4, 8, 16, 32], label="tree budgets",
+                                           info="nodes verified per step: more accepted tokens, a wider forward")
         with gr.Row():
             p.sw_btn = gr.Button("Run sweep", variant="primary", min_width=100)
             p.sw_stop = gr.Button("Stop", variant="stop", min_width=100)

@@ -231,7 +231,7 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     assert look.count("<td") == rows["lookahead"]["steps"]  # every step of the 20-token run, prefill included
 
 
-def test_race_with_heads_reports_identical_tokens(client, dirs, tmp_path):
+def test_race_and_sweep_with_heads(client, dirs, tmp_path):
     """Medusa and EAGLE race as choices (off by default) from one heads folder holding medusa/ and eagle/
     (heads trained a few steps on the target's own greedy text): both rows are greedy's tokens."""
     from appkit.tabs import RACE_CHOICES, RACE_DEFAULT
@@ -249,6 +249,17 @@ def test_race_with_heads_reports_identical_tokens(client, dirs, tmp_path):
         assert rows[m]["exact"] == "✓ identical to greedy" and rows[m]["tokens"] == 20, rows[m]
         assert rows[m]["config"] == "tree budget 8"
         assert f"a {m} step (head forwards + a" in summary
+    # the Sweep's tree-size sweep: one line per heads method, one point per budget, each a real run
+    msg, status, fig, table = client.predict(*settings(dirs, heads=str(tmp_path / "heads")), [], [], 16,
+                                             ["medusa", "eagle"], [4, 8], api_name="/sweep")
+    assert status.startswith("done: 4 runs"), status
+    head = table["headers"]
+    got = {(r[0], r[head.index("tree budget")]): r[head.index("compression")] for r in table["data"]}
+    assert set(got) == {("greedy", ""), ("medusa", 4), ("medusa", 8), ("eagle", 4), ("eagle", 8)}
+    model, tok = load(dirs["target"])
+    want = run(model, tok, PROMPT, "eagle", max_new_tokens=16, heads=str(tmp_path / "heads" / "eagle"), budget=8)
+    assert got["eagle", 8] == round(want.stats()["compression"], 3)
+    assert "eagle (tree budget)" in json.dumps(fig) and "medusa (tree budget)" in json.dumps(fig)
 
 
 def test_race_repeats_input_is_checked_and_honoured(client, dirs):

@@ -3,7 +3,9 @@ axis, one line per n-gram size N, one point per window W (G = W), greedy as the 
 
 Moved here from appkit/sweep.py (which still runs the points): drawing belongs to viz/ and its colours to
 viz/palette.py. points = [{"N", "W", "G", "compression", "flops_per_step", ...}]; N == 1 is greedy, N == 0
-plain Jacobi decoding with block K = W (the flat line lookahead is measured against).
+plain Jacobi decoding with block K = W (the flat line lookahead is measured against). Points with a
+"budget" are self-drafting heads runs ({"method": "medusa" | "eagle", "budget": nodes per step}): one
+line per method in its method colour, one point per tree budget.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ def n_color(n: int) -> str:
 def figure(points: list[dict], title: str = "") -> go.Figure:
     """Compression against per-step FLOPs (decades only on the log axis)."""
     fig = go.Figure()
+    heads = [p for p in points if p.get("budget") is not None]
+    points_all, points = points, [p for p in points if p.get("budget") is None]
     base = [p for p in points if p["N"] == 1]
     if base:
         fig.add_trace(go.Scatter(x=[base[0]["flops_per_step"]], y=[base[0]["compression"]], mode="markers+text",
@@ -48,8 +52,22 @@ def figure(points: list[dict], title: str = "") -> go.Figure:
             marker=dict(size=9, color=c, symbol="diamond"), line=dict(color=c, dash="dash"),
             hovertemplate="Jacobi K=%{customdata}<br>%{y:.2f} tokens/step<br>%{x:.3g} FLOPs/step<extra></extra>",
             customdata=[p["W"] for p in jac]))
-    fig.update_layout(title=title or "Lookahead scaling: compression vs per-step FLOPs (G = W)",
-                      xaxis=log_axis([p["flops_per_step"] for p in points], title="FLOPs per step (log scale)"),
+    for m in sorted({p["method"] for p in heads}):
+        pts = sorted((p for p in heads if p["method"] == m), key=lambda p: p["budget"])
+        c = method_color(m)
+        fig.add_trace(go.Scatter(
+            x=[p["flops_per_step"] for p in pts], y=[p["compression"] for p in pts], mode="lines+markers+text",
+            name=f"{m} (tree budget)", text=[f"B={p['budget']}" for p in pts], textposition="bottom right",
+            marker=dict(size=9, color=c, symbol="square"), line=dict(color=c, dash="dot"),
+            hovertemplate=m + " budget %{customdata}<br>%{y:.2f} tokens/step<br>%{x:.3g} FLOPs/step<extra></extra>",
+            customdata=[p["budget"] for p in pts]))
+    window = any(p["N"] != 1 for p in points)
+    default = {(True, False): "Lookahead scaling: compression vs per-step FLOPs (G = W)",
+               (False, True): "Tree size: compression vs per-step FLOPs (self-drafting heads)",
+               (True, True): "Window (lookahead, G = W) and tree size (heads): compression vs per-step FLOPs",
+               }.get((window, bool(heads)), "Compression vs per-step FLOPs")
+    fig.update_layout(title=title or default,
+                      xaxis=log_axis([p["flops_per_step"] for p in points_all], title="FLOPs per step (log scale)"),
                       yaxis=dict(title="compression = tokens / step"), height=440, plot_bgcolor="white",
                       margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.2))
     return fig
