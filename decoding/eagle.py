@@ -29,7 +29,9 @@ class Eagle:
     name = "eagle"
     hidden_layers = (-1,)
 
-    def __init__(self, heads: str, budget: int = 16, depth: int = 6, branch: int = 4, beam: int = 4):
+    # beam 2, not 4: the same accepted tokens per step (3.17 vs 3.19 at budget 16 on held-out code prompts)
+    # for half the drafting rows per level, 0.72x vs 0.55x greedy's speed on a CPU (bench/eagle_shapes.py)
+    def __init__(self, heads: str, budget: int = 16, depth: int = 6, branch: int = 4, beam: int = 2):
         if min(budget, depth, branch, beam) < 1:
             raise ValueError("eagle: budget, depth, branch and beam must be >= 1")
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
