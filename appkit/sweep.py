@@ -16,6 +16,12 @@ def grid(ns: list[int], ws: list[int]) -> list[tuple[int, int]]:
     return [(n, w) for n in sorted(set(ns)) for w in sorted(set(ws))]
 
 
+def _decode_costs(model, tr) -> list[dict]:
+    p = next(model.parameters())
+    return [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
+        trace_costs(tr, model.config, p.dtype)
+
+
 def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=None) -> dict:
     """One lookahead run (N = n, W = G = w); n == 0 is plain Jacobi decoding with block K = w, the line
     lookahead's scaling is measured against (its compression stays near 1 whatever the FLOPs)."""
@@ -24,19 +30,10 @@ def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=
     else:
         tr = run(model, tok, prompt, "lookahead", max_new_tokens=max_new_tokens, trace=False,
                  window=w, ngram=n, guesses=w, text_span=n - 1, on_step=on_step)  # the paper's pool: the law is about W
-    p = next(model.parameters())
-    costs = [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
-        trace_costs(tr, model.config, p.dtype)
-    st = tr.stats()
+    costs, st = _decode_costs(model, tr), tr.stats()
     return {"N": n, "W": w, "G": w if n else 0, "compression": st["compression"], "steps": st["steps"],
             "tokens": st["new_tokens"], "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
             "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
-
-
-def _decode_costs(model, tr) -> list[dict]:
-    p = next(model.parameters())
-    return [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
-        trace_costs(tr, model.config, p.dtype)
 
 
 def heads_point(model, tok, prompt: str, method: str, heads: str, budget: int, max_new_tokens: int,
@@ -54,10 +51,7 @@ def heads_point(model, tok, prompt: str, method: str, heads: str, budget: int, m
 
 def baseline(model, tok, prompt: str, max_new_tokens: int, on_step=None) -> dict:
     tr = run(model, tok, prompt, "greedy", max_new_tokens=max_new_tokens, trace=False, on_step=on_step)
-    p = next(model.parameters())
-    costs = [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
-        trace_costs(tr, model.config, p.dtype)
-    st = tr.stats()
+    costs, st = _decode_costs(model, tr), tr.stats()
     return {"N": 1, "W": 0, "G": 0, "compression": st["compression"], "steps": st["steps"],
             "tokens": st["new_tokens"], "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
             "query_per_step": 1.0, "tokens_per_s": st["tokens_per_s"]}
