@@ -16,10 +16,16 @@ def grid(ns: list[int], ws: list[int]) -> list[tuple[int, int]]:
     return [(n, w) for n in sorted(set(ns)) for w in sorted(set(ws))]
 
 
-def _decode_costs(model, tr) -> list[dict]:
+def _measured(model, tr, **keys) -> dict:
+    """A sweep point: `keys` (what the run was) + its compression, steps and tokens/s, and the target's
+    FLOPs and query tokens per decode step (all steps when it had no decode step)."""
     p = next(model.parameters())
-    return [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
+    costs = [c for c in trace_costs(tr, model.config, p.dtype) if c["kind"] == "decode"] or \
         trace_costs(tr, model.config, p.dtype)
+    st = tr.stats()
+    return {**keys, "compression": st["compression"], "steps": st["steps"], "tokens": st["new_tokens"],
+            "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
+            "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
 
 
 def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=None) -> dict:
@@ -30,10 +36,7 @@ def point(model, tok, prompt: str, n: int, w: int, max_new_tokens: int, on_step=
     else:
         tr = run(model, tok, prompt, "lookahead", max_new_tokens=max_new_tokens, trace=False,
                  window=w, ngram=n, guesses=w, text_span=n - 1, on_step=on_step)  # the paper's pool: the law is about W
-    costs, st = _decode_costs(model, tr), tr.stats()
-    return {"N": n, "W": w, "G": w if n else 0, "compression": st["compression"], "steps": st["steps"],
-            "tokens": st["new_tokens"], "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
-            "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
+    return _measured(model, tr, N=n, W=w, G=w if n else 0)
 
 
 def heads_point(model, tok, prompt: str, method: str, heads: str, budget: int, max_new_tokens: int,
@@ -42,16 +45,9 @@ def heads_point(model, tok, prompt: str, method: str, heads: str, budget: int, m
     are the target's (the heads' own work shows in tokens/s, not on this axis)."""
     tr = run(model, tok, prompt, method, max_new_tokens=max_new_tokens, trace=False, heads=heads, budget=budget,
              on_step=on_step)
-    costs, st = _decode_costs(model, tr), tr.stats()
-    return {"N": None, "W": None, "G": None, "method": method, "budget": budget, "compression": st["compression"],
-            "steps": st["steps"], "tokens": st["new_tokens"],
-            "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
-            "query_per_step": sum(c["n_query"] for c in costs) / len(costs), "tokens_per_s": st["tokens_per_s"]}
+    return _measured(model, tr, N=None, W=None, G=None, method=method, budget=budget)
 
 
 def baseline(model, tok, prompt: str, max_new_tokens: int, on_step=None) -> dict:
     tr = run(model, tok, prompt, "greedy", max_new_tokens=max_new_tokens, trace=False, on_step=on_step)
-    costs, st = _decode_costs(model, tr), tr.stats()
-    return {"N": 1, "W": 0, "G": 0, "compression": st["compression"], "steps": st["steps"],
-            "tokens": st["new_tokens"], "flops_per_step": sum(c["flops"] for c in costs) / len(costs),
-            "query_per_step": 1.0, "tokens_per_s": st["tokens_per_s"]}
+    return {**_measured(model, tr, N=1, W=0, G=0), "query_per_step": 1.0}

@@ -93,12 +93,12 @@ def self_distill(model, rows: np.ndarray, prompt: int, cache: Path, batch: int =
     Why: greedy verification accepts what the target says, not what the corpus says. Teacher-forced labels
     on corpus text only match the target one step ahead; on its own continuations (Medusa-2's
     self-distillation) every depth of a head's guess is trained on the text the target really produces."""
-    path = cache.with_suffix(".distill.npy")
-    if path.exists():
-        return np.load(path)
     n, seq = rows.shape
     if not 0 < prompt < seq:
         raise HeadsError(f"--distill {prompt}: the prompt must be shorter than a row (--seq {seq})")
+    path = cache.with_suffix(".distill.npy")
+    if path.exists():
+        return np.load(path)
     out = rows.copy()
     dev = model.get_input_embeddings().weight.device
     t0 = time.perf_counter()
@@ -107,11 +107,12 @@ def self_distill(model, rows: np.ndarray, prompt: int, cache: Path, batch: int =
         past = DynamicCache(config=model.config)
         with _autocast(dev):
             logits = model(input_ids=ids, past_key_values=past, use_cache=True).logits[:, -1]
+            gen = []  # stays on the device: one transfer per batch, not one per token
             for t in range(prompt, seq):
-                nxt = logits.argmax(-1, keepdim=True)
-                out[i:i + len(ids), t] = nxt[:, 0].cpu().numpy()
+                gen.append(logits.argmax(-1, keepdim=True))
                 if t + 1 < seq:
-                    logits = model(input_ids=nxt, past_key_values=past, use_cache=True).logits[:, -1]
+                    logits = model(input_ids=gen[-1], past_key_values=past, use_cache=True).logits[:, -1]
+        out[i:i + len(ids), prompt:] = torch.cat(gen, dim=1).cpu().numpy()
         _progress("distill", i + len(ids), n, t0, log)
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, out)

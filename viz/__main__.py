@@ -43,29 +43,27 @@ def side_by_side(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "side-by-side":
-        try:
-            return side_by_side(args)
-        except (ValueError, OSError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+def report(args: argparse.Namespace) -> int:
     from decoding.trace import Trace
 
     from .report import write_report
+    tr = Trace.load(args.trace)
+    profile = None
+    if args.profile:
+        from profiling.profiler import load_profile  # viz reads the dict; profiling owns its schema
+        profile = load_profile(args.profile)
+    path = write_report(tr, args.out, profile=profile, title=args.title)
+    print(f"wrote {path} ({tr.method}, {len(tr.steps)} steps, {path.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        tr = Trace.load(args.trace)
-        profile = None
-        if args.profile:
-            from profiling.profiler import load_profile  # viz reads the dict; profiling owns its schema
-            profile = load_profile(args.profile)
-        path = write_report(tr, args.out, profile=profile, title=args.title)
+        return side_by_side(args) if args.command == "side-by-side" else report(args)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {path} ({tr.method}, {len(tr.steps)} steps, {path.stat().st_size / 1e3:.0f} kB)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -49,6 +49,16 @@ def report_html(trace: TraceLike, profile: dict | None = None, title: str | None
         extra += "<h2>Methods side by side</h2>" + _static(prof.compare_figure(compare), "ds-compare")
         extra += _static(prof.latency_figure(compare), "ds-compare-latency")
     where = recorded_on(tr)
+    return _page(title, f"""<p>Model: {esc(scrub_paths(model_words(tr)))}{' · ' + esc(where) if where else ''} · stop: {esc(tr.stop_reason)}.
+Every picture below is drawn from the recorded
+trace of this run. Use ◀ ▶ (or the arrow keys) to step, click a token to jump to the step that produced it.</p>
+{step_view_html(tr, profile, initial_step=initial_step)}
+{extra}
+<h2>Run statistics</h2><table class="ds-stats">{rows}</table>""")
+
+
+def _page(title: str, body: str) -> str:
+    """The offline page around `body`: inline plotly.js in the head, the step script at the end."""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -58,12 +68,7 @@ def report_html(trace: TraceLike, profile: dict | None = None, title: str | None
 <script>{offline_plotlyjs()}</script>
 </head><body>
 <h1>{esc(title)}</h1>
-<p>Model: {esc(scrub_paths(model_words(tr)))}{' · ' + esc(where) if where else ''} · stop: {esc(tr.stop_reason)}.
-Every picture below is drawn from the recorded
-trace of this run. Use ◀ ▶ (or the arrow keys) to step, click a token to jump to the step that produced it.</p>
-{step_view_html(tr, profile, initial_step=initial_step)}
-{extra}
-<h2>Run statistics</h2><table class="ds-stats">{rows}</table>
+{body}
 <script>{SCRIPT}</script>
 </body></html>"""
 
@@ -74,20 +79,10 @@ def side_by_side_html(runs: dict[str, TraceLike], title: str | None = None, best
     runs = {n: as_trace(t) for n, t in runs.items()}
     title = scrub_paths(title or "DecodeScope — " + " vs ".join(runs))
     first = next(iter(runs.values()))
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{{font-family:system-ui,sans-serif;margin:16px 24px;color:#222}} h1{{font-size:20px}}
-@media (max-width:700px){{body{{margin:8px}}}}</style>
-<script>{offline_plotlyjs()}</script>
-</head><body>
-<h1>{esc(title)}</h1>
-<p>Model: {esc(scrub_paths(model_words(first)))}. Each strip is one run; each cell one decoding step, as wide as the
+    return _page(title, f"""<p>Model: {esc(scrub_paths(model_words(first)))}. Each strip is one run; each cell one decoding step, as wide as the
 tokens it produced. Click a cell (or step either view) and both step views show the step that produced that
 output position.</p>
-{linked_html(runs, best)}
-<script>{SCRIPT}</script>
-</body></html>"""
+{linked_html(runs, best)}""")
 
 
 def _value(v: object) -> str:
@@ -101,16 +96,17 @@ def _value(v: object) -> str:
 
 def write_side_by_side(runs: dict[str, TraceLike], path: str | Path, title: str | None = None) -> Path:
     """Write side_by_side_html to `path` (opens offline); returns the path."""
+    return _write(path, side_by_side_html(runs, title))
+
+
+def _write(path: str | Path, page: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(side_by_side_html(runs, title), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     return path
 
 
 def write_report(trace: TraceLike, path: str | Path, profile: dict | None = None, title: str | None = None,
                  compare: dict | None = None) -> Path:
     """Write the report; returns the path. The file opens offline in any browser."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(trace, profile, title, compare), encoding="utf-8")
-    return path
+    return _write(path, report_html(trace, profile, title, compare))
