@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--heads", default=None, help="medusa / eagle: heads folder (python -m decoding train-heads)")
     g.add_argument("--budget", type=int, default=None,
                    help="medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle)")
+    g.add_argument("--draft-vocab", type=int, default=None,
+                   help="medusa / eagle: draft only the N tokens the target chose most often in the heads' "
+                        "training (FR-Spec; verification still uses the whole vocabulary; 0 = all)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -127,15 +130,15 @@ def setup(args: argparse.Namespace):
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
                   reference_tokens=args.reference_tokens,
-                  heads=args.heads, budget=args.budget)
+                  heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab)
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
     if references and args.method != "prompt_lookup":
         raise ValueError("--reference needs --method prompt_lookup (reference lookup)")
     if args.block is not None and args.method != "jacobi":
         raise ValueError("--block needs --method jacobi")
-    if (args.heads or args.budget) and args.method not in ("medusa", "eagle"):
-        raise ValueError("--heads and --budget need --method medusa or eagle")
+    if (args.heads or args.budget or args.draft_vocab is not None) and args.method not in ("medusa", "eagle"):
+        raise ValueError("--heads, --budget and --draft-vocab need --method medusa or eagle")
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
@@ -185,7 +188,7 @@ def setup(args: argparse.Namespace):
                                pilot_tokens=min(32, args.max_new_tokens))
         print(f"[auto] tree budget {tuned['best']} (" + ", ".join(
             f"{r['budget']}: {r['tokens_per_s']:.1f} tokens/s" for r in tuned["ranking"]) + ")", file=sys.stderr)
-        drafter = make_drafter(args.method, heads=args.heads, budget=tuned["best"])
+        drafter = make_drafter(args.method, heads=args.heads, budget=tuned["best"], draft_vocab=args.draft_vocab)
     elif args.auto:
         from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]

@@ -22,8 +22,8 @@ PARAMS = {"greedy": (),
           "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
           "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
           "jacobi": ("block", "seed"),
-          "medusa": ("heads", "budget", "branch"),
-          "eagle": ("heads", "budget", "depth", "branch", "beam"),
+          "medusa": ("heads", "budget", "branch", "draft_vocab"),
+          "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab"),
           "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
                           "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
 HOOKS = ("step_context", "on_step")
@@ -81,7 +81,7 @@ def make_drafter(method: str, **p):
             raise ValueError(f"{method} needs heads: a folder made by python -m decoding train-heads --kind {method}")
         from .eagle import Eagle
         from .medusa import Medusa
-        keys = ("budget", "branch") if method == "medusa" else ("budget", "depth", "branch", "beam")
+        keys = [k for k in PARAMS[method] if k != "heads"]
         cls = Medusa if method == "medusa" else Eagle
         return cls(p["heads"], **{k: int(p[k]) for k in keys if k in p})
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")

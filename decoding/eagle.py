@@ -15,44 +15,57 @@ from __future__ import annotations
 import time
 
 import torch
-from transformers import DynamicCache
-
 from .drafters import Plan
-from .heads import load_heads
+from .eagle_layer import EagleLayer
+from .heads import DraftLM, load_counts, load_heads
+from .layout import apply_layout
 from .masks import chain_parents, step_mask
 from .medusa import record_verdict
 from .sampling import Sampling
 from .verify import Verdict
 
 
+def tree_shape(budget: int) -> tuple[int, int]:
+    """(depth, beam) that suit a tree of `budget` nodes, so that one number sizes the tree (the tuner's,
+    the app's and the sweep's knob). Why: drafting costs one head call per level and `beam` rows per call,
+    and nodes beyond the budget are drafted for nothing. Measured with bench/eagle_shapes.py on held-out
+    code prompts (CPU): budget 4 at depth 3 / beam 1 was the fastest shape of its size, 16 at depth 6 /
+    beam 2 kept beam 4's tokens per step (3.17 vs 3.19) for half the rows."""
+    return min(8, 2 + budget // 4), 1 if budget <= 8 else 2
+
+
 class Eagle:
     name = "eagle"
     hidden_layers = (-1,)
 
-    # beam 2, not 4: the same accepted tokens per step (3.17 vs 3.19 at budget 16 on held-out code prompts)
-    # for half the drafting rows per level, 0.72x vs 0.55x greedy's speed on a CPU (bench/eagle_shapes.py)
-    def __init__(self, heads: str, budget: int = 16, depth: int = 6, branch: int = 4, beam: int = 2):
-        if min(budget, depth, branch, beam) < 1:
-            raise ValueError("eagle: budget, depth, branch and beam must be >= 1")
+    def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
+                 beam: int | None = None, draft_vocab: int | None = None):
+        shape = tree_shape(budget)
+        depth, beam = shape[0] if depth is None else depth, shape[1] if beam is None else beam
+        if min(budget, depth, branch, beam) < 1 or (draft_vocab or 0) < 0:
+            raise ValueError("eagle: budget, depth, branch and beam must be >= 1, draft_vocab >= 0")
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
+        self.draft_vocab = draft_vocab
         self.module = None
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
-                "beam": self.beam}
+                "beam": self.beam, "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
     def bind(self, model, sampling: Sampling) -> None:
         if self.module is None or self._model is not model:
             self.module, self.cfg = load_heads(self.path, model, "eagle")
-            self._model = model
-        self.emb, self.lm = model.get_input_embeddings(), model.get_output_embeddings()
+            apply_layout(self.module)
+            self.layer, self._model = EagleLayer(self.module), model
+            self.draft = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
+        self.emb = model.get_input_embeddings()
 
     def max_depth(self) -> int:
         return self.depth + 1
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.cache = DynamicCache(config=self.module.body.config)
-        self.n = 0                      # pairs in the head's cache (positions 0..n-1)
+        self.layer.reset()
+        self.n = 0                      # real-feature pairs in the head's cache (positions 0..n-1)
         self.pending: list[torch.Tensor] = []  # real target features of positions n, n+1, ...
 
     def prefill_features(self, feats: torch.Tensor) -> None:
@@ -60,13 +73,11 @@ class Eagle:
 
     def _run(self, toks: list[int], feats: torch.Tensor, parents: list[int], depths: list[int],
              first: int) -> torch.Tensor:
-        """Head forward of new region nodes (parents index the region; -1 = the cached prefix only)."""
+        """Head forward of new region nodes (parents index the region; -1 = the real pairs only)."""
         dev = feats.device
-        ids = torch.tensor([toks], dtype=torch.long, device=dev)
-        pos = torch.tensor([depths], dtype=torch.long, device=dev) + self.n
-        mask = step_mask(parents, self.n, feats.dtype, dev, first=first)
-        return self.module(self.emb(ids), feats[None], position_ids=pos, attention_mask=mask,
-                           past_key_values=self.cache, use_cache=True)[0]
+        ids = torch.tensor(toks, dtype=torch.long, device=dev)
+        mask = step_mask(parents, self.n, feats.dtype, dev, first=first)[0, 0]
+        return self.layer(self.emb(ids), feats, [d + self.n for d in depths], mask)
 
     @torch.inference_mode()
     def plan(self, context: list[int]) -> Plan:
@@ -78,7 +89,7 @@ class Eagle:
         # catch-up: pairs [emb(context[i + 1]); f_i] for i = n .. L-2 (the last one carries x0)
         m = len(feats)
         out = self._run(context[self.n + 1:], feats, chain_parents(m), list(range(m)), 0)
-        self.n += m  # real-feature pairs stay in the head's cache
+        self.n += m  # real-feature pairs stay in the head's cache; the tree's rows are dropped below
         self.pending = []
         # tree: nodes (token, parent, depth, prob, score, rank, predicted feature of the node's position)
         nodes = [[context[-1], -1, 0, None, 1.0, None]]
@@ -86,13 +97,10 @@ class Eagle:
         frontier, region_parent, level_rows = [0], {}, 0
         forwards = 1
         for d in range(1, self.depth + 1):
-            f = torch.stack([feat_of[i] for i in frontier])
-            probs = self.lm(f).float().softmax(-1)
-            top = torch.topk(probs, self.branch)
-            tp, tt = top.values.tolist(), top.indices.tolist()
+            tp, tt = self.draft.topk(torch.stack([feat_of[i] for i in frontier]), self.branch)
             new = []
             for j, i in enumerate(frontier):
-                for r in range(self.branch):
+                for r in range(len(tt[j])):
                     nodes.append([tt[j][r], i, d, tp[j][r], nodes[i][4] * tp[j][r], r])
                     new.append(len(nodes) - 1)
             if d == self.depth:
@@ -111,8 +119,7 @@ class Eagle:
             forwards += 1
             for j, k in enumerate(frontier):
                 feat_of[k] = outs[j]
-        if level_rows:
-            self.cache.crop(-level_rows)  # transformers 5: a negative count removes tokens
+        self.layer.truncate(self.n)
         self._region_parents = []
         keep = _best(nodes, self.budget)
         remap = {old: new for new, old in enumerate(keep)}

@@ -15,11 +15,12 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 KINDS = ("medusa", "eagle")
-CONFIG, WEIGHTS = "heads.json", "heads.safetensors"
+CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
 
 
 class HeadsError(ValueError):
@@ -59,7 +60,11 @@ class MedusaHeads(nn.Module):
 
     def forward(self, feat: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """feat [..., h] -> logits [n_heads, ..., vocab]."""
-        return torch.stack([lm_head(b(feat)) for b in self.blocks])
+        return lm_head(self.features(feat))
+
+    def features(self, feat: torch.Tensor) -> torch.Tensor:
+        """feat [..., h] -> each head's feature [n_heads, ..., h] (what the LM head reads)."""
+        return torch.stack([b(feat) for b in self.blocks])
 
 
 class EagleHead(nn.Module):
@@ -167,3 +172,60 @@ def load_heads(path: str | Path, model, kind: str | None = None) -> tuple[nn.Mod
                          f"({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
     w = model.get_input_embeddings().weight
     return module.to(device=w.device, dtype=w.dtype).eval(), cfg
+
+
+def save_counts(out: str | Path, counts: np.ndarray) -> None:
+    """How often the target chose each token over the training rows (its argmax: what a head must guess)."""
+    from safetensors.torch import save_file
+    Path(out).mkdir(parents=True, exist_ok=True)
+    save_file({"target_argmax": torch.from_numpy(np.asarray(counts, dtype=np.int64))}, str(Path(out) / COUNTS))
+
+
+def load_counts(path: str | Path) -> torch.Tensor | None:
+    """The heads' token counts, or None (heads trained before counts were kept, or the file is gone)."""
+    from safetensors.torch import load_file
+    f = Path(path) / COUNTS
+    if not f.is_file():
+        return None
+    try:
+        return load_file(str(f))["target_argmax"]
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
+        raise HeadsError(f"{f} is corrupt ({type(e).__name__}); delete it to draft over the whole vocabulary") from None
+
+
+class DraftLM:
+    """The target's LM head as the drafts use it, optionally restricted to the `size` tokens the target
+    chose most often in training (FR-Spec, Zhao et al. 2025). Why: a drafting level multiplies its rows by
+    the whole vocab x hidden head (the embedded target: 8,192 x 320, the size of two decoder layers), while
+    a token the target rarely emits is rarely worth a tree node. Drafts only: verification runs the full
+    head, so greedy ids stay exact and sampling keeps the target's distribution.
+    size None: a quarter of the vocabulary (FR-Spec's 32K of Llama 3's 128K; on the embedded target the
+    top 2,048 of 8,192 cover 94% of its argmax choices); 0, heads without counts, or an LM head that is not
+    a plain Linear: the whole vocabulary."""
+
+    def __init__(self, lm: nn.Module, counts: torch.Tensor | None = None, size: int | None = None):
+        self.lm, self.ids, self.size = lm, None, 0
+        w = getattr(lm, "weight", None)
+        if counts is None or not isinstance(lm, nn.Linear) or w.shape[0] != len(counts):
+            return
+        size = w.shape[0] // 4 if size is None else int(size)
+        if 0 < size < w.shape[0]:
+            ids = torch.argsort(counts, descending=True, stable=True)[:size].sort().values.to(w.device)
+            sub = w.detach()[ids]
+            if w.device.type == "cpu" and w.dtype == torch.float32:
+                sub = sub.t().contiguous().t()  # column-major: layout.py's faster CPU GEMM operand
+            self.ids, self.size = ids, size
+            self.w, self.b = sub, None if lm.bias is None else lm.bias.detach()[ids]
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits over the drafting vocabulary (column j is token self.token(j))."""
+        if self.ids is None:
+            return self.lm(x)
+        return nn.functional.linear(x, self.w, self.b)
+
+    def topk(self, x: torch.Tensor, k: int) -> tuple[list[list[float]], list[list[int]]]:
+        """Per row: the k best draft tokens and their probabilities (softmax over the drafting vocabulary)."""
+        probs = self.logits(x).float().softmax(-1)
+        top = torch.topk(probs, min(k, probs.shape[-1]))
+        toks = top.indices if self.ids is None else self.ids[top.indices]
+        return top.values.tolist(), toks.tolist()

@@ -17,7 +17,8 @@ import time
 import torch
 
 from .drafters import Plan
-from .heads import load_heads
+from .heads import DraftLM, load_counts, load_heads
+from .layout import apply_layout
 from .sampling import Sampling
 from .verify import Verdict
 
@@ -26,22 +27,24 @@ class Medusa:
     name = "medusa"
     hidden_layers = (-1,)
 
-    def __init__(self, heads: str, budget: int = 12, branch: int = 4):
-        if budget < 1 or branch < 1:
-            raise ValueError("medusa: budget and branch must be >= 1")
-        self.path, self.budget, self.branch = str(heads), int(budget), int(branch)
+    def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None):
+        if budget < 1 or branch < 1 or (draft_vocab or 0) < 0:
+            raise ValueError("medusa: budget and branch must be >= 1, draft_vocab >= 0")
+        self.path, self.budget, self.branch, self.draft_vocab = str(heads), int(budget), int(branch), draft_vocab
         self.module = None
         self.feat: torch.Tensor | None = None
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "branch": self.branch,
-                "n_heads": None if self.module is None else len(self.module.blocks)}
+                "n_heads": None if self.module is None else len(self.module.blocks),
+                "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
     def bind(self, model, sampling: Sampling) -> None:
         if self.module is None or self._model is not model:
             self.module, self.cfg = load_heads(self.path, model, "medusa")
+            apply_layout(self.module)
             self._model = model
-        self.lm = model.get_output_embeddings()
+            self.draft = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
 
     def max_depth(self) -> int:
         return 1 + (len(self.module.blocks) if self.module is not None else 8)
@@ -58,11 +61,9 @@ class Medusa:
         if self.feat is None:  # no feature yet (a run resumed without prefill): one plain step fetches it
             return Plan([context[-1]], [-1], [0], ["x0"], [[0, 0]], [False], hidden_rows=[0],
                         info={"drafted": False})
-        probs = self.module(self.feat[None], self.lm)[:, 0].float().softmax(-1)  # [K, V]
-        top = torch.topk(probs, self.branch)
-        tp, tt = top.values.tolist(), top.indices.tolist()  # one transfer for every head
+        tp, tt = self.draft.topk(self.module.features(self.feat), self.branch)  # [K heads][branch]: one transfer
         nodes = [(context[-1], -1, 0, None, 1.0, None)]  # token, parent, depth, prob, score, rank
-        heap = [(-tp[0][r], 0, r) for r in range(self.branch)]
+        heap = [(-tp[0][r], 0, r) for r in range(len(tp[0]))]
         heapq.heapify(heap)
         while heap and len(nodes) <= self.budget:
             neg, parent, r = heapq.heappop(heap)
@@ -70,7 +71,7 @@ class Medusa:
             nodes.append((tt[d - 1][r], parent, d, tp[d - 1][r], -neg, r))
             if d < len(tp):
                 i = len(nodes) - 1
-                for r2 in range(self.branch):
+                for r2 in range(len(tp[d])):
                     heapq.heappush(heap, (neg * tp[d][r2], i, r2))
         n = len(nodes)
         toks, parents, depths = [x[0] for x in nodes], [x[1] for x in nodes], [x[2] for x in nodes]

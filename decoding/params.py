@@ -11,7 +11,8 @@ from .draft_tree import Shape
 LIMITS = {"max_new_tokens": (1, 4096), "window": (1, 64), "ngram": (2, 16), "guesses": (0, 64),
           "num_tokens": (1, 64), "max_ngram": (1, 8), "candidates": (1, 16), "top_k": (0, 100000),
           "draft_tokens": (1, 32), "tree_width": (1, 16), "tree_depth": (1, 16), "tree_budget": (1, 256),
-          "text_span": (1, 32), "block": (1, 64), "reference_tokens": (1, 64)}
+          "text_span": (1, 32), "block": (1, 64), "reference_tokens": (1, 64),
+          "draft_vocab": (0, 1_000_000)}
 # Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
 # on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
 # (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from .heads import KINDS, HeadsError, base_fingerprint, new_heads, save_heads
+from .heads import KINDS, HeadsError, base_fingerprint, new_heads, save_counts, save_heads
 
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".jsonl", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs",
                  ".html", ".css", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".tex", ".csv", ""}
@@ -196,6 +196,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     n = len(rows)
     val = np.arange(n)[np.arange(n) % 20 == 19] if n >= 20 else np.arange(n)[-1:]
     fit = np.setdiff1d(np.arange(n), val)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    save_counts(out, np.bincount(np.asarray(arg)[fit, distill:].ravel(), minlength=vocab)[:vocab])  # DraftLM's ranking
     torch.manual_seed(seed)
     module, cfg = new_heads(model, kind, n_heads)
     module.train()

@@ -206,10 +206,14 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     (["train-heads", "--kind", "medusa", "--data", "MISSING", "--out", "o"], "does not exist"),
     (["generate", "--method", "medusa", "--prompt", "x"], "medusa needs heads"),
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
-    (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"], "--heads and --budget need"),
+    (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"], "--heads, --budget and --draft-vocab need"),
+    (["generate", "--method", "lookahead", "--draft-vocab", "64", "--prompt", "x"], "--draft-vocab need"),
+    (["generate", "--method", "eagle", "--heads", "h", "--draft-vocab", "-1", "--prompt", "x"],
+     "draft-vocab must be an integer in [0, 1000000]"),
     (["generate", "--method", "medusa", "--heads", "h", "--budget", "8", "--auto", "--prompt", "x"],
      "--auto chooses the medusa tree budget itself: drop --budget"),
-], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method", "auto-budget"])
+], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method",
+        "draft-vocab-without-heads-method", "negative-draft-vocab", "auto-budget"])
 def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
     (tmp_path / "EMPTY").mkdir()
     (tmp_path / "NOHEADS").mkdir()
@@ -312,3 +316,66 @@ def test_distilled_loss_ignores_guesses_of_the_prompt(kind):
     late = arg.clone()
     late[:, 6] = (late[:, 6] + 7) % 50
     assert not torch.equal(head_loss(kind, module, model, ids, feats, late, start=6)[0], base)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_eagle_drafting_layer_equals_the_heads_own_forward(kv_heads):
+    """EagleLayer (own KV tensors, rotary table, one SDPA call) computes what EagleHead.forward computes
+    through transformers' decoder layer: a causal prefill from scratch (past the first KV capacity and the
+    first rotary table), then tree rows appended with an additive mask."""
+    from transformers import DynamicCache
+    from decoding.eagle_layer import EagleLayer
+    from decoding.heads import EagleHead
+    from decoding.masks import chain_parents, step_mask
+    torch.manual_seed(0)
+    spec = dict(hidden=32, heads=4, kv_heads=kv_heads, head_dim=8, intermediate=64, max_positions=4096,
+                eps=1e-6, rope_theta=10000.0)
+    head = EagleHead(spec).eval()
+    for p in head.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    T = 1030  # > the layer's first rotary table (1024 positions) and KV capacity
+    emb, feat = torch.randn(1, T + 3, 32), torch.randn(1, T + 3, 32)
+    layer = EagleLayer(head, capacity=8)
+    with torch.no_grad():
+        ref = head(emb[:, :T], feat[:, :T], past_key_values=(cache := DynamicCache(config=head.body.config)),
+                   use_cache=True)
+        out = layer(emb[0, :T], feat[0, :T], list(range(T)), step_mask(chain_parents(T), 0, torch.float32, "cpu")[0, 0])
+        torch.testing.assert_close(out, ref[0], rtol=1e-5, atol=1e-5)
+        parents = [-1, -1, 0]  # two siblings at depth 0, a child of the first
+        mask = step_mask(parents, T, torch.float32, "cpu")
+        pos = torch.tensor([[T, T, T + 1]])
+        ref2 = head(emb[:, T:], feat[:, T:], position_ids=pos, attention_mask=mask, past_key_values=cache,
+                    use_cache=True)
+        out2 = layer(emb[0, T:], feat[0, T:], pos[0].tolist(), mask[0, 0])
+    torch.testing.assert_close(out2, ref2[0], rtol=1e-5, atol=1e-5)
+    layer.truncate(T)
+    assert layer.used == T
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_draft_vocabulary_drafts_only_frequent_tokens_and_stays_exact(trained, kind, tmp_path):
+    """Training writes the target's token counts; draft_vocab=N drafts only the N most frequent tokens
+    (FR-Spec), the default a quarter of the vocabulary, 0 all of it; greedy output is HF greedy in every
+    case (verification uses the whole vocabulary). A damaged counts file is one clear error."""
+    from decoding.heads import COUNTS, load_counts
+    model, heads = trained["llama", kind]
+    counts = load_counts(heads)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    assert counts is not None and len(counts) == vocab and int(counts.sum()) > 0
+    top = set(torch.argsort(counts, descending=True, stable=True)[:6].tolist())
+    want = hf_greedy(model, PROMPTS[1], 40)
+    for size, allowed in ((6, top), (None, None), (0, None)):
+        tr = run(model, None, PROMPTS[1], kind, max_new_tokens=40, heads=heads, draft_vocab=size)
+        assert tr.output_ids == want, size
+        assert tr.config["draft_vocab"] == {6: 6, None: vocab // 4, 0: 0}[size]
+        drafted = {t for s in tr.steps if "tree" in s.info for t in s.info["tree"]["tokens"][1:]}
+        assert drafted and (allowed is None or drafted <= allowed), (size, drafted - (allowed or set()))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("heads.json", "heads.safetensors"):
+        (bad / name).write_bytes((__import__("pathlib").Path(heads) / name).read_bytes())
+    (bad / COUNTS).write_bytes(b"\x00garbage")
+    with pytest.raises(HeadsError, match="is corrupt.*delete it"):
+        run(model, None, PROMPTS[1], kind, max_new_tokens=4, heads=str(bad))
+    (bad / COUNTS).unlink()  # heads without counts draft over the whole vocabulary
+    assert run(model, None, PROMPTS[1], kind, max_new_tokens=40, heads=str(bad)).output_ids == want

@@ -50,7 +50,7 @@ def main() -> None:
         minutes = (time.perf_counter() - t0) / 60
         src = Path(a.work) / kind
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("heads.safetensors", "heads.json"):
+        for name in ("heads.safetensors", "heads.json", "token_counts.safetensors"):
             (out / name).write_bytes((src / name).read_bytes())
         write_card_json(out, {"base_model": "assets/target", "trained_with": {
             "command": f"nice -n 19 python assets/heads/train_embedded.py --max-tokens {a.max_tokens} --seq {a.seq} "
