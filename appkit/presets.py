@@ -26,7 +26,7 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               "medusa": {"budget": 16}, "eagle": {"budget": 16}}  # bench_heads.py; tuned: autotune_heads
+               "medusa": {"budget": 4}, "eagle": {"budget": 8}}  # bench_heads.py --budgets 4,8,16; tuned: autotune_heads
 _lock = threading.Lock()
 
 

@@ -58,7 +58,7 @@ def ours_runner(model, tok, method: str, **params):
     return go
 
 
-HEADS_BUDGET = 16  # the shipped CPU preset (appkit/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
+HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
 
 
 def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,

@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative: dynamic tree of the B best nodes by draft probability")
     g.add_argument("--staged", action="store_true", help="speculative: an n-gram stage 2 drafts for the draft")
     g.add_argument("--draft-confidence", type=float, default=None,
-                   help="speculative: do not extend a draft token below this draft probability (default 0.4)")
+                   help="speculative: do not extend a draft token below this draft probability (default 0.4); "
+                        "eagle: neither verify nor expand a node whose path's draft probability is below it (default 0)")
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
@@ -130,7 +131,8 @@ def setup(args: argparse.Namespace):
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
                   reference_tokens=args.reference_tokens,
-                  heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab)
+                  heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab,
+                  confidence=args.draft_confidence if args.method == "eagle" else None)
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
     if references and args.method != "prompt_lookup":
@@ -142,9 +144,10 @@ def setup(args: argparse.Namespace):
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
-                                               args.staged or None, args.ngram_table, args.draft_confidence,
-                                               args.adaptive or None)):
-        raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative")
+                                               args.staged or None, args.ngram_table, args.adaptive or None,
+                                               None if args.method == "eagle" else args.draft_confidence)):
+        raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative "
+                         "(--draft-confidence: speculative or eagle)")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
     if args.auto and args.method == "jacobi" and args.block is not None:
@@ -188,7 +191,8 @@ def setup(args: argparse.Namespace):
                                pilot_tokens=min(32, args.max_new_tokens))
         print(f"[auto] tree budget {tuned['best']} (" + ", ".join(
             f"{r['budget']}: {r['tokens_per_s']:.1f} tokens/s" for r in tuned["ranking"]) + ")", file=sys.stderr)
-        drafter = make_drafter(args.method, heads=args.heads, budget=tuned["best"], draft_vocab=args.draft_vocab)
+        drafter = make_drafter(args.method, heads=args.heads, budget=tuned["best"], draft_vocab=args.draft_vocab,
+                               confidence=params["confidence"])
     elif args.auto:
         from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]

@@ -23,7 +23,7 @@ PARAMS = {"greedy": (),
           "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
           "jacobi": ("block", "seed"),
           "medusa": ("heads", "budget", "branch", "draft_vocab"),
-          "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab"),
+          "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence"),
           "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
                           "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
 HOOKS = ("step_context", "on_step")
@@ -83,7 +83,7 @@ def make_drafter(method: str, **p):
         from .medusa import Medusa
         keys = [k for k in PARAMS[method] if k != "heads"]
         cls = Medusa if method == "medusa" else Eagle
-        return cls(p["heads"], **{k: int(p[k]) for k in keys if k in p})
+        return cls(p["heads"], **{k: float(p[k]) if k == "confidence" else int(p[k]) for k in keys if k in p})
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 

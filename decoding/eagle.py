@@ -7,8 +7,11 @@ step the accepted nodes' features become "catch-up" pairs for the head's own KV 
 the head on its own predicted features, level by level (one head forward per depth, the `beam` best
 frontier nodes at once), and the tree keeps the `budget` best nodes by cumulative draft probability:
 EAGLE-2's dynamic tree. The head's KV cache keeps only real-feature pairs; tree nodes are dropped after
-every step (their features were guesses). Greedy: verify.greedy; sampling: verify.sampled (deterministic
-top-k proposals), so the target's distribution is kept.
+every step (their features were guesses). The layer runs through eagle_layer.EagleLayer (own KV tensors,
+no per-call set-up) and drafts read the target's LM head restricted to its frequent tokens (heads.DraftLM).
+`confidence` > 0 drops nodes whose path probability is below it (fewer verified rows: a CPU pays for
+each). Greedy: verify.greedy; sampling: verify.sampled (deterministic top-k proposals), so the target's
+distribution is kept.
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ from .sampling import Sampling
 from .verify import Verdict
 
 
+CONFIDENCE = 0.0  # nodes whose cumulative draft probability is below this are neither verified nor expanded
+
+
 def tree_shape(budget: int) -> tuple[int, int]:
     """(depth, beam) that suit a tree of `budget` nodes, so that one number sizes the tree (the tuner's,
     the app's and the sweep's knob). Why: drafting costs one head call per level and `beam` rows per call,
@@ -39,18 +45,20 @@ class Eagle:
     hidden_layers = (-1,)
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
-                 beam: int | None = None, draft_vocab: int | None = None):
+                 beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE):
         shape = tree_shape(budget)
         depth, beam = shape[0] if depth is None else depth, shape[1] if beam is None else beam
-        if min(budget, depth, branch, beam) < 1 or (draft_vocab or 0) < 0:
-            raise ValueError("eagle: budget, depth, branch and beam must be >= 1, draft_vocab >= 0")
+        if min(budget, depth, branch, beam) < 1 or (draft_vocab or 0) < 0 or not 0 <= confidence < 1:
+            raise ValueError("eagle: budget, depth, branch and beam must be >= 1, draft_vocab >= 0, "
+                             "confidence in [0, 1)")
+        self.confidence = float(confidence)
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
         self.draft_vocab = draft_vocab
         self.module = None
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
-                "beam": self.beam, "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
+                "beam": self.beam, "confidence": self.confidence, "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
     def bind(self, model, sampling: Sampling) -> None:
         if self.module is None or self._model is not model:
@@ -105,7 +113,10 @@ class Eagle:
                     new.append(len(nodes) - 1)
             if d == self.depth:
                 break
-            frontier = sorted(new, key=lambda k: -nodes[k][4])[:self.beam]
+            frontier = [k for k in sorted(new, key=lambda k: -nodes[k][4])[:self.beam]
+                        if nodes[k][4] >= self.confidence]
+            if not frontier:  # every path below the cut-off: no deeper level is worth a head call
+                break
             # one head forward for the frontier: pair [emb(node token); predicted feature of its parent]
             parents = [region_parent.get(nodes[k][1], -1) for k in frontier]
             for j, k in enumerate(frontier):
@@ -121,7 +132,7 @@ class Eagle:
                 feat_of[k] = outs[j]
         self.layer.truncate(self.n)
         self._region_parents = []
-        keep = _best(nodes, self.budget)
+        keep = _best(nodes, self.budget, self.confidence)
         remap = {old: new for new, old in enumerate(keep)}
         sel = [nodes[k] for k in keep]
         n = len(sel)
@@ -143,10 +154,12 @@ class Eagle:
         record_verdict(plan, verdict)
 
 
-def _best(nodes: list[list], budget: int) -> list[int]:
-    """Root plus the `budget` best nodes by cumulative draft probability, ancestor-closed, in node order
-    (parents before children: a child never scores above its parent; ties go to the earlier node)."""
-    order = sorted(range(1, len(nodes)), key=lambda k: (-nodes[k][4], k))[:budget]
+def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
+    """Root plus the `budget` best nodes by cumulative draft probability, those at or above `confidence`
+    only, ancestor-closed, in node order (parents before children: a child never scores above its parent;
+    ties go to the earlier node)."""
+    order = [k for k in sorted(range(1, len(nodes)), key=lambda k: (-nodes[k][4], k))[:budget]
+             if nodes[k][4] >= confidence]
     keep = set(order)
     keep = {k for k in keep if _closed(nodes, k, keep)}
     return [0] + sorted(keep)

@@ -379,3 +379,30 @@ def test_draft_vocabulary_drafts_only_frequent_tokens_and_stays_exact(trained, k
         run(model, None, PROMPTS[1], kind, max_new_tokens=4, heads=str(bad))
     (bad / COUNTS).unlink()  # heads without counts draft over the whole vocabulary
     assert run(model, None, PROMPTS[1], kind, max_new_tokens=40, heads=str(bad)).output_ids == want
+
+
+def _path_probs(tree: dict) -> list[float]:
+    out = []
+    for i in range(1, len(tree["tokens"])):
+        p, j = 1.0, i
+        while j > 0:
+            p, j = p * tree["draft_prob"][j], tree["parents"][j]
+        out.append(p)
+    return out
+
+
+def test_eagle_confidence_cuts_the_tree_and_stays_exact(trained):
+    """confidence c: every verified EAGLE node's path probability (product of its and its ancestors' draft
+    probabilities) is >= c, some steps verify fewer nodes than the budget, and greedy output is HF greedy."""
+    model, heads = trained["qwen2", "eagle"]
+    want = hf_greedy(model, PROMPTS[0], 40)
+    full = run(model, None, PROMPTS[0], "eagle", max_new_tokens=40, heads=heads, budget=8)
+    probs = sorted(p for s in full.steps if "tree" in s.info for p in _path_probs(s.info["tree"]))
+    c = probs[len(probs) // 2]  # the median node of the uncut trees
+    cut = run(model, None, PROMPTS[0], "eagle", max_new_tokens=40, heads=heads, budget=8, confidence=c)
+    assert full.output_ids == cut.output_ids == want and cut.config["confidence"] == c
+    trees = [s.info["tree"] for s in cut.steps if "tree" in s.info]
+    assert all(p >= c * (1 - 1e-5) for t in trees for p in _path_probs(t))
+    assert min(len(t["tokens"]) for t in trees) < 9
+    with pytest.raises(ValueError, match="confidence in"):
+        run(model, None, PROMPTS[0], "eagle", max_new_tokens=4, heads=heads, confidence=1.5)
