@@ -26,7 +26,8 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               "medusa": {"budget": 4}, "eagle": {"budget": 8}}  # bench_heads.py --budgets 4,8,16; tuned: autotune_heads
+               # bench_heads.py --budgets 4,8,16 and eagle_shapes.py (the cut: 1.02x -> 1.07x greedy); tuned: autotune_heads
+               "medusa": {"budget": 4}, "eagle": {"budget": 8, "confidence": 0.1}}
 _lock = threading.Lock()
 
 
@@ -91,7 +92,7 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
         from decoding.autotune_heads import autotune_heads
         from decoding.models import ASSETS
         res = autotune_heads(model, tok, PILOTS, method, heads or str(ASSETS / "heads" / method), reps=1)
-        params, measured = {"budget": res["best"]}, measured_heads(res)
+        params, measured = res["params"], measured_heads(res)
     else:
         params = dict(SHIPPED_CPU[method])  # prompt lookup has no tuner; its defaults copy freely
     with _lock:
@@ -118,9 +119,9 @@ def measured_speculative(res: dict) -> str:
 
 def measured_heads(res: dict) -> str:
     r = res["ranking"]
-    top = "; ".join(f"budget {x['budget']}: {x['compression']:.2f} tokens/step, {x['tokens_per_s']:.1f} tokens/s"
+    top = "; ".join(f"{describe('eagle', x)}: {x['compression']:.2f} tokens/step, {x['tokens_per_s']:.1f} tokens/s"
                     for x in r[:2])
-    return f"timed {len(r)} tree budgets on {len(PILOTS)} prompts, best first: {top}"
+    return f"timed {len(r)} tree budgets (and cuts) on {len(PILOTS)} prompts, best first: {top}"
 
 
 def resolve(model_name: str, model, tok, method: str, draft=None, heads: str | None = None) -> dict:
@@ -141,5 +142,6 @@ def describe(method: str, params: dict) -> str:
     if method == "jacobi":
         return f"block {params['block']}"
     if method in ("medusa", "eagle"):
-        return f"tree budget {params['budget']}"
+        cut = params.get("confidence")
+        return f"tree budget {params['budget']}" + (f", cut {cut:g}" if cut else "")
     return ""

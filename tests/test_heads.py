@@ -175,7 +175,9 @@ def test_cli_train_heads_and_generate(tmp_path, capsys):
               "def f ( x ) :", "--max-new-tokens", "12", "--check-exact", "--auto"], capsys)
     assert r.returncode == 0, r.stderr
     auto = next(ln for ln in r.stderr.splitlines() if ln.startswith("[auto] tree budget "))
-    assert int(auto.split()[3]) in (4, 8, 16, 24) and "identical" in r.stderr
+    budget = int(auto.split()[3].rstrip(","))
+    assert budget in (4, 8, 16, 24) and "identical" in r.stderr
+    assert auto.count("cut ") == 9  # EAGLE: every budget with and without the confidence cut, and the winner
 
 
 def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, monkeypatch):
@@ -196,7 +198,8 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     m2, tok = load(mdir)
     h2 = _train(m2, "eagle", tmp_path / "h", epochs=2)
     out = presets.tune("tiny", m2, tok, "eagle", heads=h2)
-    assert out["params"]["budget"] in (4, 8, 16, 24) and "tree budgets" in out["measured"]
+    assert out["params"]["budget"] in (4, 8, 16, 24) and out["params"]["confidence"] in (0.0, 0.1)
+    assert "tree budgets" in out["measured"] and ", cut " in presets.describe("eagle", {"budget": 8, "confidence": 0.1})
     assert presets.cached("tiny", m2, "eagle") == {"params": out["params"], "source": "tuned on this device"}
 
 
