@@ -55,13 +55,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--no-baselines", action="store_true", help="only HF greedy and the heads rows")
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default=None, help="cpu, cuda (default: cuda when present)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args(argv)
     import time
     import statistics
-    model, tok = load(a.model, threads=a.threads)
-    hf_model = load(a.model, threads=a.threads, layout="stock")[0]
-    draft = load(DEFAULT_DRAFT, threads=a.threads)[0] if a.model is None else None
+    model, tok = load(a.model, threads=a.threads, device=a.device)
+    hf_model = load(a.model, threads=a.threads, layout="stock", device=a.device)[0]
+    draft = load(DEFAULT_DRAFT, threads=a.threads, device=a.device)[0] if a.model is None else None
+    dev = model.get_input_embeddings().weight.device.type
     prompts = load_prompts(a.prompts.split(","))[:a.limit or None]
     runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],
                          a.kinds.split(","), not a.no_baselines)
@@ -91,12 +93,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     meta = {**machine(model), "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
             "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads}
     md = markdown(rows, meta) + ("\nmean accepted = new tokens after the prefill's first one / decode steps "
-                                 "(the bonus token included). Shared 2-core CPU: read the ratios (one "
-                                 "interleaved run), not the absolute speeds.\n")
+                                 "(the bonus token included)." + (" Shared 2-core CPU: read the ratios (one "
+                                 "interleaved run), not the absolute speeds." if dev == "cpu" else "") + "\n")
     print(md)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"cpu-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
+    name = f"{dev}-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return rows
