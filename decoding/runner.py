@@ -64,7 +64,7 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
 def default_static(model: PreTrainedModel) -> bool:
     """The static path by default where it pays: on CUDA (graph replay removes the host overhead that
     dominates a step); off on CPU, where bench/results/cpu-static.md measured it no faster (greedy
-    1.02x, lookahead 0.91x: padded bucket rows cost real CPU work)."""
+    1.02x, lookahead 0.91x when eager steps were padded to buckets; 1.00x / 1.02x without the padding)."""
     if len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1:
         return False  # sharded over devices (load's device_map="auto"): one graph cannot span them
     return STATIC_DEFAULT.get(model.get_input_embeddings().weight.device.type, False)
