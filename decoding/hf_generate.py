@@ -36,6 +36,8 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
                          guesses: int | None = None, text_span: int | None = None, num_tokens: int | None = None,
                          max_ngram: int | None = None, draft_model=None, draft_tokens: int | None = None,
                          tree=None, tree_budget: int | None = None, staged: bool = False, seed: int = 0,
+                         block: int | None = None, heads: str | None = None, budget: int | None = None,
+                         draft_vocab: int | None = None, confidence: float | None = None,
                          decodescope_tokenizer=None, **model_kwargs):
     """The custom_generate callable: one batch row through decoding.run; returns sequences (prompt + new)."""
     if input_ids.shape[0] != 1:
@@ -50,10 +52,11 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
     sampling = Sampling(float(cfg.temperature or 1.0), int(cfg.top_k or 0), float(cfg.top_p or 1.0), seed) \
         if cfg.do_sample else Sampling()
     params = dict(window=window, ngram=ngram, guesses=guesses, text_span=text_span, num_tokens=num_tokens,
-                  max_ngram=max_ngram)
+                  max_ngram=max_ngram, block=block, heads=heads, budget=budget, draft_vocab=draft_vocab,
+                  confidence=confidence)
     if method == "speculative":
         params = dict(draft_model=draft_model, draft_tokens=draft_tokens, tree=tree, tree_budget=tree_budget,
-                      staged=staged)
+                      staged=staged, confidence=confidence)
     drafter = make_drafter(method, **{k: v for k, v in params.items() if v is not None})
     eos = cfg.eos_token_id
     if streamer is not None:

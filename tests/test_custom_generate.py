@@ -72,3 +72,21 @@ def test_unsupported_settings_are_refused(models):
                        custom_generate=decodescope_generate)
     with pytest.raises(ValueError, match="unknown method"):
         plain(model, custom_generate=decodescope_generate, method="beam")
+
+
+def test_jacobi_and_self_drafting_heads_through_generate(models, tmp_path):
+    """custom_generate takes every method: jacobi (block=) and Medusa / EAGLE (heads=, budget=, draft_vocab=,
+    confidence=) give plain greedy generate's ids, with their traces."""
+    from test_heads import _train
+    model = models["qwen2"]
+    ref = plain(model)
+    out = plain(model, custom_generate=decodescope_generate, method="jacobi", block=4, return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist() and out.trace.method == "jacobi"
+    for kind, extra in (("medusa", dict(budget=6)), ("eagle", dict(budget=8, draft_vocab=16, confidence=0.05))):
+        heads = _train(model, kind, tmp_path / kind, epochs=4)
+        out = plain(model, custom_generate=decodescope_generate, method=kind, heads=heads,
+                    return_dict_in_generate=True, **extra)
+        assert out.sequences.tolist() == ref.tolist(), kind
+        assert out.trace.method == kind and out.trace.config["budget"] == extra["budget"]
+    with pytest.raises(ValueError, match="eagle needs heads"):
+        plain(model, custom_generate=decodescope_generate, method="eagle")
