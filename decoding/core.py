@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .masks import chain_parents, tree_visibility
+from .masks import chain_parents, step_mask, tree_visibility
 from .cache_pool import acquire, release
 from .models import sliding_window
 from .staging import Staging
@@ -139,7 +139,7 @@ class Core:
         q, past = len(tokens), self.length
         io = self.staging.longs([tokens, depths])
         ids, pos = io[0:1], io[1:2] + past
-        mask = self._mask(allp, past, n0)
+        mask = step_mask(allp, past, self.dtype, self.device, first=n0, upload=self.staging.upload)
         if rows is None or isinstance(rows, int):
             keep = 0 if rows is None else rows
         else:
@@ -154,15 +154,6 @@ class Core:
         if hidden is None:
             return logits
         return logits, torch.stack([out.hidden_states[k][0, hidden] for k in layers])
-
-    def _mask(self, allp: list[int], past: int, n0: int) -> torch.Tensor:
-        """masks.step_mask built on the device: only the bool tree block travels (pinned, non_blocking)."""
-        vis = self.staging.upload(torch.from_numpy(np.array(tree_visibility(allp)[n0:])))
-        mask = torch.full((1, 1, vis.shape[0], past + vis.shape[1]), torch.finfo(self.dtype).min,
-                          dtype=self.dtype, device=self.device)
-        mask[0, 0, :, :past] = 0
-        mask[0, 0, :, past:].masked_fill_(vis, 0)
-        return mask
 
     @torch.inference_mode()
     def commit(self, keep: list[int]) -> None:

@@ -25,6 +25,7 @@ from .layout import apply_layout
 from .masks import chain_parents, step_mask
 from .medusa import record_verdict
 from .sampling import Sampling
+from .staging import Staging
 from .verify import Verdict
 
 
@@ -65,6 +66,7 @@ class Eagle:
             self.module, self.cfg = load_heads(self.path, model, "eagle")
             apply_layout(self.module)
             self.layer, self._model = EagleLayer(self.module), model
+            self.staging = Staging(self.module.fc.weight.device)  # masks travel pinned, non-blocking
             self.draft = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
         self.emb = model.get_input_embeddings()
 
@@ -83,9 +85,9 @@ class Eagle:
              first: int) -> torch.Tensor:
         """Head forward of new region nodes (parents index the region; -1 = the real pairs only)."""
         dev = feats.device
-        ids = torch.tensor(toks, dtype=torch.long, device=dev)
-        mask = step_mask(parents, self.n, feats.dtype, dev, first=first)[0, 0]
-        return self.layer(self.emb(ids), feats, [d + self.n for d in depths], mask)
+        io = self.staging.longs([toks, [d + self.n for d in depths]])  # ids and positions, one upload
+        mask = step_mask(parents, self.n, feats.dtype, dev, first=first, upload=self.staging.upload)[0, 0]
+        return self.layer(self.emb(io[0]), feats, io[1], mask, top=self.n + max(depths))
 
     @torch.inference_mode()
     def plan(self, context: list[int]) -> Plan:

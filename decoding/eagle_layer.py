@@ -59,14 +59,17 @@ class EagleLayer:
         self.k, self.v = k, v
 
     @torch.inference_mode()
-    def __call__(self, emb: torch.Tensor, feat: torch.Tensor, pos: list[int],
-                 mask: torch.Tensor | None) -> torch.Tensor:
-        """emb, feat [T, h]; pos: the T rows' positions; mask [T, used + T] additive (None: all visible).
+    def __call__(self, emb: torch.Tensor, feat: torch.Tensor, pos: list[int] | torch.Tensor,
+                 mask: torch.Tensor | None, top: int | None = None) -> torch.Tensor:
+        """emb, feat [T, h]; pos: the T rows' positions (a list, or a long tensor on the device with `top`,
+        their maximum, so that no value has to come back to the host); mask [T, used + T] additive
+        (None: all visible).
         Appends the T rows' keys/values after the `used` ones; returns the predicted features [T, h]."""
         T, s = emb.shape[0], self.used
-        if max(pos) >= self.cos.shape[0]:
-            self._rope(max(max(pos) + 1, 2 * self.cos.shape[0]))
-        at = torch.tensor(pos, dtype=torch.long, device=self.cos.device)
+        top = max(pos) if top is None else top
+        if top >= self.cos.shape[0]:
+            self._rope(max(top + 1, 2 * self.cos.shape[0]))
+        at = pos if torch.is_tensor(pos) else torch.tensor(pos, dtype=torch.long, device=self.cos.device)
         self._ensure(s + T)
         L, a = self.layer, self.layer.self_attn
         x = self.head.fc(torch.cat([emb, feat], dim=-1))[None]

@@ -41,28 +41,21 @@ def tree_visibility(parents: list[int] | tuple[int, ...]) -> np.ndarray:
     return _tree_visibility(tuple(parents))
 
 
-@lru_cache(maxsize=64)
-def _tree_additive(parents: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
-    vis = torch.from_numpy(np.array(_tree_visibility(parents)))
-    out = torch.zeros(vis.shape, dtype=dtype)
-    out.masked_fill_(~vis, torch.finfo(dtype).min)
-    return out.to(device)
-
-
 def step_mask(parents: list[int] | tuple[int, ...], past_len: int, dtype: torch.dtype,
-              device: torch.device | str, first: int = 0) -> torch.Tensor:
+              device: torch.device | str, first: int = 0, upload=None) -> torch.Tensor:
     """Additive float mask [1, 1, q - first, past_len + q]: 0 = attend, finfo.min = masked.
 
     Float, not bool: transformers' eager attention mis-handles bool 4D masks (REFERENCE.md).
     The whole cache (the accepted prefix) is visible to every query token. `first`: the rows of nodes
-    first.. only (a draft core's region already holds nodes 0..first-1 in its cache, on the device).
-    """
-    tree = _tree_additive(tuple(parents), dtype, str(device))[first:]
-    q = tree.shape[0]
-    if past_len == 0:
-        return tree[None, None]
-    prefix = torch.zeros((q, past_len), dtype=dtype, device=tree.device)
-    return torch.cat([prefix, tree], dim=1)[None, None]
+    first.. only (a region already holds nodes 0..first-1 in its cache). Built on the device: only the
+    bool tree block travels, through `upload` when given (the Core's pinned, non-blocking staging)."""
+    vis = torch.from_numpy(np.array(tree_visibility(parents)[first:]))
+    vis = upload(vis) if upload is not None else vis.to(device)
+    mask = torch.full((1, 1, vis.shape[0], past_len + vis.shape[1]), torch.finfo(dtype).min, dtype=dtype,
+                      device=device)
+    mask[0, 0, :, :past_len] = 0
+    mask[0, 0, :, past_len:].masked_fill_(vis, 0)
+    return mask
 
 
 def chain_parents(n: int) -> list[int]:
