@@ -37,16 +37,18 @@ def main() -> None:
     ap.add_argument("--dest", default=str(ROOT / "assets" / "heads"), help="heads land in DEST/<kind>")
     ap.add_argument("--work", default="/tmp/decodescope_heads")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--epochs", type=float, default=None, help="override the kind's epochs (SETTINGS)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, tok = load(DEFAULT_TARGET, layout="stock")
     train_texts = [t for _, t in sorted(load_split()[0].items())]
     stderr_log(f"[data] {len(train_texts)} stdlib training files (held-out split excluded)")
     for kind in a.kinds.split(","):
+        settings = SETTINGS[kind] | ({} if a.epochs is None else {"epochs": a.epochs})
         t0 = time.perf_counter()
         out = Path(a.dest) / kind
         best = train(model, tok, kind, train_texts, Path(a.work) / kind, max_tokens=a.max_tokens,
-                     seq=a.seq, distill=a.distill, cache=Path(a.work) / "features", log=stderr_log, **SETTINGS[kind])
+                     seq=a.seq, distill=a.distill, cache=Path(a.work) / "features", log=stderr_log, **settings)
         minutes = (time.perf_counter() - t0) / 60
         src = Path(a.work) / kind
         out.mkdir(parents=True, exist_ok=True)
@@ -54,8 +56,8 @@ def main() -> None:
             (out / name).write_bytes((src / name).read_bytes())
         write_card_json(out, {"base_model": "assets/target", "trained_with": {
             "command": f"nice -n 19 python assets/heads/train_embedded.py --max-tokens {a.max_tokens} --seq {a.seq} "
-                       f"--distill {a.distill} --kinds {kind}",
-            "settings": SETTINGS[kind], "wall_minutes": round(minutes, 1), "threads": a.threads,
+                       f"--distill {a.distill} --kinds {kind}" + ("" if a.epochs is None else f" --epochs {a.epochs:g}"),
+            "settings": settings, "wall_minutes": round(minutes, 1), "threads": a.threads,
             "machine": "2-core x86_64 dev CPU, torch " + torch.__version__}})
         stderr_log(f"[done] {kind} in {minutes:.1f} min -> {out} (best {best})")
 
