@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--staged", action="store_true", help="speculative: an n-gram stage 2 drafts for the draft")
     g.add_argument("--draft-confidence", type=float, default=None,
                    help="speculative: do not extend a draft token below this draft probability (default 0.4); "
-                        "eagle: neither verify nor expand a node whose path's draft probability is below it (default 0)")
+                        "medusa / eagle: do not verify (or expand) a node whose path's draft probability is below it "
+                        "(default 0)")
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
@@ -132,7 +133,7 @@ def setup(args: argparse.Namespace):
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
                   reference_tokens=args.reference_tokens,
                   heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab,
-                  confidence=args.draft_confidence if args.method == "eagle" else None)
+                  confidence=args.draft_confidence if args.method in ("medusa", "eagle") else None)
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
     if references and args.method != "prompt_lookup":
@@ -145,9 +146,9 @@ def setup(args: argparse.Namespace):
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
                                                args.staged or None, args.ngram_table, args.adaptive or None,
-                                               None if args.method == "eagle" else args.draft_confidence)):
+                                               None if args.method in ("medusa", "eagle") else args.draft_confidence)):
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative "
-                         "(--draft-confidence: speculative or eagle)")
+                         "(--draft-confidence: speculative, medusa or eagle)")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
     if args.auto and args.method == "jacobi" and args.block is not None:

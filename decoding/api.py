@@ -22,7 +22,7 @@ PARAMS = {"greedy": (),
           "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
           "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
           "jacobi": ("block", "seed"),
-          "medusa": ("heads", "budget", "branch", "draft_vocab"),
+          "medusa": ("heads", "budget", "branch", "draft_vocab", "confidence"),
           "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence"),
           "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
                           "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}

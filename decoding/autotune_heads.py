@@ -1,5 +1,5 @@
-"""Pick the Medusa / EAGLE tree budget (nodes verified per step; EAGLE's depth and beam follow it) and, for
-EAGLE, the confidence cut for this model, heads and device by timing short pilot runs, as
+"""Pick the Medusa / EAGLE tree budget (nodes verified per step; EAGLE's depth and beam follow it) and the
+confidence cut for this model, heads and device by timing short pilot runs, as
 jacobi.autotune_block and autotune_speculative do.
 
 Why wall-clock: a bigger tree accepts a few more tokens per step but costs a wider target forward (cheap on
@@ -18,19 +18,19 @@ from typing import Any
 from .api import HEADS_METHODS, run
 
 BUDGETS = (4, 8, 16, 24)
-CUTS = (0.0, 0.1)  # EAGLE's confidence cut; Medusa has none
+CUTS = (0.0, 0.1)  # the confidence cut: nodes whose path probability is below it are not verified
 
 
 def autotune_heads(model, tokenizer, prompt: str | list[int] | list[str], method: str, heads: str, *,
                    pilot_tokens: int = 32, budgets=BUDGETS, cuts=CUTS, reps: int = 2) -> dict[str, Any]:
-    """Rank tree budgets (x cuts, EAGLE) by measured tokens/s on the pilot prompt(s).
+    """Rank tree budgets x confidence cuts by measured tokens/s on the pilot prompt(s).
 
     Returns {"best": budget, "params": the winner's drafter parameters, "ranking": [{"budget", "confidence",
     "compression", "tokens_per_s"}, ...]} — plain data."""
     if method not in HEADS_METHODS:
         raise ValueError(f"autotune_heads tunes {' and '.join(HEADS_METHODS)}, not {method!r}")
     pilots = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], str) else [prompt]
-    settings = [(b, c) for b in budgets for c in (cuts if method == "eagle" else (None,))]
+    settings = [(b, c) for b in budgets for c in cuts]
     best_s = {k: float("inf") for k in settings}
     stats: dict[tuple, tuple[int, int]] = {}
     for _ in range(max(reps, 1)):
@@ -46,11 +46,11 @@ def autotune_heads(model, tokenizer, prompt: str | list[int] | list[str], method
                 "tokens_per_s": stats[b, c][0] / best_s[b, c]} for b, c in settings]
     ranking.sort(key=lambda r: -r["tokens_per_s"])
     top = ranking[0]
-    params = {"budget": top["budget"]} | ({} if top["confidence"] is None else {"confidence": top["confidence"]})
+    params = {"budget": top["budget"], "confidence": top["confidence"]}
     return {"best": top["budget"], "params": params, "ranking": ranking}
 
 
 def label(r: dict) -> str:
-    """'budget 8' or, for EAGLE, 'budget 8, cut 0.1' (one ranking row or parameter set)."""
+    """'budget 8' or 'budget 8, cut 0.1' (one ranking row or parameter set)."""
     c = r.get("confidence")
-    return f"budget {r['budget']}" + ("" if c is None else f", cut {c:g}")
+    return f"budget {r['budget']}" + (f", cut {c:g}" if c else "")

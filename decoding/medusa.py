@@ -27,15 +27,17 @@ class Medusa:
     name = "medusa"
     hidden_layers = (-1,)
 
-    def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None):
-        if budget < 1 or branch < 1 or (draft_vocab or 0) < 0:
-            raise ValueError("medusa: budget and branch must be >= 1, draft_vocab >= 0")
+    def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
+                 confidence: float = 0.0):
+        if budget < 1 or branch < 1 or (draft_vocab or 0) < 0 or not 0 <= confidence < 1:
+            raise ValueError("medusa: budget and branch must be >= 1, draft_vocab >= 0, confidence in [0, 1)")
         self.path, self.budget, self.branch, self.draft_vocab = str(heads), int(budget), int(branch), draft_vocab
+        self.confidence = float(confidence)  # nodes whose path probability is below it are not verified
         self.module = None
         self.feat: torch.Tensor | None = None
 
     def config(self) -> dict:
-        return {"heads": self.path, "budget": self.budget, "branch": self.branch,
+        return {"heads": self.path, "budget": self.budget, "branch": self.branch, "confidence": self.confidence,
                 "n_heads": None if self.module is None else len(self.module.blocks),
                 "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
@@ -65,7 +67,7 @@ class Medusa:
         nodes = [(context[-1], -1, 0, None, 1.0, None)]  # token, parent, depth, prob, score, rank
         heap = [(-tp[0][r], 0, r) for r in range(len(tp[0]))]
         heapq.heapify(heap)
-        while heap and len(nodes) <= self.budget:
+        while heap and len(nodes) <= self.budget and -heap[0][0] >= self.confidence:  # best-first: the rest is lower
             neg, parent, r = heapq.heappop(heap)
             d = nodes[parent][2] + 1
             nodes.append((tt[d - 1][r], parent, d, tp[d - 1][r], -neg, r))

@@ -177,7 +177,7 @@ def test_cli_train_heads_and_generate(tmp_path, capsys):
     auto = next(ln for ln in r.stderr.splitlines() if ln.startswith("[auto] tree budget "))
     budget = int(auto.split()[3].rstrip(","))
     assert budget in (4, 8, 16, 24) and "identical" in r.stderr
-    assert auto.count("cut ") == 9  # EAGLE: every budget with and without the confidence cut, and the winner
+    assert auto.count("budget ") == 9 and auto.count("cut 0.1") in (4, 5)  # 4 budgets x cut 0 / 0.1, the winner
 
 
 def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, monkeypatch):
@@ -188,7 +188,9 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     from decoding.models import load
     model, heads = trained["llama", "medusa"]
     res = autotune_heads(model, None, PROMPTS[0], "medusa", heads, pilot_tokens=12, budgets=(2, 8), reps=1)
-    assert sorted(r["budget"] for r in res["ranking"]) == [2, 8] and res["best"] == res["ranking"][0]["budget"]
+    assert sorted((r["budget"], r["confidence"]) for r in res["ranking"]) == [(2, 0.0), (2, 0.1), (8, 0.0), (8, 0.1)]
+    assert res["best"] == res["ranking"][0]["budget"] and res["params"] == {
+        "budget": res["ranking"][0]["budget"], "confidence": res["ranking"][0]["confidence"]}
     assert res["ranking"][0]["tokens_per_s"] >= res["ranking"][1]["tokens_per_s"] > 0
     assert all(r["compression"] >= 1 for r in res["ranking"])
     with pytest.raises(ValueError, match="not 'jacobi'"):
@@ -394,18 +396,19 @@ def _path_probs(tree: dict) -> list[float]:
     return out
 
 
-def test_eagle_confidence_cuts_the_tree_and_stays_exact(trained):
-    """confidence c: every verified EAGLE node's path probability (product of its and its ancestors' draft
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_confidence_cuts_the_tree_and_stays_exact(trained, kind):
+    """confidence c: every verified node's path probability (product of its and its ancestors' draft
     probabilities) is >= c, some steps verify fewer nodes than the budget, and greedy output is HF greedy."""
-    model, heads = trained["qwen2", "eagle"]
+    model, heads = trained["qwen2", kind]
     want = hf_greedy(model, PROMPTS[0], 40)
-    full = run(model, None, PROMPTS[0], "eagle", max_new_tokens=40, heads=heads, budget=8)
+    full = run(model, None, PROMPTS[0], kind, max_new_tokens=40, heads=heads, budget=8)
     probs = sorted(p for s in full.steps if "tree" in s.info for p in _path_probs(s.info["tree"]))
     c = probs[len(probs) // 2]  # the median node of the uncut trees
-    cut = run(model, None, PROMPTS[0], "eagle", max_new_tokens=40, heads=heads, budget=8, confidence=c)
+    cut = run(model, None, PROMPTS[0], kind, max_new_tokens=40, heads=heads, budget=8, confidence=c)
     assert full.output_ids == cut.output_ids == want and cut.config["confidence"] == c
     trees = [s.info["tree"] for s in cut.steps if "tree" in s.info]
     assert all(p >= c * (1 - 1e-5) for t in trees for p in _path_probs(t))
     assert min(len(t["tokens"]) for t in trees) < 9
     with pytest.raises(ValueError, match="confidence in"):
-        run(model, None, PROMPTS[0], "eagle", max_new_tokens=4, heads=heads, confidence=1.5)
+        run(model, None, PROMPTS[0], kind, max_new_tokens=4, heads=heads, confidence=1.5)
