@@ -1,7 +1,7 @@
 """Self-drafting heads (Medusa, EAGLE) against HF greedy and our draft-model and lookahead rows.
 
     nice -n 19 python bench/bench_heads.py                   # embedded target, assets/heads/, code prompts
-    python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle
+    python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle --cuts 0,0.1
 
 Same protocol as bench/bench.py (whose helpers it uses): every row runs every prompt once per round,
 rounds interleaved, times are medians over rounds of each row's total; greedy outputs checked token for
@@ -28,7 +28,7 @@ HEADS = ROOT / "assets" / "heads"
 
 
 def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kinds=("medusa", "eagle"),
-               baselines: bool = True) -> dict:
+               baselines: bool = True, cuts=(0.0,)) -> dict:
     c = {"HF greedy": hf_runner(hf_model, tok)}
     if baselines:
         c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2)
@@ -39,7 +39,9 @@ def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kin
     for kind in kinds:
         if (heads / kind / "heads.json").exists():
             for b in budgets:
-                c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(heads / kind), budget=b)
+                for cut in cuts:
+                    name = f"ours {kind} budget {b}" + (f", cut {cut:g}" if cut else "")
+                    c[name] = ours_runner(model, tok, kind, heads=str(heads / kind), budget=b, confidence=cut)
     return c
 
 
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--budgets", default="8,16")
     ap.add_argument("--kinds", default="medusa,eagle")
+    ap.add_argument("--cuts", default="0", help="confidence cuts, e.g. 0,0.1 (a row per budget and cut)")
     ap.add_argument("--no-baselines", action="store_true", help="only HF greedy and the heads rows")
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
     ap.add_argument("--threads", type=int, default=1)
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     dev = model.get_input_embeddings().weight.device.type
     prompts = load_prompts(a.prompts.split(","))[:a.limit or None]
     runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],
-                         a.kinds.split(","), not a.no_baselines)
+                         a.kinds.split(","), not a.no_baselines, [float(c) for c in a.cuts.split(",")])
     for fn in runners.values():  # warm-up
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}

@@ -1,10 +1,11 @@
 """Token counts for the shipped heads' drafting vocabulary (heads.DraftLM): how often the embedded target
 chooses each token (its argmax) over the stdlib corpus's TRAINING split, the text the heads trained on.
 
-    python assets/heads/token_counts.py [--max-tokens 400000 --seq 320]
+    python assets/heads/token_counts.py [--max-tokens 400000 --seq 320] [--kinds medusa]
 
-Heads trained with `python -m decoding train-heads` get this file from their own training rows; the
-shipped heads were trained before it existed, so this recomputes it for them (about 3 minutes, 2 threads).
+Heads trained with `python -m decoding train-heads` get this file from their own training rows (the
+shipped EAGLE head, retrained on 2026-11-24, has those); the shipped Medusa heads were trained before it
+existed, so this computes it for them (about 3 minutes, 2 threads).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=400_000)
     ap.add_argument("--seq", type=int, default=320)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kinds", default="medusa", help="which shipped heads get the file")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, tok = load(DEFAULT_TARGET)
@@ -41,7 +43,7 @@ def main() -> None:
         for i in range(0, len(rows), 16):
             arg = model(input_ids=torch.from_numpy(rows[i:i + 16]).long()).logits.argmax(-1)
             counts += np.bincount(arg.ravel().numpy(), minlength=vocab)[:vocab]
-    for kind in ("eagle", "medusa"):
+    for kind in a.kinds.split(","):
         save_counts(ROOT / "assets" / "heads" / kind, counts)
     top = np.cumsum(np.sort(counts)[::-1]) / counts.sum()
     print(f"{len(rows)} rows x {a.seq} in {time.perf_counter() - t0:.0f} s; the target's argmax covered by its "

@@ -24,7 +24,7 @@ from decoding.train_heads import stderr_log, train, write_card_json  # noqa: E40
 from stdlib_corpus import load_split  # noqa: E402
 
 SETTINGS = {"medusa": dict(n_heads=4, epochs=1.0, lr=2e-3, batch=4, val_every=50),
-            "eagle": dict(epochs=6.0, lr=1e-3, batch=8)}
+            "eagle": dict(epochs=12.0, lr=1e-3, batch=8)}  # 12, not 6: validation top-1 0.814 vs 0.719
 
 
 def main() -> None:
