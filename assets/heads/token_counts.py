@@ -4,8 +4,8 @@ chooses each token (its argmax) over the stdlib corpus's TRAINING split, the tex
     python assets/heads/token_counts.py [--max-tokens 400000 --seq 320] [--kinds medusa]
 
 Heads trained with `python -m decoding train-heads` get this file from their own training rows (the
-shipped EAGLE head, retrained on 2026-11-24, has those); the shipped Medusa heads were trained before it
-existed, so this computes it for them (about 3 minutes, 2 threads).
+shipped heads, retrained on 2026-11-24, carry those); this script is for heads trained before the file
+existed: it counts over corpus rows instead (about 3 minutes, 2 threads).
 """
 from __future__ import annotations
 
