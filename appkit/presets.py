@@ -26,7 +26,7 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.97x -> 1.02x); tuned: autotune_heads
+               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: autotune_heads
                "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1}}
 _lock = threading.Lock()
 
