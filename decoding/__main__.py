@@ -189,12 +189,11 @@ def setup(args: argparse.Namespace):
     elif args.auto and args.method in ("medusa", "eagle"):
         from .autotune_heads import autotune_heads, label
         tuned = autotune_heads(model, tok, args.prompt, args.method, args.heads,
-                               pilot_tokens=min(32, args.max_new_tokens))
+                               pilot_tokens=min(32, args.max_new_tokens),
+                               **({} if params["confidence"] is None else {"cuts": (params["confidence"],)}))
         print(f"[auto] tree {label(tuned['ranking'][0])} (" + ", ".join(
             f"{label(r)}: {r['tokens_per_s']:.1f} tokens/s" for r in tuned["ranking"]) + ")", file=sys.stderr)
-        cut = params["confidence"] if params["confidence"] is not None else tuned["params"].get("confidence")
-        drafter = make_drafter(args.method, heads=args.heads, budget=tuned["best"], draft_vocab=args.draft_vocab,
-                               confidence=cut)
+        drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab, **tuned["params"])
     elif args.auto:
         from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]

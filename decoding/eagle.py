@@ -20,16 +20,12 @@ import time
 import torch
 from .drafters import Plan
 from .eagle_layer import EagleLayer
-from .heads import DraftLM, load_counts, load_heads
-from .layout import apply_layout
+from .heads import CONFIDENCE, load_drafting
 from .masks import chain_parents, step_mask
 from .medusa import record_verdict
 from .sampling import Sampling
 from .staging import Staging
 from .verify import Verdict
-
-
-CONFIDENCE = 0.0  # nodes whose cumulative draft probability is below this are neither verified nor expanded
 
 
 def tree_shape(budget: int) -> tuple[int, int]:
@@ -59,15 +55,14 @@ class Eagle:
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
-                "beam": self.beam, "confidence": self.confidence, "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
+                "beam": self.beam, "confidence": self.confidence,
+                "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
     def bind(self, model, sampling: Sampling) -> None:
         if self.module is None or self._model is not model:
-            self.module, self.cfg = load_heads(self.path, model, "eagle")
-            apply_layout(self.module)
+            self.module, self.cfg, self.draft = load_drafting(self.path, model, "eagle", self.draft_vocab)
             self.layer, self._model = EagleLayer(self.module), model
             self.staging = Staging(self.module.fc.weight.device)  # masks travel pinned, non-blocking
-            self.draft = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
         self.emb = model.get_input_embeddings()
 
     def max_depth(self) -> int:

@@ -18,7 +18,8 @@ from .heads import EagleHead
 
 
 class EagleLayer:
-    """Drafting state of one EagleHead: `used` rows of keys/values, the first `n` of them real-feature pairs."""
+    """Drafting state of one EagleHead: `used` rows of keys/values (the drafter truncates back to its
+    real-feature pairs after each step's tree)."""
 
     def __init__(self, head: EagleHead, capacity: int = 256):
         self.head, self.layer, self.norm = head, head.body.layers[0], head.body.norm

@@ -193,6 +193,18 @@ def load_counts(path: str | Path) -> torch.Tensor | None:
         raise HeadsError(f"{f} is corrupt ({type(e).__name__}); delete it to draft over the whole vocabulary") from None
 
 
+CONFIDENCE = 0.0  # default cut: nodes whose path probability is below it are neither verified nor expanded
+
+
+def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -> tuple[nn.Module, dict, "DraftLM"]:
+    """What a heads drafter binds to: the heads (refused for another model; CPU layout as the target's)
+    and the target's LM head as the drafts read it."""
+    from .layout import apply_layout
+    module, cfg = load_heads(path, model, kind)
+    apply_layout(module)
+    return module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
+
+
 class DraftLM:
     """The target's LM head as the drafts use it, optionally restricted to the `size` tokens the target
     chose most often in training (FR-Spec, Zhao et al. 2025). Why: a drafting level multiplies its rows by
@@ -219,7 +231,7 @@ class DraftLM:
             self.w, self.b = sub, None if lm.bias is None else lm.bias.detach()[ids]
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits over the drafting vocabulary (column j is token self.token(j))."""
+        """Logits over the drafting vocabulary (column j is token self.ids[j], or token j without ids)."""
         if self.ids is None:
             return self.lm(x)
         return nn.functional.linear(x, self.w, self.b)

@@ -17,8 +17,7 @@ import time
 import torch
 
 from .drafters import Plan
-from .heads import DraftLM, load_counts, load_heads
-from .layout import apply_layout
+from .heads import CONFIDENCE, load_drafting
 from .sampling import Sampling
 from .verify import Verdict
 
@@ -28,7 +27,7 @@ class Medusa:
     hidden_layers = (-1,)
 
     def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
-                 confidence: float = 0.0):
+                 confidence: float = CONFIDENCE):
         if budget < 1 or branch < 1 or (draft_vocab or 0) < 0 or not 0 <= confidence < 1:
             raise ValueError("medusa: budget and branch must be >= 1, draft_vocab >= 0, confidence in [0, 1)")
         self.path, self.budget, self.branch, self.draft_vocab = str(heads), int(budget), int(branch), draft_vocab
@@ -43,10 +42,8 @@ class Medusa:
 
     def bind(self, model, sampling: Sampling) -> None:
         if self.module is None or self._model is not model:
-            self.module, self.cfg = load_heads(self.path, model, "medusa")
-            apply_layout(self.module)
+            self.module, self.cfg, self.draft = load_drafting(self.path, model, "medusa", self.draft_vocab)
             self._model = model
-            self.draft = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
 
     def max_depth(self) -> int:
         return 1 + (len(self.module.blocks) if self.module is not None else 8)

@@ -8,9 +8,10 @@ run). A graph replays a whole forward with one launch, but only for fixed shapes
     which drops the captured graphs); a step writes its rows at `slots` with index_copy_ (graph-safe);
   - on the fixed (graph) path a step of q tokens runs as a bucket of Qb = 1, 2, 4, ... 256 rows (256: the
     paper's GPU setting W15 N5 G15 is 165 query tokens with the default text span; eager steps run at
-    their own size: padding a 5-token CPU step to 8 rows cost 11.8 vs 10.9 ms); the padded rows come FIRST, use token 0
-    at position 0, are written to the slots just after the real rows, see only themselves (finite
-    values: no NaN leaks into real rows) and are never committed: the next step writes over them;
+    their own size: padding a 5-token CPU step to 8 rows cost 11.8 vs 10.9 ms); the padded rows come
+    FIRST, use token 0 at position 0, are written to the slots just after the real rows, see only
+    themselves (finite values: no NaN leaks into real rows) and are never committed: the next step
+    writes over them;
   - the LM head runs only for the rows the step reads: a graph per (Qb, Rb), Rb = the bucket of the
     rows read, their indices in a static buffer (a lookahead step reads x0, the top window level and
     the candidates, not the middle levels);
