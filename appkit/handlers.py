@@ -61,6 +61,7 @@ class Plan:
                       confidence=self.cutoff)
         if method in HEADS_METHODS:
             kw["heads"] = heads_folder(self.settings.heads, method)
+            kw["acceptance"] = "typical" if self.settings.typical else "exact"
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):
@@ -151,6 +152,9 @@ class Handlers:
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         cutoff = draft_cutoff(s, problems) if "speculative" in methods else None
+        if s.typical and any(m in HEADS_METHODS for m in methods) and common.get("temperature") == 0:
+            problems.append("**typical acceptance** needs sampling (temperature > 0); at temperature 0 the heads' "
+                            "verification is exact already")
         reference = reference_texts(s, problems) if "prompt_lookup" in methods else []
         try:
             target = self.model_name(s.target, "target")
@@ -171,6 +175,10 @@ class Handlers:
         check_heads(p, methods)
         if presets_too:
             self.apply_presets(p, methods)
+        if s.typical:  # the stats line says so: this run's text does not follow the target's distribution
+            for m in methods:
+                if m in HEADS_METHODS:
+                    p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
         return p
 
     def apply_presets(self, p: Plan, methods: list[str]) -> None:

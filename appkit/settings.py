@@ -61,6 +61,7 @@ class Settings:
     reference: str = ""         # prompt lookup: a reference text it also copies from ("" = none)
     heads: str = ""               # medusa / eagle heads folder; "" = the shipped heads (assets/heads/<method>)
     heads_budget: float = 16      # medusa / eagle: tree nodes verified per step
+    typical: bool = False         # medusa / eagle: Medusa's typical acceptance (sampling only; not exact)
 
     @classmethod
     def from_values(cls, values) -> "Settings":

@@ -179,6 +179,10 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.heads = gr.Textbox("", label="heads folder", placeholder="empty = the shipped heads (assets/heads)",
                                          info="made by python -m decoding train-heads for THIS target model")
                     p.heads_budget = Int(16, "tree budget (nodes)", lim, "tree_budget")
+                    p.typical = gr.Checkbox(False, label="typical acceptance (NOT exact)",
+                                            info="sampling only (temperature > 0): Medusa's rule accepts any "
+                                                 "plausible drafted token; longer steps, but the text no longer "
+                                                 "follows the target's distribution")
             p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(md)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"{dev}-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
+    name = (f"{dev}-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
+            + (f"-t{a.threads}" if dev == "cpu" and a.threads != 1 else ""))  # a 2-thread run beside the 1-thread one
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return rows

@@ -3,7 +3,8 @@
 
     nice -n 19 python bench/heads_acceptance.py eagle 8,16,32 [HEADS_ROOT (default assets/heads)] [k=v ...]
 
-k=v: more drafter options, e.g. depth=8 branch=8 beam=8.
+k=v: more drafter options, e.g. depth=8 branch=8 beam=8; temperature=T (and seed=S) samples instead of
+greedy, e.g. `medusa 8 temperature=1.0 acceptance=typical` beside `medusa 8 temperature=1.0`.
 """
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from decoding import load, run  # noqa: E402
+from decoding import Sampling, load, run  # noqa: E402
 
 
 def main() -> None:
     kind, budgets = sys.argv[1], [int(b) for b in sys.argv[2].split(",")]
     rest = sys.argv[3:]
     root = Path(rest.pop(0)) if rest and "=" not in rest[0] else ROOT / "assets" / "heads"
-    extra = {k: int(v) for k, v in (a.split("=") for a in rest)}
+    extra = {k: _value(v) for k, v in (a.split("=") for a in rest)}
+    sampling = Sampling(float(extra.pop("temperature", 0.0)), seed=int(extra.pop("seed", 0)))
     torch.set_num_threads(1)
     model, tok = load()
     prompts = [json.loads(line)["prompt"] for line in (ROOT / "bench" / "prompts" / "code.jsonl").open()]
@@ -32,12 +34,23 @@ def main() -> None:
         acc = dec = 0
         t0 = time.time()
         for p in prompts:
-            tr = run(model, tok, p, kind, max_new_tokens=96, heads=str(root / kind), budget=b, **extra)
+            tr = run(model, tok, p, kind, max_new_tokens=96, heads=str(root / kind), budget=b, sampling=sampling,
+                     **extra)
             steps = [s for s in tr.steps if s.kind == "decode"]
             acc += sum(len(s.accepted) for s in steps)
             dec += len(steps)
-        print(f"{kind} budget {b} {extra or ''}: mean accepted/step {acc / dec:.3f} over {len(prompts)} prompts "
+        temp = f" temperature {sampling.temperature:g}" if not sampling.greedy else ""
+        print(f"{kind} budget {b}{temp} {extra or ''}: mean accepted/step {acc / dec:.3f} over {len(prompts)} prompts "
               f"({time.time() - t0:.0f} s)", flush=True)
+
+
+def _value(v: str) -> int | float | str:
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
 
 
 if __name__ == "__main__":

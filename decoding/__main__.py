@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-vocab", type=int, default=None,
                    help="medusa / eagle: draft only the N tokens the target chose most often in the heads' "
                         "training (FR-Spec; verification still uses the whole vocabulary; 0 = all)")
+    g.add_argument("--acceptance", choices=("exact", "typical"), default=None,
+                   help="medusa / eagle with --temperature > 0: typical = Medusa's typical acceptance, longer "
+                        "accepted paths but NOT exact (the output no longer follows the target's distribution); "
+                        "default exact")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
@@ -132,7 +136,7 @@ def setup(args: argparse.Namespace):
                   max_ngram=args.max_ngram, candidates=args.candidates, text_span=args.text_span,
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
                   reference_tokens=args.reference_tokens,
-                  heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab,
+                  heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab, acceptance=args.acceptance,
                   confidence=args.draft_confidence if args.method in ("medusa", "eagle") else None)
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
@@ -140,8 +144,12 @@ def setup(args: argparse.Namespace):
         raise ValueError("--reference needs --method prompt_lookup (reference lookup)")
     if args.block is not None and args.method != "jacobi":
         raise ValueError("--block needs --method jacobi")
-    if (args.heads or args.budget or args.draft_vocab is not None) and args.method not in ("medusa", "eagle"):
-        raise ValueError("--heads, --budget and --draft-vocab need --method medusa or eagle")
+    if (args.heads or args.budget or args.draft_vocab is not None or args.acceptance) and args.method not in (
+            "medusa", "eagle"):
+        raise ValueError("--heads, --budget, --draft-vocab and --acceptance need --method medusa or eagle")
+    if args.acceptance:
+        from .medusa import check_acceptance
+        check_acceptance(args.acceptance, sampling)
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
@@ -193,7 +201,8 @@ def setup(args: argparse.Namespace):
                                **({} if params["confidence"] is None else {"cuts": (params["confidence"],)}))
         print(f"[auto] tree {label(tuned['ranking'][0])} (" + ", ".join(
             f"{label(r)}: {r['tokens_per_s']:.1f} tokens/s" for r in tuned["ranking"]) + ")", file=sys.stderr)
-        drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab, **tuned["params"])
+        drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab,
+                               acceptance=args.acceptance, **tuned["params"])
     elif args.auto:
         from .autotune import autotune
         best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]

@@ -22,8 +22,8 @@ PARAMS = {"greedy": (),
           "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
           "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
           "jacobi": ("block", "seed"),
-          "medusa": ("heads", "budget", "branch", "draft_vocab", "confidence"),
-          "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence"),
+          "medusa": ("heads", "budget", "branch", "draft_vocab", "confidence", "acceptance"),
+          "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence", "acceptance"),
           "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
                           "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
 HOOKS = ("step_context", "on_step")
@@ -83,7 +83,8 @@ def make_drafter(method: str, **p):
         from .medusa import Medusa
         keys = [k for k in PARAMS[method] if k != "heads"]
         cls = Medusa if method == "medusa" else Eagle
-        return cls(p["heads"], **{k: float(p[k]) if k == "confidence" else int(p[k]) for k in keys if k in p})
+        cast = {"confidence": float, "acceptance": str}
+        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in keys if k in p})
     raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 

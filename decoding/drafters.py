@@ -30,6 +30,7 @@ class Plan:
     hidden_rows: list[int] | None = None  # nodes whose target hidden states the drafter reads (heads)
     hidden_layers: tuple[int, ...] = (-1,)  # which: transformers' hidden_states index (-1 = last, normed)
     hidden: torch.Tensor | None = field(default=None, repr=False)  # [layers, rows, h], set by the runner
+    acceptance: str = "exact"         # "typical": Medusa's typical acceptance when sampling (not exact)
 
 
 class Drafter(Protocol):

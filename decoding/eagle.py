@@ -11,7 +11,7 @@ every step (their features were guesses). The layer runs through eagle_layer.Eag
 no per-call set-up) and drafts read the target's LM head restricted to its frequent tokens (heads.DraftLM).
 `confidence` > 0 drops nodes whose path probability is below it (fewer verified rows: a CPU pays for
 each). Greedy: verify.greedy; sampling: verify.sampled (deterministic top-k proposals), so the target's
-distribution is kept.
+distribution is kept; acceptance="typical" opts into Medusa's typical acceptance (not exact).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .drafters import Plan
 from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, load_drafting
 from .masks import chain_parents, step_mask
-from .medusa import record_verdict
+from .medusa import check_acceptance, record_verdict
 from .sampling import Sampling
 from .staging import Staging
 from .verify import Verdict
@@ -42,23 +42,26 @@ class Eagle:
     hidden_layers = (-1,)
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
-                 beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE):
+                 beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE,
+                 acceptance: str = "exact"):
         shape = tree_shape(budget)
         depth, beam = shape[0] if depth is None else depth, shape[1] if beam is None else beam
         if min(budget, depth, branch, beam) < 1 or (draft_vocab or 0) < 0 or not 0 <= confidence < 1:
             raise ValueError("eagle: budget, depth, branch and beam must be >= 1, draft_vocab >= 0, "
                              "confidence in [0, 1)")
         self.confidence = float(confidence)
+        self.acceptance = check_acceptance(acceptance)
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
         self.draft_vocab = draft_vocab
         self.module = None
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
-                "beam": self.beam, "confidence": self.confidence,
+                "beam": self.beam, "confidence": self.confidence, "acceptance": self.acceptance,
                 "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
     def bind(self, model, sampling: Sampling) -> None:
+        check_acceptance(self.acceptance, sampling)
         if self.module is None or self._model is not model:
             self.module, self.cfg, self.draft = load_drafting(self.path, model, "eagle", self.draft_vocab)
             self.layer, self._model = EagleLayer(self.module), model
@@ -144,7 +147,7 @@ class Eagle:
                 "target_forwards": 1, "mode": "eagle"}
         return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)))
+                    hidden_rows=list(range(n)), acceptance=self.acceptance)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.pending = [plan.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes

@@ -38,7 +38,7 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
                          tree=None, tree_budget: int | None = None, staged: bool = False, seed: int = 0,
                          block: int | None = None, heads: str | None = None, budget: int | None = None,
                          draft_vocab: int | None = None, confidence: float | None = None,
-                         decodescope_tokenizer=None, **model_kwargs):
+                         acceptance: str | None = None, decodescope_tokenizer=None, **model_kwargs):
     """The custom_generate callable: one batch row through decoding.run; returns sequences (prompt + new)."""
     if input_ids.shape[0] != 1:
         raise ValueError(f"DecodeScope decodes one sequence at a time; got a batch of {input_ids.shape[0]}")
@@ -53,7 +53,7 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
         if cfg.do_sample else Sampling()
     params = dict(window=window, ngram=ngram, guesses=guesses, text_span=text_span, num_tokens=num_tokens,
                   max_ngram=max_ngram, block=block, heads=heads, budget=budget, draft_vocab=draft_vocab,
-                  confidence=confidence)
+                  confidence=confidence, acceptance=acceptance)
     if method == "speculative":
         params = dict(draft_model=draft_model, draft_tokens=draft_tokens, tree=tree, tree_budget=tree_budget,
                       staged=staged, confidence=confidence)

@@ -7,7 +7,8 @@ positions after x0. The tree keeps the `budget` best nodes by the product of the
 along the path (best-first; a child never scores above its parent, so the tree is ancestor-closed), the
 dynamic counterpart of Medusa's hand-made `mc_sim` trees, sized by one number like our other trees.
 Greedy: verify.greedy (output = HF greedy). Sampling: the proposals are deterministic tokens, so
-verify.sampled keeps the target's distribution. Medusa's "typical acceptance" is not offered (not exact).
+verify.sampled keeps the target's distribution. Medusa's "typical acceptance" (acceptance="typical",
+sampling only) is offered as an opt-in that is NOT exact: verify.typical, labelled in the trace config.
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ class Medusa:
     hidden_layers = (-1,)
 
     def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
-                 confidence: float = CONFIDENCE):
+                 confidence: float = CONFIDENCE, acceptance: str = "exact"):
         if budget < 1 or branch < 1 or (draft_vocab or 0) < 0 or not 0 <= confidence < 1:
             raise ValueError("medusa: budget and branch must be >= 1, draft_vocab >= 0, confidence in [0, 1)")
+        self.acceptance = check_acceptance(acceptance)
         self.path, self.budget, self.branch, self.draft_vocab = str(heads), int(budget), int(branch), draft_vocab
         self.confidence = float(confidence)  # nodes whose path probability is below it are not verified
         self.module = None
@@ -37,10 +39,12 @@ class Medusa:
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "branch": self.branch, "confidence": self.confidence,
+                "acceptance": self.acceptance,
                 "n_heads": None if self.module is None else len(self.module.blocks),
                 "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
 
     def bind(self, model, sampling: Sampling) -> None:
+        check_acceptance(self.acceptance, sampling)
         if self.module is None or self._model is not model:
             self.module, self.cfg, self.draft = load_drafting(self.path, model, "medusa", self.draft_vocab)
             self._model = model
@@ -83,11 +87,25 @@ class Medusa:
                 "mode": "medusa"}
         return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)))
+                    hidden_rows=list(range(n)), acceptance=self.acceptance)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.feat = plan.hidden[0, verdict.path[-1]]
         record_verdict(plan, verdict)
+
+
+ACCEPTANCES = ("exact", "typical")
+
+
+def check_acceptance(acceptance: str, sampling: Sampling | None = None) -> str:
+    """The heads' acceptance rule: "exact" (greedy ids = HF greedy; sampling keeps the target's
+    distribution) or "typical" (Medusa's, sampling only, not exact). Raises ValueError with one line."""
+    if acceptance not in ACCEPTANCES:
+        raise ValueError(f"acceptance must be one of {', '.join(ACCEPTANCES)}, got {acceptance!r}")
+    if acceptance == "typical" and sampling is not None and sampling.greedy:
+        raise ValueError("typical acceptance needs sampling (temperature > 0); greedy verification is exact "
+                         "already")
+    return acceptance
 
 
 def record_verdict(plan: Plan, verdict: Verdict) -> None:

@@ -115,6 +115,8 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
                 v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)
             elif plan.q is not None:  # drafts sampled from a draft model: exact speculative sampling
                 v = verify.speculative(plan.tokens, plan.parents, plan.proposal, logits, plan.q, sampling, gen)
+            elif plan.acceptance == "typical":  # opted in, labelled not exact (trace config "acceptance")
+                v = verify.typical(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
             else:
                 v = verify.sampled(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
             core.commit(v.path)

@@ -5,6 +5,7 @@ node; output is the accepted path (node indices, root x0 first) plus the token t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -117,6 +118,42 @@ def speculative(tokens: list[int], parents: list[int], proposal: list[bool], log
         out.append(tokens[nxt])
         u = nxt
     return Verdict(_path_to(u, parents), out)
+
+
+TYPICAL_EPSILON, TYPICAL_DELTA = 0.09, 0.3  # Medusa's posterior_threshold and posterior_alpha (= sqrt(eps))
+
+
+def typical(tokens: list[int], parents: list[int], proposal: list[bool], logits: torch.Tensor, s: Sampling,
+            gen: torch.Generator, epsilon: float = TYPICAL_EPSILON, delta: float = TYPICAL_DELTA) -> Verdict:
+    """Medusa's typical acceptance (Cai et al. 2024, section 2.3.1). NOT EXACT: the output no longer
+    follows the target's distribution; it trades that for longer accepted paths at high temperatures.
+
+    A proposal c under node u passes when p_u(token c) > min(epsilon, delta * exp(-H(p_u))), p_u the
+    target's warped distribution at u, H its entropy: a plausible token passes even when sampling would
+    not have picked it. The deepest path of passing nodes wins (ties: the higher sum of log p, as Medusa's
+    evaluate_posterior), then the next token is sampled from the target at the path's end."""
+    dist: dict[int, torch.Tensor] = {}
+
+    def p_at(u: int) -> torch.Tensor:
+        if u not in dist:
+            dist[u] = warp(logits[u], s).cpu()
+        return dist[u]
+
+    ok, depth, score = {0: True}, [0] * len(tokens), [0.0] * len(tokens)
+    best = 0
+    for i in range(1, len(tokens)):
+        u = parents[i]
+        if not (proposal[i] and ok.get(u)):
+            continue
+        p = p_at(u)
+        entropy = float(-(p * torch.log(p + 1e-5)).sum())
+        prob = float(p[tokens[i]])
+        if prob > min(epsilon, delta * math.exp(-entropy)):
+            ok[i], depth[i], score[i] = True, depth[u] + 1, score[u] + math.log(prob)
+            if depth[i] > depth[best] or (depth[i] == depth[best] and score[i] > score[best]):
+                best = i
+    path = _path_to(best, parents)
+    return Verdict(path, [tokens[i] for i in path[1:]] + [sample(p_at(best), gen)])
 
 
 def _path_to(node: int, parents: list[int]) -> list[int]:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import WORDS, hf_greedy, save_tiny_dir, tiny
+from decoding import Sampling
 from decoding.api import run
 from decoding.core import Core
 from decoding.heads import HeadsError, load_heads
@@ -93,7 +94,6 @@ def test_heads_on_graph_shaped_static_path(trained, kind):
 
 @pytest.mark.parametrize("kind", ["medusa", "eagle"])
 def test_heads_sampling_is_seeded_and_path_independent(trained, kind):
-    from decoding import Sampling
     model, heads = trained["llama", kind]
     s = Sampling(0.8, top_k=20, seed=3)
     outs = [run(model, None, PROMPTS[0], kind, max_new_tokens=24, heads=heads, sampling=s, static=st).output_ids
@@ -211,14 +211,19 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     (["train-heads", "--kind", "medusa", "--data", "MISSING", "--out", "o"], "does not exist"),
     (["generate", "--method", "medusa", "--prompt", "x"], "medusa needs heads"),
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
-    (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"], "--heads, --budget and --draft-vocab need"),
-    (["generate", "--method", "lookahead", "--draft-vocab", "64", "--prompt", "x"], "--draft-vocab need"),
+    (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"],
+     "--heads, --budget, --draft-vocab and --acceptance need"),
+    (["generate", "--method", "lookahead", "--draft-vocab", "64", "--prompt", "x"], "--acceptance need --method medusa"),
+    (["generate", "--method", "lookahead", "--acceptance", "typical", "--prompt", "x"], "need --method medusa or eagle"),
+    (["generate", "--method", "medusa", "--heads", "h", "--acceptance", "typical", "--prompt", "x"],
+     "typical acceptance needs sampling (temperature > 0)"),
     (["generate", "--method", "eagle", "--heads", "h", "--draft-vocab", "-1", "--prompt", "x"],
      "draft-vocab must be an integer in [0, 1000000]"),
     (["generate", "--method", "medusa", "--heads", "h", "--budget", "8", "--auto", "--prompt", "x"],
      "--auto chooses the medusa tree budget itself: drop --budget"),
 ], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method",
-        "draft-vocab-without-heads-method", "negative-draft-vocab", "auto-budget"])
+        "draft-vocab-without-heads-method", "typical-without-heads-method", "typical-greedy", "negative-draft-vocab",
+        "auto-budget"])
 def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
     (tmp_path / "EMPTY").mkdir()
     (tmp_path / "NOHEADS").mkdir()
@@ -412,3 +417,27 @@ def test_confidence_cuts_the_tree_and_stays_exact(trained, kind):
     assert min(len(t["tokens"]) for t in trees) < 9
     with pytest.raises(ValueError, match="confidence in"):
         run(model, None, PROMPTS[0], kind, max_new_tokens=4, heads=heads, confidence=1.5)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_typical_acceptance_is_opt_in_refused_when_greedy_and_accepts_longer_paths(trained, kind):
+    """Medusa's typical acceptance (not exact): off by default, refused under greedy decoding, named in
+    the trace config, and at a high temperature it accepts more tokens per step than exact sampling."""
+    model, heads = trained["llama", kind]
+    with pytest.raises(ValueError, match="typical acceptance needs sampling"):
+        run(model, None, PROMPTS[0], kind, max_new_tokens=8, heads=heads, acceptance="typical")
+    with pytest.raises(ValueError, match="acceptance must be one of exact, typical"):
+        run(model, None, PROMPTS[0], kind, max_new_tokens=8, heads=heads, acceptance="loose")
+    per_step = {}
+    for acc in ("exact", "typical"):
+        n_tok = n_steps = 0
+        for seed in range(3):
+            for prompt in PROMPTS:
+                tr = run(model, None, prompt, kind, max_new_tokens=32, heads=heads, acceptance=acc,
+                         sampling=Sampling(1.5, seed=seed))
+                assert tr.config["acceptance"] == acc and len(tr.output_ids) == 32
+                n_tok += len(tr.output_ids) - 1
+                n_steps += len(tr.steps) - 1
+        per_step[acc] = n_tok / n_steps
+    assert run(model, None, PROMPTS[0], kind, max_new_tokens=8, heads=heads).config["acceptance"] == "exact"
+    assert per_step["typical"] > per_step["exact"], per_step
