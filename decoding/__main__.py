@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--distill", type=int, default=0, metavar="P",
                    help="self-distillation: keep each row's first P tokens, train on the model's own greedy "
                         "continuation (what greedy verification accepts); 0 = train on your text as is")
+    t.add_argument("--unroll", type=int, default=1, metavar="J",
+                   help="eagle: also train drafting levels 2..J on the head's own predicted features, as it drafts "
+                        "(EAGLE-3's training-time test; each level costs about one more pass)")
+    t.add_argument("--init", default=None, metavar="DIR", help="start from these heads (same kind and model): fine-tune")
     t.add_argument("--cache", default=None, help="feature cache folder (default OUT/features)")
     t.add_argument("--device", default=None, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
     t.add_argument("--threads", type=int, default=None)
@@ -266,6 +270,8 @@ def train_heads(args: argparse.Namespace) -> int:
     from .train_heads import read_texts, stderr_log, train
     if args.kind not in KINDS:
         raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}")
+    if args.unroll < 1 or (args.unroll > 1 and args.kind != "eagle"):
+        raise ValueError("--unroll takes a whole number >= 1, and levels above 1 only for --kind eagle")
     texts = read_texts(args.data)
     if not texts:
         raise ValueError(f"no training text in {' '.join(args.data)}: no readable, non-empty text file")
@@ -273,7 +279,7 @@ def train_heads(args: argparse.Namespace) -> int:
                       threads=args.threads, layout="stock")
     best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
                  max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
-                 distill=args.distill, log=stderr_log)
+                 distill=args.distill, unroll=args.unroll, init=args.init, log=stderr_log)
     print(f"{args.kind} heads in {args.out}: best validation top-1 "
           + " ".join(f"{a:.3f}" for a in best["acc"]) + f" (step {best['step']})")
     return 0

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from .heads import KINDS, HeadsError, base_fingerprint, new_heads, save_counts, save_heads
+from .head_loss import head_loss
+from .heads import KINDS, HeadsError, base_fingerprint, load_heads, new_heads, save_counts, save_heads
 
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".jsonl", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs",
                  ".html", ".css", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".tex", ".csv", ""}
@@ -137,46 +138,14 @@ def _progress(what: str, done: int, total: int, t0: float, log, every: float = 1
     log(f"[{what}] {bar:<20} {done}/{total} {el / 60:5.1f} min, ETA {eta / 60:5.1f} min {extra}")
 
 
-def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: torch.Tensor, arg: torch.Tensor,
-              noise: float = 0.0, ce_weight: float = 0.1, start: int = 0) -> tuple[torch.Tensor, list[float]]:
-    """Loss and top-1 accuracy per head (Medusa) / of the next-feature guess (EAGLE) on one batch.
-
-    Medusa head k at position t guesses arg[t + k + 1] (the target's choice k + 2 tokens after t), weighted
-    0.8^k. EAGLE at t reads [emb(ids[t + 1]); feats[t]] and predicts feats[t + 1]: SmoothL1 on the feature
-    + ce_weight (EAGLE's 0.1) x cross-entropy of lm_head(prediction) against arg[t + 1]. Only guesses of
-    positions >= start count (self-distilled rows: the model's own text, not the prompt it continues); the
-    earlier pairs still sit in the head's attention context, as the prompt does at decode time."""
-    lm = model.get_output_embeddings()
-    if kind == "medusa":
-        K = len(module.blocks)
-        logits = module(feats, lm)  # [K, B, T, V]
-        loss, acc = 0.0, []
-        for k in range(K):
-            f0 = max(start - k - 2, 0)  # head k at t guesses position t + k + 2
-            lg, y = logits[k][:, f0:-(k + 1)], arg[:, f0 + k + 1:]
-            loss = loss + 0.8 ** k * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
-            acc.append(float((lg.argmax(-1) == y).float().mean()))
-        return loss, acc
-    emb = model.get_input_embeddings()(ids[:, 1:]).detach()
-    f_in = feats[:, :-1]
-    if noise:
-        f_in = f_in + (torch.rand_like(f_in) - 0.5) * 2 * noise
-    f0 = max(start - 2, 0)  # pair t guesses the token at t + 2
-    pred = module(emb, f_in)[:, f0:]
-    lg = lm(pred)
-    y = arg[:, f0 + 1:]
-    loss = nn.functional.smooth_l1_loss(pred.float(), feats[:, f0 + 1:].float()) + \
-        ce_weight * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
-    return loss, [float((lg.argmax(-1) == y).float().mean())]
-
-
 def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: int = 4, seq: int = 256,
           max_tokens: int = 300_000, epochs: float = 1.0, batch: int = 4, lr: float = 1e-3, val_every: int = 75,
           cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, distill: int = 0,
-          noise: float = 0.2, log=print) -> dict:
+          noise: float = 0.2, unroll: int = 1, init: str | Path | None = None, log=print) -> dict:
     """Train heads of `kind` for `model` on `texts`; heads land in `out` (best validation checkpoint).
     distill > 0: each row keeps its first `distill` corpus tokens and continues with the model's own greedy
-    text (self_distill)."""
+    text (self_distill). unroll > 1 (EAGLE): levels 2..unroll also trained on the head's own predicted
+    features (eagle_unrolled). init: start from these heads (same kind, same base model): fine-tuning."""
     if kind not in KINDS:
         raise HeadsError(f"unknown --kind {kind!r}; choose one of {', '.join(KINDS)}")
     if not texts:
@@ -200,6 +169,9 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     save_counts(out, np.bincount(np.asarray(arg)[fit, distill:].ravel(), minlength=vocab)[:vocab])  # DraftLM's ranking
     torch.manual_seed(seed)
     module, cfg = new_heads(model, kind, n_heads)
+    if init is not None:
+        module.load_state_dict(load_heads(init, model, kind)[0].state_dict())
+        log(f"[train] starting from the {kind} heads in {init}")
     module.train()
     opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
     total = max(1, int(math.ceil(len(fit) / batch) * epochs))
@@ -209,7 +181,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     state_path, step, best = out / "state.pt", 0, {"loss": float("inf")}
     if state_path.exists():  # resume: same data and shape, else start over
         st = torch.load(state_path, map_location=dev, weights_only=False)
-        if (st.get("key"), st.get("kind"), st.get("total"), st.get("start", 0)) == (key, kind, total, distill):
+        if (st.get("key"), st.get("kind"), st.get("total"), st.get("start", 0), st.get("unroll", 1)) == \
+                (key, kind, total, distill, unroll):
             module.load_state_dict(st["module"])
             opt.load_state_dict(st["opt"])
             sched.load_state_dict(st["sched"])
@@ -224,7 +197,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         ids, f, y = _batch(rows, feats, arg, b, dev)
         with _autocast(dev):
             loss, acc = head_loss(kind, module, model, ids, f, y, noise=noise if kind == "eagle" else 0.0, start=distill,
-                                  ce_weight=ce_weight)
+                                  ce_weight=ce_weight, unroll=unroll if kind == "eagle" else 1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(module.parameters(), 1.0)
@@ -237,13 +210,15 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         _progress("train", step - s0, total - s0, t0, log, extra=f"loss {loss.item():.3f} acc "
                   + " ".join(f"{a:.2f}" for a in acc))
         if step % val_every == 0 or step == total:
-            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight, distill)
+            v = evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight, distill,
+                         unroll if kind == "eagle" else 1)
             log(f"[valid] step {step}: loss {v['loss']:.4f}, top-1 " + " ".join(f"{a:.3f}" for a in v["acc"]))
             if v["loss"] < best["loss"]:
                 best = {**v, "step": step}
                 save_heads(module, cfg, out, {"training": _record(best, len(fit) * seq, len(val) * seq, epochs,
-                                                                  lr, batch, seq, t_start, distill)})
-            torch.save({"key": key, "kind": kind, "total": total, "start": distill, "module": module.state_dict(),
+                                                                  lr, batch, seq, t_start, distill, unroll)})
+            torch.save({"key": key, "kind": kind, "total": total, "start": distill, "unroll": unroll,
+                        "module": module.state_dict(),
                         "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step, "best": best},
                        state_path)
     log(f"[train] done in {(time.perf_counter() - t_start) / 60:.1f} min; best step {best['step']}: "
@@ -252,8 +227,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
 
 
 def _record(best: dict, fit_tokens: int, val_tokens: int, epochs: float, lr: float, batch: int, seq: int,
-            t_start: float, distill: int = 0) -> dict:
-    return {"self_distill_prompt": distill, "best_step": best["step"], "valid_loss": round(best["loss"], 5),
+            t_start: float, distill: int = 0, unroll: int = 1) -> dict:
+    return {"self_distill_prompt": distill, "unroll": unroll, "best_step": best["step"], "valid_loss": round(best["loss"], 5),
             "valid_top1": [round(a, 4) for a in best["acc"]], "train_tokens": fit_tokens, "valid_tokens": val_tokens,
             "epochs": epochs, "lr": lr, "batch_rows": batch, "seq": seq,
             "minutes_so_far": round((time.perf_counter() - t_start) / 60, 2)}
@@ -267,13 +242,14 @@ def _batch(rows, feats, arg, b, dev):
 
 
 @torch.no_grad()
-def evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight: float = 0.1, start: int = 0) -> dict:
+def evaluate(kind, module, model, rows, feats, arg, val, batch, dev, ce_weight: float = 0.1, start: int = 0,
+             unroll: int = 1) -> dict:
     module.eval()
     losses, accs = [], []
     for i in range(0, len(val), batch):
         ids, f, y = _batch(rows, feats, arg, val[i:i + batch], dev)
         with _autocast(dev):
-            loss, acc = head_loss(kind, module, model, ids, f, y, ce_weight=ce_weight, start=start)
+            loss, acc = head_loss(kind, module, model, ids, f, y, ce_weight=ce_weight, start=start, unroll=unroll)
         losses.append(float(loss))
         accs.append(acc)
     module.train()

@@ -208,6 +208,7 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
 @pytest.mark.parametrize("args,msg", [
     (["train-heads", "--kind", "hydra", "--data", ".", "--out", "o"], "unknown --kind 'hydra'"),
     (["train-heads", "--kind", "medusa", "--data", "EMPTY", "--out", "o"], "no training text"),
+    (["train-heads", "--kind", "medusa", "--unroll", "2", "--data", ".", "--out", "o"], "levels above 1 only for"),
     (["train-heads", "--kind", "medusa", "--data", "MISSING", "--out", "o"], "does not exist"),
     (["generate", "--method", "medusa", "--prompt", "x"], "medusa needs heads"),
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
@@ -221,7 +222,7 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
      "draft-vocab must be an integer in [0, 1000000]"),
     (["generate", "--method", "medusa", "--heads", "h", "--budget", "8", "--auto", "--prompt", "x"],
      "--auto chooses the medusa tree budget itself: drop --budget"),
-], ids=["kind", "empty-data", "missing-data", "no-heads", "no-heads-dir", "heads-without-method",
+], ids=["kind", "empty-data", "unroll-medusa", "missing-data", "no-heads", "no-heads-dir", "heads-without-method",
         "draft-vocab-without-heads-method", "typical-without-heads-method", "typical-greedy", "negative-draft-vocab",
         "auto-budget"])
 def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
@@ -312,7 +313,7 @@ def test_distilled_loss_ignores_guesses_of_the_prompt(kind):
     """With start = P only guesses of positions >= P count: labels before P may change without changing the
     loss, a label at P changes it."""
     from decoding.heads import new_heads
-    from decoding.train_heads import head_loss
+    from decoding.head_loss import head_loss
     model = tiny("llama")
     module, _ = new_heads(model, kind, 2)
     torch.manual_seed(0)
@@ -441,3 +442,40 @@ def test_typical_acceptance_is_opt_in_refused_when_greedy_and_accepts_longer_pat
         per_step[acc] = n_tok / n_steps
     assert run(model, None, PROMPTS[0], kind, max_new_tokens=8, heads=heads).config["acceptance"] == "exact"
     assert per_step["typical"] > per_step["exact"], per_step
+
+
+def test_unrolled_training_sees_what_drafting_sees():
+    """EAGLE's training-time test (--unroll): level j's prediction at start t, computed for every t at once
+    under one mask, equals drafting it with EagleLayer: catch-up on the real pairs up to t, then one tree
+    node per level on the previous level's predicted feature. Level 1 equals the plain (unroll 1) loss."""
+    from decoding.eagle_layer import EagleLayer
+    from decoding.heads import EagleHead
+    from decoding.head_loss import head_loss, unrolled_features
+    torch.manual_seed(0)
+    spec = dict(hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64, max_positions=512, eps=1e-6,
+                rope_theta=10000.0)
+    head = EagleHead(spec).eval()
+    for p in head.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    T = 12
+    emb, feats = torch.randn(1, T, 32), torch.randn(1, T, 32)
+    with torch.no_grad():
+        levels = unrolled_features(head, emb, feats[:, :-1], 3)
+        for t in (0, 4, 7):
+            layer = EagleLayer(head)
+            f = layer(emb[0, 1:t + 2], feats[0, :t + 1], list(range(t + 1)), None if t == 0 else
+                      torch.zeros(t + 1, t + 1).masked_fill(torch.ones(t + 1, t + 1).triu(1).bool(), float("-inf")))
+            torch.testing.assert_close(f[-1], levels[0][0, t], rtol=1e-5, atol=1e-5)
+            for j in (1, 2):  # a chain node per level: sees every row in the layer so far
+                f = layer(emb[0, t + 1 + j:t + 2 + j], f[-1:], [t + j], None)
+                torch.testing.assert_close(f[0], levels[j][0, t], rtol=1e-5, atol=1e-5)
+    model = tiny("llama")
+    from decoding.heads import new_heads
+    module, _ = new_heads(model, "eagle")
+    ids = torch.randint(0, 50, (2, 16))
+    with torch.no_grad():
+        feats = model(ids, output_hidden_states=True).hidden_states[-1]
+        arg = model(ids).logits.argmax(-1)
+        one, acc1 = head_loss("eagle", module, model, ids, feats, arg)
+        two, acc2 = head_loss("eagle", module, model, ids, feats, arg, unroll=2)
+    assert len(acc2) == 2 and acc2[0] == pytest.approx(acc1[0]) and not torch.isclose(one, two)
