@@ -10,8 +10,9 @@ EAGLE-2's dynamic tree. The head's KV cache keeps only real-feature pairs; tree 
 every step (their features were guesses). The layer runs through eagle_layer.EagleLayer (own KV tensors,
 no per-call set-up) and drafts read the target's LM head restricted to its frequent tokens (heads.DraftLM).
 `confidence` > 0 drops nodes whose path probability is below it (fewer verified rows: a CPU pays for
-each). Greedy: verify.greedy; sampling: verify.sampled (deterministic top-k proposals), so the target's
-distribution is kept; acceptance="typical" opts into Medusa's typical acceptance (not exact).
+each). Greedy: verify.greedy. Sampling: each expanded node's children are drawn from the head's distribution and
+verified by verify.speculative (sampled_tree.py), so the target's distribution is kept; acceptance="typical"
+opts into Medusa's typical acceptance on the deterministic tree (not exact).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, load_drafting
 from .masks import chain_parents, step_mask
 from .medusa import check_acceptance, record_verdict
-from .sampling import Sampling
+from .sampled_tree import draw, q_rows, sampled_shape
+from .sampling import Sampling, make_generator
 from .staging import Staging
 from .verify import Verdict
 
@@ -62,6 +64,10 @@ class Eagle:
 
     def bind(self, model, sampling: Sampling) -> None:
         check_acceptance(self.acceptance, sampling)
+        # exact sampling: children drawn from the head's distribution (sampled_tree.py); a stream of its own
+        self.sampling = sampling
+        self.gen = None if sampling.greedy or self.acceptance == "typical" else \
+            make_generator(Sampling(seed=sampling.seed + 7919))
         if self.module is None or self._model is not model:
             self.module, self.cfg, self.draft = load_drafting(self.path, model, "eagle", self.draft_vocab)
             self.layer, self._model = EagleLayer(self.module), model
@@ -103,15 +109,23 @@ class Eagle:
         nodes = [[context[-1], -1, 0, None, 1.0, None]]
         feat_of = {0: out[-1]}  # node -> predicted feature at its position (what its children read)
         frontier, region_parent, level_rows = [0], {}, 0
-        forwards = 1
-        for d in range(1, self.depth + 1):
-            tp, tt = self.draft.topk(torch.stack([feat_of[i] for i in frontier]), self.branch)
+        forwards, q_of = 1, {}
+        k, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth, self.beam)
+        for d in range(1, depth + 1):
+            x = torch.stack([feat_of[i] for i in frontier])
+            if self.gen is None:
+                tp, tt = self.draft.topk(x, k)
+            else:  # sampled children, as many per node whatever they turn out to be (exact: sampled_tree.py)
+                q = self.draft.dist(x, self.sampling)
+                tt = [draw(q[j], k, self.gen) for j in range(len(frontier))]
+                tp = [q[j, t].tolist() for j, t in enumerate(tt)]
+                q_of.update({i: q[j] for j, i in enumerate(frontier)})
             new = []
             for j, i in enumerate(frontier):
                 for r in range(len(tt[j])):
                     nodes.append([tt[j][r], i, d, tp[j][r], nodes[i][4] * tp[j][r], r])
                     new.append(len(nodes) - 1)
-            if d == self.depth:
+            if d == depth:
                 break
             frontier = [k for k in sorted(new, key=lambda k: -nodes[k][4])[:self.beam]
                         if nodes[k][4] >= self.confidence]
@@ -132,7 +146,7 @@ class Eagle:
                 feat_of[k] = outs[j]
         self.layer.truncate(self.n)
         self._region_parents = []
-        keep = _best(nodes, self.budget, self.confidence)
+        keep = _best(nodes, self.budget, self.confidence) if self.gen is None else list(range(len(nodes)))
         remap = {old: new for new, old in enumerate(keep)}
         sel = [nodes[k] for k in keep]
         n = len(sel)
@@ -147,7 +161,8 @@ class Eagle:
                 "target_forwards": 1, "mode": "eagle"}
         return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)), acceptance=self.acceptance)
+                    hidden_rows=list(range(n)), acceptance=self.acceptance,
+                    q=q_rows(n, q_of) if q_of and n > 1 else None)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.pending = [plan.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .sampling import Sampling, warp
+
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
 
@@ -235,6 +237,16 @@ class DraftLM:
         if self.ids is None:
             return self.lm(x)
         return nn.functional.linear(x, self.w, self.b)
+
+    def dist(self, x: torch.Tensor, s: Sampling) -> torch.Tensor:
+        """Per row: the distribution sampled drafts are drawn from, over the whole vocabulary (zero outside
+        the drafting vocabulary), warped as the target's (temperature, top-k, top-p); on the host."""
+        p = warp(self.logits(x).float(), s).cpu()
+        if self.ids is None:
+            return p
+        full = torch.zeros((p.shape[0], self.lm.weight.shape[0]), dtype=torch.float32)
+        full[:, self.ids.cpu()] = p
+        return full
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[list[list[float]], list[list[int]]]:
         """Per row: the k best draft tokens and their probabilities (softmax over the drafting vocabulary)."""

@@ -8,7 +8,6 @@ import contextlib
 import time
 from typing import Callable, ContextManager, Iterable
 
-import torch
 from transformers import PreTrainedModel
 
 from . import verify

@@ -17,7 +17,7 @@ from collections import Counter
 
 import torch
 
-from .draft_tree import DraftCore, Shape, TreeBuilder
+from .draft_tree import DraftCore, TreeBuilder
 from .drafters import Plan
 from .models import ModelError
 from .params import make_shape
