@@ -175,10 +175,6 @@ class Handlers:
         check_heads(p, methods)
         if presets_too:
             self.apply_presets(p, methods)
-        if s.typical:  # the stats line says so: this run's text does not follow the target's distribution
-            for m in methods:
-                if m in HEADS_METHODS:
-                    p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
         return p
 
     def apply_presets(self, p: Plan, methods: list[str]) -> None:
@@ -191,6 +187,8 @@ class Handlers:
                                      heads_folder(p.settings.heads, m) if m in HEADS_METHODS else None)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
+            if p.settings.typical and m in HEADS_METHODS:  # the stats line says this text is not the target's
+                p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
             self.check_positions(p, m)
 
     def check_positions(self, p: Plan, method: str) -> None:

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 from decoding import Trace
-from decoding.trace import SCHEMA
 
 from .limits import MAX_TRACE_BYTES
 

@@ -18,7 +18,7 @@ from .errors import one_line, reported
 from .handlers import CLEAR, HEADS_METHODS, Handlers, Plan, heads_folder, thread_setup, tmpdir
 from .models import describe as describe_model, human
 from .replay import load_trace, shipped_path
-from .settings import FIELDS, InputError, Settings, raise_if, whole
+from .settings import FIELDS, Settings, raise_if, whole
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 

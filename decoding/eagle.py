@@ -110,14 +110,15 @@ class Eagle:
         feat_of = {0: out[-1]}  # node -> predicted feature at its position (what its children read)
         frontier, region_parent, level_rows = [0], {}, 0
         forwards, q_of = 1, {}
-        k, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth, self.beam)
+        kids, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth,
+                                                                                          self.beam)
         for d in range(1, depth + 1):
             x = torch.stack([feat_of[i] for i in frontier])
             if self.gen is None:
-                tp, tt = self.draft.topk(x, k)
+                tp, tt = self.draft.topk(x, kids)
             else:  # sampled children, as many per node whatever they turn out to be (exact: sampled_tree.py)
                 q = self.draft.dist(x, self.sampling)
-                tt = [draw(q[j], k, self.gen) for j in range(len(frontier))]
+                tt = [draw(q[j], kids, self.gen) for j in range(len(frontier))]
                 tp = [q[j, t].tolist() for j, t in enumerate(tt)]
                 q_of.update({i: q[j] for j, i in enumerate(frontier)})
             new = []

@@ -10,7 +10,8 @@ What keeps it exact: the children of a node are i.i.d. draws without replacement
 that node, in query order, and how many a node gets is fixed before they are drawn. So the tree is never
 pruned by a drawn child's own probability (EAGLE-2's best-`budget` selection and the confidence cut would
 bias it); scores only choose WHICH nodes are expanded (the beam), which is allowed: a node's children are
-drawn after, and independently of, everything that decided to expand it.
+drawn after, and independently of, everything that decided to expand it. The top-k `branch` of the
+greedy tree is not used here: the budget sets the shape (sampled_shape).
 """
 from __future__ import annotations
 

@@ -170,7 +170,11 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     torch.manual_seed(seed)
     module, cfg = new_heads(model, kind, n_heads)
     if init is not None:
-        module.load_state_dict(load_heads(init, model, kind)[0].state_dict())
+        try:
+            module.load_state_dict(load_heads(init, model, kind)[0].state_dict())
+        except RuntimeError as e:  # e.g. another --n-heads than the heads in init
+            raise HeadsError(f"--init {init}: those heads do not have this shape ({str(e).splitlines()[0][:120]})") \
+                from None
         log(f"[train] starting from the {kind} heads in {init}")
     module.train()
     opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
@@ -181,8 +185,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     state_path, step, best = out / "state.pt", 0, {"loss": float("inf")}
     if state_path.exists():  # resume: same data and shape, else start over
         st = torch.load(state_path, map_location=dev, weights_only=False)
-        if (st.get("key"), st.get("kind"), st.get("total"), st.get("start", 0), st.get("unroll", 1)) == \
-                (key, kind, total, distill, unroll):
+        if (st.get("key"), st.get("kind"), st.get("total"), st.get("start", 0), st.get("unroll", 1),
+                st.get("init")) == (key, kind, total, distill, unroll, None if init is None else str(init)):
             module.load_state_dict(st["module"])
             opt.load_state_dict(st["opt"])
             sched.load_state_dict(st["sched"])
@@ -218,6 +222,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
                 save_heads(module, cfg, out, {"training": _record(best, len(fit) * seq, len(val) * seq, epochs,
                                                                   lr, batch, seq, t_start, distill, unroll)})
             torch.save({"key": key, "kind": kind, "total": total, "start": distill, "unroll": unroll,
+                        "init": None if init is None else str(init),
                         "module": module.state_dict(),
                         "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step, "best": best},
                        state_path)

@@ -131,7 +131,9 @@ def typical(tokens: list[int], parents: list[int], proposal: list[bool], logits:
     A proposal c under node u passes when p_u(token c) > min(epsilon, delta * exp(-H(p_u))), p_u the
     target's warped distribution at u, H its entropy: a plausible token passes even when sampling would
     not have picked it. The deepest path of passing nodes wins (ties: the higher sum of log p, as Medusa's
-    evaluate_posterior), then the next token is sampled from the target at the path's end."""
+    evaluate_posterior), then the next token is sampled from the target at the path's end. Unlike Medusa,
+    p is the run's whole warped distribution (with top-k / top-p when set, so the entropy is that of what
+    is sampled from) and the next token is sampled from it (Medusa's fast path takes the argmax)."""
     dist: dict[int, torch.Tensor] = {}
 
     def p_at(u: int) -> torch.Tensor:

@@ -250,10 +250,12 @@ def test_race_and_sweep_with_heads(client, dirs, tmp_path):
         assert rows[m]["config"] == "tree budget 8"
         assert f"a {m} step (head forwards + a" in summary
     # typical acceptance: an opt-in checkbox, sampling only, and the stats line says the text is not exact
-    msg, stats, _, _, path = client.predict(*settings(dirs, method="medusa", heads=str(tmp_path / "heads"),
-                                                      typical=True, temperature=1.0), api_name="/run")
-    assert msg == "" and "typical acceptance (NOT exact)" in stats, stats
-    assert saved_trace(path)["config"]["acceptance"] == "typical"
+    for preset in ("manual", "auto"):  # auto: the note survives the preset's own note
+        msg, stats, _, _, path = client.predict(*settings(dirs, method="medusa", heads=str(tmp_path / "heads"),
+                                                          typical=True, temperature=1.0, preset=preset),
+                                                api_name="/run")
+        assert msg == "" and "typical acceptance (NOT exact)" in stats, (preset, stats)
+        assert saved_trace(path)["config"]["acceptance"] == "typical"
     expect_msg(client, settings(dirs, method="eagle", heads=str(tmp_path / "heads"), typical=True), "/run",
                "typical acceptance", "temperature > 0")
     # the Sweep's tree-size sweep: one line per heads method, one point per budget, each a real run

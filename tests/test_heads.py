@@ -479,3 +479,19 @@ def test_unrolled_training_sees_what_drafting_sees():
         one, acc1 = head_loss("eagle", module, model, ids, feats, arg)
         two, acc2 = head_loss("eagle", module, model, ids, feats, arg, unroll=2)
     assert len(acc2) == 2 and acc2[0] == pytest.approx(acc1[0]) and not torch.isclose(one, two)
+
+
+def test_eagle_tree_shapes_follow_the_budget(trained):
+    """Every expanded EAGLE node gets `branch` top-k children (greedy, the budget left unbinding) or the
+    sampled tree's two drawn children (sampling): never more, at any level, and a sampled tree stays inside
+    the budget (no pruning may fix it up afterwards: that would bias the sampling)."""
+    from collections import Counter
+    model, heads = trained["llama", "eagle"]
+    tr = run(model, None, PROMPTS[1], "eagle", max_new_tokens=24, heads=heads, budget=64, branch=2)
+    for s in tr.steps[1:]:
+        kids = Counter(s.info["tree"]["parents"][1:])
+        assert kids and max(kids.values()) <= 2 and len(kids) > 2, kids  # several levels expanded
+    tr = run(model, None, PROMPTS[1], "eagle", max_new_tokens=24, heads=heads, budget=8, sampling=Sampling(1.0, seed=2))
+    for s in tr.steps[1:]:
+        kids = Counter(s.info["tree"]["parents"][1:])
+        assert len(s.tokens) <= 9 and set(kids.values()) <= {2}, (len(s.tokens), kids)
