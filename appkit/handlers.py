@@ -18,7 +18,7 @@ import viz
 from decoding import make_drafter, make_sampling, run
 from decoding.api import vocab_for
 from decoding.models import describe, max_positions
-from decoding.static_cache import capture_warning
+from decoding.graphs import capture_warning
 from decoding.reference_text import tokenize_references
 
 from . import presets

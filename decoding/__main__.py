@@ -247,7 +247,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
           f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
           file=sys.stderr)
-    from .static_cache import capture_warning
+    from .graphs import capture_warning
     if capture_warning(tr.config):  # one line: the run was exact but its failed buckets ran eagerly
         print(f"[graphs] {capture_warning(tr.config)}", file=sys.stderr)
     if spec:

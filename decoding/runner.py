@@ -15,7 +15,8 @@ from .core import Core, core_options
 from .drafters import Drafter, Greedy
 from .masks import chain_parents
 from .sampling import Sampling, make_generator, sample, warp
-from .static_cache import GRAPH_MAX, capture_summary
+from .graphs import capture_summary
+from .static_cache import GRAPH_MAX
 from .trace import Step, Trace
 
 StepContext = Callable[[int, str], ContextManager]

@@ -19,26 +19,26 @@ run). A graph replays a whole forward with one launch, but only for fixed shapes
     [Qb, past + Qb] in eager mode, where no fixed shape is needed (CPU, buckets above 256, prefill).
 Logits are the same as the dynamic path's: masked columns get exp(finfo.min - max) = 0 exactly
 (tests/test_static_core.py checks ids against HF greedy for every method with the static path on).
-Capture status is recorded per bucket (captured / failed with the error / used by the current run) and
-lands in the trace config (runner.py); a failed capture is retried once, then that bucket runs eagerly
-for the cache's lifetime; a new cache tries again. Uploads go through pinned staging (staging.py).
+Capture and replay live in graphs.py (mixed into StaticKV): capture status per bucket (captured / failed
+with the error / used by the current run) lands in the trace config (runner.py); a failed capture is
+retried once, then that bucket runs eagerly for the cache's lifetime. Uploads go through pinned staging
+(staging.py).
 Caches are pooled per model under one LRU policy with a budget (cache_pool.py).
 Plugs into transformers through the public Cache / CacheLayerMixin API; nothing is patched.
 """
 from __future__ import annotations
 
-import warnings
 import weakref
 
 import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .graphs import GraphReplay
 from .staging import Staging
 
 GRAPH_MAX = 256   # largest bucket captured as a CUDA graph; larger steps (prefill) run eagerly
 ROUND = 256       # capacity granularity (a multiple of 16 keeps the mask aligned for SDPA kernels)
-CAPTURE_TRIES = 2  # a bucket whose capture failed is tried once more, then runs eagerly in this cache
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> torch.compile'd model
 
 
@@ -96,7 +96,7 @@ class SlotLayer(CacheLayerMixin):
         return self.owner.capacity
 
 
-class StaticKV(Cache):
+class StaticKV(Cache, GraphReplay):
     """The preallocated cache plus the static step buffers and, on CUDA, one captured graph per bucket."""
 
     def __init__(self, model, capacity: int = 0, graphs: bool | None = None, compiled: bool = False,
@@ -196,15 +196,6 @@ class StaticKV(Cache):
                     setattr(layer, name, new)
         self._alloc_buffers()
 
-    def status(self) -> dict:
-        """Capture status for the trace: graphs on, buckets this run used / captured / failed (with the
-        error). A bucket is named "Qb", or "Qb:Rb" when the LM head ran for Rb rows only."""
-        name = (lambda k: (str(k[0]) if k[0] == k[1] else f"{k[0]}:{k[1]}")
-                + (f"+h{','.join(map(str, k[2]))}" if len(k) > 2 else ""))  # +h: hidden states read too
-        return {"graphs": self.graphs_on, "fixed": self.fixed, "capacity": self.capacity,
-                "used": [name(k) for k in sorted(self.used)], "captured": [name(k) for k in sorted(self.graphs)],
-                "failed": {name(k): e for k, e in sorted(self.failed.items())}}
-
     def step(self, tokens: list[int], depths: list[int], vis: np.ndarray, length: int, start: int,
              rows: int | list[int] | None, hidden: list[int] | None = None, layers: tuple = (-1,)):
         """One forward of q new tokens written at cache slots start.. (start = length + region so far).
@@ -282,6 +273,10 @@ class StaticKV(Cache):
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 
+    def _bucket_fn(self):
+        """What runs a bucket without graphs: the torch.compile'd model (the experiment), or None = the model."""
+        return _COMPILED[self._model()] if self.compiled else None
+
     def _forward(self, io: torch.Tensor, mask: torch.Tensor, kv: int, keep, fn=None, hid: tuple | None = None):
         """(logits, hidden states of layers `hid` [len(hid), qb, h] or None) of one bucket."""
         qb = io.shape[1]
@@ -291,70 +286,6 @@ class StaticKV(Cache):
                     use_cache=True, logits_to_keep=keep, output_hidden_states=hid is not None)
         return out.logits, None if hid is None else torch.stack([out.hidden_states[k][0] for k in hid])
 
-    def _fixed(self, key: tuple) -> tuple:
-        """Bucket `key` = (Qb, Rb[, hidden layers]) on the fixed buffers: its graph replayed (captured on
-        first use), or the same data path eagerly (no graphs, or its capture failed CAPTURE_TRIES times in
-        this cache). Returns (logits, hidden states or None): the graph's static outputs when replayed."""
-        qb, rb, hid = key[0], key[1], (key[2] if len(key) > 2 else None)
-        self.used.add(key)
-        args = (self.io[:, :qb], self.mask[:, :, :qb], self.capacity, self.io[3, :rb] if rb < qb else 0)
-        if not self.graphs_on:
-            return self._forward(*args, _COMPILED[self._model()] if self.compiled else None, hid)
-        entry = self.graphs.get(key)
-        if entry is None and self.tries.get(key, 0) < CAPTURE_TRIES:
-            entry = self._capture(key, (*args, None, hid))
-        if entry is None:
-            return self._forward(*args, None, hid)
-        entry[0].replay()
-        return entry[1]
-
-    def _capture(self, key: tuple, args: tuple):
-        """Capture bucket `key` (warm-up on a side stream, as CUDA graphs need), on the cache's device;
-        a failure is recorded (status()) and the step runs eagerly."""
-        try:
-            with torch.cuda.device(self.device):
-                if self.pool is None:
-                    self.pool = torch.cuda.graph_pool_handle()
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    self._forward(*args)  # warm-up: the real step (it is idempotent: same rows, same slots)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                    out = self._forward(*args)
-        except Exception as e:  # noqa: BLE001 - a model that cannot be captured still decodes eagerly
-            self.tries[key] = self.tries.get(key, 0) + 1
-            self.failed[key] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-            warnings.warn(f"CUDA graph capture failed for bucket {key} (try {self.tries[key]}), running it "
-                          f"eagerly: {self.failed[key]}")
-            return None
-        self.failed.pop(key, None)
-        entry = self.graphs[key] = (graph, out)
-        return entry
-
 
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
-
-
-def capture_summary(caches: list[tuple[str, StaticKV]]) -> dict:
-    """The run's capture status over its static caches (target, draft): graphs on, buckets used /
-    captured / failed with the error; draft buckets are prefixed "draft ". Lands in trace.config["graphs"]."""
-    out = {"on": any(kv.graphs_on for _, kv in caches), "used": [], "captured": [], "failed": {}}
-    for role, kv in caches:
-        st, pre = kv.status(), ("" if role == "target" else f"{role} ")
-        out["used"] += [pre + b for b in st["used"]]
-        out["captured"] += [pre + b for b in st["captured"]]
-        out["failed"].update({pre + b: e for b, e in st["failed"].items()})
-    return out
-
-
-def capture_warning(config: dict) -> str | None:
-    """One line for the CLI and the app when a CUDA graph capture failed in a run, else None."""
-    g = (config or {}).get("graphs") or {}
-    if not g.get("failed"):
-        return None
-    first = next(iter(g["failed"].values()))
-    return (f"CUDA graph capture failed for bucket(s) {', '.join(g['failed'])} ({first}): those steps ran "
-            "eagerly (same tokens, slower)")

@@ -16,7 +16,8 @@ import decoding
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
 from decoding.core import core_options
-from decoding.static_cache import StaticKV, capture_warning
+from decoding.graphs import capture_warning
+from decoding.static_cache import StaticKV
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 CUDA = torch.cuda.is_available()
