@@ -2,10 +2,14 @@
 
     nice -n 19 python bench/bench_heads.py                   # embedded target, assets/heads/, code prompts
     python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle --cuts 0,0.1
+    python bench/bench_heads.py --temperature 0.7 --budgets 8 --runs 3   # sampling: vs HF sampling, + typical rows
 
 Same protocol as bench/bench.py (whose helpers it uses): every row runs every prompt once per round,
 rounds interleaved, times are medians over rounds of each row's total; greedy outputs checked token for
 token against HF greedy. "mean accepted" = tokens per decode step, the target's bonus token included.
+With --temperature T > 0 every row samples (seed 0 per prompt; HF: generate(do_sample=True)) and is timed
+against HF sampling; the heads also get a row with Medusa's typical acceptance (not exact); no row can be
+checked token for token there.
 The bench prompts are held-out stdlib files (assets/stdlib_corpus.py); the heads never saw them.
 """
 from __future__ import annotations
@@ -22,27 +26,46 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from bench import hf_runner, load_prompts, machine, markdown, ours_runner  # noqa: E402
+from decoding import Sampling  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
 
 HEADS = ROOT / "assets" / "heads"
 
 
 def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kinds=("medusa", "eagle"),
-               baselines: bool = True, cuts=(0.0,)) -> dict:
-    c = {"HF greedy": hf_runner(hf_model, tok)}
+               baselines: bool = True, cuts=(0.0,), temperature: float = 0.0) -> dict:
+    s = {} if temperature <= 0 else {"sampling": Sampling(temperature, seed=0)}
+    c = {"HF greedy": hf_runner(hf_model, tok)} if not s else {"HF sampling": hf_sampler(hf_model, tok, temperature)}
     if baselines:
-        c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2)
+        c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2, **s)
     if draft is not None and baselines:
-        c["ours speculative chain K4"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=4)
+        c["ours speculative chain K4"] = ours_runner(model, tok, "speculative", draft_model=draft, draft_tokens=4,
+                                                     **s)
         c["ours speculative staged tree 2,1,1,1,1"] = ours_runner(model, tok, "speculative", draft_model=draft,
-                                                                   tree=[2, 1, 1, 1, 1], staged=True)
+                                                                   tree=[2, 1, 1, 1, 1], staged=True, **s)
     for kind in kinds:
         if (heads / kind / "heads.json").exists():
             for b in budgets:
                 for cut in cuts:
                     name = f"ours {kind} budget {b}" + (f", cut {cut:g}" if cut else "")
-                    c[name] = ours_runner(model, tok, kind, heads=str(heads / kind), budget=b, confidence=cut)
+                    c[name] = ours_runner(model, tok, kind, heads=str(heads / kind), budget=b, confidence=cut, **s)
+                    if s:
+                        c[name + ", typical (NOT exact)"] = ours_runner(model, tok, kind, heads=str(heads / kind),
+                                                                        budget=b, confidence=cut,
+                                                                        acceptance="typical", **s)
     return c
+
+
+def hf_sampler(model, tok, temperature: float):
+    """HF generate(do_sample=True) at `temperature`, seeded like our rows (seed 0 before each prompt)."""
+    def go(prompt: str, n: int) -> tuple[list[int], None]:
+        ids = tok(prompt, return_tensors="pt")["input_ids"].to(model.device)
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature,
+                                 top_k=0, top_p=1.0, max_new_tokens=n, pad_token_id=tok.eos_token_id)
+        return out[0, ids.shape[1]:].tolist(), None
+    return go
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -59,6 +82,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default=None, help="cpu, cuda (default: cuda when present)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="> 0: every row samples (vs HF sampling)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     a = ap.parse_args(argv)
     import time
@@ -69,7 +93,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     dev = model.get_input_embeddings().weight.device.type
     prompts = load_prompts(a.prompts.split(","))[:a.limit or None]
     runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],
-                         a.kinds.split(","), not a.no_baselines, [float(c) for c in a.cuts.split(",")])
+                         a.kinds.split(","), not a.no_baselines, [float(c) for c in a.cuts.split(",")],
+                         a.temperature)
     for fn in runners.values():  # warm-up
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}
@@ -80,8 +105,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             results[name] = [fn(p["prompt"], a.max_new_tokens) for p in prompts]
             times[name].append(time.perf_counter() - t0)
         print(f"round {r + 1}/{a.runs} done", file=sys.stderr)
-    ref = [ids for ids, _ in results["HF greedy"]]
-    base = statistics.median(times["HF greedy"])
+    base_name = next(iter(runners))  # HF greedy, or HF sampling
+    ref = [ids for ids, _ in results[base_name]]
+    base_rate = sum(len(ids) for ids in ref) / statistics.median(times[base_name])  # tokens/s: sampled rows differ
+
     rows = []
     for name, outs in results.items():
         n_tok = sum(len(ids) for ids, _ in outs)
@@ -90,11 +117,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         dec = sum(s["steps"] - 1 for s in stats)  # decode steps (prefill excluded)
         t = statistics.median(times[name])
         rows.append({"method": name, "tokens": n_tok, "median_s": t, "tokens_per_s": n_tok / t,
-                     "vs_hf_greedy": base / t, "exact": [ids for ids, _ in outs] == ref,
+                     "vs_hf_greedy": n_tok / t / base_rate,
+                     "exact": [ids for ids, _ in outs] == ref if a.temperature <= 0 else None,
                      "compression": n_tok / steps if steps else None,
                      "mean_accepted": (n_tok - len(outs)) / dec if dec else None, "runs": a.runs})
     meta = {**machine(model), "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
-            "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads}
+            "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads, "baseline": base_name,
+            "temperature": a.temperature}
     md = markdown(rows, meta) + ("\nmean accepted = new tokens after the prefill's first one / decode steps "
                                  "(the bonus token included)." + (" Shared 2-core CPU: read the ratios (one "
                                  "interleaved run), not the absolute speeds." if dev == "cpu" else "") + "\n")
@@ -102,7 +131,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     name = (f"{dev}-heads-{a.kinds.replace(',', '+')}-{a.prompts.replace(',', '+')}"
-            + (f"-t{a.threads}" if dev == "cpu" and a.threads != 1 else ""))  # a 2-thread run beside the 1-thread one
+            + (f"-t{a.threads}" if dev == "cpu" and a.threads != 1 else "")
+            + (f"-T{a.temperature:g}" if a.temperature > 0 else ""))  # a 2-thread run beside the 1-thread one
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return rows

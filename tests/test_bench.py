@@ -128,3 +128,16 @@ def test_gpu_memory_quick_runs_on_cpu():
     doc = gpu_memory.main(["--quick"])
     assert doc["after_10"]["pool_caches"] <= 2 and doc["after_12"]["pool_caches"] <= 2
     assert doc["measure"] == "pool_bytes" and doc["ratio"] > 0
+
+
+def test_bench_heads_sampling_rows(tmp_path):
+    """bench_heads --temperature: every row samples, is timed against HF sampling by tokens/s (sampled rows
+    differ in length) and cannot be checked token for token; the heads get a typical-acceptance row."""
+    import bench_heads
+    rows = bench_heads.main(["--temperature", "0.7", "--kinds", "eagle", "--budgets", "4", "--no-baselines",
+                             "--limit", "1", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["HF sampling", "ours eagle budget 4",
+                                           "ours eagle budget 4, typical (NOT exact)"]
+    assert all(r["exact"] is None for r in rows) and rows[0]["vs_hf_greedy"] == 1.0
+    md = (tmp_path / "cpu-heads-eagle-code-T0.7.md").read_text()
+    assert "vs HF sampling" in md and "– (sampling)" in md
