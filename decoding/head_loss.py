@@ -31,23 +31,15 @@ def head_loss(kind: str, module: nn.Module, model, ids: torch.Tensor, feats: tor
     f_in = feats[:, :-1]
     if noise:
         f_in = f_in + (torch.rand_like(f_in) - 0.5) * 2 * noise
-    if unroll > 1:
-        return eagle_unrolled(module, lm, emb, f_in, feats, arg, unroll, ce_weight, start)
-    f0 = max(start - 2, 0)  # pair t guesses the token at t + 2
-    pred = module(emb[:, 1:], f_in)[:, f0:]
-    lg = lm(pred)
-    y = arg[:, f0 + 1:]
-    loss = nn.functional.smooth_l1_loss(pred.float(), feats[:, f0 + 1:].float()) + \
-        ce_weight * nn.functional.cross_entropy(lg.flatten(0, 1).float(), y.flatten())
-    return loss, [float((lg.argmax(-1) == y).float().mean())]
+    return eagle_unrolled(module, lm, emb, f_in, feats, arg, unroll, ce_weight, start)
 
 
 def eagle_unrolled(module: nn.Module, lm: nn.Module, emb: torch.Tensor, f_in: torch.Tensor, feats: torch.Tensor,
                    arg: torch.Tensor, unroll: int, ce_weight: float, start: int) -> tuple[torch.Tensor, list[float]]:
     """EAGLE trained as it drafts (EAGLE-3's training-time test): the mean over levels 1..unroll of the
-    one-level loss, level j > 1 reading level j-1's predictions (unrolled_features). Why: drafting feeds
-    the head its own guesses from the second level on, where a head trained on real features only lost
-    most (the shipped 12-epoch head: 79% accepted at depth 1, 59% at depth 2 given depth 1)."""
+    one-level loss, level j > 1 reading level j-1's predictions (unrolled_features; unroll 1 = plain
+    EAGLE). Why: drafting feeds the head its own guesses from the second level on, where a head trained on
+    real features only lost most (the shipped 12-epoch head: 79% accepted at depth 1, 59% at depth 2)."""
     T, loss, acc = feats.shape[1], 0.0, []
     for j, x in enumerate(unrolled_features(module, emb, f_in, unroll)):
         f0 = max(start - 2 - j, 0)  # pair t at level j + 1 guesses the token at t + j + 2
