@@ -134,11 +134,13 @@ def typical(tokens: list[int], parents: list[int], proposal: list[bool], logits:
     evaluate_posterior), then the next token is sampled from the target at the path's end. Unlike Medusa,
     p is the run's whole warped distribution (with top-k / top-p when set, so the entropy is that of what
     is sampled from) and the next token is sampled from it (Medusa's fast path takes the argmax)."""
-    dist: dict[int, torch.Tensor] = {}
+    dist: dict[int, tuple[torch.Tensor, float]] = {}
 
-    def p_at(u: int) -> torch.Tensor:
+    def p_at(u: int) -> tuple[torch.Tensor, float]:
+        """The target's warped distribution at node u and its passing bar (once per node, not per child)."""
         if u not in dist:
-            dist[u] = warp(logits[u], s).cpu()
+            p = warp(logits[u], s).cpu()
+            dist[u] = p, min(epsilon, delta * math.exp(-float(-(p * torch.log(p + 1e-5)).sum())))
         return dist[u]
 
     ok, depth, score = {0: True}, [0] * len(tokens), [0.0] * len(tokens)
@@ -147,15 +149,14 @@ def typical(tokens: list[int], parents: list[int], proposal: list[bool], logits:
         u = parents[i]
         if not (proposal[i] and ok.get(u)):
             continue
-        p = p_at(u)
-        entropy = float(-(p * torch.log(p + 1e-5)).sum())
+        p, bar = p_at(u)
         prob = float(p[tokens[i]])
-        if prob > min(epsilon, delta * math.exp(-entropy)):
+        if prob > bar:
             ok[i], depth[i], score[i] = True, depth[u] + 1, score[u] + math.log(prob)
             if depth[i] > depth[best] or (depth[i] == depth[best] and score[i] > score[best]):
                 best = i
     path = _path_to(best, parents)
-    return Verdict(path, [tokens[i] for i in path[1:]] + [sample(p_at(best), gen)])
+    return Verdict(path, [tokens[i] for i in path[1:]] + [sample(p_at(best)[0], gen)])
 
 
 def _path_to(node: int, parents: list[int]) -> list[int]:
