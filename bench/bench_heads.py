@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     base_name = next(iter(runners))  # HF greedy, or HF sampling
     ref = [ids for ids, _ in results[base_name]]
     base_rate = sum(len(ids) for ids in ref) / statistics.median(times[base_name])  # tokens/s: sampled rows differ
-
     rows = []
     for name, outs in results.items():
         n_tok = sum(len(ids) for ids, _ in outs)

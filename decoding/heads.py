@@ -229,7 +229,7 @@ class DraftLM:
             sub = w.detach()[ids]
             if w.device.type == "cpu" and w.dtype == torch.float32:
                 sub = sub.t().contiguous().t()  # column-major: layout.py's faster CPU GEMM operand
-            self.ids, self.size = ids, size
+            self.ids, self.size, self.ids_host = ids, size, ids.cpu()  # ids_host: where dist() scatters
             self.w, self.b = sub, None if lm.bias is None else lm.bias.detach()[ids]
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -245,7 +245,7 @@ class DraftLM:
         if self.ids is None:
             return p
         full = torch.zeros((p.shape[0], self.lm.weight.shape[0]), dtype=torch.float32)
-        full[:, self.ids.cpu()] = p
+        full[:, self.ids_host] = p
         return full
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[list[list[float]], list[list[int]]]:
