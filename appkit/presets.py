@@ -142,6 +142,6 @@ def describe(method: str, params: dict) -> str:
     if method == "jacobi":
         return f"block {params['block']}"
     if method in ("medusa", "eagle"):
-        cut = params.get("confidence")
-        return f"tree budget {params['budget']}" + (f", cut {cut:g}" if cut else "")
+        from decoding.autotune_heads import label
+        return f"tree {label(params)}"  # the words --auto prints
     return ""
