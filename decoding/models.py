@@ -80,11 +80,22 @@ def check_architecture(config: PretrainedConfig) -> None:
     name = getattr(config, "model_type", "?")
     if getattr(config, "is_encoder_decoder", False):
         raise ModelError(f"{name} is an encoder-decoder model; DecodeScope needs a decoder-only causal LM")
+    if uses_alibi(config):
+        raise ModelError(f"{name} adds ALiBi biases by cache slot, not by position_ids: a tree or window node "
+                         "would see its ancestors at the wrong distances, so verification would not be exact")
     layer_types = getattr(config, "layer_types", None)
     if layer_types and any(t not in ATTENTION_KINDS for t in layer_types):
         kinds = sorted(set(layer_types) - set(ATTENTION_KINDS))
         raise ModelError(f"{name} has {', '.join(kinds)} layers: one custom attention mask cannot fit "
                          "every layer, so lookahead/tree verification would be wrong")
+
+
+def uses_alibi(config: PretrainedConfig) -> bool:
+    """BLOOM, MPT (always, in transformers) and Falcon with alibi=True bias attention by the key's slot in
+    the cache (BLOOM and Falcon from a 2D mask), not by position_ids: a sibling node's logits measured 0.03
+    off HF's on a tiny MPT, where Llama's match to 0.0."""
+    kind = getattr(config, "model_type", "")
+    return kind in ("bloom", "mpt") or kind == "falcon" and bool(getattr(config, "alibi", False))
 
 
 def check_window(config: PretrainedConfig, prompt: int, new: int, span: int) -> None:

@@ -1,6 +1,7 @@
 """Loading: local directories work offline; models one custom mask cannot drive are refused clearly."""
 import pytest
-from transformers import Gemma2Config, Llama4TextConfig, MistralConfig, Qwen2Config, Qwen3NextConfig, T5Config
+from transformers import (BloomConfig, FalconConfig, Gemma2Config, Llama4TextConfig, MistralConfig, MptConfig,
+                          Qwen2Config, Qwen3NextConfig, T5Config)
 
 from decoding import ModelError, load
 from decoding.models import check_architecture, pick_dtype
@@ -18,6 +19,7 @@ def test_load_local_dir_fp32_on_cpu(tiny_dir):
     (Qwen3NextConfig(), "linear_attention layers"),
     (Llama4TextConfig(), "chunked_attention layers"),
     (T5Config(), "encoder-decoder"),
+    (BloomConfig(), "ALiBi"), (MptConfig(), "ALiBi"), (FalconConfig(alibi=True), "ALiBi"),
 ])
 def test_refuses_models_one_mask_cannot_drive(config, needle, tmp_path):
     with pytest.raises(ModelError, match=needle):
@@ -30,6 +32,19 @@ def test_refuses_models_one_mask_cannot_drive(config, needle, tmp_path):
 def test_accepts_full_attention_configs():
     check_architecture(Qwen2Config())          # sliding window present but switched off
     check_architecture(MistralConfig(sliding_window=None))
+    check_architecture(FalconConfig(alibi=False))  # rotary Falcon: positions come from position_ids
+
+
+def test_model_objects_given_directly_are_checked_too():
+    """api.run with a model object skips load(): generate refuses an ALiBi model with the same one line
+    instead of failing inside BLOOM's alibi builder (or, for MPT, decoding trees that are not exact)."""
+    import torch
+    from transformers import BloomForCausalLM
+    from decoding.api import run
+    cfg = BloomConfig(vocab_size=32, hidden_size=16, n_layer=1, n_head=2)
+    model = BloomForCausalLM(cfg).eval()
+    with pytest.raises(ModelError, match="ALiBi"):
+        run(model, None, [1, 2, 3], "lookahead", max_new_tokens=4)
 
 
 def test_accepts_sliding_window_configs_runs_are_checked_against_the_window():
