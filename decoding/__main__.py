@@ -80,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
     g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
-    g.add_argument("--layout", default="auto", choices=("auto", "stock", "column"),
-                   help="weight storage: auto = column-major on CPU fp32 (faster small GEMMs), stock = as loaded")
+    g.add_argument("--layout", default="auto", choices=("auto", "stock", "column", "packed"),
+                   help="weight storage on CPU fp32: auto = packed where its kernel builds (decoding/cpu_gemm.py), else column-major; stock = as loaded")
     g.add_argument("--static", default="auto", choices=("auto", "on", "off"),
                    help="static-shape path (preallocated KV cache, bucketed query sizes, CUDA graphs): "
                         "auto = on for CUDA, off on CPU where it measured no faster")

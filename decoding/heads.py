@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .cpu_gemm import PackedLinear
+from .layout import column_major_linears
 from .sampling import Sampling, warp
 
 KINDS = ("medusa", "eagle")
@@ -203,7 +205,7 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     and the target's LM head as the drafts read it."""
     from .layout import apply_layout
     module, cfg = load_heads(path, model, kind)
-    apply_layout(module)
+    apply_layout(module, getattr(model, "weight_layout_", "auto"))
     return module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
 
 
@@ -226,17 +228,20 @@ class DraftLM:
         size = w.shape[0] // 4 if size is None else int(size)
         if 0 < size < w.shape[0]:
             ids = torch.argsort(counts, descending=True, stable=True)[:size].sort().values.to(w.device)
-            sub = w.detach()[ids]
-            if w.device.type == "cpu" and w.dtype == torch.float32:
-                sub = sub.t().contiguous().t()  # column-major: layout.py's faster CPU GEMM operand
+            self.head = nn.Linear(w.shape[1], size, bias=lm.bias is not None, device=w.device, dtype=w.dtype)
+            self.head.requires_grad_(False)
+            self.head.weight.copy_(w.detach()[ids])
+            if lm.bias is not None:
+                self.head.bias.copy_(lm.bias.detach()[ids])
+            if isinstance(lm, PackedLinear):  # the target's layout (layout.py), for the drafts' head too
+                self.head = PackedLinear(self.head)
+            elif w.device.type == "cpu" and w.dtype == torch.float32:
+                column_major_linears(self.head)
             self.ids, self.size, self.ids_host = ids, size, ids.cpu()  # ids_host: where dist() scatters
-            self.w, self.b = sub, None if lm.bias is None else lm.bias.detach()[ids]
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Logits over the drafting vocabulary (column j is token self.ids[j], or token j without ids)."""
-        if self.ids is None:
-            return self.lm(x)
-        return nn.functional.linear(x, self.w, self.b)
+        return self.lm(x) if self.ids is None else self.head(x)
 
     def dist(self, x: torch.Tensor, s: Sampling) -> torch.Tensor:
         """Per row: the distribution sampled drafts are drawn from, over the whole vocabulary (zero outside

@@ -178,7 +178,10 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
-    model.weight_layout_ = apply_layout(model, layout)
+    try:
+        model.weight_layout_ = apply_layout(model, layout)
+    except ValueError as e:  # "packed" asked for where its kernel cannot run
+        raise ModelError(str(e)) from None
     set_cpu_threads(model, threads)
     model.name_or_path_ = name
     return model, tok

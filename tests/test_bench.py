@@ -19,8 +19,8 @@ def test_quick_benchmark_runs_and_greedy_modes_are_exact(tmp_path):
     assert doc["meta"]["torch"] and len(doc["rows"]) == len(rows)
     assert "| HF greedy |" in (tmp_path / "quick.md").read_text()
     # HF rows run on stock-layout copies; the engine's own layout is a separate, labelled row
-    assert doc["meta"]["weight_layout"] == {"ours": "column", "hf": "stock"}
-    assert "HF greedy (column layout)" in names
+    assert doc["meta"]["weight_layout"] == {"ours": "packed", "hf": "stock"}
+    assert "HF greedy (packed layout)" in names
 
 
 def test_bench_heads_rows_are_exact(tmp_path):

@@ -1,4 +1,5 @@
-"""The engine's CPU weight layout: same values, column-major storage, and still exactly HF greedy's tokens."""
+"""The engine's CPU weight layouts: the same values, stored column-major or also packed for the skinny-GEMM
+kernel (decoding/cpu_gemm.py), and still exactly HF greedy's tokens on stock weights."""
 import pytest
 import torch
 
@@ -17,9 +18,9 @@ def linears(model):
     return [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def test_auto_layout_on_cpu_fp32_is_column_major_with_equal_values(llama_dir):
+def test_column_layout_keeps_values_column_major(llama_dir):
     stock, _ = load(llama_dir, device="cpu", layout="stock")
-    col, _ = load(llama_dir, device="cpu")
+    col, _ = load(llama_dir, device="cpu", layout="column")
     assert describe(col)["weight_layout"] == "column" and describe(stock)["weight_layout"] == "stock"
     assert all(is_column_major(w) for w in linears(col)) and not any(is_column_major(w) for w in linears(stock))
     for a, b in zip(linears(stock), linears(col)):
@@ -30,9 +31,10 @@ def test_auto_layout_on_cpu_fp32_is_column_major_with_equal_values(llama_dir):
 
 @pytest.mark.parametrize("method,params", [("greedy", {}), ("lookahead", dict(window=3, ngram=4, guesses=3)),
                                            ("prompt_lookup", {})])
-def test_column_layout_output_equals_hf_greedy_on_stock_weights(llama_dir, method, params):
+@pytest.mark.parametrize("layout", ["column", "packed"])
+def test_layout_output_equals_hf_greedy_on_stock_weights(llama_dir, method, params, layout):
     stock, tok = load(llama_dir, device="cpu", layout="stock")
-    col, _ = load(llama_dir, device="cpu")
+    col, _ = load(llama_dir, device="cpu", layout=layout)
     prompt = tok("def f ( x ) : return x + 1 def g ( y ) : return f ( y )")["input_ids"]
     tr = generate(col, prompt, make_drafter(method, **params), max_new_tokens=40)
     assert tr.output_ids == hf_greedy(stock, prompt, 40)
@@ -42,6 +44,8 @@ def test_layout_rules_and_bad_value(llama_dir):
     model, _ = load(llama_dir, device="cpu", layout="stock")
     assert apply_layout(model.to(torch.bfloat16), "auto") == "stock"  # measured on fp32 only: left alone
     assert apply_layout(model, "column") == "column" and all(is_column_major(w) for w in linears(model))
+    with pytest.raises(ValueError, match="float32 models on CPU"):
+        apply_layout(model, "packed")
     with pytest.raises(ModelError, match="layout must be one of"):
         load(llama_dir, device="cpu", layout="sideways")
     with pytest.raises(ValueError, match="layout must be one of"):

@@ -1,0 +1,129 @@
+"""A skinny-GEMM kernel for fp32 CPU decoding steps (the "packed" weight layout, layout.py).
+
+Why: speculative and lookahead decoding pay off when verifying k rows costs about what one row costs, as on
+a GPU, where a decoding step is bound by reading the weights. On CPU, MKL's GEMM for 2-16 rows is neither
+bandwidth- nor compute-bound: on the 2-core AMD EPYC dev box (1 thread, the embedded 10M model's linears,
+weights cold as in a real step) 1 row took 2.1 ms, 4 rows 4.6 ms, 8 rows 5.6 ms, i.e. a verify step of 8
+rows cost 2.7 single-row steps. decoding/cpu_gemm.cpp streams each weight once, from panels packed at load
+time, and keeps the rows' sums in registers: 1.8 / 2.3 / 3.2 ms for 1 / 4 / 8 rows
+(`python bench/bench_cpu_gemm.py`). Calls with more rows than ROWS_MAX (prefill) stay with MKL.
+
+The kernel is built from source on first use (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s,
+then cached): on a machine without AVX2+FMA, without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()`
+is None and load() keeps the column layout. Values: a different summation order from MKL's (relative
+difference ~5e-7, like MKL's own between row counts); every output is one FMA chain over k, so a row's
+result is bitwise the same whatever other rows share the call.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import register_flop_formula
+
+NAME = "decodescope_cpu_gemm"  # the extension (and its build folder under torch_extensions)
+ROWS_MAX = 32  # rows per call up to which the kernel beats MKL (bench/bench_cpu_gemm.py); more: MKL
+MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear weights) fit in this share of RAM
+
+
+@functools.lru_cache(maxsize=1)
+def kernel():
+    """torch.ops.decodescope (pack_panels, packed_linear) once built and loaded, or None where it cannot run
+    here (why_not() says why)."""
+    if why_not():
+        return None
+    from torch.utils.cpp_extension import get_default_build_root, load
+    root = Path(get_default_build_root())
+    if not any(root.glob(f"{NAME}/{NAME}.so")) and not any(root.glob(f"*/{NAME}/{NAME}.so")):
+        print("decodescope: building the CPU GEMM kernel (once, ~30 s)", file=sys.stderr, flush=True)
+    try:
+        load(NAME, [str(Path(__file__).with_suffix(".cpp"))],
+             extra_cflags=["-O3", "-mavx2", "-mfma"], is_python_module=False, verbose=False)
+    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: all mean "use MKL"
+        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        _FAILED.append(f"its build failed ({type(e).__name__}: {first})")
+        print(f"decodescope: CPU GEMM kernel unavailable: {_FAILED[-1]}", file=sys.stderr)
+        return None
+    ops = torch.ops.decodescope
+    torch.library.register_fake("decodescope::packed_linear")(lambda x, panels, n: x.new_empty(x.shape[0], n))
+    register_flop_formula(ops.packed_linear)(lambda x, panels, n, *a, **k: 2 * x[0] * x[1] * n)
+    return ops
+
+
+_FAILED: list[str] = []
+
+
+def why_not() -> str | None:
+    """Why the kernel cannot be used on this machine, or None."""
+    if os.environ.get("DECODESCOPE_CPU_GEMM", "1") == "0":
+        return "switched off (DECODESCOPE_CPU_GEMM=0)"
+    if platform.machine().lower() not in ("x86_64", "amd64") or sys.platform != "linux":
+        return f"built for Linux x86-64 only (this is {sys.platform} {platform.machine()})"
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return "this CPU has no AVX2/FMA"
+    return _FAILED[0] if _FAILED else None
+
+
+class PackedLinear(torch.nn.Linear):
+    """nn.Linear with the same Parameters (tied weights stay tied) whose fp32 CPU forward of up to ROWS_MAX
+    rows runs the packed kernel; anything else (autograd, other dtypes, long prefills) runs F.linear."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        torch.nn.Module.__init__(self)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self._repack()
+
+    def _repack(self) -> None:
+        self.register_buffer("panels", kernel().pack_panels(self.weight.detach()), persistent=False)
+        self._packed_at = self.weight._version  # an in-place weight update re-packs (load_state_dict, copy_)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // max(1, x.shape[-1])
+        if (rows > ROWS_MAX or x.dtype != torch.float32 or x.device.type != "cpu"
+                or torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+            return F.linear(x, self.weight, self.bias)
+        if self.weight._version != self._packed_at:
+            self._repack()
+        out = kernel().packed_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.panels, self.out_features)
+        if self.bias is not None:
+            out += self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def packable(mod: torch.nn.Module) -> bool:
+    w = getattr(mod, "weight", None)
+    return (type(mod) is torch.nn.Linear and type(w) is torch.nn.Parameter and w.dtype == torch.float32
+            and w.device.type == "cpu" and w.dim() == 2)
+
+
+def panel_bytes(model: torch.nn.Module) -> int:
+    seen = {id(m.weight): m.weight.shape for m in model.modules() if packable(m)}
+    return sum(-(-n // 16) * 16 * k * 4 for n, k in seen.values())
+
+
+def fits_in_memory(model: torch.nn.Module) -> bool:
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return False
+    return panel_bytes(model) <= MEMORY_SHARE * ram
+
+
+@torch.no_grad()
+def pack_linears(model: torch.nn.Module) -> int:
+    """Replace every plain fp32 CPU nn.Linear of `model` by a PackedLinear (one per shared module); returns
+    how many were replaced. Needs kernel()."""
+    done: dict[int, PackedLinear] = {}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if packable(child):
+                if id(child) not in done:
+                    done[id(child)] = PackedLinear(child)
+                setattr(parent, name, done[id(child)])
+    return len(done)

@@ -1,0 +1,98 @@
+"""The packed CPU GEMM kernel (decoding/cpu_gemm.py): F.linear's values, rows independent of each other,
+tied weights kept, re-packing after in-place updates, and the engine still returns HF greedy's tokens.
+
+The dev and CI machines are x86-64 with AVX2 and a compiler: the kernel must build there (a failed build
+fails these tests rather than skipping them)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from conftest import hf_greedy, tiny
+from decoding import generate, make_drafter
+from decoding.cpu_gemm import ROWS_MAX, PackedLinear, kernel, pack_linears, why_not
+from decoding.layout import apply_layout
+
+
+def test_kernel_builds_here():
+    assert why_not() is None and kernel() is not None
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (15, 7), (16, 8), (17, 33), (40, 320), (100, 64)])
+def test_matches_f_linear_for_every_row_count(n, k):
+    torch.manual_seed(n * 100 + k)
+    lin = torch.nn.Linear(k, n, bias=n % 2 == 0)
+    packed = PackedLinear(lin)
+    for m in list(range(1, 14)) + [31, ROWS_MAX, ROWS_MAX + 1]:
+        x = torch.randn(m, k)
+        with torch.no_grad():
+            torch.testing.assert_close(packed(x), lin(x), rtol=1e-5, atol=1e-5 * k ** 0.5)
+
+
+def test_rows_do_not_depend_on_the_other_rows_of_the_call():
+    """Bitwise: a verify step's row equals the one-row step's (each output is one FMA chain over k)."""
+    torch.manual_seed(0)
+    packed = PackedLinear(torch.nn.Linear(96, 50))
+    x = torch.randn(13, 96)
+    with torch.no_grad():
+        full = packed(x)
+        for i in range(13):
+            assert torch.equal(full[i], packed(x[i:i + 1])[0])
+        assert torch.equal(full[3:10], packed(x[3:10]))
+
+
+def test_shapes_autograd_and_in_place_updates():
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(24, 20)
+    packed = PackedLinear(lin)
+    x = torch.randn(2, 3, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x), lin(x))
+        lin.weight.mul_(2)  # the same Parameter: the panels follow
+        torch.testing.assert_close(packed(x), F.linear(x, lin.weight, lin.bias))
+    y = packed(x.requires_grad_())  # training falls back to F.linear, with gradients
+    y.sum().backward()
+    assert x.grad is not None and lin.weight.grad is not None
+
+
+def test_flop_counter_sees_the_kernel():
+    packed = PackedLinear(torch.nn.Linear(32, 48, bias=False))
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        packed(torch.randn(5, 32))
+    assert fc.get_total_flops() == 2 * 5 * 32 * 48
+
+
+def test_pack_linears_keeps_tied_weights_and_counts_each_once():
+    model = tiny("gpt2")  # tied LM head
+    assert model.lm_head.weight is model.transformer.wte.weight
+    n_linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+    assert pack_linears(model) == n_linears
+    assert isinstance(model.lm_head, PackedLinear) and model.lm_head.weight is model.transformer.wte.weight
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("method,params", [("greedy", {}), ("lookahead", dict(window=3, ngram=3, guesses=3)),
+                                           ("jacobi", dict(block=4)), ("prompt_lookup", dict(num_tokens=4))])
+def test_packed_model_decodes_hf_greedy_of_the_stock_model(arch, method, params):
+    stock = tiny(arch, seed=2)
+    packed = copy.deepcopy(stock)
+    assert apply_layout(packed, "packed") == "packed"
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7]
+    for static in (False, True):
+        tr = generate(packed, prompt, make_drafter(method, **params), max_new_tokens=40, static=static)
+        assert tr.output_ids == hf_greedy(stock, prompt, 40), (method, static)
+
+
+def test_packed_speculative_with_a_packed_draft():
+    target, draft = tiny("llama", seed=2), tiny("llama", seed=3)
+    ref = hf_greedy(target, [1, 2, 3, 4], 40)
+    for m in (target, draft):
+        apply_layout(m, "packed")
+    for kw in (dict(draft_tokens=3), dict(tree=[2, 2, 1])):
+        tr = generate(target, [1, 2, 3, 4], make_drafter("speculative", draft_model=draft, **kw), max_new_tokens=40)
+        assert tr.output_ids == ref
