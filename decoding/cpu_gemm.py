@@ -2,11 +2,12 @@
 
 Why: speculative and lookahead decoding pay off when verifying k rows costs about what one row costs, as on
 a GPU, where a decoding step is bound by reading the weights. On CPU, MKL's GEMM for 2-16 rows is neither
-bandwidth- nor compute-bound: on the 2-core AMD EPYC dev box (1 thread, the embedded 10M model's linears,
-weights cold as in a real step) 1 row took 2.1 ms, 4 rows 4.6 ms, 8 rows 5.6 ms, i.e. a verify step of 8
-rows cost 2.7 single-row steps. decoding/cpu_gemm.cpp streams each weight once, from panels packed at load
-time, and keeps the rows' sums in registers: 1.8 / 2.3 / 3.2 ms for 1 / 4 / 8 rows
-(`python bench/bench_cpu_gemm.py`). Calls with more rows than ROWS_MAX (prefill) stay with MKL.
+bandwidth- nor compute-bound: on the 2-core AMD EPYC dev box (1 thread, the embedded 10M model's 43
+linears, 40 MB, weights cold as in a real step) 8 rows cost 2.1 single-row passes. decoding/cpu_gemm.cpp streams each weight once, from panels packed at load
+time, and keeps the rows' sums in registers: 2.6 / 2.6 / 3.4 ms for 1 / 4 / 8 rows against MKL's 2.6 /
+4.6 / 5.4 on the column layout; with 2 threads 1.4 / 1.7 / 2.2 against 2.7 / 4.7 / 5.0
+(bench/results/cpu-gemm.md, `python bench/bench_cpu_gemm.py [--threads 2]`). Calls with more rows than
+ROWS_MAX (long prefills) stay with MKL.
 
 The kernel is built from source on first use (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s,
 then cached): on a machine without AVX2+FMA, without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()`
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 NAME = "decodescope_cpu_gemm"  # the extension (and its build folder under torch_extensions)
-ROWS_MAX = 32  # rows per call up to which the kernel beats MKL (bench/bench_cpu_gemm.py); more: MKL
+ROWS_MAX = 256  # rows per call up to which the kernel was measured faster than MKL (1-2 threads); more: MKL
 MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear weights) fit in this share of RAM
 
 
@@ -43,7 +44,8 @@ def kernel():
         print("decodescope: building the CPU GEMM kernel (once, ~30 s)", file=sys.stderr, flush=True)
     try:
         load(NAME, [str(Path(__file__).with_suffix(".cpp"))],
-             extra_cflags=["-O3", "-mavx2", "-mfma"], is_python_module=False, verbose=False)
+             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],  # OpenMP: parallel_for
+             is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: all mean "use MKL"
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
         _FAILED.append(f"its build failed ({type(e).__name__}: {first})")

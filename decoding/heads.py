@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -200,13 +201,28 @@ def load_counts(path: str | Path) -> torch.Tensor | None:
 CONFIDENCE = 0.0  # default cut: nodes whose path probability is below it are neither verified nor expanded
 
 
+_LOADED: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
 def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -> tuple[nn.Module, dict, "DraftLM"]:
     """What a heads drafter binds to: the heads (refused for another model; CPU layout as the target's)
-    and the target's LM head as the drafts read it."""
+    and the target's LM head as the drafts read it. Kept per model while its heads files are unchanged
+    (their sizes and times): the app and the benches decode prompt after prompt with one set of heads, and
+    reading, fingerprinting and packing them again cost ~40 ms a run on the embedded target."""
     from .layout import apply_layout
-    module, cfg = load_heads(path, model, kind)
-    apply_layout(module, getattr(model, "weight_layout_", "auto"))
-    return module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
+    path = Path(path)
+    stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None
+                  for f in (path / CONFIG, path / WEIGHTS, path / COUNTS))
+    layout = getattr(model, "weight_layout_", "auto")
+    key = (str(path.resolve()), kind, draft_vocab, layout, stamp)
+    per_model = _LOADED.setdefault(model, {})
+    if key not in per_model:
+        module, cfg = load_heads(path, model, kind)
+        apply_layout(module, layout)
+        if len(per_model) >= 4:
+            per_model.pop(next(iter(per_model)))
+        per_model[key] = module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
+    return per_model[key]
 
 
 class DraftLM:

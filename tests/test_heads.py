@@ -495,3 +495,19 @@ def test_eagle_tree_shapes_follow_the_budget(trained):
     for s in tr.steps[1:]:
         kids = Counter(s.info["tree"]["parents"][1:])
         assert len(s.tokens) <= 9 and set(kids.values()) <= {2}, (len(s.tokens), kids)
+
+
+def test_loaded_heads_are_kept_per_model_until_their_files_change(trained, tmp_path):
+    """Prompt after prompt reuses one load (the app, the benches); rewritten files or another model load anew."""
+    import shutil
+    from decoding.heads import load_drafting
+    model, heads = trained["llama", "eagle"]
+    copy = shutil.copytree(heads, tmp_path / "eagle")
+    first = load_drafting(copy, model, "eagle", None)
+    assert load_drafting(copy, model, "eagle", None) is first
+    assert load_drafting(copy, model, "eagle", 0) is not first  # another drafting vocabulary
+    (copy / "heads.safetensors").write_bytes(b"broken")
+    with pytest.raises(HeadsError, match="corrupt"):
+        load_drafting(copy, model, "eagle", None)
+    with pytest.raises(HeadsError, match="trained for another base model"):
+        load_drafting(heads, tiny("llama", seed=1), "eagle", None)
