@@ -1,4 +1,4 @@
-"""Step latency with transformers' stock weight layout vs the engine's column-major one (decoding/layout.py).
+"""Step latency with transformers' stock weight layout vs the engine's column-major and packed ones (decoding/layout.py).
 
     python bench/bench_layout.py            # embedded model, q = 1..32, kv length 200, 1 thread
     python bench/bench_layout.py --quick    # tiny random model, seconds (used by the test suite)
@@ -40,8 +40,20 @@ def compare(models: dict, sizes: tuple[int, ...], kv_len: int, reps: int) -> lis
                 if r >= 3:  # the first repetitions warm caches and allocators
                     times[name].append(t)
         med = {name: statistics.median(v) for name, v in times.items()}
-        rows.append({"n_query": q, **{f"{n}_ms": v for n, v in med.items()}, "speedup": med["stock"] / med["column"]})
+        rows.append({"n_query": q, **{f"{n}_ms": v for n, v in med.items()}, "speedup": med["stock"] / med["column"],
+                     **({"packed_speedup": med["stock"] / med["packed"]} if "packed" in med else {})})
     return rows
+
+
+def layout_table(rows: list[dict]) -> str:
+    """Markdown: one row per query size; the packed columns only where measured (older result files)."""
+    packed = "packed_ms" in rows[0]
+    head = "| query tokens | stock ms | column ms | column speed-up |" + (" packed ms | packed speed-up |" if packed else "")
+    lines = [head, "|" + "---|" * head.count(" |")]
+    for r in rows:
+        lines.append(f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |"
+                     + (f" {r['packed_ms']:.2f} | {r['packed_speedup']:.2f}x |" if packed else ""))
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -57,16 +69,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if a.quick:
         name, a.reps, a.kv_len = tiny_dir(), 3, 16
     models = {"stock": load(name, device="cpu", layout="stock", threads=a.threads)[0],
-              "column": load(name, device="cpu", layout="column", threads=a.threads)[0]}
+              "column": load(name, device="cpu", layout="column", threads=a.threads)[0],
+              "packed": load(name, device="cpu", layout="packed", threads=a.threads)[0]}
     sizes = (1, 2, 4, 8) if a.quick else (1, 2, 4, 8, 12, 16, 24, 32)
     rows = compare(models, sizes, a.kv_len, a.reps)
     meta = {**machine(models["column"]), "model": "tiny random" if a.quick else name or "embedded (assets/target)",
             "kv_len": a.kv_len, "reps": a.reps}
-    md = (f"Step latency, stock vs column-major weights: {meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} "
+    md = (f"Step latency, stock vs column-major vs packed weights: {meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} "
           f"threads), torch {meta['torch']}, model {meta['model']}, kv length {a.kv_len}, median of {a.reps} "
-          f"interleaved steps.\n\n| query tokens | stock ms | column ms | speed-up |\n|---|---|---|---|\n")
-    md += "".join(f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |\n"
-                  for r in rows)
+          f"interleaved steps.\n\n{layout_table(rows)}")
     print(md)
     if not a.quick:
         out = Path(a.out)

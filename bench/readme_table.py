@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_layout import layout_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
@@ -25,13 +29,10 @@ def table() -> str:
             continue
         meta = doc["meta"]
         if doc["rows"] and "n_query" in doc["rows"][0]:  # bench_layout.py: step latency per weight layout
-            parts.append(f"**{path.stem}** — step latency, stock vs column-major weights, measured on {where(meta)}; "
+            parts.append(f"**{path.stem}** — step latency per weight layout, measured on {where(meta)}; "
                          f"model {meta.get('model')}, kv length {meta.get('kv_len')}, median of {meta.get('reps')} "
                          f"interleaved steps (`bench/results/{path.name}`).\n")
-            parts.append("| query tokens | stock ms | column ms | speed-up |\n|---|---|---|---|")
-            parts += [f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |"
-                      for r in doc["rows"]]
-            parts.append("")
+            parts.append(layout_table(doc["rows"]))
             continue
         if not doc["rows"] or "vs_hf_greedy" not in doc["rows"][0]:
             continue  # other benches (bench_static.py, ...) keep their own .md next to the .json
