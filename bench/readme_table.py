@@ -27,6 +27,8 @@ def table() -> str:
         doc = json.loads(path.read_text())
         if "rows" not in doc or "meta" not in doc or doc["meta"].get("prompts") == "quick":
             continue
+        if "-heads-" in path.stem:  # bench_heads.py: reported with the heads' card, assets/heads/README.md
+            continue
         meta = doc["meta"]
         if doc["rows"] and "n_query" in doc["rows"][0]:  # bench_layout.py: step latency per weight layout
             parts.append(f"**{path.stem}** — step latency per weight layout, measured on {where(meta)}; "

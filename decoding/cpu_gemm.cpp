@@ -13,6 +13,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <optional>
+
 constexpr int64_t PANEL = 16;
 
 torch::Tensor pack_panels(const torch::Tensor& W) {  // W [N, K] float32 -> P [ceil(N/16), K, 16]
@@ -51,10 +53,16 @@ static void tile(const float* __restrict x, const float* __restrict panel, int64
   STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
-torch::Tensor packed_linear(const torch::Tensor& x, const torch::Tensor& P, int64_t N) {  // x [M, K] contiguous
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32, "packed_linear: a contiguous 2D float32 x");
-  TORCH_CHECK(P.dim() == 3 && P.size(1) == x.size(1) && P.size(2) == PANEL && P.size(0) * PANEL >= N, "packed_linear: panels of x's width");
-  const int64_t M = x.size(0), K = x.size(1), np = P.size(0);
+// x [..., K] (any leading shape) -> [..., N]; + bias when given. The reshape, bias and view are done here, not
+// in Python: a decoding step makes ~40 of these calls, and each Python tensor op costs microseconds.
+torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
+                            const std::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "packed_linear: a float32 x");
+  const int64_t K = x_in.size(-1);
+  TORCH_CHECK(P.dim() == 3 && P.size(1) == K && P.size(2) == PANEL && P.size(0) * PANEL >= N,
+              "packed_linear: panels of x's width");
+  const auto x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0), np = P.size(0);
   auto out = torch::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* pp = P.data_ptr<float>();
@@ -77,14 +85,17 @@ torch::Tensor packed_linear(const torch::Tensor& x, const torch::Tensor& P, int6
       }
     }
   });
-  return out;
+  if (bias.has_value()) out.add_(*bias);
+  auto shape = x_in.sizes().vec();
+  shape.back() = N;
+  return out.view(shape);
 }
 
 // Registered as torch operators (not a pybind function): the profiler's traces name them
 // decodescope::packed_linear, and FlopCounterMode / torch.compile reach them through the dispatcher.
 TORCH_LIBRARY(decodescope, m) {
   m.def("pack_panels(Tensor w) -> Tensor");
-  m.def("packed_linear(Tensor x, Tensor panels, int n) -> Tensor");
+  m.def("packed_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(decodescope, CPU, m) {

@@ -3,11 +3,11 @@
 Why: speculative and lookahead decoding pay off when verifying k rows costs about what one row costs, as on
 a GPU, where a decoding step is bound by reading the weights. On CPU, MKL's GEMM for 2-16 rows is neither
 bandwidth- nor compute-bound: on the 2-core AMD EPYC dev box (1 thread, the embedded 10M model's 43
-linears, 40 MB, weights cold as in a real step) 8 rows cost 2.1 single-row passes. decoding/cpu_gemm.cpp streams each weight once, from panels packed at load
-time, and keeps the rows' sums in registers: 2.6 / 2.6 / 3.4 ms for 1 / 4 / 8 rows against MKL's 2.6 /
-4.6 / 5.4 on the column layout; with 2 threads 1.4 / 1.7 / 2.2 against 2.7 / 4.7 / 5.0
-(bench/results/cpu-gemm.md, `python bench/bench_cpu_gemm.py [--threads 2]`). Calls with more rows than
-ROWS_MAX (long prefills) stay with MKL.
+linears, 40 MB, weights cold as in a real step) 8 rows cost 2.1 single-row passes. decoding/cpu_gemm.cpp
+streams each weight once, from panels packed at load time, and keeps the rows' sums in registers: 2.5 /
+2.7 / 3.5 ms for 1 / 4 / 8 rows against MKL's 2.7 / 4.9 / 5.6 on the column layout; with 2 threads 1.5 /
+1.7 / 2.1 against 2.6 / 4.7 / 5.0 (bench/results/cpu-gemm.md, `python bench/bench_cpu_gemm.py
+[--threads 2]`). Calls with more rows than ROWS_MAX (long prefills) stay with MKL.
 
 The kernel is built from source on first use (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s,
 then cached): on a machine without AVX2+FMA, without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()`
@@ -18,6 +18,7 @@ result is bitwise the same whatever other rows share the call.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import sys
@@ -39,8 +40,9 @@ def kernel():
     if why_not():
         return None
     from torch.utils.cpp_extension import get_default_build_root, load
-    root = Path(get_default_build_root())
-    if not any(root.glob(f"{NAME}/{NAME}.so")) and not any(root.glob(f"*/{NAME}/{NAME}.so")):
+    root = Path(get_default_build_root())  # a note on a terminal only: a piped stderr keeps its one-line errors
+    built = any(root.glob(f"{NAME}/{NAME}*.so")) or any(root.glob(f"*/{NAME}/{NAME}*.so"))
+    if sys.stderr.isatty() and not built:
         print("decodescope: building the CPU GEMM kernel (once, ~30 s)", file=sys.stderr, flush=True)
     try:
         load(NAME, [str(Path(__file__).with_suffix(".cpp"))],
@@ -52,8 +54,9 @@ def kernel():
         print(f"decodescope: CPU GEMM kernel unavailable: {_FAILED[-1]}", file=sys.stderr)
         return None
     ops = torch.ops.decodescope
-    torch.library.register_fake("decodescope::packed_linear")(lambda x, panels, n: x.new_empty(x.shape[0], n))
-    register_flop_formula(ops.packed_linear)(lambda x, panels, n, *a, **k: 2 * x[0] * x[1] * n)
+    torch.library.register_fake("decodescope::packed_linear")(
+        lambda x, panels, n, bias=None: x.new_empty(*x.shape[:-1], n))
+    register_flop_formula(ops.packed_linear)(lambda x, panels, n, *a, **k: 2 * math.prod(x) * n)
     return ops
 
 
@@ -79,6 +82,8 @@ class PackedLinear(torch.nn.Linear):
         torch.nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
+        self._op = kernel().packed_linear.default  # the overload itself: the cheapest call from Python
+        self._max_numel = ROWS_MAX * self.in_features
         self._repack()
 
     def _repack(self) -> None:
@@ -86,16 +91,12 @@ class PackedLinear(torch.nn.Linear):
         self._packed_at = self.weight._version  # an in-place weight update re-packs (load_state_dict, copy_)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // max(1, x.shape[-1])
-        if (rows > ROWS_MAX or x.dtype != torch.float32 or x.device.type != "cpu"
+        if (x.dtype != torch.float32 or not x.is_cpu or x.numel() > self._max_numel
                 or torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
             return F.linear(x, self.weight, self.bias)
         if self.weight._version != self._packed_at:
             self._repack()
-        out = kernel().packed_linear(x.reshape(rows, x.shape[-1]).contiguous(), self.panels, self.out_features)
-        if self.bias is not None:
-            out += self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+        return self._op(x, self.panels, self.out_features, self.bias)
 
 
 def packable(mod: torch.nn.Module) -> bool:
