@@ -22,7 +22,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .masks import chain_parents, step_mask, tree_visibility
 from .cache_pool import acquire, release
-from .models import sliding_window
+from .models import check_architecture, sliding_window
 from .staging import Staging
 from .static_cache import StaticKV
 
@@ -69,6 +69,7 @@ class Core:
     role = "target"
 
     def __init__(self, model: PreTrainedModel, static: bool | None = None, capacity: int | None = None):
+        check_architecture(model.config)  # model objects given directly (target or draft) skip load()'s check
         opts = _OPTIONS.get()
         self.model = model
         self.device = model.get_input_embeddings().weight.device

@@ -14,7 +14,6 @@ from . import verify
 from .core import Core, core_options
 from .drafters import Drafter, Greedy
 from .masks import chain_parents
-from .models import check_architecture
 from .sampling import Sampling, make_generator, sample, warp
 from .graphs import capture_summary
 from .static_cache import GRAPH_MAX
@@ -36,7 +35,6 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     static: the static-shape path (static_cache.py) for the target and any draft Core; None = the
     device default (default_static)."""
     drafter = drafter or Greedy()
-    check_architecture(model.config)  # a model object given directly skips load()'s check
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     if max_new_tokens <= 0:
