@@ -211,8 +211,8 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     reading, fingerprinting and packing them again cost ~40 ms a run on the embedded target."""
     from .layout import apply_layout
     path = Path(path)
-    stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None
-                  for f in (path / CONFIG, path / WEIGHTS, path / COUNTS))
+    stats = [f.stat() if f.is_file() else None for f in (path / CONFIG, path / WEIGHTS, path / COUNTS)]
+    stamp = tuple(st and (st.st_mtime_ns, st.st_size) for st in stats)
     layout = getattr(model, "weight_layout_", "auto")
     key = (str(path.resolve()), kind, draft_vocab, layout, stamp)
     per_model = _LOADED.setdefault(model, {})

@@ -51,7 +51,7 @@ def apply_layout(model: torch.nn.Module, layout: str = "auto") -> str:
     cpu_fp32 = p.device.type == "cpu" and p.dtype == torch.float32
     if layout == "auto":
         layout = "stock" if not cpu_fp32 else "packed" if (
-            cpu_gemm.why_not() is None and cpu_gemm.fits_in_memory(model) and cpu_gemm.kernel()) else "column"
+            cpu_gemm.fits_in_memory(model) and cpu_gemm.kernel()) else "column"
     if layout == "packed":
         if not cpu_fp32:
             raise ValueError("the packed layout is for float32 models on CPU")
