@@ -51,6 +51,14 @@ def hf_runner(model, tok, **gen_kw):
     return go
 
 
+def layout_row(model, hf_model, tok) -> dict:
+    """{"HF greedy (<layout> layout)": HF greedy on our load} when our load's weight layout differs from the
+    HF baseline's: how much of a speed-up the layout alone gives; {} when they are the same."""
+    layout = getattr(model, "weight_layout_", "stock")
+    return {} if layout == getattr(hf_model, "weight_layout_", "stock") else {
+        f"HF greedy ({layout} layout)": hf_runner(model, tok)}
+
+
 def ours_runner(model, tok, method: str, **params):
     def go(prompt: str, n: int) -> tuple[list[int], int]:
         tr = run(model, tok, prompt, method, max_new_tokens=n, trace=False, **params)
@@ -67,9 +75,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
     what a user would run instead; ours run on the engine's load (see decoding/layout.py). The extra row
     'HF greedy (engine layout)' shows how much of our speed-up comes from the weight layout alone."""
     hf_model, hf_draft = hf_model or model, hf_draft or draft
-    c = {"HF greedy": hf_runner(hf_model, tok)}
-    if getattr(model, "weight_layout_", "stock") != getattr(hf_model, "weight_layout_", "stock"):
-        c[f"HF greedy ({model.weight_layout_} layout)"] = hf_runner(model, tok)
+    c = {"HF greedy": hf_runner(hf_model, tok), **layout_row(model, hf_model, tok)}
     c["ours greedy"] = ours_runner(model, tok, "greedy")
     for W, N, G, span in LOOKAHEAD:
         name = f"ours lookahead W{W} N{N} G{G}" + (" (span N-1, paper pool)" if span == N - 1 else "")

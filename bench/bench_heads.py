@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
-from bench import hf_runner, load_prompts, machine, markdown, ours_runner  # noqa: E402
+from bench import hf_runner, layout_row, load_prompts, machine, markdown, ours_runner  # noqa: E402
 from decoding import Sampling  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
 
@@ -36,9 +36,8 @@ def contenders(model, tok, hf_model, draft, heads: Path, budgets: list[int], kin
                baselines: bool = True, cuts=(0.0,), temperature: float = 0.0) -> dict:
     s = {} if temperature <= 0 else {"sampling": Sampling(temperature, seed=0)}
     c = {"HF greedy": hf_runner(hf_model, tok)} if not s else {"HF sampling": hf_sampler(hf_model, tok, temperature)}
-    layout = getattr(model, "weight_layout_", "stock")
-    if baselines and not s and layout != getattr(hf_model, "weight_layout_", "stock"):
-        c[f"HF greedy ({layout} layout)"] = hf_runner(model, tok)  # how much the weight layout alone gives
+    if baselines and not s:
+        c.update(layout_row(model, hf_model, tok))
     if baselines:
         c["ours lookahead W1 N3 G2"] = ours_runner(model, tok, "lookahead", window=1, ngram=3, guesses=2, **s)
     if draft is not None and baselines:

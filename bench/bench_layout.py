@@ -23,6 +23,7 @@ from decoding.masks import chain_parents  # noqa: E402
 from decoding.timing import time_step  # noqa: E402
 
 from bench import machine, tiny_dir  # noqa: E402
+from readme_table import layout_table  # noqa: E402
 
 
 def compare(models: dict, sizes: tuple[int, ...], kv_len: int, reps: int) -> list[dict]:
@@ -43,17 +44,6 @@ def compare(models: dict, sizes: tuple[int, ...], kv_len: int, reps: int) -> lis
         rows.append({"n_query": q, **{f"{n}_ms": v for n, v in med.items()}, "speedup": med["stock"] / med["column"],
                      **({"packed_speedup": med["stock"] / med["packed"]} if "packed" in med else {})})
     return rows
-
-
-def layout_table(rows: list[dict]) -> str:
-    """Markdown: one row per query size; the packed columns only where measured (older result files)."""
-    packed = "packed_ms" in rows[0]
-    head = "| query tokens | stock ms | column ms | column speed-up |" + (" packed ms | packed speed-up |" if packed else "")
-    lines = [head, "|" + "---|" * head.count(" |")]
-    for r in rows:
-        lines.append(f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |"
-                     + (f" {r['packed_ms']:.2f} | {r['packed_speedup']:.2f}x |" if packed else ""))
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_layout import layout_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
@@ -19,6 +15,17 @@ BEGIN, END = "<!-- bench-results:begin -->", "<!-- bench-results:end -->"
 def where(meta: dict) -> str:
     dev = meta.get("gpu") or f"{meta.get('machine') or 'CPU'}, {meta.get('cpus')} cores, {meta.get('threads')} threads"
     return f"{dev}; {meta.get('device')} {meta.get('dtype')}; torch {meta.get('torch')}"
+
+
+def layout_table(rows: list[dict]) -> str:
+    """Markdown: one row per query size; the packed columns only where measured (older result files)."""
+    packed = "packed_ms" in rows[0]
+    head = "| query tokens | stock ms | column ms | column speed-up |" + (" packed ms | packed speed-up |" if packed else "")
+    lines = [head, "|" + "---|" * head.count(" |")]
+    for r in rows:
+        lines.append(f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |"
+                     + (f" {r['packed_ms']:.2f} | {r['packed_speedup']:.2f}x |" if packed else ""))
+    return "\n".join(lines) + "\n"
 
 
 def table() -> str:
