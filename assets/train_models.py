@@ -106,6 +106,28 @@ def valid_loss(model, ids: np.ndarray, seq: int, device, max_windows: int) -> fl
     return total / (n * seq)
 
 
+class BestCheckpoint:
+    """The weights with the lowest validation loss seen so far (ties keep the earlier step; a non-finite loss
+    never wins). train_one offers every validation; restore() puts the best weights back before saving."""
+
+    def __init__(self, best: dict | None = None):
+        self.best = best
+
+    def offer(self, step: int, loss: float, model) -> bool:
+        if not math.isfinite(loss) or (self.best is not None and loss >= self.best["loss"]):
+            return False
+        self.best = {"loss": loss, "step": step,
+                     "model": {k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()}}
+        return True
+
+    def restore(self, model) -> int | None:
+        """Load the best weights into `model`; returns their step (None: nothing was validated)."""
+        if self.best is None:
+            return None
+        model.load_state_dict(self.best["model"])
+        return self.best["step"]
+
+
 def steps_for(epochs: float, tokens: int, bsz: int, seq: int) -> int:
     """Optimizer steps that show the model `epochs` passes over `tokens` training tokens."""
     return max(1, round(epochs * tokens / (bsz * seq)))
@@ -130,13 +152,13 @@ def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
     # compiled forward for training; `model` (uncompiled, same parameters) is what is saved and validated
     fwd = torch.compile(model) if args.compile else model
     ckpt = Path(args.ckpt_dir) / f"{name}.pt"
-    step, elapsed, tokens_seen, ema, best, history = 0, 0.0, 0, None, None, []
+    step, elapsed, tokens_seen, ema, keeper, history = 0, 0.0, 0, None, BestCheckpoint(), []
     if args.resume and ckpt.exists():
         st = torch.load(ckpt, map_location=device, weights_only=False)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, elapsed, tokens_seen, ema = st["step"], st["elapsed"], st["tokens"], st["ema"]
-        best, history = st.get("best"), st.get("history", [])
+        keeper, history = BestCheckpoint(st.get("best")), st.get("history", [])
         log(f"[{name}] resumed at step {step}/{steps}")
     epochs = steps * bsz * args.seq_len / fit_ids.size
     every = args.eval_every or max(1, steps // 12)
@@ -171,9 +193,8 @@ def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
         if valid_ids.size and (step % every == 0 or step == steps):
             v = valid_loss(model, valid_ids, args.seq_len, device, args.valid_windows)
             history.append([step, round(v, 4)])
-            if best is None or v < best["loss"]:
-                best = {"loss": v, "step": step,
-                        "model": {k: t.detach().to("cpu", copy=True) for k, t in model.state_dict().items()}}
+            keeper.offer(step, v, model)
+            best = keeper.best or {"loss": float("nan"), "step": None}
             log(f"[{name}] step {step} validation loss {v:.4f} (best {best['loss']:.4f} at step {best['step']})")
         if step % args.log_every == 0 or step == steps:
             tps = tokens_seen / max(elapsed, 1e-9)
@@ -183,11 +204,11 @@ def train_one(name, args, tok, fit_ids, valid_ids, device, steps, lr, bsz):
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60 or step == steps:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                        "tokens": tokens_seen, "ema": ema, "best": best, "history": history}, str(ckpt) + ".tmp")
+                        "tokens": tokens_seen, "ema": ema, "best": keeper.best, "history": history}, str(ckpt) + ".tmp")
             os.replace(str(ckpt) + ".tmp", ckpt)
             t_last_ckpt = time.time()
-    if best is not None:
-        model.load_state_dict(best["model"])
+    best = keeper.best
+    if keeper.restore(model) is not None:
         log(f"[{name}] keeping the best checkpoint: step {best['step']}, validation loss {best['loss']:.4f}")
     return model, {"arch": arch, "params": n_params, "steps": step, "epochs": round(epochs, 3), "minutes": round(elapsed / 60, 2),
                    "tokens": tokens_seen, "train_loss_ema": round(ema, 4), "peak_lr": lr, "batch": bsz,
