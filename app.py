@@ -42,6 +42,7 @@ from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
+RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
 def gpu(event: str):
@@ -98,8 +99,10 @@ def wire(p: Page, h: Tabs) -> None:
                      api_name="tune", **model)
     load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)
+    # replay needs no model, so it never waits behind one; it waits in the same queue, one at a time, so a
+    # crowd of large uploads cannot hold several parsed traces and pages in memory at once
     p.rp_btn.click(h.replay, [p.rp_upload, p.rp_pick, p.last], [p.rp_msg, p.rp_stats, p.rp_view, p.rp_text],
-                   api_name="replay", concurrency_limit=4)
+                   api_name="replay", concurrency_id=RENDER, concurrency_limit=1)
     # live: the per-step query budget follows W, N, G and the draft shape; editing a value means "manual"
     live = [p.method, p.window, p.ngram, p.guesses, p.spec_mode, p.draft_tokens, p.widths, p.budget, p.staged]
     for c in live:

@@ -40,9 +40,9 @@ def known(h, s: Settings) -> dict:
     (nothing is loaded or tuned here: this runs after model events and on a preset change)."""
     try:
         target = h.model_name(s.target, "target")
+        device = h.lim.device(s.device)
     except ValueError:
         return {}
-    device = "auto" if h.lim.public else s.device
     if not h.cache.cached(target, device, s.dtype):
         return {}
     model = h.cache.get(target, device, s.dtype)[0]

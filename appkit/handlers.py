@@ -156,13 +156,18 @@ class Handlers:
             problems.append("**typical acceptance** needs sampling (temperature > 0); at temperature 0 the heads' "
                             "verification is exact already")
         reference = reference_texts(s, problems) if "prompt_lookup" in methods else []
+        device = "auto"
         try:
             target = self.model_name(s.target, "target")
             draft = self.model_name(s.draft, "draft") if "speculative" in methods else None
         except ValueError as e:
             problems.append(str(e))
+        try:  # public mode: the device is the server's and the heads are the shipped ones, whatever was sent
+            device = self.lim.device(s.device)
+            self.lim.heads(s.heads)
+        except ValueError as e:
+            problems.append(str(e))
         raise_if(problems)
-        device = "auto" if self.lim.public else s.device
         model, tok = self.cache.get(target, device, s.dtype)
         dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
         p = Plan(s, common["prompt"], common["max_new"],

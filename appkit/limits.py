@@ -23,7 +23,11 @@ PUBLIC_SWEEP_MAX_RUNS = 16
 # Hub models a public Space may load (small, decoder-only, full attention), plus the embedded pair.
 PUBLIC_HUB_MODELS = ("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M", "Qwen/Qwen2.5-0.5B",
                      "Qwen/Qwen2.5-Coder-0.5B", "openai-community/gpt2", "distilbert/distilgpt2")
-MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused
+MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused (decoding.trace_check.CAPS["bytes"])
+MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused (docs/trace.md: measured sizes)
+# Heads a public Space may use: the shipped folders by name ("" = the shipped heads of the chosen method).
+PUBLIC_HEADS = ("", "medusa", "eagle", "assets/heads", "assets/heads/medusa", "assets/heads/eagle")
+DEVICES = ("auto", "cpu", "cuda")
 MAX_PROMPT_CHARS = 20000
 
 
@@ -73,6 +77,27 @@ class Limits:
             raise ValueError(f"{name!r} is not on this Space's allow list; choose one of "
                              f"{', '.join(self.allowed_labels())}")
         return name
+
+    def device(self, value) -> str:
+        """The device every model of an event loads on: public mode always decides itself ("auto"), so a
+        visitor's value reaches no model (target, draft, heads) and no reply names the server's torch build."""
+        if self.public:
+            return "auto"
+        v = "" if value is None else str(value).strip()
+        if v not in DEVICES and not (v.startswith("cuda:") and v[5:].isdigit()):
+            raise ValueError(f"**device** must be one of {', '.join(DEVICES)} (or cuda:N), got a {type(value).__name__}"
+                             f" of {len(v)} characters" if len(v) > 12 else f"**device** must be one of "
+                             f"{', '.join(DEVICES)} (or cuda:N), got {v!r}")
+        return v
+
+    def heads(self, value) -> str:
+        """The heads field: any folder locally; in public mode only the shipped heads, by name, and no
+        server path is looked at (a path would tell a visitor which server folders exist)."""
+        v = "" if value is None else str(value).strip()
+        if self.public and v not in PUBLIC_HEADS:
+            raise ValueError("**heads**: this Space uses the shipped heads only; leave the field empty or name "
+                             "one of: " + ", ".join(h for h in PUBLIC_HEADS if h))
+        return v
 
     def allowed_labels(self) -> list[str]:
         return ["the embedded models"] + [m for m in self.allowed

@@ -1,10 +1,10 @@
 """Trace files for Replay: the recorded traces shipped in assets/traces/ and checked uploads."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from decoding import Trace
+from decoding.trace_check import load_file
 
 from .limits import MAX_TRACE_BYTES
 
@@ -24,28 +24,16 @@ def shipped_path(name: str) -> Path:
 
 
 def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
-    """A Trace from a JSON file, or ValueError with one sentence (missing, too big, not JSON, wrong schema)."""
+    """A Trace from a JSON file, or ValueError with one sentence. The one validating loader
+    (decoding.trace_check, through Trace.from_dict) does the checking; the app adds its upload size cap
+    and refuses traces with nothing to replay."""
     p = Path(path)
     if not p.is_file():
         raise ValueError("no trace file received")
     size = p.stat().st_size
     if size > max_bytes:
         raise ValueError(f"the trace file is too large ({size / 2**20:.1f} MB; at most {max_bytes / 2**20:.0f} MB)")
-    try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"the file is not a DecodeScope trace: not valid JSON ({e.__class__.__name__})") from None
-    if not isinstance(d, dict):
-        raise ValueError("the file is not a DecodeScope trace: expected a JSON object")
-    try:
-        tr = Trace.from_dict(d)  # every trace version, and the CLI's pre-v2 wrapper
-    except ValueError as e:
-        raise ValueError(str(e) if "trace" in str(e) else f"the file is not a DecodeScope trace: {e}") from None
-    except (TypeError, KeyError, AttributeError) as e:
-        raise ValueError(f"the file is not a DecodeScope trace: malformed fields ({e})") from None
+    tr = Trace.from_dict(load_file(p))
     if not tr.steps:
         raise ValueError("the trace has no steps to replay")
-    for s in tr.steps:  # the pictures index these: refuse traces whose arrays disagree
-        if len(s.tokens) != len(s.parents) or len(s.roles) != len(s.tokens):
-            raise ValueError(f"the trace is corrupt: step {s.index} has mismatched token/parent/role lists")
     return tr

@@ -9,6 +9,7 @@ of 1,000 query tokens) is told to the user with the field's name and range; noth
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens, make_shape, speculative_query_tokens
@@ -72,15 +73,42 @@ class Settings:
 FIELDS = tuple(f.name for f in fields(Settings))
 
 
+def number(value) -> float | None:
+    """A finite number from a UI or API value, else None: JSON true/false, lists, NaN, Infinity and 1e309
+    are not numbers here (float(True) is 1 and int(float("nan")) raises: neither may reach a check)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        f = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def brief(value) -> str:
+    """A refused value for a message: short ones as given, long ones by type and size only."""
+    r = repr(value)
+    return r if len(r) <= 24 else f"a {type(value).__name__} of {len(r)} characters"
+
+
+def check_types(s: Settings, problems: list[str]) -> None:
+    """Text fields must be text and switches true/false: an API call's list prompt must not run as its str()."""
+    for f in fields(Settings):
+        v = getattr(s, f.name)
+        if isinstance(f.default, str) and v is not None and not isinstance(v, str):
+            problems.append(f"**{f.name}** must be text, got {type(v).__name__}")
+        elif isinstance(f.default, bool) and v is not None and not isinstance(v, bool):
+            problems.append(f"**{f.name}** must be true or false, got {brief(v)}")
+
+
 def whole(s: Settings, name: str, lim: Limits, problems: list[str]) -> int | None:
     """s.<name> as a whole number inside its range, else a problem naming the field and the range."""
     label, key = LABELS[name]
     lo, hi = lim.ranges[key]
     value = getattr(s, name)
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        problems.append(f"**{label}** must be a whole number in [{lo}, {hi}], got {value!r}")
+    f = number(value)
+    if f is None:
+        problems.append(f"**{label}** must be a whole number in [{lo}, {hi}], got {brief(value)}")
         return None
     if f != int(f) or not lo <= f <= hi:
         shown = int(f) if f == int(f) else f
@@ -92,33 +120,28 @@ def whole(s: Settings, name: str, lim: Limits, problems: list[str]) -> int | Non
 
 def check_common(s: Settings, lim: Limits, problems: list[str]) -> dict:
     """Prompt, max new tokens, sampling: what every method shares."""
-    text = "" if s.prompt is None else str(s.prompt)
-    if not text.strip():
+    check_types(s, problems)
+    text = s.prompt if isinstance(s.prompt, str) else ""
+    if not text.strip() and (s.prompt is None or isinstance(s.prompt, str)):
         problems.append("**prompt** is empty: type some text or pick an example")
     elif len(text) > MAX_PROMPT_CHARS:
         problems.append(f"**prompt** is too long ({len(text):,} characters; at most {MAX_PROMPT_CHARS:,})")
     out = {"prompt": text, "max_new": whole(s, "max_new", lim, problems), "top_k": whole(s, "top_k", lim, problems)}
-    try:
-        t = float(s.temperature)
-        if not TEMPERATURE[0] <= t <= TEMPERATURE[1]:
-            raise ValueError
+    t = number(s.temperature)
+    if t is not None and TEMPERATURE[0] <= t <= TEMPERATURE[1]:
         out["temperature"] = t
-    except (TypeError, ValueError):
-        problems.append(f"**temperature** must be in [{TEMPERATURE[0]}, {TEMPERATURE[1]}], got {s.temperature}")
-    try:
-        p = float(s.top_p)
-        if not 0 < p <= 1:
-            raise ValueError
+    else:
+        problems.append(f"**temperature** must be in [{TEMPERATURE[0]}, {TEMPERATURE[1]}], got {brief(s.temperature)}")
+    p = number(s.top_p)
+    if p is not None and 0 < p <= 1:
         out["top_p"] = p
-    except (TypeError, ValueError):
-        problems.append(f"**top-p** must be in (0, 1], got {s.top_p}")
-    try:
-        seed = float(s.seed or 0)
-        if seed != int(seed) or not 0 <= seed < 2**31:
-            raise ValueError
+    else:
+        problems.append(f"**top-p** must be in (0, 1], got {brief(s.top_p)}")
+    seed = number(0 if s.seed is None or s.seed == "" else s.seed)
+    if seed is not None and seed == int(seed) and 0 <= seed < 2**31:
         out["seed"] = int(seed)
-    except (TypeError, ValueError):
-        problems.append(f"**seed** must be a whole number in [0, {2**31 - 1}], got {s.seed}")
+    else:
+        problems.append(f"**seed** must be a whole number in [0, {2**31 - 1}], got {brief(s.seed)}")
     return out
 
 
@@ -180,7 +203,7 @@ def speculative_params(s: Settings, lim: Limits, problems: list[str]) -> dict:
 
 def reference_texts(s: Settings, problems: list[str]) -> list[str]:
     """The reference box as a list of texts for reference lookup ([] when the box is empty)."""
-    text = "" if s.reference is None else str(s.reference)
+    text = s.reference if isinstance(s.reference, str) else ""
     if not text.strip():
         return []
     try:
@@ -193,14 +216,11 @@ def reference_texts(s: Settings, problems: list[str]) -> list[str]:
 def draft_cutoff(s: Settings, problems: list[str]) -> float | None:
     """The speculative draft cutoff: a drafted node below this draft probability is not extended (the
     tree view draws what it pruned). Checked with every preset: it is the user's, not the tuner's."""
-    try:
-        c = float(s.confidence)
-        if not 0 <= c <= 1:
-            raise ValueError
+    c = number(s.confidence)
+    if c is not None and 0 <= c <= 1:
         return c
-    except (TypeError, ValueError):
-        problems.append(f"**draft cutoff** must be in [0, 1] (0 = never prune), got {s.confidence}")
-        return None
+    problems.append(f"**draft cutoff** must be in [0, 1] (0 = never prune), got {brief(s.confidence)}")
+    return None
 
 
 def query_budget(lim: Limits) -> int:

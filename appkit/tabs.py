@@ -16,6 +16,7 @@ from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
 from .errors import one_line, reported
 from .handlers import CLEAR, HEADS_METHODS, Handlers, Plan, heads_folder, thread_setup, tmpdir
+from .limits import MAX_REPLAY_HTML_BYTES
 from .models import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
@@ -215,7 +216,7 @@ class Tabs(Handlers):
         note = f"lookahead {presets.describe('lookahead', la)}"
         facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":
-            dmodel = self.cache.get(self.model_name(s.draft, "draft"), p.settings.device, s.dtype)[0]
+            dmodel = self.cache.get(self.model_name(s.draft, "draft"), self.lim.device(s.device), s.dtype)[0]
             sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
             note += f", speculative {presets.describe('speculative', sp['params'])}"
             facts.append(f"speculative — {sp['measured']}")
@@ -230,11 +231,11 @@ class Tabs(Handlers):
     @reported(2, status=None)
     def load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
-        s = Settings(target=target, draft=draft, device=device, dtype=dtype)
-        model, tok = self.cache.get(self.model_name(target, "target"), "auto" if self.lim.public else device, dtype)
+        device = self.lim.device(device)  # public mode: "auto" for every model, whatever was sent
+        model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
         lines = [model_line("target", model, tok)]
         try:
-            dmodel, dtok = self.cache.get(self.model_name(draft, "draft"), s.device, dtype)
+            dmodel, dtok = self.cache.get(self.model_name(draft, "draft"), device, dtype)
             lines.append(model_line("draft", dmodel, dtok))
         except (ValueError, ModelError) as e:
             lines.append(f"draft: not loaded — {one_line(e)}")
@@ -262,6 +263,9 @@ class Tabs(Handlers):
             html = viz.step_view_html(tr)
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None
+        if len(html) > MAX_REPLAY_HTML_BYTES:
+            raise ValueError(f"this trace's step view would be {len(html) / 2**20:.0f} MB (the page takes at most "
+                             f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
 

@@ -90,6 +90,21 @@ class Page:
         return [getattr(self, f) for f in FIELDS] + list(extra)
 
 
+def Text(value, **kw) -> gr.Textbox:  # noqa: N802
+    """A textbox whose API value must be text: Gradio's own preprocess runs str() on anything, so a JSON
+    list sent as the prompt ran as "['a', 'b']"; this one refuses anything but a string by its label.
+    (Set on the instance: a gr.Textbox subclass makes Gradio write a .pyi file beside this module.)"""
+    box = gr.Textbox(value, **kw)
+
+    def preprocess(payload):
+        if payload is not None and not isinstance(payload, str):
+            raise gr.Error(f"{box.label} must be text, got {type(payload).__name__}")
+        return payload
+
+    box.preprocess = preprocess
+    return box
+
+
 def Int(value, label: str, lim: Limits | None = None, key: str = "", info: str = "", **kw):  # noqa: N802
     """A number field showing its range in `info`; no min/max, so nothing is clamped in the browser."""
     if lim is not None and key:
@@ -131,10 +146,10 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
-            p.prompt = gr.Textbox(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
+            p.prompt = Text(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
                                   info=prompt_info(positions, target0))
             gr.Examples(EXAMPLES, inputs=[p.prompt], label="examples: code with repetition, then chat")
-            p.reference = gr.Textbox("", label="reference text (prompt lookup also copies from it)", lines=3,
+            p.reference = Text("", label="reference text (prompt lookup also copies from it)", lines=3,
                                      max_lines=10, elem_id="ds-reference",
                                      info="reference lookup (LLMA); the input of an edit = aggressive decoding. "
                                           "Empty = plain prompt lookup")
@@ -164,7 +179,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                 with gr.Row():
                     p.draft_tokens = Int(sp.get("draft_tokens", 4), "K draft tokens (depth)", lim, "draft_tokens",
                                          visible=sp["spec_mode"] != "tree")
-                    p.widths = gr.Textbox(sp.get("widths", "3,2,1"), label="tree widths per depth",
+                    p.widths = Text(sp.get("widths", "3,2,1"), label="tree widths per depth",
                                           visible=sp["spec_mode"] == "tree",
                                           info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
                     p.budget = Int(sp.get("budget", 16), "tree budget (nodes)", lim, "tree_budget",
@@ -176,7 +191,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                             "(the tree view shows what it pruned); 0 = full tree")
             with gr.Group(visible=False) as p.hd_group:
                 with gr.Row():
-                    p.heads = gr.Textbox("", label="heads folder", placeholder="empty = the shipped heads (assets/heads)",
+                    p.heads = Text("", label="heads folder", placeholder="empty = the shipped heads (assets/heads)",
                                          info="made by python -m decoding train-heads for THIS target model")
                     p.heads_budget = Int(16, "tree budget (nodes)", lim, "tree_budget")
                     p.typical = gr.Checkbox(False, label="typical acceptance (NOT exact)",

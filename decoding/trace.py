@@ -2,7 +2,7 @@
 
 A Trace is plain data (ints, floats, strings, lists, dicts) so it serialises to JSON and a run recorded on
 a GPU replays anywhere. Bump SCHEMA when a field changes meaning. The one document (Trace.save, the CLI's
---json, the app's download) is described field by field in docs/trace.md and by docs/trace.schema.json.
+--json, the app's download) is described field by field in docs/trace.md and by decoding/trace.schema.json.
 Version 2 always carries the derived "stats" (and "speculative" for speculative runs); both are recomputed,
 never read back. Trace.load also reads version 1 files and the pre-v2 CLI wrapper {"trace": {...}, ...}.
 
@@ -33,9 +33,12 @@ identical by construction; bf16/fp16 runs may diverge at near-tied logits, so th
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from .trace_check import TraceError, check_document, load_file, parse
 
 SCHEMA = "decodescope.trace/2"
 READS = ("decodescope.trace/1", SCHEMA)  # v1: the same fields; "stats" optional
@@ -108,22 +111,28 @@ class Trace:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Trace":
+        """Every trace that enters DecodeScope comes through here (Trace.load, the app's upload and replay, the
+        CLIs, shipped examples): decoding.trace_check validates it first, so a crafted file is refused with one
+        TraceError (a ValueError) before any picture or statistic touches it."""
         if not isinstance(d, dict):
-            raise ValueError(f"not a DecodeScope trace: expected a JSON object, got {type(d).__name__}")
+            raise TraceError(f"not a DecodeScope trace: expected a JSON object, got {type(d).__name__}")
         if d.get("schema") is None and isinstance(d.get("trace"), dict):  # the CLI's --json before v2
             d = {**d["trace"], **({"agreement": d["agreement"]} if d.get("agreement") else {})}
         schema = d.get("schema")
         if schema is None:
-            raise ValueError("not a DecodeScope trace: it has no \"schema\" field (a trace is the JSON written by "
+            raise TraceError("not a DecodeScope trace: it has no \"schema\" field (a trace is the JSON written by "
                              "Trace.save, `python -m decoding generate --json` or the app's download)")
         if schema not in READS:
             newer = isinstance(schema, str) and schema.startswith("decodescope.trace/")
             why = "written by another version of DecodeScope" if newer else "not a DecodeScope trace"
-            raise ValueError(f"{why}: schema {schema!r}; this version reads {', '.join(READS)}")
+            plain = isinstance(schema, str) and re.fullmatch(r"[\w./-]{1,60}", schema)
+            shown = repr(schema) if plain else "(not a version name)"  # never echo markup into a page
+            raise TraceError(f"{why}: schema {shown}; this version reads {', '.join(READS)}")
         fields = set(cls.__dataclass_fields__)  # derived ("stats", ...) and unknown keys are not read back
         missing = [k for k in ("method", "config", "prompt_ids") if k not in d]
         if missing:
-            raise ValueError(f"incomplete trace: missing {', '.join(missing)}")
+            raise TraceError(f"incomplete trace: missing {', '.join(missing)}")
+        check_document(d)
         d = {k: v for k, v in d.items() if k in fields}
         d["steps"] = [Step(**s) for s in d.get("steps", [])]
         d["schema"] = SCHEMA  # read into the current version; saving writes v2
@@ -131,13 +140,14 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
-        """Read a trace file of any supported version; bad files raise ValueError with a plain sentence."""
-        path = Path(path)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path.name} is not valid JSON ({e.msg} at line {e.lineno}): not a trace file") from None
-        return cls.from_dict(doc)
+        """Read a trace file of any supported version; bad files raise TraceError (a ValueError), one sentence.
+        The size is checked before reading, and parsing bounds nesting and number size (trace_check)."""
+        return cls.from_dict(load_file(path))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Trace":
+        """A trace from JSON text, through the same checks as load()."""
+        return cls.from_dict(parse(text))
 
     def token_text(self, tok: int) -> str:
         return self.vocab.get(str(tok), f"<{tok}>")

@@ -492,7 +492,8 @@ def test_bad_inputs_get_a_message_never_a_silent_clamp(client, dirs, tmp_path):
     broken = saved_trace(FIXTURES / "lookahead.json")
     broken["steps"][1]["parents"] = broken["steps"][1]["parents"][:-1]
     (tmp_path / "broken.json").write_text(json.dumps(broken))
-    expect_msg(client, [handle_file(str(tmp_path / "broken.json")), None], "/replay", "corrupt")
+    expect_msg(client, [handle_file(str(tmp_path / "broken.json")), None], "/replay", "not a DecodeScope trace",
+               "steps[1].parents has")
     big = tmp_path / "big.json"
     big.write_text(" " * 400_000 + json.dumps(saved_trace(FIXTURES / "greedy.json")))  # over the 300 kB test cap
     expect_msg(client, [handle_file(str(big)), None], "/replay", "too large")
@@ -621,6 +622,7 @@ def test_app_module_contract():
     gpu = [by[n] for n in ("run", "race", "profile", "sweep", "load_models", "tune")]
     assert {f.concurrency_id for f in gpu} == {app_module.GPU} and all(f.concurrency_limit == 1 for f in gpu)
     assert by["replay"].concurrency_id != app_module.GPU  # replay needs no model: it never waits for the GPU
+    assert by["replay"].concurrency_id == app_module.RENDER and by["replay"].concurrency_limit == 1  # one at a time
     assert by["stop"].queue is False  # Stop never waits behind the run it stops
     assert demo._queue.max_size == 32  # a bounded queue: a crowd gets "queue full", not an endless wait
     assert torch.get_num_threads() == 1
