@@ -53,9 +53,9 @@ PRESETS = {
 }
 
 
-# Default schedule in epochs over the fit tokens: the best points measured on a GPU (shared/models TRAINING.md:
-# target 1200 steps x 64 x 256 tokens = 6.3 epochs -> 0.893 bits/byte, 3000 steps -> 1.084 (over-fitted);
-# draft 1500 steps = 7.9 epochs -> 1.076, 3000 steps -> 1.096). The validation slice guards the rest.
+# Default schedule in epochs over the fit tokens: the best points measured on a GPU (docs/engineering-notes.md,
+# "Training schedule": target 1200 steps x 64 x 256 tokens = 6.3 epochs -> 0.893 bits/byte, 3000 steps -> 1.084
+# (over-fitted); draft 1500 steps = 7.9 epochs -> 1.076, 3000 steps -> 1.096). The validation slice guards the rest.
 EPOCHS = {"target": 6.3, "draft": 7.9}
 
 

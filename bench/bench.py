@@ -85,7 +85,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             model, tok, "lookahead", **auto)
     c["HF prompt lookup"] = hf_runner(hf_model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
     c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
-    for block in (4, 8):  # plain Jacobi (issue 20): the lesson row, expected near greedy
+    for block in (4, 8):  # plain Jacobi: the lesson row, expected near greedy
         c[f"ours jacobi K{block}"] = ours_runner(model, tok, "jacobi", block=block)
     if draft is not None:
         # HF reads K from the ASSISTANT's generation config (a generate() kwarg is ignored); 0.4 is its
@@ -101,7 +101,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         if spec_auto:
             from decoding.autotune_speculative import label
             c[f"ours speculative auto ({label(spec_auto)})"] = spec(**spec_auto)
-    for kind in ("medusa", "eagle"):  # self-drafting heads (issue 21): rows only where heads for it exist
+    for kind in ("medusa", "eagle"):  # self-drafting heads: rows only where heads for it exist
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
             c[f"ours {kind} budget {HEADS_BUDGET}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind),
                                                                    budget=HEADS_BUDGET)

@@ -1,5 +1,5 @@
 """The one command a GPU session runs: correctness on CUDA, exactness against HF greedy, the latency curve
-and the speed rows, each judged against issue 13's goals, in ONE report.
+and the speed rows, each judged against its goal (GOALS below; bench/GPU.md), in ONE report.
 
     python bench/gpu_check.py --out DIR                # on the GPU machine (all four items)
     python bench/gpu_check.py --out DIR --items c,d    # some items; the report merges what DIR holds

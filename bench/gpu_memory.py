@@ -1,5 +1,5 @@
 """GPU memory of a long-lived server: 100 mixed runs (methods x lengths) on the embedded pair, memory after
-the first 10 against after all 100 (issue 18 goal: within 1.1x), with the static-cache pool's contents.
+the first 10 against after all 100 (goal: within 1.1x), with the static-cache pool's contents.
 
     python bench/gpu_memory.py --out DIR     # on the GPU (embedded models, their default dtype)
     python bench/gpu_memory.py --quick       # CPU, tiny models, a few runs: checks it runs

@@ -1,4 +1,4 @@
-"""Issue 20's numbers: plain Jacobi beside lookahead, and reference lookup on an edit task (aggressive decoding).
+"""Plain Jacobi beside lookahead, and reference lookup on an edit task (aggressive decoding).
 
     python bench/jacobi_reference.py                # embedded models, writes bench/results/cpu-jacobi-reference.{md,json}
     python bench/jacobi_reference.py --quick        # seconds, tiny random model (the test suite runs it)

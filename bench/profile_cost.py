@@ -1,7 +1,7 @@
 """What the Run tab's always-on profile costs: a 400-token lookahead run of the embedded model, then the
 analytic per-step costs (appkit.costs.run_costs) and the step view drawn with and without its cost panel.
 
-Why: issue 14 keeps profiling on by default only if it costs under 10% of the run. Prints the share per
+Why: profiling stays on by default only if it costs under 10% of the run. Prints the share per
 repetition (the first one pays one-time imports and is reported separately). Run:
     python bench/profile_cost.py [--tokens 400] [--reps 3]
 """

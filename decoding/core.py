@@ -48,7 +48,7 @@ def core_options(**options):
 def attention_backends(device: torch.device) -> contextlib.AbstractContextManager:
     """SDPA kernels for decoding, chosen on purpose. On CUDA: no cuDNN attention, which builds an
     execution plan per new (query, cache) shape (a decoder meets a new shape every step: 28 instead of
-    7 ms per greedy step on the first run, REFERENCE.md "GPU facts"); memory-efficient attention takes
+    7 ms per greedy step on the first run, docs/engineering-notes.md, "GPU facts"); memory-efficient attention takes
     the additive tree mask, math is the fallback. CPU kernels are left as they are."""
     if device.type != "cuda":
         return contextlib.nullcontext()

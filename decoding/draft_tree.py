@@ -144,7 +144,7 @@ class TreeBuilder:
     def _tops(self, dists: torch.Tensor) -> list[list[tuple[int, float]]]:
         """Per row, the top-k (token, probability) pairs, k = the widest level (+1: a stage-2 child may
         already hold a slot), in ONE device-to-host transfer per level: children, stage-2 checks and
-        the pruned record all read these host lists instead of syncing per node (issue 18)."""
+        the pruned record all read these host lists instead of syncing per node."""
         w = self.shape.branch if self.shape.mode == "dynamic" else max(self.shape.widths)
         top = torch.topk(dists, min(w + 1, dists.shape[-1]))
         probs, toks = torch.stack([top.values.double(), top.indices.double()]).tolist()

@@ -45,7 +45,8 @@ def step_mask(parents: list[int] | tuple[int, ...], past_len: int, dtype: torch.
               device: torch.device | str, first: int = 0, upload=None) -> torch.Tensor:
     """Additive float mask [1, 1, q - first, past_len + q]: 0 = attend, finfo.min = masked.
 
-    Float, not bool: transformers' eager attention mis-handles bool 4D masks (REFERENCE.md).
+    Float, not bool: transformers' eager attention mis-handles bool 4D masks (docs/engineering-notes.md,
+    "Attention masks in transformers").
     The whole cache (the accepted prefix) is visible to every query token. `first`: the rows of nodes
     first.. only (a region already holds nodes 0..first-1 in its cache). Built on the device: only the
     bool tree block travels, through `upload` when given (the Core's pinned, non-blocking staging)."""

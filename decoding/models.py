@@ -43,7 +43,7 @@ FP32_BELOW = 1e9  # parameters: on CUDA, models smaller than this load in fp32 b
 def pick_dtype(dtype: str | None, device: str, n_params: int | None = None) -> torch.dtype:
     """An explicit dtype wins. Auto: fp32 on CPU; on CUDA fp32 below ~1B parameters, bf16 above.
 
-    Why: identity to HF greedy is a fp32 property on GPU (REFERENCE.md "GPU facts": in bf16 a 4D float
+    Why: identity to HF greedy is a fp32 property on GPU (docs/engineering-notes.md, "GPU facts": in bf16 a 4D float
     mask selects other kernels than HF's causal path and near-ties flip, for HF's own assisted generation
     too), so the default demo must run fp32 to be exact; a small model costs a GPU little in fp32 (the
     embedded model: 341 vs 327 tok/s lookahead), while a 7B model needs bf16 to fit and to be fast.
@@ -161,7 +161,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     torch_dtype = pick_dtype(dtype, device, count_params(config, trust_remote_code) if auto else None)
     if device.startswith("cuda"):
         # cuDNN attention builds an execution plan per new (query, cache) shape: 4x slower first runs for
-        # the engine and for HF generate alike (REFERENCE.md "GPU facts"); the engine also picks its SDPA
+        # the engine and for HF generate alike (docs/engineering-notes.md, "GPU facts"); the engine also picks its SDPA
         # kernels per forward (core.attention_backends), this switch keeps HF baselines on equal terms
         torch.backends.cuda.enable_cudnn_sdp(False)
     kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)

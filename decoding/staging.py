@@ -2,7 +2,7 @@
 
 Why: a copy from ordinary (pageable) host memory to a GPU waits for the stream to drain first, so every
 small upload of a step (token ids, positions, the tree mask, the commit's kept rows) was a host
-synchronisation (issue 18: 10-50 a step). A copy from pinned memory is queued like a kernel. A pinned
+synchronisation. A copy from pinned memory is queued like a kernel. A pinned
 buffer is reused only after the copy that read it has finished (a CUDA event per ring slot; in practice
 already passed, since every step reads its argmax). On CPU an upload is the host tensor itself.
 """

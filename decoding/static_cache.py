@@ -1,7 +1,7 @@
 """The static-shape step (gpt-fast style): a preallocated KV cache, query sizes bucketed to powers of two,
 inputs and the mask written into static buffers, and on CUDA each bucket's forward replayed as a CUDA graph.
 
-Why: the engine is host-bound on GPUs (REFERENCE.md "GPU facts": ~30 ms of Python and kernel launches per
+Why: the engine is host-bound on GPUs (docs/engineering-notes.md, "GPU facts": ~30 ms of Python and kernel launches per
 step on a 7B-shaped model against a 4.5 ms bandwidth floor; ~7,300 launches for one 48-token lookahead
 run). A graph replays a whole forward with one launch, but only for fixed shapes and fixed addresses, so:
   - keys/values live in [1, H, capacity, D] buffers that never move (they grow, rarely, by reallocation,

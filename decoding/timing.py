@@ -2,7 +2,7 @@
 steps with. Here, not in profiling/, so the engine's CLI (`--auto`) needs nothing outside decoding/.
 
 The Core is built the way a run builds it (runner.default_static: the static, CUDA-graph path on CUDA),
-so the curve prices the path users run; path_of(core) says which path a timing took (issue 18)."""
+so the curve prices the path users run; path_of(core) says which path a timing took."""
 from __future__ import annotations
 
 import random

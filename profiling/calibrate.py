@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 import torch
 
-# Dense bf16/fp16 tensor-core peak FLOP/s and HBM/GDDR bandwidth in bytes/s (REFERENCE.md).
+# Dense bf16/fp16 tensor-core peak FLOP/s and HBM/GDDR bandwidth in bytes/s, from NVIDIA's datasheets
+# (docs/engineering-notes.md, "Datasheet peaks").
 DATASHEET: dict[str, dict[str, float]] = {
     "A100": {"flops": 312e12, "bandwidth": 2.04e12},
     "H100": {"flops": 989e12, "bandwidth": 3.35e12},

@@ -631,7 +631,7 @@ def test_app_module_contract():
 
 
 def test_jacobi_and_the_reference_box(client, dirs):
-    """Issue 20: the Jacobi method and the reference text box reach the engine through the app's API;
+    """The Jacobi method and the reference text box reach the engine through the app's API;
     a bad block or an oversize reference gets the field's message."""
     from decoding.reference_text import MAX_REFERENCE_CHARS
     greedy = reference(dirs)

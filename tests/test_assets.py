@@ -1,4 +1,4 @@
-"""The embedded default models in assets/ (issue 3): they load offline, generate, share one tokenizer,
+"""The embedded default models in assets/: they load offline, generate, share one tokenizer,
 the tokenizer round-trips held-out source, and the training program runs end to end on a tiny budget."""
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_asset_sizes_within_budget():
     assert all(p.stat().st_size <= 15 * 10**6 for p in files if p.suffix == ".safetensors")
     ignored = {".ckpt", ".corpus", "__pycache__"}  # git-ignored: checkpoints, the v3 corpus (build_corpus.py)
     tracked = [p for p in ASSETS.rglob("*") if p.is_file() and not ignored & set(p.relative_to(ASSETS).parts)]
-    assert sum(p.stat().st_size for p in tracked) <= 100 * 10**6  # issue 19: assets/ <= 100 MB
+    assert sum(p.stat().st_size for p in tracked) <= 100 * 10**6  # assets/ stays <= 100 MB
 
 
 def _tiny_run(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -232,7 +232,7 @@ def test_shipped_traces_are_from_the_shipped_models_and_public(path):
     assert out[0, ids.shape[1]:].tolist() == d["output_ids"]
 
 
-# ---- v3 corpus builder (issue 19): offline, on wheels made here ----
+# ---- v3 corpus builder: offline, on wheels made here ----
 
 GOOD = "def area(width, height):\n    \"\"\"Area of a rectangle.\"\"\"\n    return width * height\n\n\n" \
        "class Shape:\n    def __init__(self, name):\n        self.name = name\n"

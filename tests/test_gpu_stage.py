@@ -1,4 +1,4 @@
-"""The GPU stage on CPU (issue 18): capture status in the trace and the CLI, the graph path's row buckets
+"""The GPU stage on CPU: capture status in the trace and the CLI, the graph path's row buckets
 (fixed mode = what a CUDA graph replays, run eagerly), the pool's memory budget, and host synchronisations
 per step. CUDA rows carry the `cuda` marker and skip without a GPU."""
 from __future__ import annotations
@@ -69,8 +69,9 @@ def test_fixed_path_reads_only_the_rows_it_needs(method, params):
 
 
 def test_paper_setting_runs_on_a_graph_bucket():
-    """W15 N5 G15 with the default text span is a 165-token step (REFERENCE.md): it runs in the 256-row
-    graph bucket, reading 76 rows (x0, the top level, the candidates), with the dynamic path's logits."""
+    """W15 N5 G15 with the default text span is a 165-token step (docs/engineering-notes.md, "Lookahead
+    paper"): it runs in the 256-row graph bucket, reading 76 rows (x0, the top level, the candidates), with
+    the dynamic path's logits."""
     from decoding.core import Core
     from decoding.masks import lookahead_layout
     from decoding.static_cache import GRAPH_MAX, bucket

@@ -1,5 +1,6 @@
 """The lookahead mask and positions of the paper's example (N=4, W=5, G=2: 21 x 21), rebuilt here
-independently from the rules in REFERENCE.md, must equal the engine's."""
+independently from the paper's rules (docs/engineering-notes.md, "Lookahead paper"), must equal the
+engine's."""
 import numpy as np
 import torch
 

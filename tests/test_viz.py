@@ -109,7 +109,7 @@ def test_mask_is_the_papers_21x21_for_n4_w5_g2():
     i = next(k for k, s in enumerate(tr.steps) if s.n_query == 21)
     d = mask.data(tr, i)
     assert d["relative_positions"] == [0, 1, 2, 3, 4, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 1, 2, 3, 1, 2, 3]
-    # the paper's rules, written independently of the engine (REFERENCE.md)
+    # the paper's rules, written independently of the engine (docs/engineering-notes.md, "Lookahead paper")
     W, idx = 5, {}
     idx[(0, 0)] = 0
     for j in range(1, W):
@@ -313,7 +313,7 @@ def test_views_render_in_headless_chromium(tmp_path):
     assert img.size == (1200, 1400) and len(img.getcolors(1 << 20)) > 100
 
 
-# ---- issue 14: one palette, decade ticks, a lean step view, pruned nodes, plain headers, no server paths
+# ---- one palette, decade ticks, a lean step view, pruned nodes, plain headers, no server paths
 
 from viz import palette, race, step_profile, sweep  # noqa: E402
 from viz import describe  # noqa: E402

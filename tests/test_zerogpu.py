@@ -1,4 +1,4 @@
-"""ZeroGPU (issue 18): each @spaces.GPU call runs in a forked worker while Stop runs in the main process;
+"""ZeroGPU: each @spaces.GPU call runs in a forked worker while Stop runs in the main process;
 Stop must still end the worker's run. And the GPU durations charged to a visitor follow the settings."""
 from __future__ import annotations
 
