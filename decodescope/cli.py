@@ -28,9 +28,12 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help"):
         print(usage())
-        return 0 if argv else 2
+        return 0
+    if not argv:  # bad input: one line on stderr, like every subcommand's own errors
+        print(f"error: give a command: {', '.join(COMMANDS)} (decodescope --help lists them)", file=sys.stderr)
+        return 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "generate":
         from decoding.__main__ import main as run

@@ -7,78 +7,104 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
 from .api import METHODS, eos_of, make_drafter, make_sampling, run
-from .cli_run import add_arguments, compare_line, decode, json_path, read_prompts, timing_line, with_template
+from .cli_run import (THREADS, OneLineParser, add_arguments, compare_line, decode, float_in, input_dir, input_file,
+                      int_in, json_path, nonempty, one_line, output_dir, output_file, parse_args, read_prompts,
+                      text_path, timing_line, with_template)
 from .models import ModelError, load
 from .reference import measure
-from .params import LIMITS, make_shape
+from .params import LIMITS, MAX_TREE_NODES, make_shape
 from .reference_text import check_references, read_reference, tokenize_references
 
 
+def limit(name: str):
+    """argparse type: an integer in LIMITS[name] (decoding/params.py), refused at parse time."""
+    return int_in(*LIMITS[name])
+
+
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes 64 bits
+TRAIN = {"n_heads": (1, 16), "max_tokens": (1, 1_000_000_000), "seq": (2, 65536), "batch": (1, 4096),
+         "distill": (0, 65535), "unroll": (1, 16), "epochs": (0, 1000), "lr": (0, 1)}  # train-heads' ranges
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m decoding", description=__doc__.splitlines()[0])
+    """Every option that takes a value has a type that checks it (decoding/cli_run.py) or choices: bad input
+    is refused here, with one line, before a model loads."""
+    ap = OneLineParser(prog="python -m decoding", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode a prompt and print the text and run statistics")
-    g.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
+    g.add_argument("--model", default=None, type=nonempty,
+                   help="hub id or local directory (default: the embedded model)")
     g.add_argument("--method", default="lookahead", choices=METHODS)
-    g.add_argument("--prompt", default=None, help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
-    g.add_argument("--max-new-tokens", type=int, default=64,
+    g.add_argument("--prompt", default=None, type=nonempty,
+                   help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
+    g.add_argument("--max-new-tokens", type=limit("max_new_tokens"), default=64,
                    help=f"new tokens to generate, {LIMITS['max_new_tokens'][0]}..{LIMITS['max_new_tokens'][1]}")
-    g.add_argument("--window", type=int, default=None, help="lookahead W (default 5)")
-    g.add_argument("--ngram", type=int, default=None, help="lookahead N (default 4)")
-    g.add_argument("--guesses", type=int, default=None, help="lookahead G (default 5)")
+    g.add_argument("--window", type=limit("window"), default=None, help="lookahead W (default 5)")
+    g.add_argument("--ngram", type=limit("ngram"), default=None, help="lookahead N (default 4)")
+    g.add_argument("--guesses", type=limit("guesses"), default=None, help="lookahead G (default 5)")
     g.add_argument("--auto", action="store_true",
                    help="lookahead: pick W/N/G from this device's latency curve and pilot runs on the prompt; "
                         "speculative: pick K / tree / staged by timing pilot runs; jacobi / medusa / eagle: "
                         "pick the block / tree budget by timing pilot runs")
-    g.add_argument("--text-span", type=int, default=None,
+    g.add_argument("--text-span", type=limit("text_span"), default=None,
                    help="lookahead: tokens offered after a prompt/output n-gram match "
                         "(default 7; at least N-1, the paper's pool)")
     g.add_argument("--no-prompt-ngrams", action="store_true", help="lookahead: do not seed the pool with the prompt")
-    g.add_argument("--num-tokens", type=int, default=None, help="prompt lookup: tokens proposed (default 10)")
-    g.add_argument("--max-ngram", type=int, default=None, help="prompt lookup: longest n-gram matched (default 3)")
-    g.add_argument("--candidates", type=int, default=None, help="prompt lookup: continuations verified per step")
-    g.add_argument("--reference", action="append", default=None, metavar="FILE",
+    g.add_argument("--num-tokens", type=limit("num_tokens"), default=None,
+                   help="prompt lookup: tokens proposed (default 10)")
+    g.add_argument("--max-ngram", type=limit("max_ngram"), default=None,
+                   help="prompt lookup: longest n-gram matched (default 3)")
+    g.add_argument("--candidates", type=limit("candidates"), default=None,
+                   help="prompt lookup: continuations verified per step")
+    g.add_argument("--reference", action="append", default=None, metavar="FILE", type=nonempty,
                    help="prompt lookup: also copy from this UTF-8 text file (repeatable; reference lookup, LLMA; "
                         "the input of an edit makes it aggressive decoding)")
-    g.add_argument("--reference-tokens", type=int, default=None,
+    g.add_argument("--reference-tokens", type=limit("reference_tokens"), default=None,
                    help="prompt lookup: tokens copied from a reference per step (default 24)")
-    g.add_argument("--block", type=int, default=None, help="jacobi: guesses refined per step, K (default 8)")
-    g.add_argument("--draft", default=None, help="speculative: draft model (default: the embedded draft)")
-    g.add_argument("--draft-tokens", type=int, default=None, help="speculative: chain length K (default 4)")
-    g.add_argument("--tree", default=None, help="speculative: token tree widths per depth, e.g. 3,2,1")
-    g.add_argument("--tree-budget", type=int, default=None,
+    g.add_argument("--block", type=limit("block"), default=None, help="jacobi: guesses refined per step, K (default 8)")
+    g.add_argument("--draft", default=None, type=nonempty,
+                   help="speculative: draft model (default: the embedded draft)")
+    g.add_argument("--draft-tokens", type=limit("draft_tokens"), default=None,
+                   help="speculative: chain length K (default 4)")
+    g.add_argument("--tree", default=None, type=nonempty, help="speculative: token tree widths per depth, e.g. 3,2,1")
+    g.add_argument("--tree-budget", type=limit("tree_budget"), default=None,
                    help="speculative: dynamic tree of the B best nodes by draft probability")
     g.add_argument("--staged", action="store_true", help="speculative: an n-gram stage 2 drafts for the draft")
-    g.add_argument("--draft-confidence", type=float, default=None,
+    g.add_argument("--draft-confidence", type=float_in(0, 1), default=None,
                    help="speculative: do not extend a draft token below this draft probability (default 0.4); "
                         "medusa / eagle: do not verify (or expand) a node whose path's draft probability is below it "
                         "(default 0)")
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
-    g.add_argument("--ngram-table", default=None, help="staged: JSON n-gram table (decoding.staged.save_table)")
-    g.add_argument("--heads", default=None, help="medusa / eagle: heads folder (python -m decoding train-heads)")
-    g.add_argument("--budget", type=int, default=None,
-                   help="medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle)")
-    g.add_argument("--draft-vocab", type=int, default=None,
+    g.add_argument("--ngram-table", default=None, type=input_file,
+                   help="staged: JSON n-gram table (decoding.staged.save_table)")
+    g.add_argument("--heads", default=None, type=nonempty,
+                   help="medusa / eagle: heads folder (python -m decoding train-heads)")
+    g.add_argument("--budget", type=int_in(1, MAX_TREE_NODES), default=None,
+                   help=f"medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle; at most "
+                        f"{MAX_TREE_NODES})")
+    g.add_argument("--draft-vocab", type=limit("draft_vocab"), default=None,
                    help="medusa / eagle: draft only the N tokens the target chose most often in the heads' "
                         "training (FR-Spec; verification still uses the whole vocabulary; 0 = all)")
     g.add_argument("--acceptance", choices=("exact", "typical"), default=None,
                    help="medusa / eagle with --temperature > 0: typical = Medusa's typical acceptance, longer "
                         "accepted paths but NOT exact (the output no longer follows the target's distribution); "
                         "default exact")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--dtype", default=None,
+    g.add_argument("--temperature", type=float_in(0, 100), default=0.0, help="0 = greedy (default), at most 100")
+    g.add_argument("--top-k", type=limit("top_k"), default=0, help="0 = off")
+    g.add_argument("--top-p", type=float_in(0, 1, open_lo=True), default=1.0, help="in (0, 1]; 1 = off")
+    g.add_argument("--seed", type=int_in(0, SEED_MAX), default=0)
+    g.add_argument("--dtype", default=None, type=nonempty,
                    help="fp32 (CPU default; greedy output identical to HF greedy), bf16 / fp16 (faster on GPUs; "
                         "greedy output is compared with HF greedy and may diverge at near-tied logits)")
-    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for models < 100M params on <= 2 cores)")
+    g.add_argument("--device", default=None, type=nonempty, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    g.add_argument("--threads", type=int_in(*THREADS), default=None,
+                   help=f"CPU threads, {THREADS[0]}..{THREADS[1]} (default: 1 for models < 100M params on <= 2 cores)")
     g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column", "packed"),
                    help="weight storage on CPU fp32: auto = packed where its kernel builds (decoding/cpu_gemm.py), else column-major; stock = as loaded")
@@ -89,42 +115,53 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check-exact", action="store_true",
                    help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
                         "always compare; fp32 is identical by construction)")
-    g.add_argument("--json", default=None, help="write output_ids, text, stats and the full trace here")
+    g.add_argument("--json", default=None, type=output_file,
+                   help="write output_ids, text, stats and the full trace here")
     add_arguments(g)  # --prompt-file, --chat, --stop, --stream, --compare (decoding/cli_run.py)
     t = sub.add_parser("train-heads", help="train Medusa or EAGLE heads for a model on your text")
-    t.add_argument("--model", default=None, help="hub id or local directory (default: the embedded model)")
-    t.add_argument("--kind", required=True, help="medusa or eagle")
-    t.add_argument("--data", required=True, nargs="+", help="text files and/or folders of text files")
-    t.add_argument("--out", required=True, help="folder for heads.safetensors + heads.json (and resume state)")
-    t.add_argument("--n-heads", type=int, default=4, help="medusa: heads (head k guesses k tokens after x0)")
-    t.add_argument("--epochs", type=float, default=1.0)
-    t.add_argument("--max-tokens", type=int, default=300_000, help="training tokens read from --data")
-    t.add_argument("--seq", type=int, default=256, help="tokens per training row")
-    t.add_argument("--batch", type=int, default=4, help="rows per step")
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--distill", type=int, default=0, metavar="P",
+    r = {k: f"{lo}..{hi}" for k, (lo, hi) in TRAIN.items()}
+    t.add_argument("--model", default=None, type=nonempty,
+                   help="hub id or local directory (default: the embedded model)")
+    t.add_argument("--kind", required=True, type=nonempty, help="medusa or eagle")
+    t.add_argument("--data", required=True, nargs="+", type=text_path, help="text files and/or folders of text files")
+    t.add_argument("--out", required=True, type=output_dir,
+                   help="folder for heads.safetensors + heads.json (and resume state)")
+    t.add_argument("--n-heads", type=int_in(*TRAIN["n_heads"]), default=4,
+                   help=f"medusa: heads (head k guesses k tokens after x0), {r['n_heads']}")
+    t.add_argument("--epochs", type=float_in(*TRAIN["epochs"], open_lo=True), default=1.0,
+                   help="passes over the training rows, > 0 (fractions allowed), at most 1000")
+    t.add_argument("--max-tokens", type=int_in(*TRAIN["max_tokens"]), default=300_000,
+                   help="training tokens read from --data (at least two rows of --seq)")
+    t.add_argument("--seq", type=int_in(*TRAIN["seq"]), default=256,
+                   help=f"tokens per training row, {r['seq']} (and within the model's positions)")
+    t.add_argument("--batch", type=int_in(*TRAIN["batch"]), default=4, help=f"rows per step, {r['batch']}")
+    t.add_argument("--lr", type=float_in(*TRAIN["lr"], open_lo=True), default=1e-3, help="learning rate, in (0, 1]")
+    t.add_argument("--distill", type=int_in(*TRAIN["distill"]), default=0, metavar="P",
                    help="self-distillation: keep each row's first P tokens, train on the model's own greedy "
                         "continuation (what greedy verification accepts); 0 = train on your text as is")
-    t.add_argument("--unroll", type=int, default=1, metavar="J",
+    t.add_argument("--unroll", type=int_in(*TRAIN["unroll"]), default=1, metavar="J",
                    help="eagle: also train drafting levels 2..J on the head's own predicted features, as it drafts "
                         "(EAGLE-3's training-time test; each level costs about one more pass)")
-    t.add_argument("--init", default=None, metavar="DIR", help="start from these heads (same kind and model): fine-tune")
-    t.add_argument("--cache", default=None, help="feature cache folder (default OUT/features)")
-    t.add_argument("--device", default=None, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
-    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--init", default=None, metavar="DIR", type=input_dir,
+                   help="start from these heads (same kind and model): fine-tune")
+    t.add_argument("--cache", default=None, type=output_dir, help="feature cache folder (default OUT/features)")
+    t.add_argument("--device", default=None, type=nonempty, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
+    t.add_argument("--threads", type=int_in(*THREADS), default=None, help=f"CPU threads, {THREADS[0]}..{THREADS[1]}")
     t.add_argument("--trust-remote-code", action="store_true")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
+        return args
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
     hf_logging.disable_progress_bar()
     try:
         return train_heads(args) if args.command == "train-heads" else generate(args)
     except (ValueError, ModelError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
 
@@ -178,7 +215,11 @@ def setup(args: argparse.Namespace):
     if args.method == "speculative":
         from .models import DEFAULT_DRAFT
         from .staged import load_table
-        table = load_table(args.ngram_table) if args.ngram_table else None
+        try:
+            table = load_table(args.ngram_table) if args.ngram_table else None
+        except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
+            raise ValueError(f"cannot read n-gram table {args.ngram_table}: {type(e).__name__}: {one_line(e, 200)}") \
+                from None
         draft, dtok = load(args.draft or DEFAULT_DRAFT, device=args.device, dtype=args.dtype,
                            trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
         shape = dict(draft_tokens=args.draft_tokens, tree=args.tree, tree_budget=args.tree_budget,
@@ -260,6 +301,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
         print(f"[reference] {copied} of {st['new_tokens']} tokens copied from {len(args.reference)} reference "
               f"text(s)", file=sys.stderr)
     if out:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
         tr.save(out)
 
 
@@ -272,17 +314,36 @@ def train_heads(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}")
     if args.unroll < 1 or (args.unroll > 1 and args.kind != "eagle"):
         raise ValueError("--unroll takes a whole number >= 1, and levels above 1 only for --kind eagle")
+    check_train_shape(args)
     texts = read_texts(args.data)
     if not texts:
         raise ValueError(f"no training text in {' '.join(args.data)}: no readable, non-empty text file")
     model, tok = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout="stock")
+    from .models import max_positions
+    positions = max_positions(model.config)
+    if positions is not None and args.seq > positions:
+        raise ValueError(f"--seq {args.seq} is longer than the model's {positions} positions")
     best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
                  max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
                  distill=args.distill, unroll=args.unroll, init=args.init, log=stderr_log)
     print(f"{args.kind} heads in {args.out}: best validation top-1 "
           + " ".join(f"{a:.3f}" for a in best["acc"]) + f" (step {best['step']})")
     return 0
+
+
+def check_train_shape(args: argparse.Namespace) -> None:
+    """Options of train-heads that only make sense together (each alone is range-checked by the parser)."""
+    need = (args.n_heads if args.kind == "medusa" else args.unroll) + 2  # the last guess needs a label in the row
+    if args.seq < need:
+        what = f"--n-heads {args.n_heads}" if args.kind == "medusa" else f"--unroll {args.unroll}"
+        raise ValueError(f"--seq {args.seq} is too short for {what}: a row needs at least {need} tokens")
+    if args.distill >= args.seq:
+        raise ValueError(f"--distill {args.distill} keeps that many tokens of each row: it must be below --seq "
+                         f"{args.seq}")
+    if args.max_tokens < 2 * args.seq:
+        raise ValueError(f"--max-tokens {args.max_tokens} is less than two rows of --seq {args.seq} "
+                         f"({2 * args.seq} tokens)")
 
 
 def exactness(model, tok, tr, sampling, force: bool) -> None:

@@ -6,7 +6,10 @@ speed-up against plain greedy on the same prompt). Kept out of __main__.py so it
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
+import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -15,15 +18,200 @@ from .api import run, vocab_for
 from .models import describe
 from .trace import Trace
 
+# --- Argument checks shared by every CLI (decoding, profiling, profiling.project/.operators, viz) ----------
+# Bad input is one line on stderr ("error: ..."), exit status 2, never a traceback: every option that takes a
+# value gets one of these types (or choices), so argparse refuses it before anything loads.
+
+THREADS = (1, 256)  # --threads: torch/tokenizers thread pools; 100000 made the tokenizers pool panic (SIGSEGV)
+MAX_ECHO = 40  # characters of a refused value repeated in the message
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a refused argument is ONE line on stderr (`error: --window must be an integer in
+    [1, 64], got 0`), exit status 2, as the CLIs' own checks print it; --help is unchanged."""
+
+    def error(self, message: str):
+        head, sep, rest = message.partition(": ")
+        if head.startswith("argument ") and sep and rest.startswith("must "):
+            message = f"{head[len('argument '):]} {rest}"  # "argument --x: must ..." -> "--x must ..."
+        self.exit(2, f"error: {one_line(message)}\n")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """parser.parse_args(argv), but --help and a refused argument come back as their exit status (0, 2)
+    instead of SystemExit: every CLI's main(argv) returns an int, called in-process or as a program."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+
+
+def one_line(e: object, limit: int = 1000) -> str:
+    """An exception or message as one line (newlines folded), cut at `limit` characters."""
+    text = re.sub(r"\s*[\r\n]+\s*", " ", str(e)).strip() or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def _echo(text: str) -> str:
+    """A refused value as the message repeats it: a number as typed, anything else quoted (and cut)."""
+    text = str(text)
+    if len(text) <= MAX_ECHO and re.fullmatch(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf|infinity)",
+                                             text.strip(), re.I):
+        return text.strip()
+    return repr(text if len(text) <= MAX_ECHO else text[:MAX_ECHO] + "...")
+
+
+def _checked(fn, kind: str, **info):
+    fn.checked, fn.kind = True, kind  # tests/test_cli_fuzz.py finds every option's check through these
+    for k, v in info.items():
+        setattr(fn, k, v)
+    return fn
+
+
+def int_in(lo: int, hi: int):
+    """argparse type: a whole number in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(str(text).strip())
+        except ValueError:  # not a number, 1.5, 1e3, nan, a 100000-digit integer
+            v = None
+        if v is None or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be an integer in [{lo}, {hi}], got {_echo(text)}")
+        return v
+    return _checked(parse, "int", lo=lo, hi=hi)
+
+
+def float_in(lo: float, hi: float, *, open_lo: bool = False):
+    """argparse type: a finite number in [lo, hi] ((lo, hi] with open_lo); NaN, inf and 1e309 refused."""
+    def parse(text: str) -> float:
+        try:
+            v = float(str(text).strip())
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and (lo < v if open_lo else lo <= v) and v <= hi):
+            raise argparse.ArgumentTypeError(
+                f"must be a number in {'(' if open_lo else '['}{lo:g}, {hi:g}], got {_echo(text)}")
+        return v
+    return _checked(parse, "float", lo=lo, hi=hi, open_lo=open_lo)
+
+
+def _nonempty(text: str) -> str:
+    if not str(text).strip() or "\x00" in str(text):
+        raise argparse.ArgumentTypeError("must not be empty" if "\x00" not in str(text) else
+                                         "must not contain NUL characters")
+    return text
+
+
+nonempty = _checked(_nonempty, "str")  # argparse type: a non-empty string (model ids, devices, --stop, ...)
+
+
+def input_file(text: str) -> str:
+    """argparse type: an existing file (its content is checked by whoever reads it)."""
+    p = Path(_nonempty(text))
+    if not p.exists():
+        raise argparse.ArgumentTypeError(f"must name an existing file; {_echo(text)} does not exist")
+    if not p.is_file():
+        raise argparse.ArgumentTypeError(f"must name a file; {_echo(text)} is a directory")
+    return text
+
+
+def input_dir(text: str) -> str:
+    """argparse type: an existing folder."""
+    p = Path(_nonempty(text))
+    if not p.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"must name an existing folder; {_echo(text)} " + ("is a file" if p.exists() else "does not exist"))
+    return text
+
+
+def text_path(text: str) -> str:
+    """argparse type: an existing folder, or a UTF-8 text file (NUL bytes or invalid UTF-8 = binary)."""
+    p = Path(_nonempty(text))
+    if not p.exists():
+        raise argparse.ArgumentTypeError(f"must name existing files or folders; {_echo(text)} does not exist")
+    if p.is_file() and is_binary(p):
+        raise argparse.ArgumentTypeError(f"must name UTF-8 text files; {_echo(text)} is binary")
+    return text
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file to write (its folder is created), not an existing folder."""
+    p = Path(_nonempty(text))
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"must name a file to write; {_echo(text)} is a directory")
+    parent = next((a for a in p.absolute().parents if a.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"must name a file to write; {_echo(str(parent))} is a file, not a folder")
+    return text
+
+
+def output_dir(text: str) -> str:
+    """argparse type: a folder to write into (created if missing), not an existing file."""
+    p = Path(_nonempty(text))
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"must name a folder; {_echo(text)} is a file")
+    parent = next((a for a in p.absolute().parents if a.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"must name a folder; {_echo(str(parent))} is a file, not a folder")
+    return text
+
+
+for _fn, _kind in ((input_file, "input_file"), (input_dir, "input_dir"), (text_path, "text_path"),
+                   (output_file, "output_file"), (output_dir, "output_dir")):
+    _checked(_fn, _kind)
+
+
+def is_binary(path: Path, sample: int = 1 << 20) -> bool:
+    """NUL bytes or invalid UTF-8 in the file's first `sample` bytes (a cut multi-byte character is fine)."""
+    with open(path, "rb") as f:
+        raw = f.read(sample)
+    if b"\x00" in raw:
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(raw, final=len(raw) < sample)
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """A UTF-8 text file's content; missing, a folder, NUL bytes or not UTF-8 -> ValueError / OSError."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
+    raw = p.read_bytes()  # a missing file: FileNotFoundError, "No such file or directory"
+    try:
+        if b"\x00" in raw:
+            raise UnicodeDecodeError("utf-8", raw, 0, 1, "NUL byte")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {p.name!r} is binary, not UTF-8 text") from None
+
+
+# Errors a malformed document can raise inside a reader or a renderer that does not check it itself.
+MALFORMED = (TypeError, AttributeError, KeyError, IndexError, RecursionError, ArithmeticError)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Trace.load for the CLIs: anything that is not a readable trace is a ValueError (one line) or OSError."""
+    try:
+        return Trace.load(path)
+    except MALFORMED as e:  # last guard: Trace.load validates the document itself
+        raise ValueError(not_a_trace(path, e)) from None
+
+
+def not_a_trace(path: str | Path, e: BaseException) -> str:
+    return f"not a DecodeScope trace: {Path(path).name}: {type(e).__name__}: {one_line(e, 300)}"
+
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
-    g.add_argument("--prompt-file", default=None,
+    g.add_argument("--prompt-file", default=None, type=nonempty,
                    help="prompts to decode one after another: a text file with one prompt per line, a .json "
                         "list of strings, or a .jsonl file with one JSON string per line; - reads stdin "
                         "(all of it, one prompt)")
     g.add_argument("--chat", action="store_true",
                    help="wrap each prompt as a user turn in the tokenizer's chat template")
-    g.add_argument("--stop", action="append", default=None,
+    g.add_argument("--stop", action="append", default=None, type=nonempty,
                    help="stop once the output contains this text (repeatable; kept in the output, like HF "
                         "stop_strings)")
     g.add_argument("--stream", action="store_true", help="print the text as each step accepts tokens")
@@ -41,17 +229,26 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
         raise ValueError("give either --prompt or --prompt-file, not both")
     if args.prompt_file == "-":
         prompts = [sys.stdin.read()]
+        if "\x00" in prompts[0]:
+            raise ValueError("the prompt on stdin is binary (NUL bytes), not text")
     else:
         path = Path(args.prompt_file)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".json":
-            prompts = json.loads(text)
-        elif path.suffix == ".jsonl":
-            prompts = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            prompts = [line for line in text.splitlines() if line.strip()]
+        text = read_text_file(path, "prompt file")
+        try:
+            if path.suffix == ".json":
+                prompts = json.loads(text)
+            elif path.suffix == ".jsonl":
+                prompts = [json.loads(line) for line in text.splitlines() if line.strip()]
+            else:
+                prompts = [line for line in text.splitlines() if line.strip()]
+        except RecursionError:
+            raise ValueError(f"{path.name} is nested too deeply: not a list of prompt strings") from None
+        except ValueError as e:  # JSONDecodeError, an integer of 100000 digits
+            raise ValueError(f"{path.name} is not valid JSON ({one_line(e, 200)})") from None
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise ValueError(f"{path.name} must hold prompt strings (a JSON list, or one JSON string per line)")
+        if any("\x00" in p for p in prompts):
+            raise ValueError(f"prompt file {path.name!r} holds a NUL character: prompts must be text")
     prompts = [p for p in prompts if p.strip()]
     if not prompts:
         raise ValueError("the prompt file has no prompts")

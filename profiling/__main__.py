@@ -14,25 +14,43 @@ from pathlib import Path
 
 from decoding.__main__ import build_parser as decoding_parser
 from decoding.__main__ import setup
+from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_dir
 from decoding.models import ModelError
 
 from .profiler import profile_run, save_profile
 from .sweep import format_sweep, latency_sweep
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+# generate's options that only generate uses: the profiler runs one --prompt and writes its files to --out
+GENERATE_ONLY = ("prompt_file", "chat", "stop", "stream", "compare", "json", "check_exact")
+
+
+def build_parser() -> argparse.ArgumentParser:
     """`generate`'s options (one builder: model, method, W/N/G, draft, --tree, --staged, --auto, dtype,
-    device, --trust-remote-code ...) plus the profiler's own."""
+    device, --trust-remote-code ..., with their range checks) plus the profiler's own."""
     gen = next(a for a in decoding_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["generate"]
-    ap = argparse.ArgumentParser(prog="python -m profiling", description=__doc__.splitlines()[0], parents=[gen],
-                                 conflict_handler="resolve")
+    ap = OneLineParser(prog="python -m profiling", description=__doc__.splitlines()[0], parents=[gen],
+                       conflict_handler="resolve")
     ap.set_defaults(method="greedy")
-    ap.add_argument("--prompt", default="def fibonacci(n):", help="text, tokenised exactly as tokenizer(prompt)")
+    ap.add_argument("--prompt", default="def fibonacci(n):", type=nonempty,
+                    help="text, tokenised exactly as tokenizer(prompt)")
     ap.add_argument("--no-peaks", action="store_true", help="skip the peak FLOP/s and bandwidth calibration")
     ap.add_argument("--sweep", action="store_true", help="also sweep step latency vs query tokens")
-    ap.add_argument("--sweep-kv", type=int, default=512, help="KV length the sweep runs against")
-    ap.add_argument("--out", default="runs/profile", help="output directory")
-    return ap.parse_args(argv)
+    ap.add_argument("--sweep-kv", type=int_in(1, 131072), default=512,
+                    help="KV length the sweep runs against, 1..131072 (capped at the model's positions)")
+    ap.add_argument("--out", default="runs/profile", type=output_dir, help="output directory")
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; --help and a refused argument raise SystemExit (main() returns its status)."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    given = [f"--{k.replace('_', '-')}" for k in GENERATE_ONLY if getattr(args, k, None) not in (None, False)]
+    if given:  # accepted by the shared builder, but nothing here would use them
+        ap.error(f"{', '.join(given)}: generate's option{'s' if len(given) > 1 else ''}, not the profiler's "
+                 "(python -m profiling profiles one --prompt and writes its files to --out)")
+    return args
 
 
 def summary_table(profile: dict) -> str:
@@ -57,7 +75,10 @@ def summary_table(profile: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:  # --help (0), or a refused argument (2, its one line already printed)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
     hf_logging.disable_progress_bar()
@@ -71,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                                static={"auto": None, "on": True, "off": False}[args.static],
                                draft_model=getattr(drafter, "draft", None))  # the draft's own costs
     except (ValueError, ModelError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     tr.save(out / f"{args.method}.trace.json")
     if args.sweep:

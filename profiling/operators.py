@@ -19,6 +19,8 @@ from typing import Any
 from .calibrate import DATASHEET
 from .flops import Arch, arch_of, dtype_bytes
 
+MAX_STEP = 1_000_000  # --step: far above any trace (max-new-tokens <= 4096 steps)
+
 
 def operators(a: Arch, q: int, kv_len: int, nbytes: int) -> list[dict]:
     """[{name, per_layer, flops, bytes, intensity}] for one forward of q tokens on kv_len cached ones;
@@ -68,7 +70,8 @@ def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None
             raise ValueError(f"unknown device {device}; datasheets known: {', '.join(DATASHEET)}")
         peak = {"name": device, **DATASHEET[device]}
     s = tr.steps[i]
-    a = arch_of(tr.model.get("config", {}))
+    from .project import model_arch
+    a = model_arch(tr)
     ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(tr.model.get("dtype", "float32"))), a.layers, peak)
     return {"step": i, "n_query": s.n_query, "kv_len": s.kv_len, "layers": a.layers, "peak": peak,
             "dtype": tr.model.get("dtype", "float32"),
@@ -89,18 +92,31 @@ def format_breakdown(b: dict) -> str:
     return "\n".join(rows)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    from decoding.cli_run import OneLineParser, int_in, nonempty
+    ap = OneLineParser(prog="python -m profiling.operators", description=__doc__.splitlines()[0])
+    ap.add_argument("trace", type=nonempty, help="a trace JSON (any DecodeScope trace version)")
+    ap.add_argument("--step", type=int_in(0, MAX_STEP), default=None,
+                    help="step index (default: the widest decode step)")
+    ap.add_argument("--device", default="H100", type=nonempty, help=f"datasheet peaks: {', '.join(DATASHEET)}")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m profiling.operators", description=__doc__.splitlines()[0])
-    ap.add_argument("trace")
-    ap.add_argument("--step", type=int, default=None, help="step index (default: the widest decode step)")
-    ap.add_argument("--device", default="H100", help=f"datasheet peaks: {', '.join(DATASHEET)}")
-    args = ap.parse_args(argv)
-    from decoding.trace import Trace
+    """Bad input (a missing or malformed trace, a step not in it, an unknown device) is one line, exit 2."""
+    from decoding.cli_run import MALFORMED, load_trace, not_a_trace, one_line, parse_args
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
+        return args
     try:
-        print(format_breakdown(step_breakdown(Trace.load(args.trace), args.step, device=args.device)))
-    except (ValueError, OSError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        table = format_breakdown(step_breakdown(load_trace(args.trace), args.step, device=args.device))
+    except MALFORMED as e:  # last guard: a trace the loader let through that the breakdown cannot read
+        print(f"error: {not_a_trace(args.trace, e)}", file=sys.stderr)
         return 2
+    except (ValueError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(table)
     return 0
 
 

@@ -17,11 +17,27 @@ import sys
 from typing import Any
 
 from .calibrate import DATASHEET
-from .flops import arch_of, dtype_bytes, step_cost, trace_costs
+from .flops import Arch, arch_of, dtype_bytes, step_cost, trace_costs
 
 LABEL = ("projection from datasheet peaks (roofline lower bound per step: no launch overhead, kernels at "
          "peak, target model only) — not a measurement")
 DEVICES = ("A100", "H100", "H200")
+
+
+def model_arch(tr) -> Arch:
+    """The recorded model's shape (trace.model["config"]), which every roofline number needs; a trace without
+    a usable one (hand-made, or a model config without sizes) is a ValueError with one line."""
+    cfg = tr.model.get("config") if isinstance(tr.model, dict) else None
+    try:
+        a = arch_of(cfg if isinstance(cfg, dict) else {})
+        ok = min(a.layers, a.hidden, a.heads, a.kv_heads, a.head_dim, a.intermediate, a.vocab) > 0
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"this {tr.method} trace records no usable model config (hidden size, layers, heads, vocab "
+                         "in model.config): the roofline needs the model's shape; traces written by `python -m "
+                         "decoding generate --json` carry it")
+    return a
 
 
 def step_seconds(flops: float, nbytes: float, peak: dict) -> float:
@@ -37,9 +53,9 @@ def project(trace: Any, devices=DEVICES, dtype: str = "bf16") -> dict:
     unknown = [x for x in devices if x not in DATASHEET]
     if unknown:
         raise ValueError(f"unknown device {', '.join(unknown)}; datasheets known: {', '.join(DATASHEET)}")
+    a = model_arch(tr)
     costs = trace_costs(d, dtype=dtype)
-    a, nb = arch_of(d["model"].get("config", {})), dtype_bytes({"bf16": "bfloat16", "fp16": "float16",
-                                                                "fp32": "float32"}.get(dtype, dtype))
+    nb = dtype_bytes({"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype))
     n, p = len(tr.output_ids), len(tr.prompt_ids)
     greedy = [step_cost(a, p, 0, nb)] + [step_cost(a, 1, p + i, nb) for i in range(max(n - 1, 0))]
     out = {"label": LABEL, "dtype": dtype, "tokens": n, "steps": len(costs), "greedy_steps": len(greedy),
@@ -69,20 +85,44 @@ def format_projection(pr: dict, method: str = "") -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m profiling.project", description=__doc__.splitlines()[0])
-    ap.add_argument("trace", help="a trace JSON (any DecodeScope trace version)")
+def device_list(text: str) -> list[str]:
+    """argparse type for --devices: comma-separated datasheet names, at least one."""
+    names = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"must name at least one of {', '.join(DATASHEET)} (comma-separated)")
+    return names
+
+
+device_list.checked, device_list.kind = True, "str"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from decoding.cli_run import OneLineParser, nonempty
+    ap = OneLineParser(prog="python -m profiling.project", description=__doc__.splitlines()[0])
+    ap.add_argument("trace", type=nonempty, help="a trace JSON (any DecodeScope trace version)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
-    ap.add_argument("--devices", default=",".join(DEVICES), help=f"comma-separated, from {', '.join(DATASHEET)}")
-    args = ap.parse_args(argv)
-    from decoding.trace import Trace
+    ap.add_argument("--devices", default=list(DEVICES), type=device_list,
+                    help=f"comma-separated, from {', '.join(DATASHEET)}")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Bad input (a missing or malformed trace, an unknown device) is one line on stderr, exit status 2."""
+    from decoding.cli_run import MALFORMED, load_trace, not_a_trace, one_line, parse_args
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
+        return args
     try:
-        tr = Trace.load(args.trace)
-        pr = project(tr, [x.strip() for x in args.devices.split(",") if x.strip()], args.dtype)
-    except (ValueError, OSError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        tr = load_trace(args.trace)
+        pr = project(tr, args.devices, args.dtype)
+        table = format_projection(pr, tr.method)
+    except MALFORMED as e:  # last guard: a trace the loader let through that the projection cannot read
+        print(f"error: {not_a_trace(args.trace, e)}", file=sys.stderr)
         return 2
-    print(format_projection(pr, tr.method))
+    except (ValueError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(table)
     return 0
 
 

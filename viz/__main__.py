@@ -11,29 +11,32 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m viz", description=__doc__.splitlines()[0])
+    from decoding.cli_run import OneLineParser, input_file, nonempty, output_file
+    ap = OneLineParser(prog="python -m viz", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("report", help="write the offline HTML report of a recorded trace")
-    r.add_argument("trace", help="trace JSON (any DecodeScope trace version)")
-    r.add_argument("-o", "--out", default="report.html", help="HTML file to write (default report.html)")
-    r.add_argument("--profile", default=None, help="profile JSON from python -m profiling (adds the cost panel)")
-    r.add_argument("--title", default=None)
+    r.add_argument("trace", type=nonempty, help="trace JSON (any DecodeScope trace version)")
+    r.add_argument("-o", "--out", default="report.html", type=output_file,
+                   help="HTML file to write (default report.html)")
+    r.add_argument("--profile", default=None, type=input_file,
+                   help="profile JSON from python -m profiling (adds the cost panel)")
+    r.add_argument("--title", default=None, type=nonempty)
     s = sub.add_parser("side-by-side", help="write an offline page comparing runs of one prompt step by step")
-    s.add_argument("traces", nargs="+", help="two or more trace JSON files (named by their method)")
-    s.add_argument("-o", "--out", default="side_by_side.html")
-    s.add_argument("--title", default=None)
+    s.add_argument("traces", nargs="+", type=nonempty, help="two or more trace JSON files (named by their method)")
+    s.add_argument("-o", "--out", default="side_by_side.html", type=output_file)
+    s.add_argument("--title", default=None, type=nonempty)
     return ap
 
 
 def side_by_side(args: argparse.Namespace) -> int:
-    from decoding.trace import Trace
+    from decoding.cli_run import load_trace
 
     from .report import write_side_by_side
     if len(args.traces) < 2:
         raise ValueError("side-by-side needs two or more trace files")
     runs = {}
     for f in args.traces:
-        tr = Trace.load(f)
+        tr = load_trace(f)
         name, k = tr.method, 2
         while name in runs:  # two settings of one method: lookahead, lookahead 2, ...
             name, k = f"{tr.method} {k}", k + 1
@@ -44,25 +47,36 @@ def side_by_side(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from decoding.trace import Trace
+    from decoding.cli_run import MALFORMED, load_trace, one_line
 
     from .report import write_report
-    tr = Trace.load(args.trace)
+    tr = load_trace(args.trace)
     profile = None
     if args.profile:
         from profiling.profiler import load_profile  # viz reads the dict; profiling owns its schema
-        profile = load_profile(args.profile)
+        try:
+            profile = load_profile(args.profile)
+        except MALFORMED as e:  # a JSON file that is not an object, nested too deeply, ...
+            raise ValueError(f"not a DecodeScope profile: {args.profile}: {type(e).__name__}: {one_line(e, 300)}") \
+                from None
     path = write_report(tr, args.out, profile=profile, title=args.title)
     print(f"wrote {path} ({tr.method}, {len(tr.steps)} steps, {path.stat().st_size / 1e3:.0f} kB)")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from decoding.cli_run import MALFORMED, one_line, parse_args
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
+        return args
     try:
         return side_by_side(args) if args.command == "side-by-side" else report(args)
+    except MALFORMED as e:  # last guard: a trace or profile the loaders let through that the page cannot render
+        print(f"error: not a DecodeScope trace or profile the report can render: {type(e).__name__}: "
+              f"{one_line(e, 300)}", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
 
