@@ -7,7 +7,7 @@ a CPU ships the best rows measured on the 2-core dev box with the v2 models (ben
 {code,chat}.md: lookahead W1 N3 G2 at 1.66x / 1.69x HF greedy, speculative staged tree 2,1,1,1,1 at
 1.03x / 1.14x), so the first Run needs no tuning.
 
-The autotuners (decoding/autotune*.py) are imported here only.
+The tuners (decoding/tune.py, one per method, the CLI's --auto too) are imported here only.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: autotune_heads
+               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
                "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1}}
 _lock = threading.Lock()
 
@@ -76,23 +76,16 @@ def cached(model_name: str, model, method: str) -> dict | None:
 def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, heads: str | None = None) -> dict:
     """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}.
     heads: the medusa / eagle heads folder the budget is tuned with (default: the shipped heads)."""
+    from decoding.models import ASSETS
+    from decoding.tune import TUNERS, tune as run_tuner
+
     measured = ""
-    if method == "lookahead":
-        from decoding.autotune import autotune
-        res = autotune(model, tok, PILOTS, pilot_tokens=32)
-        params, measured = res["best"], measured_lookahead(res)
-    elif method == "jacobi":
-        from decoding.jacobi import autotune_block
-        params = {"block": autotune_block(model, tok, PILOTS[0], pilot_tokens=32)["best"]}
-    elif method == "speculative":
-        from decoding.autotune_speculative import autotune_speculative
-        res = autotune_speculative(model, draft, tok, PILOTS, pilot_tokens=32, reps=1)
-        params, measured = res["best"], measured_speculative(res)
-    elif method in ("medusa", "eagle"):
-        from decoding.autotune_heads import autotune_heads
-        from decoding.models import ASSETS
-        res = autotune_heads(model, tok, PILOTS, method, heads or str(ASSETS / "heads" / method), reps=1)
-        params, measured = res["params"], measured_heads(res)
+    if method in TUNERS:  # the same tuner as the CLI's --auto (decoding/tune.py)
+        tuned = run_tuner(method, model, tok, PILOTS, pilot_tokens=32, reps=2 if method == "jacobi" else 1,
+                          draft=draft, heads=heads or str(ASSETS / "heads" / method))
+        params, res = tuned["params"], tuned["result"]
+        measured = {"lookahead": measured_lookahead, "speculative": measured_speculative, "medusa": measured_heads,
+                    "eagle": measured_heads}.get(method, lambda r: "")(res)
     else:
         params = dict(SHIPPED_CPU[method])  # prompt lookup has no tuner; its defaults copy freely
     with _lock:
@@ -142,6 +135,6 @@ def describe(method: str, params: dict) -> str:
     if method == "jacobi":
         return f"block {params['block']}"
     if method in ("medusa", "eagle"):
-        from decoding.autotune_heads import label
-        return f"tree {label(params)}"  # the words --auto prints
+        from decoding.tune import heads_label
+        return f"tree {heads_label(params)}"  # the words --auto prints
     return ""

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens, make_shape, speculative_query_tokens
+from decoding.draft_tree import make_shape, speculative_query_tokens
+from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 from decoding.reference_text import check_references
 
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits

@@ -17,7 +17,8 @@ from .cli_run import (THREADS, OneLineParser, add_arguments, compare_line, decod
                       text_path, timing_line, with_template)
 from .models import ModelError, load
 from .reference import measure
-from .params import LIMITS, MAX_TREE_NODES, make_shape
+from .draft_tree import make_shape
+from .params import LIMITS, MAX_TREE_NODES
 from .reference_text import check_references, read_reference, tokenize_references
 
 
@@ -226,33 +227,33 @@ def setup(args: argparse.Namespace):
                      staged=args.staged)
         if args.auto:
             from .speculative import check_compatible
-            from .autotune_speculative import autotune_speculative, label
+            from .tune import tune
             check_compatible(model, draft, tok, dtok)  # before piloting: a clear error, not a crash mid-tune
-            tuned = autotune_speculative(model, draft, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))
-            shape = tuned["best"]
-            print(f"[auto] {label(shape)}", file=sys.stderr)
+            tuned = tune("speculative", model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens), draft=draft)
+            shape = tuned["params"]
+            print(f"[auto] {tuned['label']}", file=sys.stderr)
         drafter = make_drafter("speculative", draft_model=draft, **shape, ngram_table=table,
                                confidence=args.draft_confidence, adaptive=args.adaptive, target_model=model,
                                tokenizer=tok, draft_tokenizer=dtok)
-    elif args.auto and args.method == "jacobi":
-        from .jacobi import autotune_block
-        best = autotune_block(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
-        print(f"[auto] block {best}", file=sys.stderr)
-        drafter = make_drafter("jacobi", block=best)
-    elif args.auto and args.method in ("medusa", "eagle"):
-        from .autotune_heads import autotune_heads, label
-        tuned = autotune_heads(model, tok, args.prompt, args.method, args.heads,
-                               pilot_tokens=min(32, args.max_new_tokens),
-                               **({} if params["confidence"] is None else {"cuts": (params["confidence"],)}))
-        print(f"[auto] tree {label(tuned['ranking'][0])} (" + ", ".join(
-            f"{label(r)}: {r['tokens_per_s']:.1f} tokens/s" for r in tuned["ranking"]) + ")", file=sys.stderr)
-        drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab,
-                               acceptance=args.acceptance, **tuned["params"])
-    elif args.auto:
-        from .autotune import autotune
-        best = autotune(model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens))["best"]
-        print(f"[auto] window {best['window']}, ngram {best['ngram']}, guesses {best['guesses']}", file=sys.stderr)
-        drafter = make_drafter("lookahead", **best, prompt_ngrams=params["prompt_ngrams"], text_span=args.text_span)
+    elif args.auto:  # one tuner per method (decoding/tune.py), the same the app's Tune button runs
+        from .tune import heads_label, tune
+        fixed = {"cuts": (params["confidence"],)} if args.method in ("medusa", "eagle") and \
+            params["confidence"] is not None else {}
+        tuned = tune(args.method, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
+                     heads=args.heads, **fixed)
+        extra = ""
+        if args.method in ("medusa", "eagle"):
+            extra = " (" + ", ".join(f"{heads_label(r)}: {r['tokens_per_s']:.1f} tokens/s"
+                                     for r in tuned["result"]["ranking"]) + ")"
+        print(f"[auto] {tuned['label']}{extra}", file=sys.stderr)
+        if args.method == "lookahead":
+            drafter = make_drafter("lookahead", **tuned["params"], prompt_ngrams=params["prompt_ngrams"],
+                                   text_span=args.text_span)
+        elif args.method == "jacobi":
+            drafter = make_drafter("jacobi", **tuned["params"])
+        else:
+            drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab,
+                                   acceptance=args.acceptance, **tuned["params"])
     if references:  # the tokenizer is loaded now: the drafter gets the references' token ids
         drafter = make_drafter("prompt_lookup", **params, reference_ids=tokenize_references(tok, references))
     return model, tok, drafter, sampling
@@ -281,7 +282,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     st = tr.stats()
     spec = {}
     if args.method in ("speculative", "medusa", "eagle"):
-        from .speculative import speculative_stats
+        from .stats import speculative_stats
         spec = speculative_stats(tr)
     if not args.stream:  # streamed text is already on stdout
         print(tr.text)

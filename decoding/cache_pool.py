@@ -14,10 +14,7 @@ import os
 import threading
 import weakref
 
-import numpy as np
-import torch
-
-from .static_cache import GRAPH_MAX, StaticKV, size_class
+from .static_cache import StaticKV, size_class
 
 POOL_CACHES = 2   # idle caches kept per model
 POOL_BYTES = int(os.environ.get("DECODESCOPE_POOL_BYTES", str(4 << 30)))  # their bytes per model
@@ -61,32 +58,6 @@ def pool_status(model) -> dict:
         pool = list(_pool(model))
     return {"budget": {"caches": POOL_CACHES, "bytes": POOL_BYTES},
             "caches": [{"capacity": c.capacity, "bytes": c.nbytes(), "captured": c.status()["captured"]} for c in pool]}
-
-
-def precapture(model, capacity: int = 1024, max_bucket: int = GRAPH_MAX) -> dict | None:
-    """Capture the common buckets at model load (every (Qb, Rb) up to max_bucket) into a pooled cache of
-    `capacity`, so a visitor's first run does not pay capture. CUDA and the static default only (the
-    app calls it for every model it loads); returns the cache's status, None where nothing was done."""
-    from .core import attention_backends
-    from .runner import default_static
-    device = model.get_input_embeddings().weight.device
-    if device.type != "cuda" or not default_static(model):
-        return None
-    kv = acquire(model, capacity)
-    try:
-        with torch.inference_mode(), attention_backends(device):
-            qb = 1
-            while qb <= min(max_bucket, GRAPH_MAX):
-                vis = np.tril(np.ones((qb, qb), dtype=bool))
-                rb = 1
-                while rb <= qb:
-                    kv.step([0] * qb, list(range(qb)), vis, 0, 0, None if rb == qb else rb)
-                    rb *= 2
-                qb *= 2
-        status = kv.status()
-    finally:
-        release(weakref.ref(model), kv)
-    return status
 
 
 def _pool(model) -> list[StaticKV]:

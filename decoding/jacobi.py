@@ -69,27 +69,3 @@ class Jacobi:
         self.guesses = keep + self._init(opened)
         self.fresh = [False] * len(keep) + [True] * opened
         plan.info["jacobi"].update(updated=list(updated), accepted=k, next=list(self.guesses))
-
-
-BLOCKS = (1, 2, 4, 8, 16)
-
-
-def autotune_block(model, tokenizer, prompt: str | list[int], *, pilot_tokens: int = 32, blocks=BLOCKS,
-                   reps: int = 2) -> dict:
-    """The block size with the best measured tokens/s on this prompt and device (pilot runs, best of
-    `reps` wall times each). Why a tuner at all: compression hardly grows with K on real models (a
-    guess made from a wrong left context is rarely right) while a K-token step costs more than a
-    1-token step, so the best K is usually small, and how small depends on the device's latency curve.
-    Returns {"best": K, "ranking": [{"block", "compression", "tokens_per_s"}, ...]}."""
-    from .api import run
-    rows = []
-    for k in blocks:
-        best = None
-        for _ in range(reps):
-            tr = run(model, tokenizer, prompt, "jacobi", max_new_tokens=pilot_tokens, trace=False, block=k)
-            st = tr.stats()
-            if best is None or st["tokens_per_s"] > best["tokens_per_s"]:
-                best = {"block": k, "compression": st["compression"], "tokens_per_s": st["tokens_per_s"]}
-        rows.append(best)
-    rows.sort(key=lambda r: -r["tokens_per_s"])
-    return {"best": rows[0]["block"], "ranking": rows}

@@ -11,7 +11,6 @@ from typing import Iterable
 
 import torch
 
-from .params import agreement, describe_agreement
 
 
 def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int,
@@ -38,3 +37,19 @@ def measure(model, prompt_ids: list[int], output_ids: list[int], max_new_tokens:
     a = agreement(list(output_ids), ref)
     return {"reference": "hf_greedy", **a, "dtype": str(w.dtype).replace("torch.", ""), "device": str(w.device),
             "text": describe_agreement(a)}
+
+
+def agreement(ids: list[int], reference: list[int]) -> dict:
+    """Compare an output with a reference (HF greedy): exactness as measured, not as promised.
+
+    Returns {"identical": bool, "first_divergence": k or None, "compared": n}; k indexes new tokens."""
+    n = min(len(ids), len(reference))
+    k = next((i for i in range(n) if ids[i] != reference[i]), None)
+    if k is None and len(ids) != len(reference):
+        k = n
+    return {"identical": k is None, "first_divergence": k, "compared": n}
+
+
+def describe_agreement(a: dict) -> str:
+    """'identical' or 'first divergence at token k' (the words the CLI, race and trace use)."""
+    return "identical" if a["identical"] else f"first divergence at token {a['first_divergence']}"

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from typing import Callable, ContextManager, Iterable
 
+import numpy as np
+import torch
 from transformers import PreTrainedModel
 
-from . import verify
-from .core import Core, core_options
+from . import cache_pool, verify
+from .core import Core, attention_backends, core_options
 from .drafters import Drafter, Greedy
 from .masks import chain_parents
 from .sampling import Sampling, make_generator, sample, warp
@@ -167,3 +170,27 @@ def _eos_set(eos_token_id: int | Iterable[int] | None) -> set[int]:
     if isinstance(eos_token_id, int):
         return {eos_token_id}
     return {int(t) for t in eos_token_id}
+
+
+def precapture(model, capacity: int = 1024, max_bucket: int = GRAPH_MAX) -> dict | None:
+    """Capture the common buckets at model load (every (Qb, Rb) up to max_bucket) into a pooled cache of
+    `capacity`, so a visitor's first run does not pay capture. CUDA and the static default only (the
+    app calls it for every model it loads); returns the cache's status, None where nothing was done."""
+    device = model.get_input_embeddings().weight.device
+    if device.type != "cuda" or not default_static(model):
+        return None
+    kv = cache_pool.acquire(model, capacity)
+    try:
+        with torch.inference_mode(), attention_backends(device):
+            qb = 1
+            while qb <= min(max_bucket, GRAPH_MAX):
+                vis = np.tril(np.ones((qb, qb), dtype=bool))
+                rb = 1
+                while rb <= qb:
+                    kv.step([0] * qb, list(range(qb)), vis, 0, 0, None if rb == qb else rb)
+                    rb *= 2
+                qb *= 2
+        status = kv.status()
+    finally:
+        cache_pool.release(weakref.ref(model), kv)
+    return status

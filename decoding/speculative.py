@@ -13,17 +13,14 @@ Both rules keep the output distribution exactly that of sampling from the target
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import torch
 
-from .draft_tree import DraftCore, TreeBuilder
+from .draft_tree import DraftCore, TreeBuilder, make_shape
 from .drafters import Plan
 from .models import ModelError
-from .params import make_shape
 from .sampling import Sampling, make_generator, warp
 from .staged import NGramStage2, Table
-from .trace import Trace
 from .verify import Verdict
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
@@ -186,42 +183,3 @@ class Speculative:
             info["tree"]["target_prob"] = [None] + [round(x, 6) for x in tp]
         info["tree"]["draft_prob"] = [None if x is None else round(x, 6) for x in info["tree"]["draft_prob"]]
         info["settle_ms"] = (time.perf_counter() - t0) * 1e3
-
-
-def speculative_stats(tr: Trace) -> dict:
-    """Run statistics of a speculative trace (traced steps only): acceptance length, rates per depth,
-    accepted-length histogram, compression (new tokens per target forward, prefill included)."""
-    steps = [s for s in tr.steps if s.kind == "decode" and "tree" in s.info]
-    if not steps:
-        return {}
-    acc = [len(s.info["accepted_path"]) - 1 for s in steps]
-    drafted = sum(len(s.info["tree"]["tokens"]) - 1 for s in steps)
-    maxd = max(max(s.info["tree"]["depth"]) for s in steps)
-    tried, reached = [0] * (maxd + 1), [0] * (maxd + 1)
-    for s, a in zip(steps, acc):
-        path, par = s.info["accepted_path"], s.info["tree"]["parents"]
-        for d in range(1, maxd + 1):
-            if d - 1 <= a and any(p == path[d - 1] for p in par[1:]):
-                tried[d] += 1
-                reached[d] += d <= a
-    forwards = len(tr.steps)
-    origins = Counter(o for s in tr.steps if s.kind == "decode" for o in s.origins)
-    out = {
-        "mean_acceptance_length": 1 + sum(acc) / len(steps),
-        "draft_acceptance_rate": sum(acc) / drafted if drafted else 0.0,
-        "acceptance_rate_per_depth": {str(d): reached[d] / tried[d] for d in range(1, maxd + 1) if tried[d]},
-        "accepted_length_histogram": {str(k): v for k, v in sorted(Counter(acc).items())},
-        "compression": len(tr.output_ids) / forwards if forwards else 0.0,
-        "target_forwards": forwards,
-        "draft_forwards": sum(s.info.get("draft_forwards", 0) for s in steps),
-        "plain_steps": sum(not s.info.get("drafted", True) for s in steps),
-        "drafted_tokens": drafted,
-        "draft_ms": sum(s.info.get("draft_ms", 0.0) for s in steps),
-        "target_ms": sum(s.info.get("target_ms", 0.0) for s in steps),
-        "origins": dict(origins),
-    }
-    if any("stage2" in s.info for s in steps):
-        out["stage2_proposed"] = sum(s.info["stage2"]["proposed"] for s in steps if "stage2" in s.info)
-        out["stage2_accepted_by_draft"] = sum(s.info["stage2"]["accepted_by_draft"] for s in steps
-                                              if "stage2" in s.info)
-    return out

@@ -38,6 +38,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .stats import speculative_stats
 from .trace_check import TraceError, check_document, load_file, parse
 
 SCHEMA = "decodescope.trace/2"
@@ -99,7 +100,6 @@ class Trace:
         d = asdict(self)
         d["stats"] = self.stats()
         if self.method == "speculative":
-            from .speculative import speculative_stats  # lazy: trace.py stays plain data
             d["speculative"] = speculative_stats(self)
         return d
 

@@ -1,6 +1,6 @@
 """The automatic lookahead choice ranks real pilot runs by compression / measured step latency."""
 from conftest import tiny
-from decoding.autotune import GRID, autotune, interpolate, monotone
+from decoding.tune import GRID, autotune, interpolate, monotone
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 

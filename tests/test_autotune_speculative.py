@@ -1,6 +1,6 @@
 """The speculative autotune times real pilot runs of each shape against greedy and ranks them."""
 from conftest import tiny
-from decoding.autotune_speculative import SHAPES, autotune_speculative, label
+from decoding.tune import SHAPES, autotune_speculative, label
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 

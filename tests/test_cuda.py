@@ -19,7 +19,7 @@ import torch
 from conftest import tiny
 from decoding import Sampling, generate, make_drafter
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET, load
-from decoding.params import agreement, describe_agreement
+from decoding.reference import agreement, describe_agreement
 from decoding.reference import hf_greedy
 
 CUDA = torch.cuda.is_available()

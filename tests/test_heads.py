@@ -184,7 +184,7 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     """The tuner times every budget and ranks by tokens/s; the app's Tune (presets.tune) uses it with the
     heads it is given and stores the budget as the device's auto preset."""
     from appkit import presets
-    from decoding.autotune_heads import autotune_heads
+    from decoding.tune import autotune_heads
     from decoding.models import load
     model, heads = trained["llama", "medusa"]
     res = autotune_heads(model, None, PROMPTS[0], "medusa", heads, pilot_tokens=12, budgets=(2, 8), reps=1)

@@ -13,7 +13,7 @@ from decoding import Sampling, generate, make_drafter
 from decoding.__main__ import main as cli_main
 from decoding.models import ModelError
 from decoding.sampling import warp
-from decoding.speculative import speculative_stats
+from decoding.stats import speculative_stats
 
 # confidence=0: never stop drafting early (tiny random models are unsure of everything)
 MODES = [("chain", dict(draft_tokens=4, confidence=0.0)), ("tree", dict(tree=[3, 2, 1], confidence=0.0)),
