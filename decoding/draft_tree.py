@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .core import Core
+from .drafters import best_closed
 from .params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
 from .sampling import Sampling, uniform, warp
 
@@ -259,9 +260,8 @@ class TreeBuilder:
         """Dynamic mode: the best `budget` nodes by cumulative draft probability (ancestor-closed:
         a child never scores above its parent, and ties go to the shallower, earlier node)."""
         live = [k for k in range(1, len(nodes)) if nodes[k].token >= 0]
-        best = set(sorted(live, key=lambda k: (-nodes[k].score, nodes[k].depth, k))[:self.shape.budget])
-        best = {k for k in best if all(a in best or a == 0 for a in _ancestors(nodes, k))}
-        order = [0] + sorted(best)
+        order = best_closed([nd.parent for nd in nodes], live, self.shape.budget,
+                            key=lambda k: (-nodes[k].score, nodes[k].depth, k))
         remap = {old: new for new, old in enumerate(order)}
         out = []
         for k in order:
@@ -270,15 +270,6 @@ class TreeBuilder:
             nd.kids = [remap[c] for c in nd.kids if c in remap]
             out.append(nd)
         return out
-
-
-def _ancestors(nodes: list[Node], k: int) -> list[int]:
-    out = []
-    k = nodes[k].parent
-    while k > 0:
-        out.append(k)
-        k = nodes[k].parent
-    return out
 
 
 # ---- the shape's parameters: checked once for the API, the CLI and the app ----

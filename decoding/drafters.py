@@ -1,16 +1,38 @@
-"""The drafter contract, and the plain greedy baseline as the smallest drafter.
+"""The drafter contract, what tree drafters share, and the plain greedy baseline as the smallest drafter.
 
-A drafter proposes a step's tree of new tokens (a Plan) and learns from the target's answer (observe).
-Everything else (forward pass, mask, KV bookkeeping, verification, stopping, trace) is the runner's.
+A drafter proposes a step's tree of new tokens (a Plan) and learns from the target's answer (observe, with
+the Verdict: the accepted path, and the logits and hidden rows the forward produced). Everything else
+(forward pass, mask, KV bookkeeping, verification, stopping, trace) is the runner's. What a drafter can do
+is data (Abilities), read by the runner, the app and the tuner: nothing probes a drafter's attributes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Iterable, Protocol
 
 import torch
 
 from .verify import Verdict
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a drafter needs and does, declared once.
+    structure: the shape of its proposal ("chain", "tree", "window": lookahead's 2D window + candidates).
+    hidden_layers: target hidden states it reads (transformers' hidden_states index, -1 = last, normed):
+      the runner hands the prompt's rows to prefill_features() and each step's hidden_rows to observe().
+    own_model: it runs a model of its own (a draft): the runner calls bind(target, sampling) first.
+    wants_tracing: it records trace-only quantities (host transfers) only when told the run is traced
+      (the runner sets drafter.tracing).
+    acceptance: the verification rule when sampling: "exact" (the target's distribution) or "typical"
+      (Medusa's typical acceptance: opted in, labelled NOT exact).
+    knobs: the parameters decoding/tune.py may choose for it."""
+    structure: str = "chain"
+    hidden_layers: tuple[int, ...] = ()
+    own_model: bool = False
+    wants_tracing: bool = False
+    acceptance: str = "exact"
+    knobs: tuple[str, ...] = ()
 
 
 @dataclass
@@ -26,18 +48,16 @@ class Plan:
     q: torch.Tensor | None = None     # draft probabilities per node (speculative sampling), else None
     rows: list[int] | None = None     # nodes whose logits are read (None = all): the LM head skips the rest
     origins: list[str] | None = None  # per-node origin labels (query-aligned); overrides `origin`
-    logits: torch.Tensor | None = field(default=None, repr=False)  # target logits, set by the runner
     hidden_rows: list[int] | None = None  # nodes whose target hidden states the drafter reads (heads)
-    hidden_layers: tuple[int, ...] = (-1,)  # which: transformers' hidden_states index (-1 = last, normed)
-    hidden: torch.Tensor | None = field(default=None, repr=False)  # [layers, rows, h], set by the runner
-    acceptance: str = "exact"         # "typical": Medusa's typical acceptance when sampling (not exact)
 
 
 class Drafter(Protocol):
-    """Optional: `bind(model, sampling)` before a run; `prefill_features(feats)` receives the prompt's
-    hidden states (layers `hidden_layers`, all prompt rows) from the prefill forward when the drafter
-    has a `hidden_layers` attribute (self-drafting heads)."""
+    """The contract. Optional methods, called only where `abilities` says so: bind(model, sampling)
+    (own_model), prefill_features(feats) (hidden_layers: the prompt's hidden states, [layers, rows, h])."""
     name: str
+    abilities: Abilities
+
+    def config(self) -> dict: ...
 
     def start(self, prompt_ids: list[int]) -> None: ...
 
@@ -48,9 +68,37 @@ class Drafter(Protocol):
     def max_depth(self) -> int: ...
 
 
+def tree_record(tokens: list[int], parents: list[int], depths: list[int], origins: list[str],
+                draft_prob: list[float | None], **extra: list) -> dict:
+    """A step's drafted tree as the trace keeps it (info["tree"]): one entry per node in parallel arrays,
+    draft probabilities rounded to 6 digits; target_prob is filled after verification (None until then)."""
+    return {"tokens": list(tokens), "parents": list(parents), "depth": list(depths),
+            "draft_prob": [None if x is None else round(x, 6) for x in draft_prob],
+            "target_prob": [None] * len(tokens), "origin": list(origins), **extra}
+
+
+def best_closed(parents: list[int], candidates: Iterable[int], budget: int, key: Callable[[int], tuple]) -> list[int]:
+    """Root (node 0) plus the `budget` best candidates by `key` (smallest first), kept only where every
+    ancestor below the root was chosen too, in node order. The one selection rule of budgeted trees
+    (EAGLE's tree, speculative's dynamic tree): a child never scores above its parent, so dropping a node
+    whose ancestor missed the cut keeps the best ancestor-closed set."""
+    chosen = set(sorted(candidates, key=key)[:budget])
+
+    def closed(k: int) -> bool:
+        p = parents[k]
+        while p > 0:
+            if p not in chosen:
+                return False
+            p = parents[p]
+        return True
+
+    return [0] + sorted(k for k in chosen if closed(k))
+
+
 class Greedy:
     """One token per step: the baseline every accelerated method must reproduce exactly."""
     name = "greedy"
+    abilities = Abilities()
 
     def config(self) -> dict:
         return {}

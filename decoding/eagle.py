@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 import torch
-from .drafters import Plan
+from .drafters import Abilities, Plan, best_closed, tree_record
 from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, load_drafting
 from .masks import chain_parents, step_mask
@@ -41,7 +41,6 @@ def tree_shape(budget: int) -> tuple[int, int]:
 
 class Eagle:
     name = "eagle"
-    hidden_layers = (-1,)
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
                  beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE,
@@ -56,6 +55,11 @@ class Eagle:
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
         self.draft_vocab = draft_vocab
         self.module = None
+
+    @property
+    def abilities(self) -> Abilities:
+        return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
+                         knobs=("budget", "confidence"))
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
@@ -155,36 +159,23 @@ class Eagle:
         parents = [-1] + [remap[x[1]] for x in sel[1:]]
         depths = [x[2] for x in sel]
         origins = ["target"] + ["eagle draft"] * (n - 1)
-        info = {"tree": {"tokens": toks, "parents": parents, "depth": depths,
-                         "draft_prob": [None] + [round(x[3], 6) for x in sel[1:]], "target_prob": [None] * n,
-                         "origin": origins, "rank": [None] + [x[5] for x in sel[1:]]},
+        info = {"tree": tree_record(toks, parents, depths, origins, [x[3] for x in sel],
+                                    rank=[None] + [x[5] for x in sel[1:]]),
                 "drafted": True, "draft_forwards": forwards, "draft_ms": (time.perf_counter() - t0) * 1e3,
                 "target_forwards": 1, "mode": "eagle"}
         return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)), acceptance=self.acceptance,
+                    hidden_rows=list(range(n)),
                     q=q_rows(n, q_of) if q_of and n > 1 else None)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
-        self.pending = [plan.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
+        self.pending = [verdict.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
         record_verdict(plan, verdict)
 
 
 def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
     """Root plus the `budget` best nodes by cumulative draft probability, those at or above `confidence`
-    only, ancestor-closed, in node order (parents before children: a child never scores above its parent;
-    ties go to the earlier node)."""
-    order = [k for k in sorted(range(1, len(nodes)), key=lambda k: (-nodes[k][4], k))[:budget]
-             if nodes[k][4] >= confidence]
-    keep = set(order)
-    keep = {k for k in keep if _closed(nodes, k, keep)}
-    return [0] + sorted(keep)
-
-
-def _closed(nodes: list[list], k: int, keep: set[int]) -> bool:
-    p = nodes[k][1]
-    while p > 0:
-        if p not in keep:
-            return False
-        p = nodes[p][1]
-    return True
+    only, ancestor-closed, in node order (ties go to the earlier node)."""
+    parents = [x[1] for x in nodes]
+    above = [k for k in range(1, len(nodes)) if nodes[k][4] >= confidence]
+    return best_closed(parents, above, budget, key=lambda k: (-nodes[k][4], k))

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import random
 
-from .drafters import Plan
+from .drafters import Abilities, Plan
 from .masks import chain_parents
 from .verify import Verdict
 
 
 class Jacobi:
     name = "jacobi"
+    abilities = Abilities(structure="chain", knobs=("block",))
 
     def __init__(self, block: int = 8, seed: int = 0):
         if not isinstance(block, int) or isinstance(block, bool) or block < 1:

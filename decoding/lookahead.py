@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from .drafters import Plan
+from .drafters import Abilities, Plan
 from .masks import add_chains, add_trie, lookahead_layout
 from .pool import Pool
 from .verify import Verdict, common_prefix
@@ -18,6 +18,7 @@ from .verify import Verdict, common_prefix
 
 class Lookahead:
     name = "lookahead"
+    abilities = Abilities(structure="window", wants_tracing=True, knobs=("window", "ngram", "guesses"))
     tracing = False  # set by the runner: per-step pool deltas (info["pool_delta"]) only when tracing
 
     def __init__(self, window: int = 5, ngram: int = 4, guesses: int = 5, prompt_ngrams: bool = True,

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from .drafters import Plan
+from .drafters import Abilities, Plan, tree_record
 from .heads import CONFIDENCE, load_drafting
 from .sampling import Sampling
 from .verify import Verdict
@@ -27,7 +27,6 @@ from .verify import Verdict
 
 class Medusa:
     name = "medusa"
-    hidden_layers = (-1,)
 
     def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
                  confidence: float = CONFIDENCE, acceptance: str = "exact"):
@@ -38,6 +37,11 @@ class Medusa:
         self.confidence = float(confidence)  # nodes whose path probability is below it are not verified
         self.module = None
         self.feat: torch.Tensor | None = None
+
+    @property
+    def abilities(self) -> Abilities:
+        return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
+                         knobs=("budget", "confidence"))
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "branch": self.branch, "confidence": self.confidence,
@@ -81,18 +85,16 @@ class Medusa:
         n = len(nodes)
         toks, parents, depths = [x[0] for x in nodes], [x[1] for x in nodes], [x[2] for x in nodes]
         origins = ["target"] + [f"head {d}" for d in depths[1:]]
-        info = {"tree": {"tokens": toks, "parents": parents, "depth": depths,
-                         "draft_prob": [None] + [round(x[3], 6) for x in nodes[1:]],
-                         "target_prob": [None] * n, "origin": origins,
-                         "head": [None] + depths[1:], "rank": [None] + [x[5] for x in nodes[1:]]},
+        info = {"tree": tree_record(toks, parents, depths, origins, [x[3] for x in nodes],
+                                    head=[None] + depths[1:], rank=[None] + [x[5] for x in nodes[1:]]),
                 "drafted": True, "draft_ms": (time.perf_counter() - t0) * 1e3, "target_forwards": 1,
                 "mode": "medusa"}
         return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)), acceptance=self.acceptance)
+                    hidden_rows=list(range(n)))
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
-        self.feat = plan.hidden[0, verdict.path[-1]]
+        self.feat = verdict.hidden[0, verdict.path[-1]]
         record_verdict(plan, verdict)
 
 
@@ -117,7 +119,7 @@ def record_verdict(plan: Plan, verdict: Verdict) -> None:
     path = verdict.path
     kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
     info["accepted_path"], info["first_rejected"] = list(path), kids[0] if kids else None
-    if "tree" in info and plan.logits is not None and len(plan.tokens) > 1:
-        p = plan.logits[plan.parents[1:]].softmax(-1)
+    if "tree" in info and verdict.logits is not None and len(plan.tokens) > 1:
+        p = verdict.logits[plan.parents[1:]].softmax(-1)
         idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]
         info["tree"]["target_prob"] = [None] + [round(x, 6) for x in p.gather(-1, idx)[:, 0].tolist()]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 
-from .drafters import Plan
+from .drafters import Abilities, Plan
 from .masks import add_trie, depths_of
 from .ngrams import NGramIndex
 from .verify import Verdict, common_prefix
@@ -24,6 +24,7 @@ from .verify import Verdict, common_prefix
 
 class PromptLookup:
     name = "prompt_lookup"
+    abilities = Abilities(structure="tree")  # candidate chains merged into a trie
 
     def __init__(self, max_ngram: int = 3, num_tokens: int = 10, candidates: int = 1, min_ngram: int = 1,
                  reference: list[list[int]] | None = None, reference_tokens: int = 24):

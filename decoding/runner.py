@@ -45,9 +45,10 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     eos = _eos_set(eos_token_id)
     ctx_mgr = step_context or (lambda i, kind: contextlib.nullcontext())
     gen = None if sampling.greedy else make_generator(sampling)
-    if hasattr(drafter, "tracing"):  # trace-only quantities (host transfers) only when tracing
+    ab = drafter.abilities  # what the drafter needs, as data (engine/drafter contract)
+    if ab.wants_tracing:  # trace-only quantities (host transfers) only when tracing
         drafter.tracing = trace
-    if hasattr(drafter, "bind"):  # drafters with their own model (speculative) check it and learn sampling
+    if ab.own_model:  # a drafter with its own model (speculative's draft) checks it and learns sampling
         drafter.bind(model, sampling)
     static = default_static(model) if static is None else bool(static)
     # room for the whole run plus one bucket, so the static cache never regrows (and keeps its graphs)
@@ -81,15 +82,15 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
 
     with ctx_mgr(0, "prefill"):
         t0 = time.perf_counter()
-        layers = getattr(drafter, "hidden_layers", None)  # heads read the prompt's features too
-        if layers is None:
+        layers = drafter.abilities.hidden_layers  # heads read the prompt's features too
+        if not layers:
             logits = core.prefill(context)
         else:
             logits, feats = core.prefill(context, list(range(len(context))), layers)
         core.commit(list(range(len(context))))
         first = int(logits[-1].argmax()) if gen is None else sample(warp(logits[-1], sampling), gen)
         drafter.start(list(prompt_ids))
-        if layers is not None:
+        if layers:
             drafter.prefill_features(feats)
         step = Step(0, "prefill", 0, len(context), [], [])
         if trace:
@@ -108,17 +109,18 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
             t0 = time.perf_counter()
             plan = drafter.plan(context)
             kv_len = core.length
+            hidden = None
             if plan.hidden_rows is None:
                 logits = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows)
             else:  # the same forward hands back the features the drafter asked for (observe reads them)
-                logits, plan.hidden = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows,
-                                                   plan.hidden_rows, plan.hidden_layers)
+                logits, hidden = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows,
+                                              plan.hidden_rows, drafter.abilities.hidden_layers)
             preds = logits.argmax(-1).tolist()  # the one host sync of the step
             if gen is None:
                 v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)
             elif plan.q is not None:  # drafts sampled from a draft model: exact speculative sampling
                 v = verify.speculative(plan.tokens, plan.parents, plan.proposal, logits, plan.q, sampling, gen)
-            elif plan.acceptance == "typical":  # opted in, labelled not exact (trace config "acceptance")
+            elif drafter.abilities.acceptance == "typical":  # opted in, labelled not exact (trace config)
                 v = verify.typical(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
             else:
                 v = verify.sampled(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
@@ -126,7 +128,7 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
             step = Step(index, "decode", kv_len, len(plan.tokens), [], [])
             origin = plan.origin if plan.origins is None else [plan.origins[i] for i in v.path[1:]]
             stop = _accept(out, context, v.tokens, step, max_new_tokens, eos, origin)
-            plan.logits = logits
+            v.logits, v.hidden = logits, hidden  # the target's answer, for the drafter to learn from
             drafter.observe(plan, preds, v, context)
             if trace:
                 step.tokens, step.parents, step.roles = plan.tokens, plan.parents, plan.roles

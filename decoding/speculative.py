@@ -17,7 +17,7 @@ import time
 import torch
 
 from .draft_tree import DraftCore, TreeBuilder, make_shape
-from .drafters import Plan
+from .drafters import Abilities, Plan, tree_record
 from .models import ModelError
 from .sampling import Sampling, make_generator, warp
 from .staged import NGramStage2, Table
@@ -52,6 +52,8 @@ def _vocab_size(model) -> int:
 class Speculative:
     """Drafter: the draft model (and optionally stage 2) proposes, the runner's target forward verifies."""
     name = "speculative"
+    abilities = Abilities(structure="tree", own_model=True, wants_tracing=True,
+                          knobs=("draft_tokens", "tree", "tree_budget", "staged"))
     tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     def __init__(self, draft_model, draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
@@ -122,8 +124,8 @@ class Speculative:
         if not self._draft_now():  # a plain target step: the draft catches up later in one forward
             self._plain_run += 1
             self._keep = None
-            info = {"tree": {"tokens": [context[-1]], "parents": [-1], "depth": [0], "draft_prob": [None],
-                             "target_prob": [None], "origin": ["target"]}, "drafted": False, "draft_forwards": 0,
+            info = {"tree": tree_record([context[-1]], [-1], [0], ["target"], [None]), "drafted": False,
+                    "draft_forwards": 0,
                     "draft_ms": 0.0, "target_forwards": 1, "mode": self.shape.mode}
             self._t_plan_end = time.perf_counter()
             return Plan([context[-1]], [-1], [0], ["x0"], [[0, 0]], [False], origin="draft", info=info,
@@ -148,8 +150,7 @@ class Speculative:
         self._keep = list(range(n_catch - 1)) + [nodes[0].spec]
         self._spec = [nd.spec for nd in nodes]
         draft_ms = (time.perf_counter() - t0) * 1e3
-        info = {"tree": {"tokens": [nd.token for nd in nodes], "parents": parents, "depth": depths,
-                         "draft_prob": [nd.prob for nd in nodes], "target_prob": [None] * n, "origin": origins},
+        info = {"tree": tree_record([nd.token for nd in nodes], parents, depths, origins, [nd.prob for nd in nodes]),
                 **st, "drafted": True, "draft_ms": draft_ms, "target_forwards": 1, "mode": self.shape.mode}
         if self.stage2 is None:
             info.pop("stage2_proposed"), info.pop("stage2_accepted")
@@ -175,11 +176,10 @@ class Speculative:
         kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
         info["accepted_path"] = list(path)
         info["first_rejected"] = kids[0] if kids else None
-        if self.tracing and plan.logits is not None and len(plan.tokens) > 1:  # one transfer, trace only
-            lg = plan.logits[plan.parents[1:]]
+        if self.tracing and verdict.logits is not None and len(plan.tokens) > 1:  # one transfer, trace only
+            lg = verdict.logits[plan.parents[1:]]
             p = lg.softmax(-1) if self.sampling.greedy else warp(lg, self.sampling)
             idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]  # CUDA: same device
             tp = p.gather(-1, idx)[:, 0].tolist()
             info["tree"]["target_prob"] = [None] + [round(x, 6) for x in tp]
-        info["tree"]["draft_prob"] = [None if x is None else round(x, 6) for x in info["tree"]["draft_prob"]]
         info["settle_ms"] = (time.perf_counter() - t0) * 1e3

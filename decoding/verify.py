@@ -6,7 +6,7 @@ node; output is the accepted path (node indices, root x0 first) plus the token t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,6 +17,10 @@ from .sampling import Sampling, sample, uniform, warp
 class Verdict:
     path: list[int]        # query indices of x0 and the accepted proposal nodes, in order
     tokens: list[int]      # new tokens: the accepted proposals, then the target's own next token
+    # the target's answer the runner hands to observe(): the step's logits (rows as planned) and the
+    # hidden states of the plan's hidden_rows ([layers, rows, h]; None unless the drafter asked)
+    logits: torch.Tensor | None = field(default=None, repr=False)
+    hidden: torch.Tensor | None = field(default=None, repr=False)
 
 
 def greedy(tokens: list[int], parents: list[int], proposal: list[bool], preds: list[int]) -> Verdict:
