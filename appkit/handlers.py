@@ -18,8 +18,8 @@ import viz
 from decoding import make_drafter, make_sampling, run
 from decoding.api import vocab_for
 from decoding.models import describe, max_positions
-from decoding.graphs import capture_warning
-from decoding.reference_text import tokenize_references
+from decoding.fast.graphs import capture_warning
+from decoding.methods.reference_text import tokenize_references
 
 from . import presets
 from .costs import run_costs
@@ -85,7 +85,7 @@ def heads_folder(name: str, method: str) -> str:
 
 def check_heads(p, methods: list[str]) -> None:
     """Heads trained for another model, or a missing/corrupt heads file: one input error, before any run."""
-    from decoding.heads import HeadsError, load_heads
+    from decoding.methods.heads import HeadsError, load_heads
     for m in methods:
         if m in HEADS_METHODS:
             try:

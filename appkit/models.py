@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 
 from decoding import load
-from decoding.runner import precapture
+from decoding.engine.runner import precapture
 from decoding.models import ModelError, pick_device
 
 log = logging.getLogger("decodescope.models")
@@ -64,7 +64,7 @@ class ModelCache:
 
 def precapture_graphs(model) -> None:
     """Capture the common CUDA graph buckets at load, so a visitor's first run does not pay capture
-    (decoding.runner.precapture: CUDA and the static default only; not in ZeroGPU's main process,
+    (decoding.engine.runner.precapture: CUDA and the static default only; not in ZeroGPU's main process,
     which has no GPU until a @spaces.GPU call). A failure is logged; runs still capture on first use."""
     if os.environ.get("SPACES_ZERO_GPU") or not hasattr(model, "get_input_embeddings"):
         return

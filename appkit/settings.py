@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from decoding.draft_tree import make_shape, speculative_query_tokens
+from decoding.methods.draft_tree import make_shape, speculative_query_tokens
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
-from decoding.reference_text import check_references
+from decoding.methods.reference_text import check_references
 
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 

@@ -72,7 +72,7 @@ HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/presets.py SHIPPED_CPU;
 def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,
                spec_auto: dict | None = None, heads: Path | None = None) -> dict:
     """HF rows run on hf_model/hf_draft: the same weights as loaded by transformers (stock layout), which is
-    what a user would run instead; ours run on the engine's load (see decoding/layout.py). The extra row
+    what a user would run instead; ours run on the engine's load (see decoding/fast/layout.py). The extra row
     'HF greedy (engine layout)' shows how much of our speed-up comes from the weight layout alone."""
     hf_model, hf_draft = hf_model or model, hf_draft or draft
     c = {"HF greedy": hf_runner(hf_model, tok), **layout_row(model, hf_model, tok)}

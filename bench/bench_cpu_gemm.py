@@ -5,7 +5,7 @@
 
 Per row count M: the time of one pass over all the model's nn.Linear weights (x [M, in] @ W^T), MKL on
 the column-major layout (layout.py's "column", the previous default) and on the stock layout, and the
-packed kernel (decoding/cpu_gemm.py), interleaved, medians of --reps passes. The weights (tens of MB)
+packed kernel (decoding/fast/cpu_gemm.py), interleaved, medians of --reps passes. The weights (tens of MB)
 do not fit in cache, as in decoding, where each step streams them from memory.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from decoding.cpu_gemm import kernel, why_not  # noqa: E402
+from decoding.fast.cpu_gemm import kernel, why_not  # noqa: E402
 from decoding.models import load  # noqa: E402
 
 

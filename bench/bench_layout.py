@@ -1,4 +1,4 @@
-"""Step latency with transformers' stock weight layout vs the engine's column-major and packed ones (decoding/layout.py).
+"""Step latency with transformers' stock weight layout vs the engine's column-major and packed ones (decoding/fast/layout.py).
 
     python bench/bench_layout.py            # embedded model, q = 1..32, kv length 200, 1 thread
     python bench/bench_layout.py --quick    # tiny random model, seconds (used by the test suite)
@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from decoding import load  # noqa: E402
-from decoding.core import Core  # noqa: E402
-from decoding.masks import chain_parents  # noqa: E402
-from decoding.timing import time_step  # noqa: E402
+from decoding.engine.core import Core  # noqa: E402
+from decoding.engine.masks import chain_parents  # noqa: E402
+from decoding.engine.timing import time_step  # noqa: E402
 
 from bench import machine, tiny_dir  # noqa: E402
 from readme_table import layout_table  # noqa: E402

@@ -1,4 +1,4 @@
-"""Does the static-shape path (decoding/static_cache.py), or torch.compile of its buckets, pay on CPU?
+"""Does the static-shape path (decoding/fast/static_cache.py), or torch.compile of its buckets, pay on CPU?
 
     python bench/bench_static.py            # embedded target, fp32, 1 thread, code prompts, greedy + lookahead
     python bench/bench_static.py --quick    # tiny random model, seconds (checks that it runs)
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from decoding import generate, load, make_drafter  # noqa: E402
-from decoding.core import core_options  # noqa: E402
+from decoding.engine.core import core_options  # noqa: E402
 
 from bench import load_prompts, machine, tiny_dir  # noqa: E402
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from decoding import generate, load, make_drafter  # noqa: E402
-from decoding.cache_pool import pool_status  # noqa: E402
+from decoding.fast.cache_pool import pool_status  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 
 MIX = [("greedy", {}), ("lookahead", dict(window=15, ngram=5, guesses=15)), ("prompt_lookup", {}),

@@ -23,8 +23,8 @@ from bench import hf_runner, tiny_dir  # noqa: E402
 from decoding import load, run  # noqa: E402
 from decoding.api import eos_of  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
-from decoding.reference import agreement  # noqa: E402
-from decoding.reference import hf_greedy  # noqa: E402
+from decoding.exactness import agreement  # noqa: E402
+from decoding.exactness import hf_greedy  # noqa: E402
 
 # our methods: (method, params) -- the draft model is added to speculative rows
 OURS = {"ours greedy": ("greedy", {}),

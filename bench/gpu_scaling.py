@@ -29,10 +29,10 @@ import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from decoding import generate  # noqa: E402
-from decoding.masks import depths_of  # noqa: E402
-from decoding.runner import precapture  # noqa: E402
-from decoding.static_cache import bucket  # noqa: E402
-from decoding.timing import path_of, time_step, timing_core  # noqa: E402
+from decoding.engine.masks import depths_of  # noqa: E402
+from decoding.engine.runner import precapture  # noqa: E402
+from decoding.fast.static_cache import bucket  # noqa: E402
+from decoding.engine.timing import path_of, time_step, timing_core  # noqa: E402
 from profiling.calibrate import device_name, peaks  # noqa: E402
 from profiling.sweep import latency_sweep, tree_parents  # noqa: E402
 
@@ -78,7 +78,7 @@ def tree_vs_one(model, kv_len: int, q: int, reps: int, static: bool | None = Non
 
 def first_vs_warm(model, prompt_len: int, new_tokens: int) -> dict:
     """Mean decode-step ms of a visitor's first greedy run on a fresh prompt length (after the model-load
-    pre-capture the app does, decoding.runner.precapture), then of the same run again."""
+    pre-capture the app does, decoding.engine.runner.precapture), then of the same run again."""
     vocab = model.config.vocab_size
     rng = random.Random(1)
     prompt = [rng.randrange(vocab) for _ in range(prompt_len)]

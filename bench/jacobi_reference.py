@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench import hf_runner, load_prompts, machine  # noqa: E402
 from decoding import load, run  # noqa: E402
-from decoding.reference import hf_greedy  # noqa: E402
+from decoding.exactness import hf_greedy  # noqa: E402
 
 HEAD = "import codecs\n\n### Codec APIs\n\nclass Codec(codecs.Codec):"
 MODULE = '''class Codec(codecs.Codec):

@@ -1,11 +1,11 @@
 """DecodeScope's decoding engine: greedy, lookahead, prompt lookup and speculative decoding on one core.
 
 Greedy output equals HF greedy in fp32 (by construction, tests/test_exactness.py); in bf16/fp16 it is
-measured (decoding.reference, Trace.agreement). Sampling keeps the target's distribution."""
+measured (decoding.exactness, Trace.agreement). Sampling keeps the target's distribution."""
 from .api import METHODS, make_drafter, make_sampling, run
 from .models import ModelError, load
-from .runner import generate
-from .sampling import Sampling
+from .engine.runner import generate
+from .engine.sampling import Sampling
 from .trace import SCHEMA, Step, Trace
 
 __all__ = ["METHODS", "ModelError", "SCHEMA", "Sampling", "Step", "Trace", "generate", "load",

@@ -16,10 +16,10 @@ from .cli_run import (THREADS, OneLineParser, add_arguments, compare_line, decod
                       int_in, json_path, nonempty, one_line, output_dir, output_file, parse_args, read_prompts,
                       text_path, timing_line, with_template)
 from .models import ModelError, load
-from .reference import measure
-from .draft_tree import make_shape
+from .exactness import measure
+from .methods.draft_tree import make_shape
 from .params import LIMITS, MAX_TREE_NODES
-from .reference_text import check_references, read_reference, tokenize_references
+from .methods.reference_text import check_references, read_reference, tokenize_references
 
 
 def limit(name: str):
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, type=input_file,
-                   help="staged: JSON n-gram table (decoding.staged.save_table)")
+                   help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
     g.add_argument("--heads", default=None, type=nonempty,
                    help="medusa / eagle: heads folder (python -m decoding train-heads)")
     g.add_argument("--budget", type=int_in(1, MAX_TREE_NODES), default=None,
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"CPU threads, {THREADS[0]}..{THREADS[1]} (default: 1 for models < 100M params on <= 2 cores)")
     g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column", "packed"),
-                   help="weight storage on CPU fp32: auto = packed where its kernel builds (decoding/cpu_gemm.py), else column-major; stock = as loaded")
+                   help="weight storage on CPU fp32: auto = packed where its kernel builds (decoding/fast/cpu_gemm.py), else column-major; stock = as loaded")
     g.add_argument("--static", default="auto", choices=("auto", "on", "off"),
                    help="static-shape path (preallocated KV cache, bucketed query sizes, CUDA graphs): "
                         "auto = on for CUDA, off on CPU where it measured no faster")
@@ -190,7 +190,7 @@ def setup(args: argparse.Namespace):
             "medusa", "eagle"):
         raise ValueError("--heads, --budget, --draft-vocab and --acceptance need --method medusa or eagle")
     if args.acceptance:
-        from .medusa import check_acceptance
+        from .methods.medusa import check_acceptance
         check_acceptance(args.acceptance, sampling)
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
@@ -215,7 +215,7 @@ def setup(args: argparse.Namespace):
                       threads=args.threads, layout=args.layout, attn=args.attn)
     if args.method == "speculative":
         from .models import DEFAULT_DRAFT
-        from .staged import load_table
+        from .methods.stage2 import load_table
         try:
             table = load_table(args.ngram_table) if args.ngram_table else None
         except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
@@ -226,7 +226,7 @@ def setup(args: argparse.Namespace):
         shape = dict(draft_tokens=args.draft_tokens, tree=args.tree, tree_budget=args.tree_budget,
                      staged=args.staged)
         if args.auto:
-            from .speculative import check_compatible
+            from .methods.speculative import check_compatible
             from .tune import tune
             check_compatible(model, draft, tok, dtok)  # before piloting: a clear error, not a crash mid-tune
             tuned = tune("speculative", model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens), draft=draft)
@@ -289,7 +289,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
           f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
           file=sys.stderr)
-    from .graphs import capture_warning
+    from .fast.graphs import capture_warning
     if capture_warning(tr.config):  # one line: the run was exact but its failed buckets ran eagerly
         print(f"[graphs] {capture_warning(tr.config)}", file=sys.stderr)
     if spec:
@@ -309,8 +309,8 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
 def train_heads(args: argparse.Namespace) -> int:
     """python -m decoding train-heads: bad input (unknown kind, no text, missing data) fails before the
     model loads."""
-    from .heads import KINDS
-    from .train_heads import read_texts, stderr_log, train
+    from .methods.heads import KINDS
+    from .methods.train_heads import read_texts, stderr_log, train
     if args.kind not in KINDS:
         raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}")
     if args.unroll < 1 or (args.unroll > 1 and args.kind != "eagle"):

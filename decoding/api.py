@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import difflib
 
-from .drafters import Greedy
-from .jacobi import Jacobi
-from .lookahead import Lookahead
+from .engine.drafter import Greedy
+from .methods.jacobi import Jacobi
+from .methods.lookahead import Lookahead
 from .models import check_window, describe, max_positions
 from .params import LIMITS, TEXT_SPAN, check_range
-from .prompt_lookup import PromptLookup
-from .reference_text import tokenize_references
-from .runner import generate
-from .sampling import Sampling
-from .speculative import Speculative, check_compatible
+from .methods.prompt_lookup import PromptLookup
+from .methods.reference_text import tokenize_references
+from .engine.runner import generate
+from .engine.sampling import Sampling
+from .methods.speculative import Speculative, check_compatible
 from .trace import Trace
 
 METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle")
@@ -79,8 +79,8 @@ def make_drafter(method: str, **p):
     if method in HEADS_METHODS:
         if not p.get("heads"):
             raise ValueError(f"{method} needs heads: a folder made by python -m decoding train-heads --kind {method}")
-        from .eagle import Eagle
-        from .medusa import Medusa
+        from .methods.eagle import Eagle
+        from .methods.medusa import Medusa
         keys = [k for k in PARAMS[method] if k != "heads"]
         cls = Medusa if method == "medusa" else Eagle
         cast = {"confidence": float, "acceptance": str}

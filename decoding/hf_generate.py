@@ -20,7 +20,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .api import make_drafter, run
-from .sampling import Sampling
+from .engine.sampling import Sampling
 from .trace import Trace
 
 

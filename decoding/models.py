@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
-from .layout import LAYOUTS, apply_layout
+from .fast.layout import LAYOUTS, apply_layout
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEFAULT_TARGET = str(ASSETS / "target")

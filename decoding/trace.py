@@ -26,7 +26,7 @@ Step fields:
 With tracing off, the query arrays and info are left empty and only counts and times are kept.
 
 Trace.agreement (optional, None = not measured; traces without it load): the output compared with HF
-greedy on the same model (decoding.reference.measure): {"reference": "hf_greedy", "identical",
+greedy on the same model (decoding.exactness.measure): {"reference": "hf_greedy", "identical",
 "first_divergence" (new-token index or None), "compared", "dtype", "device", "text"}. Greedy fp32 is
 identical by construction; bf16/fp16 runs may diverge at near-tied logits, so they are measured.
 """

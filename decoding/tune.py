@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from .api import HEADS_METHODS, make_drafter, run
-from .timing import latency_curve
+from .engine.timing import latency_curve
 from .models import fitting_sizes, max_positions
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from decoding.models import fitting_sizes
-from decoding.timing import latency_curve, path_of, time_step, tree_parents  # noqa: F401 - re-exported for callers
+from decoding.engine.timing import latency_curve, path_of, time_step, tree_parents  # noqa: F401 - re-exported for callers
 
 from .calibrate import device_name
 from .flops import arch_of, dtype_bytes, step_cost

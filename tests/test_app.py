@@ -633,7 +633,7 @@ def test_app_module_contract():
 def test_jacobi_and_the_reference_box(client, dirs):
     """The Jacobi method and the reference text box reach the engine through the app's API;
     a bad block or an oversize reference gets the field's message."""
-    from decoding.reference_text import MAX_REFERENCE_CHARS
+    from decoding.methods.reference_text import MAX_REFERENCE_CHARS
     greedy = reference(dirs)
     msg, stats, text, html, path = client.predict(*settings(dirs, method="jacobi", block=3), api_name="/run")
     tr = saved_trace(path)

@@ -1,4 +1,4 @@
-"""The packed CPU GEMM kernel (decoding/cpu_gemm.py): F.linear's values, rows independent of each other,
+"""The packed CPU GEMM kernel (decoding/fast/cpu_gemm.py): F.linear's values, rows independent of each other,
 tied weights kept, re-packing after in-place updates, and the engine still returns HF greedy's tokens.
 
 The dev and CI machines are x86-64 with AVX2 and a compiler: the kernel must build there (a failed build
@@ -14,8 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
-from decoding.cpu_gemm import ROWS_MAX, PackedLinear, kernel, pack_linears, why_not
-from decoding.layout import apply_layout
+from decoding.fast.cpu_gemm import ROWS_MAX, PackedLinear, kernel, pack_linears, why_not
+from decoding.fast.layout import apply_layout
 
 
 def test_kernel_builds_here():

@@ -19,8 +19,8 @@ import torch
 from conftest import tiny
 from decoding import Sampling, generate, make_drafter
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET, load
-from decoding.reference import agreement, describe_agreement
-from decoding.reference import hf_greedy
+from decoding.exactness import agreement, describe_agreement
+from decoding.exactness import hf_greedy
 
 CUDA = torch.cuda.is_available()
 DEVICES = [pytest.param("cpu", id="cpu"),
@@ -102,7 +102,7 @@ def _has_static() -> bool:
 def test_static_and_dynamic_cache(device, dtype, method, static, record_property):
     """The same rules with the static KV cache (when the runner has one) and the dynamic one."""
     if static and not _has_static():
-        pytest.skip("decoding.runner.generate has no `static` option in this version")
+        pytest.skip("decoding.engine.runner.generate has no `static` option in this version")
     target, draft, ids = models("assets", device, dtype)
     extra = {"static": static} if _has_static() else {}
     tr = decode(target, draft, ids, method, **extra)

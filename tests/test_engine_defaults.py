@@ -1,7 +1,7 @@
 """Device defaults of the engine: dtype by model size on CUDA, SDPA kernels chosen on purpose."""
 import torch
 
-from decoding.core import attention_backends
+from decoding.engine.core import attention_backends
 from decoding.models import FP32_BELOW, pick_dtype
 
 

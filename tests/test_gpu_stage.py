@@ -15,9 +15,9 @@ from torch.overrides import TorchFunctionMode
 import decoding
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
-from decoding.core import core_options
-from decoding.graphs import capture_warning
-from decoding.static_cache import StaticKV
+from decoding.engine.core import core_options
+from decoding.fast.graphs import capture_warning
+from decoding.fast.static_cache import StaticKV
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 CUDA = torch.cuda.is_available()
@@ -36,7 +36,7 @@ def test_failed_capture_is_recorded_retried_once_and_stays_exact():
     assert all(e for e in g["failed"].values())
     line = capture_warning(tr.config)
     assert line and "capture failed" in line and "\n" not in line
-    from decoding.cache_pool import _pool
+    from decoding.fast.cache_pool import _pool
     kv = _pool(model)[0]
     assert max(kv.tries.values()) == 2  # retried once, then given up for this cache
     assert capture_warning(generate(model, PROMPT, max_new_tokens=4, static=False).config) is None
@@ -72,9 +72,9 @@ def test_paper_setting_runs_on_a_graph_bucket():
     """W15 N5 G15 with the default text span is a 165-token step (docs/engineering-notes.md, "Lookahead
     paper"): it runs in the 256-row graph bucket, reading 76 rows (x0, the top level, the candidates), with
     the dynamic path's logits."""
-    from decoding.core import Core
-    from decoding.masks import lookahead_layout
-    from decoding.static_cache import GRAPH_MAX, bucket
+    from decoding.engine.core import Core
+    from decoding.engine.masks import lookahead_layout
+    from decoding.fast.static_cache import GRAPH_MAX, bucket
     lay = lookahead_layout(15, 5, 4, 15)
     lay["parents"] = lay["parents"][:60] + [0 if i % 7 == 0 else 60 + i - 1 for i in range(105)]  # span 7
     q = len(lay["parents"])
@@ -102,7 +102,7 @@ def test_pool_keeps_its_budget_after_a_long_run_and_50_short_runs(monkeypatch):
     within POOL_BYTES, the long run's cache was evicted and freed by reference counting alone (gc off:
     no SlotLayer <-> StaticKV cycle keeps it)."""
     from decoding import cache_pool
-    from decoding.core import Core
+    from decoding.engine.core import Core
     model = tiny("llama", seed=13)
     drafter = make_drafter("lookahead", window=3, ngram=3, guesses=3)
     gc.collect()

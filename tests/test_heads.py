@@ -12,10 +12,10 @@ import torch
 from conftest import WORDS, hf_greedy, save_tiny_dir, tiny
 from decoding import Sampling
 from decoding.api import run
-from decoding.core import Core
-from decoding.heads import HeadsError, load_heads
-from decoding.core import core_options
-from decoding.train_heads import train
+from decoding.engine.core import Core
+from decoding.methods.heads import HeadsError, load_heads
+from decoding.engine.core import core_options
+from decoding.methods.train_heads import train
 
 ARCHS = ("llama", "qwen2", "gpt2")
 PROMPTS = ([5, 6, 7], [1, 9, 9, 2, 30])
@@ -295,7 +295,7 @@ def test_self_distill_rows_continue_with_the_models_own_greedy_text(tmp_path):
     text greedy verification accepts); the rows are cached, and a prompt as long as a row is refused."""
     import numpy as np
 
-    from decoding.train_heads import self_distill
+    from decoding.methods.train_heads import self_distill
     model = tiny("llama")
     rows = np.asarray([[5, 6, 7, 8] + [0] * 12, [1, 9, 9, 2] + [0] * 12, [3, 3, 4, 4] + [1] * 12], dtype=np.int32)
     out = self_distill(model, rows, 4, tmp_path / "k", batch=2, log=lambda *a: None)
@@ -312,8 +312,8 @@ def test_self_distill_rows_continue_with_the_models_own_greedy_text(tmp_path):
 def test_distilled_loss_ignores_guesses_of_the_prompt(kind):
     """With start = P only guesses of positions >= P count: labels before P may change without changing the
     loss, a label at P changes it."""
-    from decoding.heads import new_heads
-    from decoding.head_loss import head_loss
+    from decoding.methods.heads import new_heads
+    from decoding.methods.head_loss import head_loss
     model = tiny("llama")
     module, _ = new_heads(model, kind, 2)
     torch.manual_seed(0)
@@ -335,9 +335,9 @@ def test_eagle_drafting_layer_equals_the_heads_own_forward(kv_heads):
     through transformers' decoder layer: a causal prefill from scratch (past the first KV capacity and the
     first rotary table), then tree rows appended with an additive mask."""
     from transformers import DynamicCache
-    from decoding.eagle_layer import EagleLayer
-    from decoding.heads import EagleHead
-    from decoding.masks import chain_parents, step_mask
+    from decoding.methods.eagle_layer import EagleLayer
+    from decoding.methods.heads import EagleHead
+    from decoding.engine.masks import chain_parents, step_mask
     torch.manual_seed(0)
     spec = dict(hidden=32, heads=4, kv_heads=kv_heads, head_dim=8, intermediate=64, max_positions=4096,
                 eps=1e-6, rope_theta=10000.0)
@@ -368,7 +368,7 @@ def test_draft_vocabulary_drafts_only_frequent_tokens_and_stays_exact(trained, k
     """Training writes the target's token counts; draft_vocab=N drafts only the N most frequent tokens
     (FR-Spec), the default a quarter of the vocabulary, 0 all of it; greedy output is HF greedy in every
     case (verification uses the whole vocabulary). A damaged counts file is one clear error."""
-    from decoding.heads import COUNTS, load_counts
+    from decoding.methods.heads import COUNTS, load_counts
     model, heads = trained["llama", kind]
     counts = load_counts(heads)
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -448,9 +448,9 @@ def test_unrolled_training_sees_what_drafting_sees():
     """EAGLE's training-time test (--unroll): level j's prediction at start t, computed for every t at once
     under one mask, equals drafting it with EagleLayer: catch-up on the real pairs up to t, then one tree
     node per level on the previous level's predicted feature. Level 1 equals the plain (unroll 1) loss."""
-    from decoding.eagle_layer import EagleLayer
-    from decoding.heads import EagleHead
-    from decoding.head_loss import head_loss, unrolled_features
+    from decoding.methods.eagle_layer import EagleLayer
+    from decoding.methods.heads import EagleHead
+    from decoding.methods.head_loss import head_loss, unrolled_features
     torch.manual_seed(0)
     spec = dict(hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64, max_positions=512, eps=1e-6,
                 rope_theta=10000.0)
@@ -470,7 +470,7 @@ def test_unrolled_training_sees_what_drafting_sees():
                 f = layer(emb[0, t + 1 + j:t + 2 + j], f[-1:], [t + j], None)
                 torch.testing.assert_close(f[0], levels[j][0, t], rtol=1e-5, atol=1e-5)
     model = tiny("llama")
-    from decoding.heads import new_heads
+    from decoding.methods.heads import new_heads
     module, _ = new_heads(model, "eagle")
     ids = torch.randint(0, 50, (2, 16))
     with torch.no_grad():
@@ -500,7 +500,7 @@ def test_eagle_tree_shapes_follow_the_budget(trained):
 def test_loaded_heads_are_kept_per_model_until_their_files_change(trained, tmp_path):
     """Prompt after prompt reuses one load (the app, the benches); rewritten files or another model load anew."""
     import shutil
-    from decoding.heads import load_drafting
+    from decoding.methods.heads import load_drafting
     model, heads = trained["llama", "eagle"]
     copy = shutil.copytree(heads, tmp_path / "eagle")
     first = load_drafting(copy, model, "eagle", None)

@@ -5,7 +5,7 @@ import torch
 
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter, run
-from decoding.sampling import Sampling
+from decoding.engine.sampling import Sampling
 from test_sampling import chi2_pvalue, exact_joint, peaky_model, sampled_counts
 
 RUNS = 1000  # fewer than lookahead's 3000 (CI time); a wrong sampler still fails at p < 1e-3

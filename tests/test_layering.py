@@ -1,27 +1,134 @@
-"""Import rules the engine keeps: decoding/ needs nothing outside itself (the CLI's --auto included), and
-speculative.py does not import the API that builds it (api -> speculative only)."""
+"""Import rules the code keeps, read from the source (every import, lazy ones inside functions included):
+- no import circle among the project's modules (decoding/, viz/, appkit/, profiling/, decodescope/, app.py);
+- decoding/ needs nothing outside itself (no viz, profiling, app, gradio or plotly);
+- the rooms of decoding/: methods/ may use engine/ and fast/; engine/ and fast/ never import a method;
+  fast/ never imports the engine's loop; the top-level data modules (trace, params, stats, trace_check,
+  models) import no method; only api.py, tune.py, hf_generate.py and the CLI build methods.
+"""
+from __future__ import annotations
+
 import ast
 from pathlib import Path
 
-DECODING = Path(__file__).resolve().parent.parent / "decoding"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("decoding", "viz", "appkit", "profiling", "decodescope")
 
 
-def imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            out.add(("." * node.level) + (node.module or ""))
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = f
+    out["app"] = ROOT / "app.py"
     return out
 
 
+MODS = modules()
+
+
+def imported(name: str) -> set[str]:
+    """The project modules `name` imports (a from-import of a submodule counts as that submodule)."""
+    path = MODS[name]
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = name.split(".")
+            if node.level:
+                base = base[:len(base) - node.level + (1 if is_pkg else 0)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in MODS]
+            targets = subs + ([mod] if len(subs) < len(node.names) else [])
+        else:
+            continue
+        out |= {t for t in targets if t in MODS and t != name}
+    return out
+
+
+GRAPH = {m: imported(m) for m in MODS}
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative enough for our size)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles_anywhere():
+    assert cycles() == []
+
+
+def test_the_detector_finds_a_circle():
+    """The check can fail: a made-up back edge (engine.masks -> methods.lookahead, which imports
+    engine.masks) is reported."""
+    saved = set(GRAPH["decoding.engine.masks"])
+    GRAPH["decoding.engine.masks"].add("decoding.methods.lookahead")
+    try:
+        assert any("decoding.engine.masks" in c and "decoding.methods.lookahead" in c for c in cycles())
+    finally:
+        GRAPH["decoding.engine.masks"] = saved
+
+
 def test_decoding_imports_nothing_from_profiling_viz_or_the_app():
-    for f in DECODING.glob("*.py"):
-        bad = {m for m in imports(f) if m.split(".")[0] in ("profiling", "viz", "app", "appkit", "gradio", "plotly")}
-        assert not bad, f"{f.name} imports {bad}"
+    for name, path in MODS.items():
+        if name.split(".")[0] != "decoding":
+            continue
+        bad = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad |= {m for m in mods if m.split(".")[0] in ("profiling", "viz", "app", "appkit", "gradio", "plotly")}
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_the_rooms_of_decoding():
+    builders = {"decoding", "decoding.api", "decoding.tune", "decoding.hf_generate", "decoding.__main__",
+                "decoding.cli_run"}
+    for name, deps in GRAPH.items():
+        if not name.startswith("decoding"):
+            continue
+        room = name.split(".")[1] if name.count(".") >= 2 else "top"
+        methods = {d for d in deps if d.startswith("decoding.methods")}
+        if room in ("engine", "fast"):
+            assert not methods, f"{name} ({room}/) imports methods {methods}"
+        if room == "fast":
+            assert not {d for d in deps if d.startswith("decoding.engine")}, f"{name} (fast/) imports the engine"
+        if room == "top" and name not in builders:
+            assert not methods, f"{name} imports methods {methods}: only api, tune and the CLI build methods"
 
 
 def test_speculative_does_not_import_api():
-    assert not {m for m in imports(DECODING / "speculative.py") if m.endswith("api")}
-    assert ".speculative" in imports(DECODING / "api.py")
+    assert "decoding.api" not in GRAPH["decoding.methods.speculative"]
+    assert "decoding.methods.speculative" in GRAPH["decoding.api"]

@@ -1,12 +1,12 @@
 """The engine's CPU weight layouts: the same values, stored column-major or also packed for the skinny-GEMM
-kernel (decoding/cpu_gemm.py), and still exactly HF greedy's tokens on stock weights."""
+kernel (decoding/fast/cpu_gemm.py), and still exactly HF greedy's tokens on stock weights."""
 import pytest
 import torch
 
 from conftest import hf_greedy, save_tiny_dir
 from decoding import ModelError, generate, load, make_drafter
 from decoding.models import describe
-from decoding.layout import apply_layout, is_column_major
+from decoding.fast.layout import apply_layout, is_column_major
 
 
 @pytest.fixture(scope="module")

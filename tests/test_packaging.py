@@ -28,7 +28,7 @@ def test_wheel_builds_installs_and_imports_outside_the_repo(tmp_path):
     wheel = next((tmp_path / "dist").glob("decodescope-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for need in ("decoding/api.py", "decoding/__main__.py", "viz/report.py", "viz/stepper.js", "profiling/__main__.py",
-                 "appkit/handlers.py", "app.py", "decodescope/cli.py", "assets/target/config.json", "decoding/cpu_gemm.cpp",
+                 "appkit/handlers.py", "app.py", "decodescope/cli.py", "assets/target/config.json", "decoding/fast/cpu_gemm.cpp",
                  "assets/heads/eagle/heads.json", "assets/heads/medusa/heads.json",
                  "assets/target/tokenizer.json", "assets/draft/config.json", "assets/traces/prompt_lookup.json",
                  *(f"assets/{m}/{f.name}" for m in ("target", "draft") for f in (ROOT / "assets" / m).glob("*.safetensors"))):

@@ -9,8 +9,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from decoding import Step, Trace, generate, make_drafter
-from decoding.core import Core
-from decoding.masks import chain_parents, depths_of, lookahead_layout
+from decoding.engine.core import Core
+from decoding.engine.masks import chain_parents, depths_of, lookahead_layout
 from profiling import calibrate, roofline
 from profiling.__main__ import main as cli_main
 from profiling.flops import arch_of, attention_flops, draft_cost, linear_flops, step_cost, trace_costs

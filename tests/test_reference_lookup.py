@@ -6,7 +6,7 @@ import pytest
 from conftest import hf_greedy
 from decoding import generate, load, make_drafter, run
 from decoding.__main__ import main
-from decoding.reference_text import MAX_REFERENCE_CHARS, check_references, read_reference
+from decoding.methods.reference_text import MAX_REFERENCE_CHARS, check_references, read_reference
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 
@@ -115,7 +115,7 @@ def test_app_edit_example_copies_20_plus_tokens_a_step_on_the_embedded_model():
     identical to HF greedy, and some steps accept 20+ tokens."""
     from appkit.presets import SHIPPED_CPU
     from appkit.ui import EDIT_EXAMPLES
-    from decoding.reference import hf_greedy as hf
+    from decoding.exactness import hf_greedy as hf
     prompt, reference_text, method = EDIT_EXAMPLES[0]
     model, tok = load(threads=1)
     tr = run(model, tok, prompt, method, max_new_tokens=160, reference=reference_text, **SHIPPED_CPU[method])

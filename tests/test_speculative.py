@@ -12,7 +12,7 @@ from conftest import hf_greedy, save_tiny_dir, tiny
 from decoding import Sampling, generate, make_drafter
 from decoding.__main__ import main as cli_main
 from decoding.models import ModelError
-from decoding.sampling import warp
+from decoding.engine.sampling import warp
 from decoding.stats import speculative_stats
 
 # confidence=0: never stop drafting early (tiny random models are unsure of everything)
@@ -214,7 +214,7 @@ def test_cli(tmp_path, capsys):
 
 
 def test_stage2_ngram_model_and_table(tmp_path):
-    from decoding.staged import NGramStage2, build_table, load_table, save_table
+    from decoding.methods.stage2 import NGramStage2, build_table, load_table, save_table
     s2 = NGramStage2(max_n=2)
     s2.start([1, 2, 3, 4, 2, 3])
     assert s2.propose([9, 2, 3], 3) == [4, 2, 3]       # latest occurrence of (2, 3) continues with 4

@@ -1,13 +1,13 @@
-"""The static-shape path (decoding/static_cache.py) forced on, on CPU: the same ids as HF greedy for every
+"""The static-shape path (decoding/fast/static_cache.py) forced on, on CPU: the same ids as HF greedy for every
 method, the same logits as the dynamic path, buckets and padded rows that never leak into the output."""
 import pytest
 import torch
 
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
-from decoding.core import Core
-from decoding.draft_tree import DraftCore
-from decoding.static_cache import StaticKV, bucket
+from decoding.engine.core import Core
+from decoding.methods.draft_tree import DraftCore
+from decoding.fast.static_cache import StaticKV, bucket
 
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]]
 METHODS = [("greedy", {}), ("lookahead", dict(window=5, ngram=4, guesses=5)),
@@ -188,7 +188,7 @@ def test_static_cache_is_reused_across_runs():
 def test_fixed_shape_path_is_exact(method, params):
     """What a CUDA graph replays, run eagerly on CPU: static input buffers, a mask over the whole capacity
     (stale entries of the previous run and padded rows behind it), every row's logits: still HF greedy."""
-    from decoding.cache_pool import _pool
+    from decoding.fast.cache_pool import _pool
     model = tiny("qwen2", seed=8)
     kv = StaticKV(model, 512, fixed=True)  # a run needs prompt + 40 + GRAPH_MAX: the 512 size class
     _pool(model).append(kv)  # the next static Core of this model takes it (capacity fits)

@@ -108,7 +108,7 @@ def test_tracing_off_keeps_counts(tiny_models):
 
 def test_agreement_round_trips_and_old_traces_load(tiny_models, tmp_path):
     """The optional measured-agreement field survives JSON; a trace written before it existed still loads."""
-    from decoding.reference import measure
+    from decoding.exactness import measure
     model = tiny_models["llama"]
     tr = generate(model, PROMPT, make_drafter("lookahead"), max_new_tokens=12)
     tr.agreement = measure(model, PROMPT, tr.output_ids, 12)
@@ -123,7 +123,7 @@ def test_agreement_round_trips_and_old_traces_load(tiny_models, tmp_path):
 
 def test_agreement_reports_the_first_divergence(tiny_models):
     """A measurement must be able to fail: a changed token is reported at its index."""
-    from decoding.reference import measure
+    from decoding.exactness import measure
     model = tiny_models["llama"]
     ref = hf_greedy(model, PROMPT, 10)
     bad = ref[:6] + [(ref[6] + 1) % 64] + ref[7:]

@@ -7,8 +7,8 @@ import math
 import torch
 
 from decoding import Sampling
-from decoding.sampling import make_generator
-from decoding.verify import TYPICAL_DELTA, TYPICAL_EPSILON, typical
+from decoding.engine.sampling import make_generator
+from decoding.engine.verify import TYPICAL_DELTA, TYPICAL_EPSILON, typical
 
 V = 8
 S = Sampling(1.0, seed=0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from decoding.masks import tree_visibility
+from decoding.engine.masks import tree_visibility
 from decoding.trace import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -574,8 +574,8 @@ def test_pool_browser_lists_the_rebuilt_pool_by_key(tiny_models, tmp_path):
     """The step view carries each step's pool delta; Chromium's pool browser at step k lists exactly the pool
     viz.pool.contents rebuilds (= the engine's pool, tests/test_pool.py), the looked-up key first and marked."""
     import screenshots
-    from decoding.lookahead import Lookahead
-    from decoding.runner import generate
+    from decoding.methods.lookahead import Lookahead
+    from decoding.engine.runner import generate
     tr = generate(tiny_models["llama"], [5, 9, 3, 5, 9, 7, 5, 9, 3, 11, 5, 9], Lookahead(window=4, ngram=3, guesses=2,
                   pool_cap=1), max_new_tokens=16)
     data = _payload(viz.step_view_html(tr))

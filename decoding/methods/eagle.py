@@ -19,15 +19,15 @@ from __future__ import annotations
 import time
 
 import torch
-from .drafters import Abilities, Plan, best_closed, tree_record
+from ..engine.drafter import Abilities, Plan, best_closed, tree_record
 from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, load_drafting
-from .masks import chain_parents, step_mask
+from ..engine.masks import chain_parents, step_mask
 from .medusa import check_acceptance, record_verdict
 from .sampled_tree import draw, q_rows, sampled_shape
-from .sampling import Sampling, make_generator
-from .staging import Staging
-from .verify import Verdict
+from ..engine.sampling import Sampling, make_generator
+from ..fast.uploads import Uploads
+from ..engine.verify import Verdict
 
 
 def tree_shape(budget: int) -> tuple[int, int]:
@@ -75,7 +75,7 @@ class Eagle:
         if self.module is None or self._model is not model:
             self.module, self.cfg, self.draft = load_drafting(self.path, model, "eagle", self.draft_vocab)
             self.layer, self._model = EagleLayer(self.module), model
-            self.staging = Staging(self.module.fc.weight.device)  # masks travel pinned, non-blocking
+            self.uploads = Uploads(self.module.fc.weight.device)  # masks travel pinned, non-blocking
         self.emb = model.get_input_embeddings()
 
     def max_depth(self) -> int:
@@ -93,8 +93,8 @@ class Eagle:
              first: int) -> torch.Tensor:
         """Head forward of new region nodes (parents index the region; -1 = the real pairs only)."""
         dev = feats.device
-        io = self.staging.longs([toks, [d + self.n for d in depths]])  # ids and positions, one upload
-        mask = step_mask(parents, self.n, feats.dtype, dev, first=first, upload=self.staging.upload)[0, 0]
+        io = self.uploads.longs([toks, [d + self.n for d in depths]])  # ids and positions, one upload
+        mask = step_mask(parents, self.n, feats.dtype, dev, first=first, upload=self.uploads.upload)[0, 0]
         return self.layer(self.emb(io[0]), feats, io[1], mask, top=self.n + max(depths))
 
     @torch.inference_mode()

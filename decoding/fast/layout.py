@@ -10,7 +10,7 @@ same model; outputs still matched HF greedy on stock weights token for token on 
 (bench.py checks this on each run; tests/test_layout.py on tiny models).
 On GPUs cuBLAS is indifferent to the transposition, so the stock layout is kept there.
 
-"packed" goes further where decoding/cpu_gemm.py's kernel builds: the weights keep their stock storage and
+"packed" goes further where decoding/fast/cpu_gemm.py's kernel builds: the weights keep their stock storage and
 each nn.Linear also holds its weight as 16-column panels for a kernel whose cost hardly grows from 1 to 8
 rows (MKL's nearly triples). auto picks it on CPU float32 when the kernel is available and the panels fit
 in memory, else "column".

@@ -8,7 +8,7 @@ region ancestors and itself, at position length + depth. `commit(keep)` moves th
 onto the prefix and drops the rest: the one KV-compaction routine, for target and draft alike.
 
 Two caches behind the same API: transformers' DynamicCache (grows by concatenation), or the static path
-(decoding/static_cache.py: preallocated, bucketed, CUDA-graph replay on GPUs).
+(decoding/fast/static_cache.py: preallocated, bucketed, CUDA-graph replay on GPUs).
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .masks import chain_parents, step_mask, tree_visibility
-from .cache_pool import acquire, release
-from .models import check_architecture, sliding_window
-from .staging import Staging
-from .static_cache import StaticKV
+from ..fast.cache_pool import acquire, release
+from ..models import check_architecture, sliding_window
+from ..fast.uploads import Uploads
+from ..fast.static_cache import StaticKV
 
 # Defaults for Cores built while runner.generate runs, so that a drafter's own Core (the speculative
 # draft) follows the run's static setting without the drafter knowing about it.
@@ -89,7 +89,7 @@ class Core:
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []
-        self.staging = self.cache.staging if self.static else Staging(self.device)  # non-blocking uploads
+        self.uploads = self.cache.uploads if self.static else Uploads(self.device)  # non-blocking uploads
 
     def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
                 rows: list[int] | None = None, hidden: list[int] | None = None,
@@ -138,13 +138,13 @@ class Core:
     def _dynamic(self, tokens: list[int], allp: list[int], depths: list[int], n0: int, rows,
                  hidden: list[int] | None = None, layers: tuple = (-1,)):
         q, past = len(tokens), self.length
-        io = self.staging.longs([tokens, depths])
+        io = self.uploads.longs([tokens, depths])
         ids, pos = io[0:1], io[1:2] + past
-        mask = step_mask(allp, past, self.dtype, self.device, first=n0, upload=self.staging.upload)
+        mask = step_mask(allp, past, self.dtype, self.device, first=n0, upload=self.uploads.upload)
         if rows is None or isinstance(rows, int):
             keep = 0 if rows is None else rows
         else:
-            keep = self.staging.longs(rows)
+            keep = self.uploads.longs(rows)
         out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
                          use_cache=True, logits_to_keep=keep, output_hidden_states=hidden is not None)
         if not torch.is_tensor(keep):
@@ -161,7 +161,7 @@ class Core:
         """Keep region nodes `keep` (ascending; a root-first path) as accepted text, drop the rest."""
         past, n, k = self.length, len(self.spec_parents), len(keep)
         if keep != list(range(k)):  # not a prefix of the region: move the kept rows down
-            idx = self.staging.longs(keep) + past  # pinned, non_blocking: no host sync
+            idx = self.uploads.longs(keep) + past  # pinned, non_blocking: no host sync
             for t in _kv_tensors(self.cache):
                 t[..., past:past + k, :] = t.index_select(-2, idx)
         if k < n and not self.static:

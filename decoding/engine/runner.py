@@ -13,14 +13,16 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from . import cache_pool, verify
+from ..fast import cache_pool
+
+from . import verify
 from .core import Core, attention_backends, core_options
-from .drafters import Drafter, Greedy
+from .drafter import Drafter, Greedy
 from .masks import chain_parents
 from .sampling import Sampling, make_generator, sample, warp
-from .graphs import capture_summary
-from .static_cache import GRAPH_MAX
-from .trace import Step, Trace
+from ..fast.graphs import capture_summary
+from ..fast.static_cache import GRAPH_MAX
+from ..trace import Step, Trace
 
 StepContext = Callable[[int, str], ContextManager]
 STATIC_DEFAULT = {"cuda": True, "cpu": False}  # device type -> static path by default (measured: default_static)

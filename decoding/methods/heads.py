@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .cpu_gemm import PackedLinear
-from .layout import column_major_linears
-from .sampling import Sampling, warp
+from ..fast.cpu_gemm import PackedLinear
+from ..fast.layout import column_major_linears
+from ..engine.sampling import Sampling, warp
 
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
@@ -209,7 +209,7 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     and the target's LM head as the drafts read it. Kept per model while its heads files are unchanged
     (their sizes and times): the app and the benches decode prompt after prompt with one set of heads, and
     reading, fingerprinting and packing them again cost ~40 ms a run on the embedded target."""
-    from .layout import apply_layout
+    from ..fast.layout import apply_layout
     path = Path(path)
     stats = [f.stat() if f.is_file() else None for f in (path / CONFIG, path / WEIGHTS, path / COUNTS)]
     stamp = tuple(st and (st.st_mtime_ns, st.st_size) for st in stats)

@@ -1,6 +1,6 @@
 """Speculative decoding as a drafter on the shared engine: a draft model proposes a chain or a token tree,
-the target verifies it in the runner's one forward (decoding/runner.py), optionally staged (an n-gram
-stage 2 drafts for the draft model, decoding/staged.py). Draft-side machinery: decoding/draft_tree.py.
+the target verifies it in the runner's one forward (decoding/engine/runner.py), optionally staged (an n-gram
+stage 2 drafts for the draft model, decoding/methods/stage2.py). Draft-side machinery: decoding/methods/draft_tree.py.
 
 Modes: chain (draft_tokens=K: K tokens, the target checks K + 1 positions), tree (widths per depth, e.g.
 [3, 2, 1]) and dynamic (tree_budget=B: the B best nodes by cumulative draft probability, depth <= K).
@@ -17,11 +17,11 @@ import time
 import torch
 
 from .draft_tree import DraftCore, TreeBuilder, make_shape
-from .drafters import Abilities, Plan, tree_record
-from .models import ModelError
-from .sampling import Sampling, make_generator, warp
-from .staged import NGramStage2, Table
-from .verify import Verdict
+from ..engine.drafter import Abilities, Plan, tree_record
+from ..models import ModelError
+from ..engine.sampling import Sampling, make_generator, warp
+from .stage2 import NGramStage2, Table
+from ..engine.verify import Verdict
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
     """Refuse a draft that does not share the target's tokenizer (one clear message). Embedding row counts

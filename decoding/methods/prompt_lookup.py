@@ -1,7 +1,7 @@
 """Prompt lookup decoding: find the latest earlier occurrence of the context's last n-gram and propose
 the tokens that followed it. Several distinct continuations can be verified in the same forward pass.
 
-The shared n-gram index (decoding/ngrams.py: n-gram → positions where it ended) is updated
+The shared n-gram index (decoding/methods/ngrams.py: n-gram → positions where it ended) is updated
 incrementally, so a lookup costs O(1) instead of a scan of the whole context every step.
 
 Reference lookup (LLMA, Yang et al. 2023, "Inference with Reference"): the same lookup also searches
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import bisect
 
-from .drafters import Abilities, Plan
-from .masks import add_trie, depths_of
+from ..engine.drafter import Abilities, Plan
+from ..engine.masks import add_trie, depths_of
 from .ngrams import NGramIndex
-from .verify import Verdict, common_prefix
+from ..engine.verify import Verdict, common_prefix
 
 
 class PromptLookup:

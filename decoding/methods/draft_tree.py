@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .core import Core
-from .drafters import best_closed
-from .params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
-from .sampling import Sampling, uniform, warp
+from ..engine.core import Core
+from ..engine.drafter import best_closed
+from ..params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
+from ..engine.sampling import Sampling, uniform, warp
 
 
 class DraftCore(Core):

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 
-from .drafters import Abilities, Plan
-from .masks import add_chains, add_trie, lookahead_layout
-from .pool import Pool
-from .verify import Verdict, common_prefix
+from ..engine.drafter import Abilities, Plan
+from ..engine.masks import add_chains, add_trie, lookahead_layout
+from .lookahead_pool import Pool
+from ..engine.verify import Verdict, common_prefix
 
 
 class Lookahead:

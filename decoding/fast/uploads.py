@@ -13,7 +13,7 @@ import torch
 RING = 8  # staging slots per dtype: more uploads than this in flight wait for the oldest
 
 
-class Staging:
+class Uploads:
     def __init__(self, device: torch.device):
         self.device = torch.device(device)
         self.pinned = self.device.type == "cuda"

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import random
 
-from .drafters import Abilities, Plan
-from .masks import chain_parents
-from .verify import Verdict
+from ..engine.drafter import Abilities, Plan
+from ..engine.masks import chain_parents
+from ..engine.verify import Verdict
 
 
 class Jacobi:

@@ -19,10 +19,10 @@ import time
 
 import torch
 
-from .drafters import Abilities, Plan, tree_record
+from ..engine.drafter import Abilities, Plan, tree_record
 from .heads import CONFIDENCE, load_drafting
-from .sampling import Sampling
-from .verify import Verdict
+from ..engine.sampling import Sampling
+from ..engine.verify import Verdict
 
 
 class Medusa:

@@ -13,9 +13,9 @@ import torch
 
 from .core import Core, core_options
 from .masks import chain_parents, depths_of
-from .models import max_positions
+from ..models import max_positions
 from .runner import default_static
-from .static_cache import bucket
+from ..fast.static_cache import bucket
 
 
 def tree_parents(n: int, shape: str = "chain") -> list[int]:

@@ -22,7 +22,7 @@ Logits are the same as the dynamic path's: masked columns get exp(finfo.min - ma
 Capture and replay live in graphs.py (mixed into StaticKV): capture status per bucket (captured / failed
 with the error / used by the current run) lands in the trace config (runner.py); a failed capture is
 retried once, then that bucket runs eagerly for the cache's lifetime. Uploads go through pinned staging
-(staging.py).
+(uploads.py).
 Caches are pooled per model under one LRU policy with a budget (cache_pool.py).
 Plugs into transformers through the public Cache / CacheLayerMixin API; nothing is patched.
 """
@@ -35,7 +35,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .graphs import GraphReplay
-from .staging import Staging
+from .uploads import Uploads
 
 GRAPH_MAX = 256   # largest bucket captured as a CUDA graph; larger steps (prefill) run eagerly
 ROUND = 256       # capacity granularity (a multiple of 16 keeps the mask aligned for SDPA kernels)
@@ -118,7 +118,7 @@ class StaticKV(Cache, GraphReplay):
         self.fixed = self.graphs_on or compiled or fixed
         if compiled and model not in _COMPILED:  # (experiment: the compiled module keeps the model alive)
             _COMPILED[model] = torch.compile(model, dynamic=False)
-        self.staging = Staging(self.device)
+        self.uploads = Uploads(self.device)
         self.slots = torch.zeros(0, dtype=torch.long, device=self.device)
         self.kv_len = 0
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -226,7 +226,7 @@ class StaticKV(Cache, GraphReplay):
         vis_t = torch.from_numpy(np.array(vis, dtype=bool))
         if not (self.fixed and qb <= GRAPH_MAX):
             return self._eager(host, vis_t, length, start, q, rows, want, hid)
-        self.staging.upload(host, self.io[:, :qb])
+        self.uploads.upload(host, self.io[:, :qb])
         self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
         out, feats = self._fixed((qb, rb) if hid is None else (qb, rb, hid))
         logits = out[0]
@@ -236,7 +236,7 @@ class StaticKV(Cache, GraphReplay):
                 logits = logits.to(torch.float32, copy=True)
             else:
                 full = torch.zeros((q, logits.shape[-1]), dtype=torch.float32, device=self.device)
-                logits = full.index_copy_(0, self.staging.longs(want), logits.float())
+                logits = full.index_copy_(0, self.uploads.longs(want), logits.float())
         else:
             logits = logits[pad:]
             if isinstance(rows, int):
@@ -249,10 +249,10 @@ class StaticKV(Cache, GraphReplay):
         qb = host.shape[1]
         pad = qb - q
         kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))
-        io = self.staging.upload(host[:3])
+        io = self.uploads.upload(host[:3])
         mask = torch.empty((1, 1, qb, kv), dtype=self.dtype, device=self.device)
         self._fill_mask(mask, vis_t, length, start, q)
-        keep = q if rows is None else rows if isinstance(rows, int) else self.staging.longs(want) + pad
+        keep = q if rows is None else rows if isinstance(rows, int) else self.uploads.longs(want) + pad
         out, feats = self._forward(io, mask, kv, keep, None, hid)
         logits = out[0]
         if rows is None or isinstance(rows, int):
@@ -269,7 +269,7 @@ class StaticKV(Cache, GraphReplay):
         pad = mask.shape[2] - q
         mask.fill_(torch.finfo(self.dtype).min)
         mask[0, 0, pad:, :length] = 0
-        mask[0, 0, pad:, length:start + q].masked_fill_(self.staging.upload(vis), 0)
+        mask[0, 0, pad:, length:start + q].masked_fill_(self.uploads.upload(vis), 0)
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 
