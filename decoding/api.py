@@ -4,28 +4,35 @@ from __future__ import annotations
 import difflib
 
 from .engine.drafter import Greedy
-from .methods.jacobi import Jacobi
-from .methods.lookahead import Lookahead
-from .models import check_window, describe, max_positions
-from .params import LIMITS, TEXT_SPAN, check_range
-from .methods.prompt_lookup import PromptLookup
-from .methods.reference_text import tokenize_references
 from .engine.runner import generate
 from .engine.sampling import Sampling
-from .methods.speculative import Speculative, check_compatible
+from .methods.eagle import Eagle
+from .methods.jacobi import Jacobi
+from .methods.lookahead import Lookahead
+from .methods.medusa import Medusa
+from .methods.prompt_lookup import PromptLookup
+from .methods.reference_text import tokenize_references
+from .methods.speculative import Speculative
+from .models import check_window, describe, max_positions
+from .params import LIMITS, check_range
 from .trace import Trace
 
-METHODS = ("greedy", "lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle")
+# The method registry: name -> drafter class (one file in methods/ each). A class says what it takes
+# (PARAMS), how it is built (from_params) and what it can do (abilities). A new method is one file in
+# methods/ plus one line here.
+REGISTRY: dict[str, type] = {
+    "greedy": Greedy,
+    "lookahead": Lookahead,
+    "prompt_lookup": PromptLookup,
+    "speculative": Speculative,
+    "jacobi": Jacobi,
+    "medusa": Medusa,
+    "eagle": Eagle,
+}
+METHODS = tuple(REGISTRY)
 HEADS_METHODS = ("medusa", "eagle")  # self-drafting: need heads= (a folder from python -m decoding train-heads)
 # The keyword parameters each method takes (run(**params) / make_drafter): anything else is a typo, refused.
-PARAMS = {"greedy": (),
-          "lookahead": ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span"),
-          "prompt_lookup": ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens"),
-          "jacobi": ("block", "seed"),
-          "medusa": ("heads", "budget", "branch", "draft_vocab", "confidence", "acceptance"),
-          "eagle": ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence", "acceptance"),
-          "speculative": ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table",
-                          "confidence", "adaptive", "target_model", "tokenizer", "draft_tokenizer")}
+PARAMS = {name: cls.PARAMS for name, cls in REGISTRY.items()}
 HOOKS = ("step_context", "on_step")
 
 
@@ -56,36 +63,9 @@ def make_drafter(method: str, **p):
             check_range(k, v)
     if p.get("reference_ids") is not None and method != "prompt_lookup":
         raise ValueError("reference texts are searched by --method prompt_lookup only (reference lookup)")
-    if method == "greedy":
-        return Greedy()
-    if method == "lookahead":
-        return Lookahead(p.get("window", 5), p.get("ngram", 4), p.get("guesses", 5),
-                         prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True),
-                         dedupe=p.get("dedupe", True), text_span=p.get("text_span", TEXT_SPAN))
-    if method == "prompt_lookup":
-        return PromptLookup(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1),
-                            reference=p.get("reference_ids"), reference_tokens=p.get("reference_tokens", 24))
-
-    if method == "jacobi":
-        return Jacobi(p.get("block", 8), p.get("seed", 0))
-    if method == "speculative":
-        d = Speculative(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
-                        bool(p.get("staged", False)), ngram_table=p.get("ngram_table"),
-                        confidence=p.get("confidence"), adaptive=bool(p.get("adaptive", False)))
-        if p.get("target_model") is not None:
-            d.vocab_checked = check_compatible(p["target_model"], d.draft, p.get("tokenizer"),
-                                               p.get("draft_tokenizer"))
-        return d
-    if method in HEADS_METHODS:
-        if not p.get("heads"):
-            raise ValueError(f"{method} needs heads: a folder made by python -m decoding train-heads --kind {method}")
-        from .methods.eagle import Eagle
-        from .methods.medusa import Medusa
-        keys = [k for k in PARAMS[method] if k != "heads"]
-        cls = Medusa if method == "medusa" else Eagle
-        cast = {"confidence": float, "acceptance": str}
-        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in keys if k in p})
-    raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method not in REGISTRY:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    return REGISTRY[method].from_params(**p)
 
 
 def make_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> Sampling:

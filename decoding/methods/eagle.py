@@ -41,6 +41,14 @@ def tree_shape(budget: int) -> tuple[int, int]:
 
 class Eagle:
     name = "eagle"
+    PARAMS = ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence", "acceptance")
+
+    @classmethod
+    def from_params(cls, **p):
+        if not p.get("heads"):
+            raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
+        cast = {"confidence": float, "acceptance": str}
+        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in cls.PARAMS if k != "heads" and k in p})
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
                  beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE,

@@ -31,6 +31,11 @@ from ..engine.verify import Verdict
 class Jacobi:
     name = "jacobi"
     abilities = Abilities(structure="chain", knobs=("block",))
+    PARAMS = ("block", "seed")
+
+    @classmethod
+    def from_params(cls, **p) -> "Jacobi":
+        return cls(p.get("block", 8), p.get("seed", 0))
 
     def __init__(self, block: int = 8, seed: int = 0):
         if not isinstance(block, int) or isinstance(block, bool) or block < 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 from ..engine.drafter import Abilities, Plan
+from ..params import TEXT_SPAN
 from ..engine.masks import add_chains, add_trie, lookahead_layout
 from .lookahead_pool import Pool
 from ..engine.verify import Verdict, common_prefix
@@ -19,6 +20,13 @@ from ..engine.verify import Verdict, common_prefix
 class Lookahead:
     name = "lookahead"
     abilities = Abilities(structure="window", wants_tracing=True, knobs=("window", "ngram", "guesses"))
+    PARAMS = ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span")
+
+    @classmethod
+    def from_params(cls, **p) -> "Lookahead":
+        return cls(p.get("window", 5), p.get("ngram", 4), p.get("guesses", 5),
+                   prompt_ngrams=p.get("prompt_ngrams", True), output_ngrams=p.get("output_ngrams", True),
+                   dedupe=p.get("dedupe", True), text_span=p.get("text_span", TEXT_SPAN))
     tracing = False  # set by the runner: per-step pool deltas (info["pool_delta"]) only when tracing
 
     def __init__(self, window: int = 5, ngram: int = 4, guesses: int = 5, prompt_ngrams: bool = True,

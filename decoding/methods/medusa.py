@@ -27,6 +27,14 @@ from ..engine.verify import Verdict
 
 class Medusa:
     name = "medusa"
+    PARAMS = ("heads", "budget", "branch", "draft_vocab", "confidence", "acceptance")
+
+    @classmethod
+    def from_params(cls, **p):
+        if not p.get("heads"):
+            raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
+        cast = {"confidence": float, "acceptance": str}
+        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in cls.PARAMS if k != "heads" and k in p})
 
     def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
                  confidence: float = CONFIDENCE, acceptance: str = "exact"):

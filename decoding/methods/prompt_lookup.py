@@ -25,6 +25,12 @@ from ..engine.verify import Verdict, common_prefix
 class PromptLookup:
     name = "prompt_lookup"
     abilities = Abilities(structure="tree")  # candidate chains merged into a trie
+    PARAMS = ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens")
+
+    @classmethod
+    def from_params(cls, **p) -> "PromptLookup":
+        return cls(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1),
+                   reference=p.get("reference_ids"), reference_tokens=p.get("reference_tokens", 24))
 
     def __init__(self, max_ngram: int = 3, num_tokens: int = 10, candidates: int = 1, min_ngram: int = 1,
                  reference: list[list[int]] | None = None, reference_tokens: int = 24):

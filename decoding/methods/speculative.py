@@ -54,6 +54,19 @@ class Speculative:
     name = "speculative"
     abilities = Abilities(structure="tree", own_model=True, wants_tracing=True,
                           knobs=("draft_tokens", "tree", "tree_budget", "staged"))
+    PARAMS = ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table", "confidence", "adaptive",
+              "target_model", "tokenizer", "draft_tokenizer")
+
+    @classmethod
+    def from_params(cls, **p) -> "Speculative":
+        """With target_model (and the tokenizers), the draft is checked against the target here, once."""
+        d = cls(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
+                bool(p.get("staged", False)), ngram_table=p.get("ngram_table"), confidence=p.get("confidence"),
+                adaptive=bool(p.get("adaptive", False)))
+        if p.get("target_model") is not None:
+            d.vocab_checked = check_compatible(p["target_model"], d.draft, p.get("tokenizer"),
+                                               p.get("draft_tokenizer"))
+        return d
     tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     def __init__(self, draft_model, draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
