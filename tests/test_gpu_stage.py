@@ -101,7 +101,7 @@ def test_pool_keeps_its_budget_after_a_long_run_and_50_short_runs(monkeypatch):
     """One LRU policy per model: after a long run and 50 short ones, at most POOL_CACHES caches are alive
     within POOL_BYTES, the long run's cache was evicted and freed by reference counting alone (gc off:
     no SlotLayer <-> StaticKV cycle keeps it)."""
-    from decoding import cache_pool
+    from decoding.fast import cache_pool
     from decoding.engine.core import Core
     model = tiny("llama", seed=13)
     drafter = make_drafter("lookahead", window=3, ngram=3, guesses=3)
