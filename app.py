@@ -31,13 +31,14 @@ from appkit.explain import explain  # noqa: E402
 from appkit.hints import hub_label, prompt_hint  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
-from appkit.models import ModelCache  # noqa: E402
+from appkit.model_cache import ModelCache  # noqa: E402
 from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name  # noqa: E402
 from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
+from decoding.api import HEADS_METHODS  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
@@ -136,7 +137,7 @@ def lesson_step(delta: int | None):
 def on_method(method: str):
     return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),
             gr.update(visible=method == "speculative"), explain(method), gr.update(visible=method == "jacobi"),
-            gr.update(visible=method in ("medusa", "eagle")))
+            gr.update(visible=method in HEADS_METHODS))
 
 
 def on_spec_mode(mode: str):

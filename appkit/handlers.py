@@ -2,7 +2,7 @@
 presets, the positions check, the finished run's step view and download.
 
 Every model event's outputs start with (message, status): see appkit/errors.py. Race, Profile, Sweep
-and the tuner are in appkit/tabs.py and use the same `Plan` and the same stream.Job.
+and the tuner are in appkit/tabs.py and use the same `Prepared` and the same stream.Job.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import gradio as gr
 
 import viz
 from decoding import make_drafter, make_sampling, run
-from decoding.api import vocab_for
+from decoding.api import HEADS_METHODS, vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
 from decoding.methods.reference_text import tokenize_references
@@ -25,7 +25,7 @@ from . import presets
 from .costs import run_costs
 from .errors import reported
 from .limits import Limits
-from .models import ModelCache
+from .model_cache import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
 from .stream import Job, Recorder, Sessions
 from .tables import live_line, public_trace, stats_md
@@ -36,7 +36,7 @@ CLEAR = ""  # the message output when an event starts: the last error goes away
 
 
 @dataclass
-class Plan:
+class Prepared:
     """Checked settings, loaded models and per-method parameters for one event."""
     settings: Settings
     prompt: str
@@ -69,7 +69,6 @@ class Plan:
                    drafter=self.drafter(method), on_step=on_step, **kw)
 
 
-HEADS_METHODS = ("medusa", "eagle")
 
 
 def heads_folder(name: str, method: str) -> str:
@@ -133,7 +132,7 @@ class Handlers:
 
     # ------------------------------------------------------------------ shared
     def prepare(self, s: Settings, methods: list[str], n_outputs: int):
-        """Generator for the model events: yields status updates (loading, tuning) and returns the Plan
+        """Generator for the model events: yields status updates (loading, tuning) and returns the Prepared
         (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
         rest = [gr.skip()] * (n_outputs - 2)
         yield (CLEAR, "loading model…", *rest)
@@ -145,7 +144,7 @@ class Handlers:
         self.apply_presets(p, methods)
         return p
 
-    def plan(self, s: Settings, methods: list[str], presets_too: bool = True) -> Plan:
+    def plan(self, s: Settings, methods: list[str], presets_too: bool = True) -> Prepared:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
         problems: list[str] = []
         common = check_common(s, self.lim, problems)
@@ -170,7 +169,7 @@ class Handlers:
         raise_if(problems)
         model, tok = self.cache.get(target, device, s.dtype)
         dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
-        p = Plan(s, common["prompt"], common["max_new"],
+        p = Prepared(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
                  model, tok, dmodel, dtok, params, cutoff=cutoff, reference=reference)
         if not auto:  # the stats line says which preset a run used (teaching or manual; auto: apply_presets)
@@ -182,7 +181,7 @@ class Handlers:
             self.apply_presets(p, methods)
         return p
 
-    def apply_presets(self, p: Plan, methods: list[str]) -> None:
+    def apply_presets(self, p: Prepared, methods: list[str]) -> None:
         """With preset "auto", each method's parameters come from presets (tuned now if unknown); then
         every method's span is checked against the model's positions."""
         target = self.model_name(p.settings.target, "target")
@@ -196,7 +195,7 @@ class Handlers:
                 p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
             self.check_positions(p, m)
 
-    def check_positions(self, p: Plan, method: str) -> None:
+    def check_positions(self, p: Prepared, method: str) -> None:
         """prompt tokens + max new tokens + the method's span must fit the model's positions: say the numbers."""
         limit = max_positions(p.model.config)
         n = len(p.tok(p.prompt)["input_ids"])
@@ -209,7 +208,7 @@ class Handlers:
                              f"{p.max_new:,} new + {span} {method.replace('_', ' ')} span = "
                              f"{n + p.max_new + span:,} positions, the model has {limit:,}: {fix}")
 
-    def finish(self, tr, p: Plan, stopped: bool = False) -> tuple[str, str, dict]:
+    def finish(self, tr, p: Prepared, stopped: bool = False) -> tuple[str, str, dict]:
         """(step view html, trace download path, trace dict) of a finished or stopped run."""
         if stopped:
             tr.stop_reason = "stopped"

@@ -17,6 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from decoding.api import HEADS_METHODS
 from decoding.models import DEFAULT_TARGET
 
 # The code examples the tuners pilot on (the embedded models know the Python standard library).
@@ -134,7 +135,7 @@ def describe(method: str, params: dict) -> str:
         return f"max n-gram {params['max_ngram']}, copy {params['num_tokens']}"
     if method == "jacobi":
         return f"block {params['block']}"
-    if method in ("medusa", "eagle"):
+    if method in HEADS_METHODS:
         from decoding.tune import heads_label
         return f"tree {heads_label(params)}"  # the words --auto prints
     return ""

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from decoding.api import HEADS_METHODS
 from decoding.methods.draft_tree import make_shape, speculative_query_tokens
-from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 from decoding.methods.reference_text import check_references
+from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 
 from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
 
@@ -166,7 +167,7 @@ def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) ->
         return p
     if method == "speculative":
         return speculative_params(s, lim, problems)
-    if method in ("medusa", "eagle"):
+    if method in HEADS_METHODS:
         return {"budget": whole(s, "heads_budget", lim, problems)}
     problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative, "
                     "jacobi, medusa or eagle")

@@ -15,9 +15,9 @@ from decoding import ModelError, run
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
 from .errors import one_line, reported
-from .handlers import CLEAR, HEADS_METHODS, Handlers, Plan, heads_folder, thread_setup, tmpdir
+from .handlers import CLEAR, HEADS_METHODS, Handlers, Prepared, heads_folder, thread_setup, tmpdir
 from .limits import MAX_REPLAY_HTML_BYTES
-from .models import describe as describe_model, human
+from .model_cache import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
 from .stream import Job
@@ -80,7 +80,7 @@ class Tabs(Handlers):
         finally:
             self.sessions.end(session, stop)
 
-    def _race_view(self, p: Plan, runs: dict, status: str) -> tuple:
+    def _race_view(self, p: Prepared, runs: dict, status: str) -> tuple:
         """runs: {method: [trace per repeat]}; the figures draw each method's median-time run."""
         g = runs["greedy"]
         rows, reasons = [], []

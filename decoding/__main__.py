@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .api import METHODS, eos_of, make_drafter, make_sampling, run
+from .api import HEADS_METHODS, METHODS, eos_of, make_drafter, make_sampling, run
 from .cli_run import (THREADS, OneLineParser, add_arguments, compare_line, decode, float_in, input_dir, input_file,
                       int_in, json_path, nonempty, one_line, output_dir, output_file, parse_args, read_prompts,
                       text_path, timing_line, with_template)
@@ -179,7 +179,7 @@ def setup(args: argparse.Namespace):
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
                   reference_tokens=args.reference_tokens,
                   heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab, acceptance=args.acceptance,
-                  confidence=args.draft_confidence if args.method in ("medusa", "eagle") else None)
+                  confidence=args.draft_confidence if args.method in HEADS_METHODS else None)
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
     if references and args.method != "prompt_lookup":
@@ -196,14 +196,14 @@ def setup(args: argparse.Namespace):
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
                                                args.staged or None, args.ngram_table, args.adaptive or None,
-                                               None if args.method in ("medusa", "eagle") else args.draft_confidence)):
+                                               None if args.method in HEADS_METHODS else args.draft_confidence)):
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative "
                          "(--draft-confidence: speculative, medusa or eagle)")
     else:
         drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
     if args.auto and args.method == "jacobi" and args.block is not None:
         raise ValueError("--auto chooses the jacobi block itself: drop --block")
-    if args.auto and args.method in ("medusa", "eagle") and args.budget is not None:
+    if args.auto and args.method in HEADS_METHODS and args.budget is not None:
         raise ValueError(f"--auto chooses the {args.method} tree budget itself: drop --budget")
     if args.auto and args.method not in ("jacobi", "medusa", "eagle") and (args.method not in ("lookahead", "speculative")
                       or any(v is not None for v in (args.window, args.ngram, args.guesses, args.draft_tokens,
@@ -237,12 +237,12 @@ def setup(args: argparse.Namespace):
                                tokenizer=tok, draft_tokenizer=dtok)
     elif args.auto:  # one tuner per method (decoding/tune.py), the same the app's Tune button runs
         from .tune import heads_label, tune
-        fixed = {"cuts": (params["confidence"],)} if args.method in ("medusa", "eagle") and \
+        fixed = {"cuts": (params["confidence"],)} if args.method in HEADS_METHODS and \
             params["confidence"] is not None else {}
         tuned = tune(args.method, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
                      heads=args.heads, **fixed)
         extra = ""
-        if args.method in ("medusa", "eagle"):
+        if args.method in HEADS_METHODS:
             extra = " (" + ", ".join(f"{heads_label(r)}: {r['tokens_per_s']:.1f} tokens/s"
                                      for r in tuned["result"]["ranking"]) + ")"
         print(f"[auto] {tuned['label']}{extra}", file=sys.stderr)

@@ -9,6 +9,7 @@ from .engine.sampling import Sampling
 from .methods.eagle import Eagle
 from .methods.jacobi import Jacobi
 from .methods.lookahead import Lookahead
+from .methods.heads import KINDS
 from .methods.medusa import Medusa
 from .methods.prompt_lookup import PromptLookup
 from .methods.reference_text import tokenize_references
@@ -30,7 +31,7 @@ REGISTRY: dict[str, type] = {
     "eagle": Eagle,
 }
 METHODS = tuple(REGISTRY)
-HEADS_METHODS = ("medusa", "eagle")  # self-drafting: need heads= (a folder from python -m decoding train-heads)
+HEADS_METHODS = KINDS  # self-drafting: need heads= (a folder from python -m decoding train-heads)
 # The keyword parameters each method takes (run(**params) / make_drafter): anything else is a typo, refused.
 PARAMS = {name: cls.PARAMS for name, cls in REGISTRY.items()}
 HOOKS = ("step_context", "on_step")

@@ -21,7 +21,7 @@ from gradio_client.exceptions import AppError
 from conftest import other_tokenizer, save_tiny_dir, tiny
 
 import app as app_module
-from appkit.models import ModelCache
+from appkit.model_cache import ModelCache
 from appkit.settings import FIELDS, Settings
 from appkit.stream import MIN_INTERVAL_S
 from decoding import Trace, load, run

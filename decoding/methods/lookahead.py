@@ -12,7 +12,7 @@ import random
 
 from ..engine.drafter import Abilities, Plan
 from ..params import TEXT_SPAN
-from ..engine.masks import add_chains, add_trie, lookahead_layout
+from ..engine.masks import add_chains, add_trie, level_start, lookahead_layout
 from .lookahead_pool import Pool
 from ..engine.verify import Verdict, common_prefix
 
@@ -85,7 +85,7 @@ class Lookahead:
 
     def _top(self) -> int:
         """First query index of the top window level (row 0 = [x0, L0] when it is the only level)."""
-        return 0 if len(self.levels) == 1 else self.W + (len(self.levels) - 2) * self.W
+        return level_start(self.W, len(self.levels) - 1)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         W, levels = self.W, self.levels
