@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from statistics import median
 
+from viz.escape import esc, md_text
+
 WIN = 1.2  # at or above this speed-up a method "pays"; below, the line says what it would need
 REPEATS, MAX_REPEATS = 3, 10
 
@@ -78,6 +80,7 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
     """One line with measured numbers for every method: its step's cost in 1-token steps against the
     tokens it accepted per step, the speed-up those two predict, and the one measured."""
     where = "on this GPU" if device.startswith("cuda") else "on this CPU"
+    name = md_text(name)  # markdown: a method's name is shown as text, never read as a link or a tag
     g_ms = _mean_ms(greedy_traces)
     if name == "greedy":
         return (f"**greedy** is the baseline: 1 token per step, {g_ms:.1f} ms per step {where} "
@@ -130,7 +133,7 @@ def winner(rows: list[dict]) -> str:
     the noise only swaps their medians)."""
     if len(rows) < 2:
         return ""
-    top = leaders(rows)
+    top = [{**r, "method": md_text(r["method"])} for r in leaders(rows)]  # names as markdown text
     best, runs = top[0], top[0]["runs"]
     spread = f"{best['speedup (min-max)']}×" if runs > 1 else "a single run"
     if len(top) == 1:
@@ -149,7 +152,7 @@ def drift_note(rows: list[dict], dtype: str) -> str:
     bad = [r for r in rows if str(r["exact"]).startswith("✗")]
     if not bad:
         return ""
-    names = ", ".join(r["method"] for r in bad)
+    names = ", ".join(md_text(r["method"]) for r in bad)
     if "float32" in dtype:
         return (f"⚠️ {names}: in fp32 every greedy mode must match greedy exactly — this is a bug; please report "
                 f"it with the trace.")
@@ -159,8 +162,9 @@ def drift_note(rows: list[dict], dtype: str) -> str:
 
 
 def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str = "", dtype: str = "") -> str:
-    parts = [f"**{r['method']}** {r['config']}: {r['speedup vs greedy']}× wall-clock (runs {r['speedup (min-max)']}×), "
-             f"{r['compression']} tokens/step, <span class='ds-badge'>{r['exact']}</span>" for r in rows[1:]]
+    parts = [f"**{md_text(r['method'])}** {md_text(r['config'])}: {r['speedup vs greedy']}× wall-clock "
+             f"(runs {r['speedup (min-max)']}×), "
+             f"{r['compression']} tokens/step, <span class='ds-badge'>{esc(r['exact'])}</span>" for r in rows[1:]]
     head = "Exactness checked on the spot (greedy mode)." if greedy else "Sampling mode: exactness is distributional."
     runs = rows[0]["runs"] if rows else 0
     head += f" Median of {runs} interleaved run{'s' if runs != 1 else ''} per method, min-max in brackets."

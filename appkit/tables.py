@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from viz.escape import md_text
+
 from .race import mean_accepted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,19 +49,25 @@ def public_trace(tr):
     return tr
 
 
+def code(value: object) -> str:
+    """A value as a markdown code span: shown literally; a backtick in it cannot end the span."""
+    return "`" + str(value).replace("`", "'") + "`"
+
+
 def stats_md(tr, head: str = "", note: str = "") -> str:
-    """The finished (or stopped) run's numbers under the output."""
+    """The finished (or stopped) run's numbers under the output. Replay shows a trace from anywhere, so its
+    strings go through md_text (a method named like a link or a tag is shown, never followed)."""
     st = tr.stats()
-    head = head or f"done ({tr.stop_reason or 'finished'})"
+    head = head or f"done ({md_text(tr.stop_reason or 'finished')})"
     m = tr.model if isinstance(tr.model, dict) else {}
     if m.get("name"):
-        note = " · ".join(x for x in (note, f"model `{display_name(m['name'])}` on {m.get('device', '?')} "
-                                             f"({m.get('dtype', '?')})") if x)
+        where = f"on {md_text(m.get('device', '?'))} ({md_text(m.get('dtype', '?'))})"
+        note = " · ".join(x for x in (note, f"model {code(display_name(m['name']))} {where}") if x)
     nums = [(f"{st['tokens_per_s']:.1f}", "tokens/s"), (st["new_tokens"], "new tokens"),
             (st["steps"], "steps (forward passes)"), (f"{st['compression']:.2f}", "compression"),
             (mean_accepted(tr), "mean accepted / step"), (f"{st['wall_s']:.2f}", "wall s")]
     # one wrapping line, not a table: the headline numbers are never clipped at any width (400-1920 px)
-    return (f"**{tr.method}** · {head}{' · ' + note if note else ''}\n\n"
+    return (f"**{md_text(tr.method)}** · {head}{' · ' + note if note else ''}\n\n"
             + " · ".join(f"**{v}** {k}" for v, k in nums))
 
 
@@ -67,7 +75,7 @@ def live_line(tr) -> str:
     """The small line sent while a run streams (no table, no pictures: the browser stays free)."""
     n, steps = len(tr.output_ids), len(tr.steps)
     rate = n / tr.wall_s if tr.wall_s > 0 else 0.0
-    return (f"**{tr.method}** · running… step {steps} · {n} tokens · {rate:.0f} tokens/s · "
+    return (f"**{md_text(tr.method)}** · running… step {steps} · {n} tokens · {rate:.0f} tokens/s · "
             f"{n / steps if steps else 0:.2f} tokens/step")
 
 

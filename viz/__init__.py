@@ -27,7 +27,7 @@ API for the app (wiring only):
 Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames do not play in gr.Plot):
     viz.window.figure(trace, i)   Jacobi window: token text, position, colour = age (gold scale), harvest
     viz.pool.figure(trace, i)     key, candidates, matched prefix (origin colour), chosen candidate
-    viz.mask.figure(trace, i)     attention mask (decoding.masks.tree_visibility) with role·position labels
+    viz.mask.figure(trace, i)     attention mask (decoding.engine.masks.tree_visibility) with role·position labels
     viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejection, pruned nodes
     viz.trajectory.figure(trace, i)  Jacobi trajectory (jacobi block or lookahead window): positions x
                                   iterations, green once a guess equals its final token, accepted outlined

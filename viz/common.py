@@ -4,13 +4,12 @@ Every view reads the Trace (or its JSON dict / file) and nothing else; decoding 
 """
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
 from typing import Union
 
 from decoding.trace import Trace
 
+from .escape import colour, drawn, esc, number, plot_value, safe_json  # noqa: F401  (the one escaper)
 from .palette import ORIGIN_COLORS, ORIGIN_LABELS, PLOTLY_CONFIG, ROLE_COLORS  # noqa: F401  (one palette)
 
 TraceLike = Union[Trace, dict, str, Path]
@@ -26,20 +25,14 @@ def as_trace(trace: TraceLike) -> Trace:
 
 
 def text_of(trace: Trace, tok: int) -> str:
-    """Token text for display; tokenizer-less traces fall back to <id>. Whitespace made visible."""
-    t = trace.token_text(int(tok))
+    """Token text for display; tokenizer-less traces fall back to <id>. Whitespace made visible. A token
+    that is not an id (a crafted trace) is shown as <its text>; escaping is the writer's job."""
+    try:
+        tok = int(tok)
+    except (TypeError, ValueError, OverflowError):
+        return f"<{tok}>"
+    t = str(trace.vocab.get(str(tok), f"<{tok}>")) if isinstance(trace.vocab, dict) else f"<{tok}>"
     return t.replace("\n", "\u21b5").replace(" ", "\u2423") if t.strip() == "" else t
-
-
-def esc(s: object) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def safe_json(obj: object) -> str:
-    """JSON that is safe inside <script> and inside Gradio's `${value}` template (no </, $, backtick)."""
-    s = json.dumps(obj, separators=(",", ":"))
-    return s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026") \
-        .replace("$", "\\u0024").replace("`", "\\u0060").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def step_at(trace: Trace, step_index: int):
@@ -51,6 +44,12 @@ def box(x: float, y: float, pos: int | None, half: float = .5) -> list:
     """A selectable box [x0, x1, y0, y1, position] in a figure's layout.meta["cells"]: the step script
     outlines every box whose absolute position is the selected token's (linked views)."""
     return [x - half, x + half, y - half, y + half, pos]
+
+
+def is_parent(p: object, i: int) -> bool:
+    """A parent is a smaller query index (decoding/engine/masks.py's rule): a cycle, a self-loop or a parent
+    past the query (a crafted trace) is not followed, so no walk up a step's tree can loop or index out."""
+    return isinstance(p, int) and not isinstance(p, bool) and 0 <= p < i
 
 
 def rel_label(role: str, slot: list, rel_pos: int) -> str:

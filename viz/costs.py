@@ -26,7 +26,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace
+from .common import TraceLike, as_trace, drawn, esc, number, plot_value
 from .palette import log_axis, method_color
 from .describe import short_name
 from .window import _empty
@@ -93,6 +93,7 @@ def compare_data(runs) -> list[dict]:
     return res
 
 
+@drawn
 def compare_figure(runs) -> go.Figure:
     """Left: FLOPs per step; right: cumulative tokens vs cumulative FLOPs — one colour per method."""
     data = [d for d in compare_data(runs) if d["steps"]]
@@ -101,9 +102,9 @@ def compare_figure(runs) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("FLOPs per step", "tokens generated vs FLOPs spent"))
     for d in data:
         c = method_color(d["name"])
-        fig.add_trace(go.Scatter(x=d["steps"], y=d["flops"], name=d["name"], mode="lines+markers",
-                                 line=dict(color=c), legendgroup=d["name"]), 1, 1)
-        fig.add_trace(go.Scatter(x=d["cum_flops"], y=d["cum_tokens"], name=d["name"], mode="lines+markers",
+        fig.add_trace(go.Scatter(x=[plot_value(i) for i in d["steps"]], y=d["flops"], name=esc(d["name"]),
+                                 mode="lines+markers", line=dict(color=c), legendgroup=d["name"]), 1, 1)
+        fig.add_trace(go.Scatter(x=d["cum_flops"], y=d["cum_tokens"], name=esc(d["name"]), mode="lines+markers",
                                  line=dict(color=c), legendgroup=d["name"], showlegend=False), 1, 2)
     fig.update_xaxes(title_text="step", row=1, col=1)
     fig.update_yaxes(title_text="FLOPs", row=1, col=1, **log_axis([f for d in data for f in d["flops"]]))
@@ -122,6 +123,7 @@ def roofline_data(profile: dict, trace=None) -> dict:
             "n_query": [s.get("n_query") for s in st]}
 
 
+@drawn
 def roofline_figure(profile: dict | None, trace=None, others: dict | None = None) -> go.Figure:
     """Log-log roofline: attainable = min(peak_flops, intensity × peak_bw); one point per step.
     others: {name: (trace, profile)} drawn beside it (the Profile tab puts greedy beside the method)."""
@@ -137,23 +139,23 @@ def roofline_figure(profile: dict | None, trace=None, others: dict | None = None
         lo, hi = min(min(xs), ridge) / 10, max(max(xs), ridge) * 10
         grid = [lo * (hi / lo) ** (i / 60) for i in range(61)]
         fig.add_trace(go.Scatter(x=grid, y=[min(m["peak_flops"], x * m["peak_bw"]) for x in grid], mode="lines",
-                                 name=f"roof ({short_name(m['name']) or 'machine'})", line=dict(color="#444")))
+                                 name=esc(f"roof ({short_name(m['name']) or 'machine'})"), line=dict(color="#444")))
         fig.add_vline(x=ridge, line=dict(dash="dot", color="#999"))
     name = profile.get("method") or (tr.method if tr is not None else None) or "steps"
     for other, (otr, oprof) in (others or {}).items():
         if other == name or not oprof:
             continue
         od = roofline_data(oprof, as_trace(otr) if otr is not None else None)
-        fig.add_trace(go.Scatter(x=od["intensity"], y=od["achieved_flops"], mode="markers", name=f"{other} steps",
+        fig.add_trace(go.Scatter(x=od["intensity"], y=od["achieved_flops"], mode="markers", name=esc(f"{other} steps"),
                                  marker=dict(size=7, color=method_color(other), symbol="diamond-open"),
-                                 customdata=list(zip(od["steps"], od["n_query"])),
-                                 hovertemplate=f"{other} step %{{customdata[0]}}<br>query %{{customdata[1]}} tokens<br>"
+                                 customdata=[[plot_value(i), plot_value(q)] for i, q in zip(od["steps"], od["n_query"])],
+                                 hovertemplate=f"{esc(other)} step %{{customdata[0]}}<br>query %{{customdata[1]}} tokens<br>"
                                                "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     xs_all = [x for t in fig.data for x in t.x] + list(d["intensity"])
     ys_all = [y for t in fig.data for y in t.y] + list(d["achieved_flops"])
-    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name=f"{name} steps",
+    fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name=esc(f"{name} steps"),
                              marker=dict(size=8, color=method_color(name), opacity=.75),  # the method's colour
-                             customdata=list(zip(d["steps"], d["n_query"])),
+                             customdata=[[plot_value(i), plot_value(q)] for i, q in zip(d["steps"], d["n_query"])],
                              hovertemplate="step %{customdata[0]}<br>query %{customdata[1]} tokens<br>"
                                            "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
     fig.update_layout(title=dict(text="Roofline: every step's arithmetic intensity and achieved FLOP/s",
@@ -165,19 +167,22 @@ def roofline_figure(profile: dict | None, trace=None, others: dict | None = None
 
 
 def latency_data(runs) -> list[dict]:
-    """Per method: (n_query, wall_ms) of each decode step; from the profile if given, else the trace."""
+    """Per method: (n_query, wall_ms) of each decode step; from the profile if given, else the trace. A step
+    whose n_query or wall_ms is not a number (a crafted trace) has no point on these numeric axes."""
     res = []
     for name, tr, prof in _runs(runs):
         st = steps_of(prof, tr)
         if not st and tr is not None:
             st = [{"index": s.index, "n_query": s.n_query, "wall_ms": s.wall_ms} for s in tr.steps
                   if s.kind == "decode"]
-        st = [s for s in st if s.get("index", 1) != 0 and s.get("wall_ms") is not None]
+        st = [s for s in st if s.get("index", 1) != 0 and number(s.get("wall_ms")) is not None
+              and number(s.get("n_query")) is not None]
         res.append({"name": name, "steps": [s["index"] for s in st], "n_query": [s["n_query"] for s in st],
                     "wall_ms": [s["wall_ms"] for s in st]})
     return res
 
 
+@drawn
 def latency_figure(runs) -> go.Figure:
     """Step latency vs query tokens: how much a wider step costs on this machine."""
     data = [d for d in latency_data(runs) if d["steps"]]
@@ -185,9 +190,9 @@ def latency_figure(runs) -> go.Figure:
         return _empty("no decode steps to show")
     fig = go.Figure()
     for d in data:
-        fig.add_trace(go.Scatter(x=d["n_query"], y=d["wall_ms"], mode="markers", name=d["name"],
+        fig.add_trace(go.Scatter(x=d["n_query"], y=d["wall_ms"], mode="markers", name=esc(d["name"]),
                                  marker=dict(color=method_color(d["name"]), size=7, opacity=.7),
-                                 customdata=d["steps"], hovertemplate="step %{customdata}<br>%{x} query tokens"
+                                 customdata=[plot_value(i) for i in d["steps"]], hovertemplate="step %{customdata}<br>%{x} query tokens"
                                                                       "<br>%{y:.2f} ms<extra></extra>"))
     top = max(max(d["wall_ms"]) for d in data)
     span = max(max(d["n_query"]) for d in data) - min(min(d["n_query"]) for d in data)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .common import TraceLike, as_trace
+from .common import TraceLike, as_trace, number
 
 _ABS = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
@@ -32,6 +32,11 @@ def _num(v: object) -> str:
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
+def _fixed(v: object) -> str:
+    """Two decimals for a number; a crafted trace's string as it is (escaped by whoever writes it)."""
+    return f"{v:.2f}" if number(v) is not None else str(v)
+
+
 def _spec(cfg: dict) -> str:
     mode, tree = cfg.get("mode") or "chain", cfg.get("tree")
     if cfg.get("tree_budget"):
@@ -42,7 +47,7 @@ def _spec(cfg: dict) -> str:
         shape = f"chain {cfg.get('draft_tokens')}"
     parts = [f"speculative {shape}"]
     if cfg.get("confidence"):
-        parts.append(f"cutoff {cfg['confidence']:.2f}")
+        parts.append(f"cutoff {_fixed(cfg['confidence'])}")
     if cfg.get("staged"):
         parts.append("staged (stage-2 n-grams)")
     if cfg.get("adaptive"):
@@ -62,7 +67,7 @@ def _draft_words(name: str) -> str:
 def config_words(trace: TraceLike) -> str:
     """The method and its settings in one line of plain words (no JSON)."""
     tr = as_trace(trace)
-    c = tr.config or {}
+    c = tr.config if isinstance(tr.config, dict) else {}
     if tr.method == "lookahead":
         parts = [f"lookahead · W {c.get('window')} · N {c.get('ngram')} · G {c.get('guesses')}"]
         if c.get("text_span"):
@@ -80,8 +85,8 @@ def config_words(trace: TraceLike) -> str:
     elif tr.method == "speculative":
         line = _spec(c)
     else:
-        line = tr.method.replace("_", " ")
-    s = c.get("sampling") or {}
+        line = str(tr.method).replace("_", " ")
+    s = c.get("sampling") if isinstance(c.get("sampling"), dict) else {}
     temp = s.get("temperature") or 0
     line += " · greedy (exact)" if not temp else f" · sampling T {_num(temp)}"
     return line
@@ -114,7 +119,7 @@ def recorded_on(trace: TraceLike) -> str:
 def header_words(trace: TraceLike) -> str:
     """One plain line for a step view or report: settings · model · where recorded · tokens and steps."""
     tr = as_trace(trace)
-    st = tr.stats()
+    n, steps = len(tr.output_ids), len(tr.steps)  # as tr.stats() counts them, without its sums over steps
     parts = [config_words(tr), model_words(tr), recorded_on(tr),
-             f"{st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f})"]
+             f"{n} tokens in {steps} steps (compression {n / steps if steps else 0.0:.2f})"]
     return scrub_paths(" · ".join(p for p in parts if p))

@@ -50,9 +50,13 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     a.click();
     setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
   }
+  // Trace values written into a file go through the step view's one escaper (views.js); file names keep
+  // only plain characters.
+  const esc = (v) => window.DecodeScopeViews.esc(v);
+  const plain = (v) => String(v).replace(/[^\w.-]+/g, "_").slice(0, 60);
   function fileName(root, ext) {
     const D = JSON.parse(root.querySelector(".ds-data").textContent);
-    return `decodescope-${D.method}-step${root.dataset.step || 0}.${ext}`;
+    return `decodescope-${plain(D.method)}-step${plain(root.dataset.step || 0)}.${ext}`;
   }
   function saveSVG(root) {
     save(fileName(root, "svg"), new Blob([stepSVG(root).svg], { type: "image/svg+xml" }));
@@ -76,10 +80,10 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     const D = JSON.parse(root.querySelector(".ds-data").textContent), slides = [];
     for (let k = 0; k < n; k++) {
       go(k);
-      slides.push(`<section class="slide" data-step="${root.dataset.step}">${stepSVG(root).svg}</section>`);
+      slides.push(`<section class="slide" data-step="${esc(root.dataset.step)}">${stepSVG(root).svg}</section>`);
     }
     go(back);
-    const title = `DecodeScope — ${D.method}, ${n} steps`.replace(/[<&]/g, "");
+    const title = esc(`DecodeScope — ${D.method}, ${n} steps`);
     return `<!doctype html><html><head><meta charset="utf-8"><title>${title}</title><style>` +
       "body{margin:0;background:#333;font-family:sans-serif}.slide{display:none}" +
       ".slide.on{display:flex;justify-content:center;align-items:center;min-height:100vh}" +
@@ -95,7 +99,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
   }
   function saveSlides(root, n, go, back) {
     const D = JSON.parse(root.querySelector(".ds-data").textContent);
-    save(`decodescope-${D.method}-slides.html`, new Blob([slidesHTML(root, n, go, back)], { type: "text/html" }));
+    save(`decodescope-${plain(D.method)}-slides.html`, new Blob([slidesHTML(root, n, go, back)], { type: "text/html" }));
   }
   // Presentation mode: full screen where the browser allows it, large type either way; Esc leaves.
   function present(root, on) {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace
+from .common import TraceLike, as_trace, drawn, esc, plot_value
 from .palette import ORIGIN_COLORS, method_color
 
 
@@ -30,7 +30,7 @@ def data(trace: TraceLike) -> dict:
             continue
         depth, parents = tree["depth"], tree["parents"]
         a = len(path) - 1
-        for d in range(1, max(depth) + 1):
+        for d in range(1, min(max(depth), a + 1) + 1):  # d - 1 <= a below: no loop to a crafted depth
             if d - 1 <= a and any(parents[i] == path[d - 1] for i in range(1, len(parents))):
                 tried[d] = tried.get(d, 0) + 1
                 hit[d] = hit.get(d, 0) + (d <= a)
@@ -40,6 +40,7 @@ def data(trace: TraceLike) -> dict:
             "mean_accepted": sum(per_step) / len(per_step) if per_step else 0.0}
 
 
+@drawn
 def figure(trace: TraceLike) -> go.Figure:
     """Left: acceptance rate per head (Medusa) / depth (EAGLE), given the path reached it. Right:
     accepted tokens per step over the run with its mean."""
@@ -54,7 +55,8 @@ def figure(trace: TraceLike) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=d["rate"], marker_color=colors, showlegend=False,
                          text=[f"{a}/{t}" for a, t in zip(d["accepted"], d["tried"])], textposition="outside",
                          hovertemplate="%{x}: %{y:.0%} (%{text} steps)<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=d["steps"], y=d["accepted_per_step"], mode="lines+markers", showlegend=False,
+    fig.add_trace(go.Scatter(x=[plot_value(i) for i in d["steps"]], y=d["accepted_per_step"], mode="lines+markers",
+                             showlegend=False,
                              line=dict(color=method_color(d["method"]), shape="hv"),
                              hovertemplate="step %{x}: %{y} tokens<extra></extra>"), row=1, col=2)
     if d["steps"]:
@@ -64,6 +66,6 @@ def figure(trace: TraceLike) -> go.Figure:
     fig.update_yaxes(rangemode="tozero", dtick=1, row=1, col=2)
     fig.update_xaxes(title_text="decode step", row=1, col=2)
     fig.update_layout(height=320, margin=dict(l=50, r=20, t=50, b=50), plot_bgcolor="white",
-                      title=dict(text=f"{d['method']}: acceptance by " + ("head" if medusa else "depth"),
+                      title=dict(text=f"{esc(d['method'])}: acceptance by " + ("head" if medusa else "depth"),
                                  font=dict(size=13)))
     return fig

@@ -1,4 +1,4 @@
-"""The attention mask of one step, exactly as the engine builds it (decoding.masks.tree_visibility).
+"""The attention mask of one step, exactly as the engine builds it (decoding.engine.masks.tree_visibility).
 
 Rows and columns are the step's query tokens labelled role·position (position relative to x0, as in
 the lookahead paper's figure: for N=4, W=5, G=2 it is the 21×21 mask). Every query also sees the whole
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from decoding.masks import tree_visibility
+from decoding.engine.masks import tree_visibility
 
-from .common import TraceLike, as_trace, rel_label, text_of
+from .common import TraceLike, as_trace, drawn, esc, is_parent, rel_label, text_of
 from .palette import MASK_COLORS, mask_legend
 from .window import _empty
 
@@ -21,7 +21,8 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     step = tr.steps[step_index]
     if not step.parents:
         return None
-    vis = tree_visibility(step.parents)
+    # a bad parent (a cycle, past the query) sees only itself, as the engine's builder gives a later parent
+    vis = tree_visibility([p if is_parent(p, i) else -1 for i, p in enumerate(step.parents)])
     base = step.positions[0] if step.positions else step.kv_len
     rel = [p - base for p in step.positions] if step.positions else list(range(len(step.parents)))
     slots = step.slots or [[]] * len(step.parents)
@@ -31,6 +32,7 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
             "tokens": list(step.tokens), "text": [text_of(tr, t) for t in step.tokens]}
 
 
+@drawn
 def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figure:
     """Heatmap of the mask (dark = may attend), with the cache column; big prompts are cut to max_tokens."""
     tr = as_trace(trace)
@@ -38,9 +40,9 @@ def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figur
     if d is None:
         return _empty(f"Step {step_index}: no query recorded")
     n = min(len(d["labels"]), max_tokens)
-    labels = [f"{i}:{lab}" for i, lab in enumerate(d["labels"][:n])]  # index keeps category labels unique
+    labels = [f"{i}:{esc(lab)}" for i, lab in enumerate(d["labels"][:n])]  # index keeps category labels unique
     z = [([2] if d["kv_len"] else []) + row[:n] for row in d["matrix"][:n]]
-    cols = ([f"cache×{d['kv_len']}"] if d["kv_len"] else []) + labels
+    cols = ([f"cache×{esc(d['kv_len'])}"] if d["kv_len"] else []) + labels
     # one hover template, not a string per cell: a 120-token step would otherwise embed 14,400 strings
     fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
                                hovertemplate="query %{y}<br>key %{x}<br>%{z}<extra>2 = KV cache, 1 = may attend,"
@@ -55,7 +57,7 @@ def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figur
     rows = [[-.5, len(cols) - .5, i - .5, i + .5, p] for i, p in enumerate(d["positions"][:n])]
     fig.update_layout(meta={"cells": rows + [[i + off - .5, i + off + .5, -.5, n - .5, p]
                                              for i, p in enumerate(d["positions"][:n])]})
-    fig.update_layout(title=dict(text=f"Attention mask of step {d['step']}: {len(d['labels'])}×{len(d['labels'])}"
+    fig.update_layout(title=dict(text=f"Attention mask of step {esc(d['step'])}: {len(d['labels'])}×{len(d['labels'])}"
                                       f"{cut}; blue = may attend", font=dict(size=13)),
                       xaxis=dict(side="top", tickangle=-90, tickfont=dict(size=9), type="category"),
                       yaxis=dict(autorange="reversed", tickfont=dict(size=9), type="category"),

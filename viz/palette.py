@@ -8,8 +8,9 @@ The step script (stepper.js) receives this palette as JSON, so it has no colours
 """
 from __future__ import annotations
 
-import html
 import math
+
+from .escape import colour, esc
 
 # Origin of an accepted token (step.origins), text n-grams split into their own colour.
 ORIGIN_COLORS = {
@@ -86,13 +87,9 @@ def token_origin(origin: str, source: str | None = None) -> str:
     return "text_ngram" if origin == "prompt_lookup" else origin
 
 
-def esc(s: object) -> str:
-    return html.escape(str(s), quote=True)
-
-
 def legend_html(items: list[tuple[str, str]], title: str = "") -> str:
     """A row of colour swatches with labels (HTML; used under every coloured view)."""
-    sw = "".join(f"<span class='ds-sw'><i style='background:{esc(c)}'></i>{esc(label)}</span>" for label, c in items)
+    sw = "".join(f"<span class='ds-sw'><i style='background:{esc(colour(c))}'></i>{esc(label)}</span>" for label, c in items)
     head = f"<b>{esc(title)}</b> " if title else ""
     return f"<div class='ds-legend'>{head}{sw}</div>"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, text_of
+from .common import TraceLike, as_trace, box, drawn, esc, number, plot_value, text_of
 from .palette import ORIGIN_COLORS, STATE_COLORS, pool_legend, token_origin
 from .window import _empty
 
@@ -34,6 +34,7 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
             "origins": list(step.origins), "pool_size": info.get("pool_size")}
 
 
+@drawn
 def figure(trace: TraceLike, step_index: int) -> go.Figure:
     """One row per candidate: matched tokens green, the rest red; the chosen row is marked."""
     tr = as_trace(trace)
@@ -48,13 +49,15 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     for g, (toks, texts) in enumerate(zip(d["candidates"], d["candidate_text"])):
         m = d["matched"][g] if g < len(d["matched"]) else 0
         chosen = g == d["chosen"]
-        names.append(("▶ " if chosen else "") + f"cand {g}" + (f" ({d['sources'][g]})" if d["sources"][g] else ""))
+        source = f" ({esc(d['sources'][g])})" if d["sources"][g] else ""
+        names.append(("▶ " if chosen else "") + f"cand {g}" + source)
         for i, (t, s) in enumerate(zip(toks, texts)):
             ok = i < m
             color = (ORIGIN_COLORS[token_origin("candidate", d["sources"][g] or None)] if ok
                      else STATE_COLORS["rejected"] if i == m else STATE_COLORS["unchecked"])
-            xs.append(i); ys.append(g); labels.append(s); cells_meta.append(box(i, g, d["positions"][g][i]))
-            hover.append(f"token {t} {s!r}<br>{'matches the model' if ok else 'rejected' if i == m else 'not checked'}")
+            xs.append(i); ys.append(g); labels.append(esc(s)); cells_meta.append(box(i, g, d["positions"][g][i]))
+            state = "matches the model" if ok else "rejected" if i == m else "not checked"
+            hover.append(f"token {esc(t)} {esc(repr(s))}<br>{state}")
             shapes.append(dict(type="rect", x0=i - .46, x1=i + .46, y0=g - .4, y1=g + .4, fillcolor=color,
                                line=dict(color="#222" if chosen else "#aaa", width=2.5 if chosen else 1),
                                layer="below"))
@@ -67,7 +70,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     width = max(len(c) for c in d["candidates"])
     acc = "".join(d["accepted_text"])
     fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, plot_bgcolor="white", height=200 + 45 * n,
-                      title=dict(text=f"Step {d['step']}: key {key!r} → {n} candidate(s); accepted {acc!r}",
+                      title=dict(text=esc(f"Step {d['step']}: key {key!r} → {n} candidate(s); accepted {acc!r}"),
                                  font=dict(size=13)),
                       xaxis=dict(title="candidate token", tickvals=list(range(width)), range=[-.6, width - .4],
                                  showgrid=False, zeroline=False),
@@ -101,13 +104,14 @@ def run_data(trace: TraceLike) -> dict:
         if "candidates" not in s.info:
             continue
         f = bool(s.info["candidates"])
-        h = any(m > 0 for m in s.info.get("matched") or [])
+        h = any(number(m, 0) > 0 for m in s.info.get("matched") or [])
         steps.append(s.index); size.append(s.info.get("pool_size")); found.append(f); hit.append(h)
         found_rate.append(sum(found) / len(found)); hit_rate.append(sum(hit) / len(hit))
     return {"steps": steps, "pool_size": size, "found": found, "hit": hit,
             "found_rate": found_rate, "hit_rate": hit_rate}
 
 
+@drawn
 def run_figure(trace: TraceLike) -> go.Figure:
     """Pool size (left axis) and running found/hit rates (right axis) over the run."""
     tr = as_trace(trace)
@@ -116,10 +120,12 @@ def run_figure(trace: TraceLike) -> go.Figure:
         return _empty(f"no pool in this run ({tr.method})")
     fig = go.Figure()
     if any(v is not None for v in d["pool_size"]):
-        fig.add_trace(go.Bar(x=d["steps"], y=d["pool_size"], name="pool size (n-grams)", marker_color="#d9d9d9"))
-    fig.add_trace(go.Scatter(x=d["steps"], y=d["found_rate"], name="key found (running rate)", yaxis="y2",
+        fig.add_trace(go.Bar(x=[plot_value(i) for i in d["steps"]], y=[number(v) for v in d["pool_size"]],
+                             name="pool size (n-grams)", marker_color="#d9d9d9"))
+    steps = [plot_value(i) for i in d["steps"]]
+    fig.add_trace(go.Scatter(x=steps, y=d["found_rate"], name="key found (running rate)", yaxis="y2",
                              mode="lines", line=dict(color="#4d4d4d", dash="dot")))
-    fig.add_trace(go.Scatter(x=d["steps"], y=d["hit_rate"], name="candidate accepted (running rate)", yaxis="y2",
+    fig.add_trace(go.Scatter(x=steps, y=d["hit_rate"], name="candidate accepted (running rate)", yaxis="y2",
                              mode="lines", line=dict(color=STATE_COLORS["matched"])))
     fig.update_layout(title=dict(text="Pool size and hit rate over the run", font=dict(size=13)),
                       xaxis=dict(title="step"), yaxis=dict(title="n-grams in pool"),

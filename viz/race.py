@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace
+from .common import TraceLike, as_trace, drawn, esc
 from .palette import method_color
 
 
@@ -26,11 +26,12 @@ def race_data(runs: dict) -> list[dict]:
     return out
 
 
+@drawn
 def race_figure(runs: dict[str, TraceLike]) -> go.Figure:
     """Cumulative new tokens against wall time, one step line per method in the method's colour."""
     fig = go.Figure()
     for d in race_data(runs):
-        fig.add_trace(go.Scatter(x=d["seconds"], y=d["tokens"], mode="lines", name=d["name"],
+        fig.add_trace(go.Scatter(x=d["seconds"], y=d["tokens"], mode="lines", name=esc(d["name"]),
                                  line=dict(shape="hv", color=d["color"], width=2.5)))
     fig.update_layout(title="Race: tokens produced over time", xaxis_title="seconds (engine step time)",
                       yaxis_title="new tokens", height=360, margin=dict(l=60, r=20, t=50, b=50),

@@ -7,23 +7,13 @@ file carries no http(s) reference except XML namespace names, which browsers nev
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from pathlib import Path
 
-from plotly.offline import get_plotlyjs
-
 from . import costs as prof
-from .common import PLOTLY_CONFIG, TraceLike, as_trace, esc
+from .common import PLOTLY_CONFIG, TraceLike, as_trace, drawn, esc
 from .describe import model_words, recorded_on, scrub_paths
+from .plotlyjs import URL, offline_plotlyjs  # noqa: F401  (viz.report.offline_plotlyjs: scripts/screenshots.py)
 from .stepper import SCRIPT, step_view_html
-
-URL = re.compile(r"https?://(?!www\.w3\.org/)")
-
-
-@lru_cache(maxsize=1)
-def offline_plotlyjs() -> str:
-    """plotly.js with every non-namespace http(s):// string defused ("offline:"), and no </script>."""
-    return URL.sub("offline:", get_plotlyjs()).replace("</script", "<\\/script")
 
 
 def external_urls(page: str) -> list[str]:
@@ -37,11 +27,12 @@ def _static(fig, div_id: str) -> str:
     return f"<div class='ds-static'>{html}</div>"
 
 
+@drawn
 def report_html(trace: TraceLike, profile: dict | None = None, title: str | None = None,
                 compare: dict | None = None, initial_step: int = 0) -> str:
     """The report page as a string. compare = {name: (trace, profile)} adds side-by-side method plots."""
     tr = as_trace(trace)
-    title = scrub_paths(title or f"DecodeScope — {tr.method} run")
+    title = scrub_paths(str(title or f"DecodeScope — {tr.method} run"))
     stats = tr.stats()
     rows = "".join(f"<tr><th>{esc(k.replace('_', ' '))}</th><td>{esc(_value(v))}</td></tr>" for k, v in stats.items())
     extra = ""
@@ -73,11 +64,12 @@ def _page(title: str, body: str) -> str:
 </body></html>"""
 
 
+@drawn
 def side_by_side_html(runs: dict[str, TraceLike], title: str | None = None, best: str | None = None) -> str:
     """An offline page: the runs' token strips aligned by output position and two linked step views."""
     from .side_by_side import linked_html
     runs = {n: as_trace(t) for n, t in runs.items()}
-    title = scrub_paths(title or "DecodeScope — " + " vs ".join(runs))
+    title = scrub_paths(str(title or "DecodeScope — " + " vs ".join(map(str, runs))))
     first = next(iter(runs.values()))
     return _page(title, f"""<p>Model: {esc(scrub_paths(model_words(first)))}. Each strip is one run; each cell one decoding step, as wide as the
 tokens it produced. Click a cell (or step either view) and both step views show the step that produced that

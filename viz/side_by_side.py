@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from .common import TraceLike, as_trace, esc, text_of
+from .common import TraceLike, as_trace, drawn, esc, text_of
 from .palette import CURRENT_COLOR, STEP_COLORS, method_color
 
 MAX_TOKENS = 96
@@ -35,6 +35,7 @@ def data(runs: dict[str, TraceLike], max_tokens: int = MAX_TOKENS) -> list[dict]
     return out
 
 
+@drawn
 def html(runs: dict[str, TraceLike], max_tokens: int = MAX_TOKENS) -> str:
     """A self-contained HTML table (inline styles only): one row per run, one cell per step."""
     return _strips(data(runs, max_tokens))
@@ -51,15 +52,16 @@ def _strips(rows: list[dict]) -> str:
         for k, c in enumerate(r["cells"]):
             text = "".join(esc(text_of(r["trace"], t)) for t in c["tokens"])
             wide = len(c["tokens"]) > 1
-            cells.append(f"<td class='ds-sbs-cell' data-step='{c['step']}' data-start='{c['start']}' "
-                         f"data-len='{len(c['tokens'])}' colspan='{len(c['tokens'])}' title='step {c['step']}: {len(c['tokens'])} token(s)' "
+            step, k_tok = esc(c["step"]), len(c["tokens"])
+            cells.append(f"<td class='ds-sbs-cell' data-step='{step}' data-start='{esc(c['start'])}' "
+                         f"data-len='{k_tok}' colspan='{k_tok}' title='step {step}: {k_tok} token(s)' "
                          f"style='background:{STEP_COLORS[k % len(STEP_COLORS)]};border:{2 if wide else 1}px solid "
                          f"{'#222' if wide else '#bbb'};cursor:pointer;padding:2px 4px;white-space:pre;font-family:monospace;"
-                         f"font-size:12px;text-align:left'>{text}<br><small style='color:#555'>step {c['step']}"
+                         f"font-size:12px;text-align:left'>{text}<br><small style='color:#555'>step {step}"
                          f"</small></td>")
         label = (f"<th style='text-align:right;white-space:nowrap;padding-right:6px;position:sticky;left:0;z-index:1;"
-                 f"background:#fff;color:{method_color(r['method'])}'>"
-                 f"{esc(r['name'])}<br><small style='color:#555'>{r['tokens']} tokens · {r['steps']} steps</small></th>")
+                 f"background:#fff;color:{esc(method_color(r['method']))}'>"
+                 f"{esc(r['name'])}<br><small style='color:#555'>{esc(r['tokens'])} tokens · {esc(r['steps'])} steps</small></th>")
         body.append(f"<tr class='ds-sbs-row' data-run='{esc(r['name'])}'>{label}{''.join(cells)}</tr>")
     return (f"<div class='ds-sbs'><div style='font-size:13px;margin:4px 0'><b>Side by side</b>, aligned by output "
             f"position (first {n} tokens): one cell per step; a wide, dark-edged cell is a step that produced "
@@ -75,6 +77,7 @@ def default_pair(names: list[str], best: str | None = None) -> tuple[str, str]:
     return left, best if best in others else others[0]
 
 
+@drawn
 def linked_html(runs: dict[str, TraceLike], best: str | None = None, max_tokens: int = MAX_TOKENS,
                 max_steps: int = 400) -> str:
     """Strips of every run, then two step views side by side that follow one output position.

@@ -12,7 +12,7 @@ unless peaks={"flops": FLOP/s, "bandwidth": byte/s, "device": name} is given).
 """
 from __future__ import annotations
 
-from .common import TraceLike, as_trace
+from .common import TraceLike, as_trace, drawn, number
 from .describe import short_name
 from .palette import log_axis, method_color
 
@@ -37,7 +37,7 @@ def greedy_line(trace: TraceLike, costs: dict | list) -> dict | None:
         arch_d = costs.get("arch") if isinstance(costs, dict) else None
         arch = Arch(**arch_d) if arch_d else arch_of(model.get("config") or {})
         nb = dtype_bytes(model.get("dtype", "float32"))
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, AttributeError):  # no usable model config: no greedy line
         return None
     P, T = len(tr.prompt_ids), len(tr.output_ids)
     if not T:
@@ -51,6 +51,7 @@ def greedy_line(trace: TraceLike, costs: dict | list) -> dict | None:
     return {"tokens": tokens, "flops": flops}
 
 
+@drawn
 def data(trace: TraceLike, costs: dict | list | None, peaks: dict | None = None) -> dict | None:
     """Per step: index, n_query, flops, bytes, ms, intensity, achieved FLOP/s, cumulative tokens/FLOPs;
     the roof (when peaks are known), greedy's cumulative line, and decade-only log axes."""
@@ -63,7 +64,7 @@ def data(trace: TraceLike, costs: dict | list | None, peaks: dict | None = None)
         s = by_index.get(c.get("index"))
         if s is None:
             continue
-        ms = c.get("target_ms", c.get("wall_ms", s.wall_ms))
+        ms = number(c.get("target_ms", c.get("wall_ms", s.wall_ms)))  # a crafted time: no achieved rate
         flops, nbytes = float(c["flops"]), float(c.get("bytes") or 0)
         cum_t += len(s.accepted)
         cum_f += float(c.get("total_flops", flops))

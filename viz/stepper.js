@@ -71,9 +71,11 @@
       D.views.forEach((v) => {
         const box = q(`.ds-plot[data-view="${v}"]`);
         if (!box) return;
-        const [title, body] = VIEWS[v](D, s);
+        let title, body;
+        try { [title, body] = VIEWS[v](D, s); }
+        catch (e) { [title, body] = [`Step ${s.i}: this view cannot be drawn (the trace is malformed)`, ""]; }
         box.querySelector(".ds-vt").textContent = title;
-        box.querySelector(".ds-scroll").innerHTML = body;
+        box.querySelector(".ds-scroll").innerHTML = body;  // views.js escapes every trace value in it
       });
       root.querySelectorAll(".ds-text .ds-tok").forEach((t) => {
         const st = t.dataset.step === "" ? -1 : parseInt(t.dataset.step, 10);
@@ -85,7 +87,7 @@
       reveal();
       cues();
       markRun(s.i);
-      profileView(root, D, s);
+      try { profileView(root, D, s); } catch (e) { /* a malformed cost record: the panel keeps its last step */ }
       root.dataset.step = String(s.i);
       root.dispatchEvent(new CustomEvent("ds-step", { detail: s.i, bubbles: true }));
     }

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from . import costs as cost_figs, pool, step_profile, tokens, trajectory, window
-from .common import TraceLike, as_trace, esc, safe_json, text_of
+from .common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
 from .describe import header_words
 from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, pool_legend, trajectory_legend, tree_legend,
                       window_legend)
@@ -72,7 +72,7 @@ def compact_step(s, cap: str) -> dict:
     return {"i": s.index, "k": s.kind, "kv": s.kv_len, "q": s.n_query, "a": s.accepted, "o": s.origins,
             "t": s.tokens[:n], "p": s.positions[:n], "par": s.parents[:n],
             "r": "".join(ROLE_CODE.get(r, "?") for r in s.roles[:n]), "sl": s.slots[:n], "kept": s.kept,
-            "ms": round(s.wall_ms, 3), "info": _round(info), "cap": cap}
+            "ms": round(number(s.wall_ms, 0.0), 3), "info": _round(info), "cap": cap}
 
 
 def _vocab(tr) -> dict[str, str]:
@@ -91,6 +91,7 @@ def _vocab(tr) -> dict[str, str]:
     return {str(t): text_of(tr, t) for t in ids}
 
 
+@drawn
 def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = MAX_STEPS,
           peaks: dict | None = None) -> dict:
     """The page's data: compact steps with captions, vocabulary, palette, run charts, profile panel."""
@@ -111,7 +112,7 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
         code = {"wrong": "w", "converges": "n", "converged": "c"}
         traj = {"cells": t["cells"], "right": t["right"],
                 "rows": [{"s": r["step"], "a": r["accepted"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
-                         for r in t["rows"] if r["step"] < max_steps]}
+                         for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
     return {"views": names, "steps": steps, "trajectory": traj, "run": run, "marks": marks, "points": points,
             "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
             "method": tr.method, "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
@@ -127,10 +128,11 @@ TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree"
 
 
 def _view_box(name: str) -> str:
-    return (f"<div class='ds-plot' data-view='{name}'><div class='ds-vt'></div>"
-            f"<div class='ds-scroll' data-draw='{name}'></div>{LEGENDS[name]()}</div>")
+    return (f"<div class='ds-plot' data-view='{esc(name)}'><div class='ds-vt'></div>"
+            f"<div class='ds-scroll' data-draw='{esc(name)}'></div>{LEGENDS[name]()}</div>")
 
 
+@drawn
 def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial_step: int = 0,
                    max_steps: int = MAX_STEPS, peaks: dict | None = None) -> str:
     """The linked step-through fragment (needs plotly.js and SCRIPT on the page: see gradio_html_kwargs).
@@ -144,8 +146,8 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
     prof = ("<div class='ds-prof'><div class='ds-vt'>Cost of this step</div><div class='ds-prof-num'></div>"
             "<div class='ds-grid'><div class='ds-run-plot' data-view='roofline'></div>"
             "<div class='ds-run-plot' data-view='cumflops'></div></div></div>") if d["profile"] else ""
-    runs = "".join(f"<div class='ds-run-plot' data-view='{v}'></div>" for v in d["run"])
-    return f"""<div class="ds-stepper" id="ds-{uuid.uuid4().hex[:8]}" tabindex="0" data-initial="{initial_step}">
+    runs = "".join(f"<div class='ds-run-plot' data-view='{esc(v)}'></div>" for v in d["run"])
+    return f"""<div class="ds-stepper" id="ds-{uuid.uuid4().hex[:8]}" tabindex="0" data-initial="{esc(initial_step)}">
 <style>{CSS}</style>
 <div class="ds-head">{esc(header_words(tr))}{esc(trunc)}</div>
 <div class="ds-controls"><button class="ds-first" title="first step (Home)">|◀</button>
@@ -169,7 +171,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 
 def head_html(include_plotly: bool = True) -> str:
     """<script> tags for the page head: plotly.js (inline, offline) and the step-control script."""
-    from .report import offline_plotlyjs
+    from .plotlyjs import offline_plotlyjs
     js = f"<script>{offline_plotlyjs()}</script>" if include_plotly else ""
     return js + f"<script>{SCRIPT}</script>"
 

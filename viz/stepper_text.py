@@ -2,13 +2,14 @@
 speculative step, how many proposed nodes the confidence cutoff pruned)."""
 from __future__ import annotations
 
-from .common import TraceLike, as_trace, text_of
+from .common import TraceLike, as_trace, drawn, number, text_of
 
 
 def _q(trace, tokens_: list[int]) -> str:
     return repr("".join(text_of(trace, t) for t in tokens_))
 
 
+@drawn
 def caption(trace: TraceLike, step_index: int) -> str:
     """One line in plain words: what went into this step's forward pass and what came out."""
     tr = as_trace(trace)
@@ -19,14 +20,14 @@ def caption(trace: TraceLike, step_index: int) -> str:
     info, head = s.info, f"Step {s.index}: one forward pass over {s.n_query} query token{'s' if s.n_query != 1 else ''}"
     if "jacobi" in info:
         j = info["jacobi"]
-        fresh = sum(j.get("fresh") or [])
+        fresh = sum(1 for f in j.get("fresh") or [] if f is True or f == 1)
         k = j.get("accepted", max(len(s.accepted) - 1, 0))
         agreed = (f"the model's argmax chain agreed with the first {k} guess{'es' if k != 1 else ''}" if k
                   else "the first guess already differed from the model's argmax")
         return (f"{head} — x0 and a block of {len(j['guesses'])} guesses ({fresh} fresh, the rest the previous step's "
                 f"updates) — {agreed}, plus the model's own token: {got}; the other updates become the next guesses.")
     if "window" in info:
-        levels, n1 = len(info["window"]), (tr.config.get("ngram") or 0) - 1
+        levels, n1 = len(info["window"]), int(number(tr.config.get("ngram"), 0)) - 1
         warm = f" (warm-up: level {levels} of {n1} filled)" if n1 > 0 and levels < n1 else ""
         cands = info.get("candidates") or []
         key = _q(tr, [info["pool_key"]]) if info.get("pool_key") is not None else "x0"
@@ -44,7 +45,7 @@ def caption(trace: TraceLike, step_index: int) -> str:
         drafted = sum(1 for o in s.origins if o in ("draft", "stage2"))
         rej = info.get("first_rejected")
         rej_s = ""
-        if rej is not None and rej < len(s.tokens):
+        if isinstance(rej, int) and 0 <= rej < len(s.tokens):
             rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})"
         return (f"{head}: the target checked {n} drafted token(s){_pruned(tr, t)}, accepted {drafted}{rej_s}, "
                 f"and added its own token — {got}.")
@@ -53,7 +54,7 @@ def caption(trace: TraceLike, step_index: int) -> str:
 
 def _verdict(info: dict) -> str:
     chosen, matched = info.get("chosen"), info.get("matched") or []
-    if chosen is None or not matched or matched[chosen] == 0:
+    if not isinstance(chosen, int) or not 0 <= chosen < len(matched) or matched[chosen] == 0:
         return "no candidate matched, the model's own token was kept"
     return f"candidate {chosen} matched {matched[chosen]} token(s) and the model added one more"
 
@@ -61,7 +62,7 @@ def _verdict(info: dict) -> str:
 def _pruned(tr, tree: dict | None) -> str:
     """' (2 more proposed but pruned: draft p < cutoff 0.40)' when the step recorded pruned nodes."""
     n = len(((tree or {}).get("pruned") or {}).get("tokens") or [])
-    cut = tr.config.get("confidence")
+    cut = number(tr.config.get("confidence"))
     if not n:
         return ""
     return f" ({n} more proposed but pruned: draft p < cutoff {cut:.2f})" if cut is not None else f" ({n} pruned)"

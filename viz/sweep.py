@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from .escape import esc
 from .palette import EXTRA_COLORS, log_axis, method_color
 
 # N lines: one hue family per N, kept apart from the method colours (greedy is the method colour).
@@ -57,9 +58,9 @@ def figure(points: list[dict], title: str = "") -> go.Figure:
         c = method_color(m)
         fig.add_trace(go.Scatter(
             x=[p["flops_per_step"] for p in pts], y=[p["compression"] for p in pts], mode="lines+markers+text",
-            name=f"{m} (tree budget)", text=[f"B={p['budget']}" for p in pts], textposition="bottom right",
+            name=esc(f"{m} (tree budget)"), text=[f"B={p['budget']}" for p in pts], textposition="bottom right",
             marker=dict(size=9, color=c, symbol="square"), line=dict(color=c, dash="dot"),
-            hovertemplate=m + " budget %{customdata}<br>%{y:.2f} tokens/step<br>%{x:.3g} FLOPs/step<extra></extra>",
+            hovertemplate=esc(m) + " budget %{customdata}<br>%{y:.2f} tokens/step<br>%{x:.3g} FLOPs/step<extra></extra>",
             customdata=[p["budget"] for p in pts]))
     window = any(p["N"] != 1 for p in points)
     default = {(True, False): "Lookahead scaling: compression vs per-step FLOPs (G = W)",

@@ -18,21 +18,30 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, text_of
+from .common import TraceLike, as_trace, box, drawn, esc, text_of
 from .palette import STATE_COLORS, TRAJECTORY_COLORS
 from .window import _empty
 
 
 def guesses(step) -> dict[int, int]:
-    """{absolute position: guessed token} a decode step fed the model, {} when it has no trajectory."""
+    """{absolute position: guessed token} a decode step fed the model, {} when it has no trajectory.
+    Positions, levels and a kv_len that are not integers (a crafted trace) place no guess."""
     jac = step.info.get("jacobi")
+    if not _int(step.kv_len):
+        return {}
     if jac:
         return {step.kv_len + 1 + i: t for i, t in enumerate(jac["guesses"])}
     out: dict[int, tuple[int, int]] = {}
     for r, sl, p, t in zip(step.roles, step.slots, step.positions, step.tokens):
-        if r == "window" and (p not in out or sl[0] >= out[p][0]):
+        if r != "window" or not _int(p) or not isinstance(sl, (list, tuple)) or not sl or not _int(sl[0]):
+            continue
+        if p not in out or sl[0] >= out[p][0]:
             out[p] = (sl[0], t)
     return {p: t for p, (_, t) in out.items()}
+
+
+def _int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def has_trajectory(trace: TraceLike) -> bool:
@@ -78,6 +87,7 @@ def data(trace: TraceLike) -> dict:
             "accepted_guesses": sum(max(r["accepted"][1] - r["accepted"][0], 0) for r in rows)}
 
 
+@drawn
 def figure(trace: TraceLike, step_index: int | None = None, last: int = 16) -> go.Figure:
     """The `last` iterations up to step_index (default: the run's end) as a grid of token cells."""
     tr = as_trace(trace)
@@ -96,17 +106,17 @@ def figure(trace: TraceLike, step_index: int | None = None, last: int = 16) -> g
             shapes.append(dict(type="rect", x0=x - .46, x1=x + .46, y0=y - .42, y1=y + .42, layer="below",
                                fillcolor=TRAJECTORY_COLORS[c["state"]],
                                line=dict(color=STATE_COLORS["matched"] if acc else "#999", width=3 if acc else 1)))
-            xs.append(x); ys.append(y); labels.append(c["text"]); meta.append(box(x, y, x))
+            xs.append(x); ys.append(y); labels.append(esc(c["text"])); meta.append(box(x, y, x))
             fin = "?" if c["final"] is None else text_of(tr, c["final"])
-            hover.append(f"step {r['step']} · position {x}<br>guess {c['text']!r} · final {fin!r}<br>{c['state']}"
-                         + ("<br>accepted this step" if acc else ""))
+            hover.append(esc(f"step {r['step']} · position {x}") + "<br>" + esc(f"guess {c['text']!r} · final {fin!r}")
+                         + f"<br>{c['state']}" + ("<br>accepted this step" if acc else ""))
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="text", text=labels, hovertext=hover, hoverinfo="text",
                                showlegend=False))
     fig.update_layout(shapes=shapes, meta={"cells": meta}, plot_bgcolor="white",
                       height=140 + 34 * len(rows), margin=dict(l=70, r=20, t=50, b=40),
                       title=dict(text=_title(tr, d), font=dict(size=13)),
                       xaxis=dict(title="position", range=[lo - .6, hi + .6], showgrid=False, zeroline=False),
-                      yaxis=dict(tickvals=list(range(len(rows))), ticktext=[f"step {r['step']}" for r in rows],
+                      yaxis=dict(tickvals=list(range(len(rows))), ticktext=[f"step {esc(r['step'])}" for r in rows],
                                  range=[len(rows) - .4, -.6], showgrid=False, zeroline=False))
     return fig
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import ORIGIN_COLORS, ROLE_COLORS, TraceLike, as_trace, box, text_of
+from .common import ORIGIN_COLORS, ROLE_COLORS, TraceLike, as_trace, box, drawn, esc, is_parent, number, text_of
 from .palette import STATE_COLORS, tree_legend
 from .window import _empty
 
@@ -22,6 +22,11 @@ NODE_COLORS = {**ORIGIN_COLORS, **ROLE_COLORS}
 
 def _get(seq: list | None, i: int):
     return seq[i] if seq is not None and i < len(seq) else None
+
+
+def _fixed(v: object, digits: int) -> str:
+    """A probability with `digits` decimals; a crafted trace's string as it is (escaped where written)."""
+    return f"{v:.{digits}f}" if number(v) is not None else str(v)
 
 
 def data(trace: TraceLike, step_index: int) -> dict | None:
@@ -34,6 +39,7 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     parents = tree.get("parents") or step.parents
     if not tokens or len(parents) != len(tokens):
         return None
+    parents = [p if is_parent(p, i) else -1 for i, p in enumerate(parents)]  # a bad parent: drawn as a root
     depth = tree.get("depth")
     if not depth or len(depth) != len(tokens):
         depth = [0] * len(tokens)
@@ -62,7 +68,7 @@ def pruned_nodes(tr, pruned: dict | None, nodes: list[dict]) -> list[dict]:
     parents, toks, probs = pruned.get("parents") or [], pruned.get("tokens") or [], pruned.get("draft_prob") or []
     out = []
     for k, (p, t) in enumerate(zip(parents, toks)):
-        if not 0 <= p < len(nodes):
+        if not is_parent(p, len(nodes)):
             continue
         out.append({"id": len(nodes) + k, "token": t, "text": text_of(tr, t), "parent": p,
                     "depth": nodes[p]["depth"] + 1, "pos": None, "draft_prob": _get(probs, k), "pruned": True})
@@ -70,11 +76,13 @@ def pruned_nodes(tr, pruned: dict | None, nodes: list[dict]) -> list[dict]:
 
 
 def prune_label(n: dict, cutoff: float | None) -> str:
-    """'p=0.21 < cutoff 0.40' (or just 'pruned' when a probability is missing)."""
+    """'p=0.21 < cutoff 0.40' (or just 'pruned' when a probability is missing), as plotly text: the values
+    escaped, the '<' ours (no '>' follows it, so plotly reads no tag)."""
     p = n.get("draft_prob")
     if p is None:
         return "pruned"
-    return f"p={p:.2f} < cutoff {cutoff:.2f}" if cutoff is not None else f"p={p:.2f} (pruned)"
+    p = esc(_fixed(p, 2))
+    return f"p={p} < cutoff {esc(_fixed(cutoff, 2))}" if cutoff is not None else f"p={p} (pruned)"
 
 
 def layout(nodes: list[dict]) -> dict[int, float]:
@@ -100,6 +108,7 @@ def layout(nodes: list[dict]) -> dict[int, float]:
     return y
 
 
+@drawn
 def figure(trace: TraceLike, step_index: int) -> go.Figure:
     """Nodes left→right by depth, coloured by origin; accepted path in bold green, first rejection ✕."""
     tr = as_trace(trace)
@@ -121,7 +130,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
         group = [n for n in nodes if n["origin"] == origin]
         fig.add_trace(go.Scatter(
             x=[n["depth"] for n in group], y=[y[n["id"]] for n in group], mode="markers+text", showlegend=False,
-            text=[n["text"] for n in group], textposition="middle right",
+            text=[esc(n["text"]) for n in group], textposition="middle right",
             marker=dict(size=18, color=NODE_COLORS.get(origin, "#ccc"),
                         symbol=["x" if n["rejected"] else "circle" for n in group],
                         line=dict(color=[STATE_COLORS["matched"] if n["accepted"] else STATE_COLORS["rejected"]
@@ -137,12 +146,12 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     rows = max(y.values()) + 1 if y else 1
     height = max(260, min(940, 170 + 34 * rows))
     rej = d["first_rejected"]
-    title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
-             + (f", first rejected node {rej}" if rej is not None else ""))
+    title = esc(f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
+                + (f", first rejected node {rej}" if rej is not None else ""))
     if d["cutoff"] is not None:
         said = (f"{len(pruned)} proposed node(s) below it were pruned (faint)" if d["pruned_recorded"]
                 else "pruned nodes were not recorded in this trace")
-        title += f"<br><span style='font-size:11px'>confidence cutoff {d['cutoff']:.2f}: {said}</span>"
+        title += f"<br><span style='font-size:11px'>confidence cutoff {esc(_fixed(d['cutoff'], 2))}: {said}</span>"
     fig.update_layout(title=dict(text=title, font=dict(size=13)), plot_bgcolor="white",
                       meta={"cells": [box(n["depth"], y[n["id"]], n["pos"], .3) for n in nodes]},
                       xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False,
@@ -154,17 +163,19 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
 
 
 def _hover(n: dict) -> str:
+    """The node's hover label: every trace value escaped (plotly reads markup in hover text)."""
     parts = [f"node {n['id']} token {n['token']} {n['text']!r}", f"depth {n['depth']}, origin {n['origin']}"]
     if n["draft_prob"] is not None:
-        rank = "" if n.get("rank") is None else f" (its head's rank {n['rank'] + 1})"
-        parts.append(f"draft p = {n['draft_prob']:.3f}{rank}")
+        r = n.get("rank")
+        rank = "" if r is None else f" (its head's rank {r + 1 if number(r) is not None else r})"
+        parts.append(f"draft p = {_fixed(n['draft_prob'], 3)}{rank}")
     if n["target_prob"] is not None:
-        parts.append(f"target p = {n['target_prob']:.3f}")
+        parts.append(f"target p = {_fixed(n['target_prob'], 3)}")
     if n["accepted"]:
         parts.append("accepted")
     if n["rejected"]:
         parts.append("first rejected")
-    return "<br>".join(parts)
+    return "<br>".join(esc(p) for p in parts)
 
 
 def _draw_pruned(fig: go.Figure, nodes: list[dict], pruned: list[dict], y: dict, cutoff: float | None) -> None:
@@ -176,8 +187,8 @@ def _draw_pruned(fig: go.Figure, nodes: list[dict], pruned: list[dict], y: dict,
                                  showlegend=False))
     fig.add_trace(go.Scatter(
         x=[n["depth"] for n in pruned], y=[y[n["id"]] for n in pruned], mode="markers+text", showlegend=False,
-        text=[f"{n['text']} · {prune_label(n, cutoff)}" for n in pruned], textposition="middle right",
+        text=[f"{esc(n['text'])} · {prune_label(n, cutoff)}" for n in pruned], textposition="middle right",
         textfont=dict(color="#888", size=11), opacity=0.6,
         marker=dict(size=14, color="white", line=dict(color=STATE_COLORS["pruned"], width=2)),
-        hovertext=[f"pruned child of node {n['parent']}: token {n['token']} {n['text']!r}<br>"
-                   f"{prune_label(n, cutoff)}" for n in pruned], hoverinfo="text"))
+        hovertext=[esc(f"pruned child of node {n['parent']}: token {n['token']} {n['text']!r}") + "<br>" +
+                   prune_label(n, cutoff) for n in pruned], hoverinfo="text"))

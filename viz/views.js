@@ -3,33 +3,50 @@
 // with plotly. Colours come only from D.palette (viz/palette.py). stepper.js calls these on every step change.
 window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   const CONFIG = { displaylogo: false, responsive: true };
-  const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;" };  // numeric: plotly decodes these too
+  // Every value from the trace goes through esc where it is written into HTML or SVG, numbers included:
+  // a crafted trace puts markup where a position belongs (viz/escape.py is the Python side of this rule).
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ESC[c]);
-  const fmt = (v) => (v === null || v === undefined ? "–" : Math.abs(v) >= 1e3 || (v !== 0 && Math.abs(v) < 1e-2)
+  const own = (map, key) => map !== null && typeof map === "object" && Object.prototype.hasOwnProperty.call(map, key);
+  // A palette colour looked up by a key from the trace: own keys only ("__proto__" is no colour).
+  const pick = (map, key, dflt) => (own(map, key) ? map[key] : dflt);
+  const isNum = (v) => typeof v === "number" && isFinite(v);
+  const fixed = (v, d) => (isNum(v) ? v.toFixed(d) : String(v));  // a crafted "number" stays text (escaped when written)
+  const list = (v) => (Array.isArray(v) ? v : []);
+  const fmt = (v) => (v === null || v === undefined ? "–" : !isNum(v) ? String(v) : Math.abs(v) >= 1e3 || (v !== 0 && Math.abs(v) < 1e-2)
     ? v.toExponential(2).replace("e+", "e") : (+v).toFixed(2).replace(/\.?0+$/, ""));
-  const quote = (D, toks) => JSON.stringify((toks || []).map((t) => tok(D, t)).join(""));
-  function tok(D, t) { const v = D.vocab[String(t)]; return v === undefined ? `<${t}>` : v; }
+  const quote = (D, toks) => JSON.stringify(list(toks).map((t) => tok(D, t)).join(""));
+  function tok(D, t) { return own(D.vocab, String(t)) ? String(D.vocab[String(t)]) : `<${t}>`; }
+  // A parent is a smaller query index (the engine's rule, decoding/engine/masks.py): a cycle or a parent
+  // past the query is not followed, so every walk up the tree ends.
+  const isParent = (p, i) => Number.isInteger(p) && p >= 0 && p < i;
+  function lineage(par, i) {
+    const out = [i];
+    for (let j = i; isParent(par[j], j); j = par[j]) out.push(par[j]);
+    return out;
+  }
+  const MAX_COLS = 256;  // wider than any real window or block (64): a crafted slot cannot make a huge loop
   function cell(D, t, pos, bg, cls, title) {
-    const p = pos === null || pos === undefined ? "" : ` data-pos="${pos}"`;
-    return `<td class="${cls || ""}"${p} style="background:${bg}" title="${esc(title || "")}">${esc(tok(D, t))}` +
-      `${pos === null || pos === undefined ? "" : `<small>@${pos}</small>`}</td>`;
+    const p = pos === null || pos === undefined ? "" : ` data-pos="${esc(pos)}"`;
+    return `<td class="${esc(cls || "")}"${p} style="background:${esc(bg)}" title="${esc(title || "")}">${esc(tok(D, t))}` +
+      `${pos === null || pos === undefined ? "" : `<small>@${esc(pos)}</small>`}</td>`;
   }
 
   // ---- Jacobi window: rows new guesses (top) .. x0·L0 (bottom); colour = age (gold scale), never an origin.
   function windowView(D, s) {
     const info = s.info || {}, P = D.palette;
-    if (!info.window || s.r.indexOf("w") < 0) return [`Step ${s.i}: no Jacobi window (${D.method})`, ""];
+    if (!Array.isArray(info.window) || s.r.indexOf("w") < 0) return [`Step ${s.i}: no Jacobi window (${D.method})`, ""];
     const L = info.window.length, grid = {};
     let width = 0;
     for (let k = 0; k < s.r.length; k++) {
       const r = s.r[k];
       if (r !== "x" && r !== "w") continue;
-      const lc = r === "x" ? [0, 0] : s.sl[k], produced = r === "x" ? s.i - 1 : s.i - (L - lc[0]);
+      const lc = r === "x" ? [0, 0] : list(s.sl[k]), produced = r === "x" ? s.i - 1 : s.i - (L - lc[0]);
       grid[lc[0] + "," + lc[1]] = { t: s.t[k], pos: s.p[k], x0: r === "x", age: produced >= 1 ? s.i - produced : null };
-      width = Math.max(width, lc[1] + 1);
+      if (Number.isInteger(lc[1])) width = Math.min(Math.max(width, lc[1] + 1), MAX_COLS);
     }
     const hv = info.harvested || 0, rows = [];
-    const nxt = info.window_next || [];
+    const nxt = list(info.window_next);
     if (nxt.length) {
       const shift = width - nxt.length, cells = [];
       for (let c = 0; c < width; c++) {
@@ -44,7 +61,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       for (let c = 0; c < width; c++) {
         const g = grid[lv + "," + c];
         if (!g) { cells.push("<td class='ds-empty'></td>"); continue; }
-        const bg = g.x0 ? P.role.x0 : g.age === null ? P.init : P.age[Math.min(g.age, P.age.length - 1)];
+        const bg = g.x0 ? P.role.x0 : g.age === null ? P.init : pick(P.age, Math.min(g.age, P.age.length - 1), P.init);
         const why = g.x0 ? "x0: last accepted token" : g.age === null ? "initial random guess" : `from step ${s.i - g.age} (t-${g.age})`;
         const cls = (g.x0 ? "ds-x0 " : g.age === null ? "ds-init " : "") + (c < hv ? "ds-hv" : "");
         cells.push(cell(D, g.t, g.pos, bg, cls, why));
@@ -62,15 +79,15 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     if (!("candidates" in info)) return [`Step ${s.i}: no pool lookup (${D.method})`, ""];
     const keyRaw = info.pool_key !== undefined ? info.pool_key : info.key;
     const key = Array.isArray(keyRaw) ? keyRaw : keyRaw === null || keyRaw === undefined ? [] : [keyRaw];
-    const cands = info.candidates || [], matched = info.matched || [], src = info.candidate_sources || [];
+    const cands = list(info.candidates), matched = list(info.matched), src = list(info.candidate_sources);
     if (!cands.length) return [`Step ${s.i}: key ${quote(D, key)} found no candidates — the model's own token was kept`, poolBrowser(D, s, key)];
     const pos = {};
-    for (let k = 0; k < s.r.length; k++) if (s.r[k] === "c") pos[s.sl[k][0] + "," + s.sl[k][1]] = s.p[k];
+    for (let k = 0; k < s.r.length; k++) if (s.r[k] === "c") pos[list(s.sl[k])[0] + "," + list(s.sl[k])[1]] = s.p[k];
     const rows = cands.map((c, g) => {
       const m = matched[g] || 0, chosen = g === info.chosen;
       const source = src[g] || (D.method === "prompt_lookup" ? "text" : "");
       const ok = P.origin[source === "reference" ? "reference" : source && source !== "window" ? "text_ngram" : "candidate"];
-      const cells = c.map((t, i) => cell(D, t, pos[g + "," + i], i < m ? ok : i === m ? P.state.rejected : P.state.unchecked,
+      const cells = list(c).map((t, i) => cell(D, t, pos[g + "," + i], i < m ? ok : i === m ? P.state.rejected : P.state.unchecked,
         "", i < m ? "matches the model" : i === m ? "first mismatch" : "not checked")).join("");
       return `<tr class="${chosen ? "ds-chosen" : ""}"><th>${chosen ? "▶ " : ""}cand ${g}${source ? ` (${esc(source)})` : ""}</th>${cells}</tr>`;
     });
@@ -89,7 +106,9 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const pool = new Map();
     for (const st of D.steps) {
       if (st.i > s.i) break;
-      for (const [op, k, ...g] of (st.info || {}).pool_delta || []) {
+      for (const d of list((st.info || {}).pool_delta)) {
+        if (!Array.isArray(d)) continue;
+        const [op, k, ...g] = d;
         if (!pool.has(k)) pool.set(k, { t: new Map(), w: new Map() });
         const shelf = pool.get(k)[op === "t" ? "t" : "w"], id = g.join(",");
         if (op === "x") shelf.delete(id); else shelf.set(id, g);
@@ -106,11 +125,11 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const rows = keys.map((k) => {
       const e = pool.get(k), cells = [...[...e.t.values()].map((g) => [g, ""]), ...[...e.w.values()].map((g) => [g, " ds-w"])];
       grams += cells.length;
-      return `<tr class="${k === look ? "ds-poolkey" : ""}" data-key="${k}"><th>${k === look ? "▶ " : ""}${esc(quote(D, [k]))}</th>` +
-        cells.map(([g, w]) => `<td class="ds-gram${w}" data-g="${g.join(",")}" title="${w ? "window guess" : "seen in the text"}">${esc(quote(D, g))}</td>`).join("") + "</tr>";
+      return `<tr class="${k === look ? "ds-poolkey" : ""}" data-key="${esc(k)}"><th>${k === look ? "▶ " : ""}${esc(quote(D, [k]))}</th>` +
+        cells.map(([g, w]) => `<td class="ds-gram${w}" data-g="${esc(g.join(","))}" title="${w ? "window guess" : "seen in the text"}">${esc(quote(D, g))}</td>`).join("") + "</tr>";
     });
     const more = rows.length > limit ? `<p>… ${rows.length - limit} more key(s)</p>` : "";
-    return `<details class="ds-poolbrowse"${poolOpen ? " open" : ""}><summary>pool after step ${s.i}: ${keys.length} key(s), ` +
+    return `<details class="ds-poolbrowse"${poolOpen ? " open" : ""}><summary>pool after step ${esc(s.i)}: ${keys.length} key(s), ` +
       `${grams} n-gram(s) (solid: seen in the text, dashed: window guesses; ▶ the key looked up)</summary>` +
       `<table class="ds-tab ds-pooltab">${rows.slice(0, limit).join("")}</table>${more}</details>`;
   }
@@ -118,19 +137,21 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   // ---- Token tree (SVG): depth left→right; accepted path green, first rejection red; pruned nodes faint.
   function treeNodes(s) {
     const info = s.info || {}, t = info.tree || {};
-    const toks = t.tokens || s.t, par = t.parents || s.par;
+    const toks = list(t.tokens || s.t), par = list(t.parents || s.par);
     const ROLE = { x: "target", w: "window", c: "candidate", d: "draft", s: "stage2", p: "prompt", j: "jacobi" };
-    const origin = t.origin || s.r.split("").map((r) => ROLE[r] || "draft");
+    const origin = list(t.origin || s.r.split("").map((r) => ROLE[r] || "draft"));
     const depth = [];
     const nodes = toks.map((tk, i) => {
-      depth[i] = t.depth ? t.depth[i] : par[i] < 0 ? 0 : depth[par[i]] + 1;
-      return { id: i, t: tk, parent: par[i], depth: depth[i], origin: origin[i], dp: (t.draft_prob || [])[i] };
+      const parent = isParent(par[i], i) ? par[i] : -1;  // a cycle or a bad parent: drawn as a root
+      depth[i] = Array.isArray(t.depth) && isNum(t.depth[i]) ? t.depth[i] : parent < 0 ? 0 : depth[parent] + 1;
+      return { id: i, t: tk, parent, depth: depth[i], origin: origin[i], dp: list(t.draft_prob)[i] };
     });
     const pr = t.pruned || {};
-    (pr.tokens || []).forEach((tk, k) => {
-      const p = (pr.parents || [])[k];
-      if (p >= 0 && p < nodes.length) nodes.push({ id: nodes.length, t: tk, parent: p, depth: nodes[p].depth + 1,
-        dp: (pr.draft_prob || [])[k], pruned: true });
+    const n0 = nodes.length;
+    list(pr.tokens).forEach((tk, k) => {
+      const p = list(pr.parents)[k];
+      if (isParent(p, n0)) nodes.push({ id: nodes.length, t: tk, parent: p, depth: nodes[p].depth + 1,
+        dp: list(pr.draft_prob)[k], pruned: true });
     });
     return nodes;
   }
@@ -151,60 +172,60 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const P = D.palette, info = s.info || {}, nodes = treeNodes(s);
     if (!nodes.length) return [`Step ${s.i}: no tree recorded`, ""];
     const [y, rows] = tidy(nodes);
-    const path = new Set(info.accepted_path || s.kept || []), rej = info.first_rejected, cut = D.cutoff;
+    const path = new Set(list(info.accepted_path || s.kept)), rej = info.first_rejected, cut = D.cutoff;
     const base = s.p.length ? s.p[0] : s.kv, dx = 120, dy = 30, X = (n) => 16 + n.depth * dx, Y = (n) => 18 + y[n.id] * dy;
-    const maxD = Math.max(...nodes.map((n) => n.depth)), npr = nodes.filter((n) => n.pruned).length;
+    const maxD = Math.min(nodes.reduce((a, n) => Math.max(a, n.depth), 0), MAX_COLS), npr = nodes.filter((n) => n.pruned).length;
     const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
     const out = [];
     nodes.forEach((n) => {
       if (n.parent < 0) return;
       const p = nodes[n.parent], good = path.has(n.id) && path.has(p.id);
-      out.push(`<line x1="${X(p)}" y1="${Y(p)}" x2="${X(n)}" y2="${Y(n)}" stroke="${n.pruned ? P.state.pruned : good ? P.state.matched : "#bbb"}"` +
+      out.push(`<line x1="${esc(X(p))}" y1="${esc(Y(p))}" x2="${esc(X(n))}" y2="${esc(Y(n))}" stroke="${n.pruned ? P.state.pruned : good ? P.state.matched : "#bbb"}"` +
         ` stroke-width="${good ? 4 : 1.2}"${n.pruned ? ' stroke-dasharray="3 3"' : ""}/>`);
     });
     nodes.forEach((n) => {
       const acc = path.has(n.id), bad = n.id === rej;
-      const fill = n.pruned ? "#fff" : P.origin[n.origin] || P.role[n.origin] || "#ccc";
+      const fill = n.pruned ? "#fff" : pick(P.origin, n.origin, pick(P.role, n.origin, "#ccc"));
       const stroke = n.pruned ? P.state.pruned : acc ? P.state.matched : bad ? P.state.rejected : "#666";
       const lab = n.pruned ? `${tok(D, n.t)} · ${n.dp === undefined || n.dp === null ? "pruned" :
-        `p=${n.dp.toFixed(2)}` + (cut !== null && cut !== undefined ? ` < cutoff ${cut.toFixed(2)}` : " (pruned)")}` : tok(D, n.t);
+        `p=${fixed(n.dp, 2)}` + (cut !== null && cut !== undefined ? ` < cutoff ${fixed(cut, 2)}` : " (pruned)")}` : tok(D, n.t);
       const tip = n.pruned ? `pruned child of node ${n.parent}: ${lab}` : `node ${n.id} · ${n.origin}` +
-        (n.dp !== undefined && n.dp !== null ? ` · draft p=${n.dp.toFixed(3)}` : "") + (acc ? " · accepted" : "") + (bad ? " · first rejected" : "");
-      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(tip)}</title><circle data-pos="${n.pruned ? "" : base + n.depth}" cx="${X(n)}" cy="${Y(n)}" r="9"` +
-        ` fill="${fill}" stroke="${stroke}" stroke-width="${acc || bad ? 3 : 1.5}"/>` + (bad ? `<text x="${X(n)}" y="${Y(n) + 4}" text-anchor="middle" font-size="12" fill="${P.state.rejected}">✕</text>` : "") +
-        `<text x="${X(n) + 13}" y="${Y(n) + 4}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(lab)}</text></g>`);
+        (n.dp !== undefined && n.dp !== null ? ` · draft p=${fixed(n.dp, 3)}` : "") + (acc ? " · accepted" : "") + (bad ? " · first rejected" : "");
+      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(tip)}</title><circle data-pos="${n.pruned ? "" : esc(base + n.depth)}" cx="${esc(X(n))}" cy="${esc(Y(n))}" r="9"` +
+        ` fill="${esc(fill)}" stroke="${esc(stroke)}" stroke-width="${acc || bad ? 3 : 1.5}"/>` + (bad ? `<text x="${esc(X(n))}" y="${esc(Y(n) + 4)}" text-anchor="middle" font-size="12" fill="${esc(P.state.rejected)}">✕</text>` : "") +
+        `<text x="${esc(X(n) + 13)}" y="${esc(Y(n) + 4)}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(lab)}</text></g>`);
     });
     const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep` +
       (rej !== null && rej !== undefined ? `, first rejected node ${rej}` : "") +
-      (cut === null || cut === undefined ? "" : ` · confidence cutoff ${cut.toFixed(2)}: ` + ((info.tree || {}).pruned
+      (cut === null || cut === undefined ? "" : ` · confidence cutoff ${fixed(cut, 2)}: ` + ((info.tree || {}).pruned
         ? `${npr} proposed node(s) below it pruned (faint)` : "pruned nodes not recorded in this trace"));
-    return [title, `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+    return [title, `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
   }
 
   // ---- Attention mask (SVG, one path for every visible cell): query i sees j when j is i or its ancestor.
   const ROLE_NAME = { p: "p", d: "d", s: "s2" };
   const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2", j: "jacobi" };
   function label(s, k, base) {
-    const r = s.r[k], sl = s.sl[k] || [], rel = s.p.length ? s.p[k] - base : k;
+    const r = s.r[k], sl = list(s.sl[k]), rel = s.p.length ? s.p[k] - base : k;
     const name = r === "w" ? (sl[0] === 0 && sl[1] === 0 ? "x0" : "L" + sl[0]) : r === "c" ? "c" + (sl.length ? sl[0] : "")
       : r === "x" ? "x0" : ROLE_NAME[r] || r;
     return `${name}·${rel}`;
   }
   function maskView(D, s) {
-    const n = s.par.length, P = D.palette;
+    const n = Math.min(list(s.par).length, 400), P = D.palette;
     if (!n) return [`Step ${s.i}: no query recorded`, ""];
     const c = n <= 30 ? 16 : n <= 60 ? 10 : 5, lab = n <= 60, m = lab ? 62 : 10, cache = s.kv ? 2 * c : 0;
     const base = s.p.length ? s.p[0] : s.kv, w = m + cache + n * c + 4, h = m + n * c + 4;
     let d = "";
-    for (let i = 0; i < n; i++) for (let j = i; j >= 0; j = s.par[j]) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
+    for (let i = 0; i < n; i++) for (const j of lineage(s.par, i)) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
     const out = [`<rect x="${m + cache}" y="${m}" width="${n * c}" height="${n * c}" fill="${P.mask[0]}"/>`,
-      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${P.mask[2]}"><title>KV cache: ${s.kv} tokens, seen by every query</title></rect>` : "",
+      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${P.mask[2]}"><title>KV cache: ${esc(s.kv)} tokens, seen by every query</title></rect>` : "",
       `<path d="${d}" fill="${P.mask[1]}"/>`];
     for (let k = 0; k < n; k++) {
-      const pos = s.p.length ? s.p[k] : "";
+      const pos = esc(s.p.length ? s.p[k] : "");
       out.push(`<rect class="ds-mrow" data-pos="${pos}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
       out.push(`<rect class="ds-mcol" data-pos="${pos}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
-      const rc = P.role[ROLE_KEY[s.r[k]]] || "#ccc";  // the query token's role, as in every other view
+      const rc = pick(P.role, pick(ROLE_KEY, s.r[k], ""), "#ccc");  // the query token's role, as in every other view
       out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
       out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
       if (lab) {
@@ -228,7 +249,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     if (!past.length) return [`Step ${s.i} (prefill): the first guesses are fed in the next step`, ""];
     // columns: this step's block and the 6 positions before it (their history); rows: the last 10 iterations
     const now = past[past.length - 1].c.map((c) => c[0]);
-    const lo = Math.min(...now) - 6, hi = Math.max(...now);
+    const hi = Math.max(...now), lo = Math.max(Math.min(...now) - 6, hi - MAX_COLS);  // bounded: one loop per column
     const rows = past.slice(-10).filter((r) => r.c.some((c) => c[0] >= lo && c[0] <= hi));
     const STATE = { w: "wrong", n: "converges", c: "converged" };
     const WHY = { w: "not (yet) its final token", n: "converges here: its final token from now on", c: "converged earlier" };
@@ -243,13 +264,16 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
         cells.push(cell(D, c[1], p, P.trajectory[STATE[c[2]]], acc ? "ds-hv" : "",
           `step ${r.s}, position ${p}: ${WHY[c[2]]}` + (acc ? "; accepted this step" : "")));
       }
-      return `<tr class="${r.s === s.i ? "ds-chosen" : ""}"><th>${r.s === s.i ? "▶ " : ""}step ${r.s}</th>${cells.join("")}</tr>`;
+      return `<tr class="${r.s === s.i ? "ds-chosen" : ""}"><th>${r.s === s.i ? "▶ " : ""}step ${esc(r.s)}</th>${cells.join("")}</tr>`;
     });
     const here = rows[rows.length - 1], n = Math.max(here.a[1] - here.a[0], 0);
     const what = D.method === "jacobi" ? "Jacobi block" : "window (newest level per position)";
     return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined); ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];
   }
+
+  // A value plotly shows in a hover label: numbers as they are, anything else escaped (plotly reads markup).
+  const plotValue = (v) => (isNum(v) ? v : esc(v));
 
   const VIEWS = { window: windowView, pool: poolView, tree: treeView, mask: maskView, trajectory: trajectoryView };
 
@@ -262,10 +286,10 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       `${fmt(row.bytes)} bytes · ${fmt(row.ms)} ms · ${fmt(row.intensity)} FLOP/byte · ${fmt(row.achieved)} FLOP/s` +
       (row.bound ? ` · ${row.bound}-bound` : "") : `step ${s.i}: no cost recorded`;
     const pts = pr.steps.filter((r) => r.intensity && r.achieved), cur = row && row.intensity && row.achieved ? [row] : [];
-    const roof = pr.roof ? [{ x: pr.roof.intensity, y: pr.roof.attainable, mode: "lines", name: `roof (${pr.roof.device || "machine"})`,
+    const roof = pr.roof ? [{ x: pr.roof.intensity, y: pr.roof.attainable, mode: "lines", name: esc(`roof (${pr.roof.device || "machine"})`),
       line: { color: "#444" } }] : [];
-    const dot = (r, name, col, size) => ({ x: r.map((p) => p.intensity), y: r.map((p) => p.achieved), mode: "markers", name,
-      marker: { color: col, size }, customdata: r.map((p) => p.index), hovertemplate: "step %{customdata}<br>%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>" });
+    const dot = (r, name, col, size) => ({ x: r.map((p) => p.intensity), y: r.map((p) => p.achieved), mode: "markers", name: esc(name),
+      marker: { color: col, size }, customdata: r.map((p) => plotValue(p.index)), hovertemplate: "step %{customdata}<br>%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>" });
     const lay = (title, x, y) => ({ title: { text: title, font: { size: 13 } }, xaxis: x, yaxis: y, height: 320, plot_bgcolor: "white",
       margin: { l: 60, r: 10, t: 40, b: 50 }, legend: { orientation: "h", y: -0.3 } });
     const rf = root.querySelector('.ds-run-plot[data-view="roofline"]');
@@ -273,16 +297,16 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       lay("This step on the roofline", Object.assign({ title: { text: "arithmetic intensity (FLOP/byte, log)" } }, pr.axes.intensity),
         Object.assign({ title: { text: "achieved FLOP/s (log)" } }, pr.axes.achieved)), CONFIG);
     const cf = root.querySelector('.ds-run-plot[data-view="cumflops"]');
-    const line = { x: pr.steps.map((r) => r.cum_tokens), y: pr.steps.map((r) => r.cum_flops), mode: "lines+markers", name: pr.method,
-      line: { color: pr.color, shape: "hv" }, marker: { size: 4 }, customdata: pr.steps.map((r) => r.index),
+    const line = { x: pr.steps.map((r) => r.cum_tokens), y: pr.steps.map((r) => r.cum_flops), mode: "lines+markers", name: esc(pr.method),
+      line: { color: pr.color, shape: "hv" }, marker: { size: 4 }, customdata: pr.steps.map((r) => plotValue(r.index)),
       hovertemplate: "step %{customdata}<br>%{x} tokens<br>%{y:.3g} FLOPs<extra></extra>" };
     const g = pr.greedy ? [{ x: pr.greedy.tokens, y: pr.greedy.flops, mode: "lines", name: "greedy (1 token per step)",
       line: { color: pr.greedy_color, dash: "dash" } }] : [];
-    const here = row ? [{ x: [row.cum_tokens], y: [row.cum_flops], mode: "markers", name: `after step ${s.i}`,
+    const here = row ? [{ x: [row.cum_tokens], y: [row.cum_flops], mode: "markers", name: esc(`after step ${s.i}`),
       marker: { size: 14, color: "rgba(0,0,0,0)", line: { color: D.palette.current, width: 3 } } }] : [];
     if (cf) window.Plotly.react(cf, [line].concat(g, here), lay("FLOPs spent vs tokens produced", { title: { text: "new tokens produced" } },
       { title: { text: "cumulative FLOPs" }, rangemode: "tozero", exponentformat: "SI" }), CONFIG);
   }
 
-  return { VIEWS, profileView };
+  return { VIEWS, profileView, esc };
 })();

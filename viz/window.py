@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, text_of
+from .common import TraceLike, as_trace, box, drawn, esc, plot_value, text_of
 from .palette import AGE_COLORS, INIT_COLOR, ROLE_COLORS, STATE_COLORS, age_color
 
+MAX_COLS = 256  # ticks at most: wider than any real window (64); a crafted slot cannot make a huge axis
 NEW_COLOR = AGE_COLORS[0]  # this step's output: the newest end of the age scale (never an origin colour)
 
 
@@ -37,7 +38,8 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
                               "pos": step.positions[k], "level": level, "col": col, "role": role,
                               "produced": produced if produced >= 1 or role == "x0" else None}
     width = max(c for _, c in grid) + 1
-    levels = [[grid[(lv, c)] for c in range(width) if (lv, c) in grid] for lv in range(n_levels)]
+    # the cells present, in column order (not range(width): a crafted slot [0, 10**9] is no loop)
+    levels = [[grid[k] for k in sorted(k for k in grid if k[0] == lv)] for lv in range(n_levels)]
     top = levels[-1]
     new = []
     nxt = step.info.get("window_next") or []
@@ -64,6 +66,7 @@ def _cell_style(cell: dict, step_index: int) -> tuple[str, str]:
     return age_color(age), f"from step {cell['produced']} (t-{age})"
 
 
+@drawn
 def figure(trace: TraceLike, step_index: int) -> go.Figure:
     """Grid of token cells: text, absolute position, colour by producing step; harvested columns boxed."""
     tr = as_trace(trace)
@@ -79,9 +82,9 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
     for r, (_, cells) in enumerate(rows):
         for c in cells:
             color, why = _cell_style(c, d["step"])
-            xs.append(c["col"]); ys.append(r); colors.append(color); cells_meta.append(box(c["col"], r, c["pos"]))
-            labels.append(f"<b>{c['text']}</b><br><span style='font-size:9px'>@{c['pos']}</span>")
-            hover.append(f"token {c['token']} {c['text']!r}<br>position {c['pos']}<br>{why}")
+            xs.append(plot_value(c["col"])); ys.append(r); colors.append(color); cells_meta.append(box(c["col"], r, c["pos"]))
+            labels.append(f"<b>{esc(c['text'])}</b><br><span style='font-size:9px'>@{esc(c['pos'])}</span>")
+            hover.append(f"token {esc(c['token'])} {esc(repr(c['text']))}<br>position {esc(c['pos'])}<br>{esc(why)}")
             shapes.append(dict(type="rect", x0=c["col"] - .46, x1=c["col"] + .46, y0=r - .44, y1=r + .44,
                                fillcolor=color, line=dict(color="#1f4e79" if c.get("role") == "x0" else "#999",
                                                           width=3 if c.get("role") == "x0" else 1), layer="below"))
@@ -94,7 +97,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="square", size=12, color=color)))
     fig.update_layout(shapes=shapes, meta={"cells": cells_meta}, title=dict(text=_title(d), font=dict(size=13)),
-                      xaxis=dict(title="window column", tickmode="array", tickvals=list(range(d["width"])),
+                      xaxis=dict(title="window column", tickmode="array", tickvals=list(range(min(d["width"], MAX_COLS))),
                                  range=[-.6, d["width"] - .4], zeroline=False, showgrid=False),
                       yaxis=dict(tickmode="array", tickvals=list(range(len(rows))), ticktext=[n for n, _ in rows],
                                  range=[-.6, len(rows) - .4], zeroline=False, showgrid=False),
@@ -106,13 +109,13 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
 def _title(d: dict) -> str:
     h = len(d["harvested"])
     harvest = f"{h} column n-grams harvested into the pool" if h else "warm-up: no n-grams harvested yet"
-    return f"Jacobi window at step {d['step']}<br><span style='font-size:11px'>{harvest} (dotted boxes)</span>"
+    return f"Jacobi window at step {esc(d['step'])}<br><span style='font-size:11px'>{harvest} (dotted boxes)</span>"
 
 
 def _legend(d: dict) -> list[tuple[str, str]]:
     ages = sorted({d["step"] - c["produced"] for row in d["levels"] for c in row
                    if c["produced"] is not None and c.get("role") != "x0"})
-    items = [("x0", ROLE_COLORS["x0"])] + [(f"t-{a} (step {d['step'] - a})", age_color(a)) for a in ages if a > 0]
+    items = [("x0", ROLE_COLORS["x0"])] + [(esc(f"t-{a} (step {d['step'] - a})"), age_color(a)) for a in ages if a > 0]
     if any(c["produced"] is None for row in d["levels"] for c in row):
         items.append(("initial random guess", INIT_COLOR))
     if d["new"]:
@@ -122,7 +125,7 @@ def _legend(d: dict) -> list[tuple[str, str]]:
 
 def _empty(msg: str) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(annotations=[dict(text=msg, showarrow=False, x=.5, y=.5, xref="paper", yref="paper")],
+    fig.update_layout(annotations=[dict(text=esc(msg), showarrow=False, x=.5, y=.5, xref="paper", yref="paper")],
                       xaxis=dict(visible=False), yaxis=dict(visible=False), height=160,
                       margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white")
     return fig
