@@ -310,7 +310,7 @@ def replay_tab(p: Page) -> None:
                     "Run tab's download), or replay your last run.")
         with gr.Row():
             p.rp_pick = gr.Dropdown(shipped(), value=None, label="recorded traces (assets/traces)")
-            p.rp_upload = gr.File(label="upload trace JSON", file_types=[".json"], type="filepath")
+            p.rp_upload = gr.File(label="upload trace JSON", file_types=[".json"], type="filepath", elem_id="ds-rp-upload")
             p.rp_btn = gr.Button("Replay", variant="primary", min_width=100)
         p.rp_msg = gr.Markdown()
         p.rp_stats = gr.Markdown()

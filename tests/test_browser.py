@@ -11,6 +11,8 @@ Screenshots go to out/screenshots/ (gitignored; the committed ones in docs/scree
 """
 from __future__ import annotations
 
+import json
+
 import os
 import re
 import socket
@@ -306,6 +308,48 @@ def test_replay_tab(browser, url):
     assert "/" + str(ROOT).strip("/") not in page.content()  # no server path in what the page carries
     page.screenshot(path=str(SHOTS / "app_replay.png"), full_page=True)
     assert not watch.external and not watch.errors, (watch.external, watch.errors)
+    page.close()
+
+
+def test_replay_of_an_uploaded_payload_trace_runs_no_script(browser, url, tmp_path):
+    """The real app's Replay, a crafted upload: payloads in every string the loader accepts as text (token
+    texts, the run's text, model name, stop reason) draw as text; a payload in a numeric field is refused
+    with one message. No dialog opens, no element is injected, and the page keeps working."""
+    payload = '"><img src=x onerror=alert(1)></title><script>alert(2)</script>'
+    d = json.loads((ROOT / "assets" / "traces" / "lookahead_W5_N4_G5.json").read_text())
+    d["vocab"] = {k: payload for k in d["vocab"]}
+    d["text"], d["stop_reason"], d["model"]["name"] = payload, payload[:40], payload
+    good, bad = tmp_path / "payload.json", tmp_path / "crafted.json"
+    good.write_text(json.dumps(d))
+    d["steps"][3]["kv_len"] = "</title><img src=x onerror=alert(3)>"
+    bad.write_text(json.dumps(d))
+    dialogs: list[str] = []
+
+    def replay(path: Path):
+        page, watch = open_app(browser, url)
+        page.on("dialog", lambda dlg: (dialogs.append(dlg.message), dlg.dismiss()))
+        page.get_by_role("tab", name="Replay").click()
+        expect(page.locator("#ds-rp-upload")).to_be_visible(timeout=30000)
+        page.locator("#ds-rp-upload input[type=file]").set_input_files(str(path))
+        page.wait_for_timeout(1000)  # the upload reaches the server before the click
+        page.get_by_role("button", name="Replay", exact=True).click()
+        return page, watch
+
+    page, watch = replay(bad)
+    expect(page.get_by_text("steps[3].kv_len").first).to_be_visible(timeout=60000)
+    page.close()
+    page, watch = replay(good)
+    stepper = "#ds-replay .ds-stepper"
+    expect(page.locator(stepper)).to_be_visible(timeout=60000)
+    for _ in range(6):
+        page.locator(f"{stepper} .ds-next").click()
+        page.locator(f"{stepper} .ds-tok").first.hover()
+    page.wait_for_timeout(500)
+    injected = page.evaluate("[...document.querySelectorAll('#ds-replay img, #ds-replay script')]"
+                             ".filter(e => (e.getAttribute('src') || '') === 'x' || (e.textContent || '').includes('alert(')).length")
+    assert not dialogs and injected == 0, (dialogs, injected)
+    assert "alert(" in page.locator(stepper).inner_text()  # the payload is there, as text
+    assert not watch.external, watch.external
     page.close()
 
 
