@@ -1,27 +1,49 @@
-"""decodescope generate | profile | report | app — one console command over the four CLIs.
+"""decodescope COMMAND ... — one console command over every CLI of the project.
 
     decodescope generate --prompt "def fib(n):" --method lookahead    # = python -m decoding generate ...
+    decodescope train-heads --kind eagle --data DIR --out heads/       # = python -m decoding train-heads ...
     decodescope profile --method lookahead --out runs/prof             # = python -m profiling ...
     decodescope report run.json -o report.html                         # = python -m viz report ...
+    decodescope side-by-side greedy.json lookahead.json -o sbs.html    # = python -m viz side-by-side ...
     decodescope project run.json                                       # = python -m profiling.project ...
-    decodescope app                                                    # = python app.py
+    decodescope operators run.json --step 3                            # = python -m profiling.operators ...
+    decodescope bench --quick                                          # = python bench/bench.py (a checkout)
+    decodescope app [--port N]                                         # = python app.py
 
 Each subcommand hands its arguments to that module's own main(), so options, messages and exit
-statuses (2 = bad input, one line) are the same whichever way it is called.
+statuses (2 = bad input, one line) are the same whichever way it is called; its --help names it
+`decodescope COMMAND`.
 """
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
+            "train-heads": "train Medusa or EAGLE heads for a model on your text",
             "profile": "profile a run: per-step ranges, FLOPs/bytes, roofline, Perfetto trace",
             "report": "write the offline HTML report of a recorded trace",
+            "side-by-side": "write an offline page comparing runs of one prompt, step by step",
             "project": "what if on A100 / H100 / H200: a trace's roofline projection from datasheet peaks",
-            "app": "start the Gradio app (http://127.0.0.1:7860)"}
+            "operators": "one step of a trace broken down by operator: FLOPs, bytes, roofline bound",
+            "bench": "benchmarks against HF generate (bench/bench.py; needs a DecodeScope checkout)",
+            "app": "start the Gradio app (http://127.0.0.1:7860; --port N)"}
+
+# command -> (module whose main() runs it, words put before the arguments, program name its parser shows)
+TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding": "decodescope"}),
+           "train-heads": ("decoding.__main__", ["train-heads"], {"python -m decoding": "decodescope"}),
+           "profile": ("profiling.__main__", [], {"python -m profiling": "decodescope profile"}),
+           "report": ("viz.__main__", ["report"], {"python -m viz": "decodescope"}),
+           "side-by-side": ("viz.__main__", ["side-by-side"], {"python -m viz": "decodescope"}),
+           "project": ("profiling.project", [], {"python -m profiling.project": "decodescope project"}),
+           "operators": ("profiling.operators", [], {"python -m profiling.operators": "decodescope operators"})}
 
 
 def usage() -> str:
-    rows = "\n".join(f"  {k:<9} {v}" for k, v in COMMANDS.items())
+    rows = "\n".join(f"  {k:<13} {v}" for k, v in COMMANDS.items())
     return (f"usage: decodescope {{{','.join(COMMANDS)}}} [options]\n\n{rows}\n\n"
             "`decodescope COMMAND --help` lists a command's options.")
 
@@ -35,27 +57,57 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: give a command: {', '.join(COMMANDS)} (decodescope --help lists them)", file=sys.stderr)
         return 2
     cmd, rest = argv[0], argv[1:]
-    if cmd == "generate":
-        from decoding.__main__ import main as run
-        return run(["generate", *rest])
-    if cmd == "profile":
-        from profiling.__main__ import main as run
-        return run(rest)
-    if cmd == "report":
-        from viz.__main__ import main as run
-        return run(["report", *rest])
-    if cmd == "project":
-        from profiling.project import main as run
-        return run(rest)
+    if cmd in TARGETS:
+        import importlib
+
+        from decoding.cli_run import program_names
+        module, words, names = TARGETS[cmd]
+        with program_names(names):
+            return importlib.import_module(module).main([*words, *rest])
     if cmd == "app":
-        if rest:
-            print("error: decodescope app takes no options (PORT / GRADIO_SERVER_PORT set the port)", file=sys.stderr)
-            return 2
-        import app
-        app.main()
-        return 0
+        return app(rest)
+    if cmd == "bench":
+        return bench(rest)
     print(f"error: unknown command {cmd!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
     return 2
+
+
+def app(argv: list[str]) -> int:
+    """decodescope app [--port N]: the port reaches app.py through PORT / GRADIO_SERVER_PORT, which it reads."""
+    from decoding.cli_run import OneLineParser, int_in, parse_args
+    ap = OneLineParser(prog="decodescope app", description="start the Gradio app (python app.py)")
+    ap.add_argument("--port", type=int_in(1024, 65535), default=None,
+                    help="port to serve on, 1024..65535 (default: $PORT, else $GRADIO_SERVER_PORT, else 7860)")
+    args = parse_args(ap, argv)
+    if isinstance(args, int):
+        return args
+    if args.port is not None:
+        os.environ["PORT"] = os.environ["GRADIO_SERVER_PORT"] = str(args.port)  # app.main reads PORT first
+    import app as gradio_app
+    gradio_app.main()
+    return 0
+
+
+def bench(argv: list[str]) -> int:
+    """decodescope bench ...: bench/bench.py of the checkout this package runs from (pip does not install bench/)."""
+    script = ROOT / "bench" / "bench.py"
+    if not script.is_file():
+        print(f"error: decodescope bench runs bench/bench.py from a DecodeScope checkout; {ROOT} has none "
+              "(pip install -e . in the checkout, or python bench/bench.py there)", file=sys.stderr)
+        return 2
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("decodescope_bench", script)
+    module = importlib.util.module_from_spec(spec)
+    saved = sys.argv[0]
+    sys.argv[0] = "decodescope bench"  # argparse names the program after argv[0]
+    try:
+        spec.loader.exec_module(module)
+        module.main(argv)
+    except SystemExit as e:  # argparse's --help (0) and errors (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    finally:
+        sys.argv[0] = saved
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from .api import HEADS_METHODS, METHODS, eos_of, make_drafter, make_sampling, run
-from .cli_run import (THREADS, OneLineParser, add_arguments, compare_line, decode, float_in, input_dir, input_file,
-                      int_in, json_path, nonempty, one_line, output_dir, output_file, parse_args, read_prompts,
-                      text_path, timing_line, with_template)
+from .api import HEADS_METHODS, METHODS, default_heads, eos_of, heads_folder, make_drafter, make_sampling, run
+from .cli_run import (SEPARATOR, THREADS, OneLineParser, add_arguments, check_writable, compare_line, decode,
+                      float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
+                      output_file, parse_args, prompt_label, read_prompts, text_path, timing_line, with_template)
 from .models import ModelError, load
 from .exactness import measure
 from .methods.draft_tree import make_shape
@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ngram-table", default=None, type=input_file,
                    help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
     g.add_argument("--heads", default=None, type=nonempty,
-                   help="medusa / eagle: heads folder (python -m decoding train-heads)")
+                   help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding "
+                        "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the one "
+                        "they were trained for)")
     g.add_argument("--budget", type=int_in(1, MAX_TREE_NODES), default=None,
                    help=f"medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle; at most "
                         f"{MAX_TREE_NODES})")
@@ -199,8 +201,9 @@ def setup(args: argparse.Namespace):
                                                None if args.method in HEADS_METHODS else args.draft_confidence)):
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative "
                          "(--draft-confidence: speculative, medusa or eagle)")
-    else:
-        drafter = make_drafter(args.method, **params)  # validate before the (slow) model load
+    else:  # validate before the (slow) model load; heads default to the shipped ones once the model is known
+        drafter = make_drafter(args.method, **(dict(params, heads=params["heads"] or "(shipped)")
+                                               if args.method in HEADS_METHODS else params))
     if args.auto and args.method == "jacobi" and args.block is not None:
         raise ValueError("--auto chooses the jacobi block itself: drop --block")
     if args.auto and args.method in HEADS_METHODS and args.budget is not None:
@@ -213,6 +216,14 @@ def setup(args: argparse.Namespace):
                          "--method jacobi (without --block) or --method medusa / eagle (without --budget)")
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn)
+    if args.method in HEADS_METHODS:  # --heads DIR (or its parent holding medusa/ and eagle/), else the shipped
+        if args.heads:
+            args.heads = heads_folder(args.heads, args.method)
+        else:
+            args.heads = default_heads(model, args.method)
+            print(f"[heads] {args.heads} (shipped for this model)", file=sys.stderr)
+        params["heads"] = args.heads
+        drafter = make_drafter(args.method, **params)
     if args.method == "speculative":
         from .models import DEFAULT_DRAFT
         from .methods.stage2 import load_table
@@ -261,6 +272,9 @@ def setup(args: argparse.Namespace):
 
 def generate(args: argparse.Namespace) -> int:
     raw = read_prompts(args)
+    if args.json:  # an unwritable --json fails now, not after the run
+        for i in range(len(raw)):
+            check_writable(json_path(args.json, i, len(raw)))
     args.prompt = raw[0]  # setup validates it and --auto tunes on it
     model, tok, drafter, sampling = setup(args)
     static = {"auto": None, "on": True, "off": False}[args.static]
@@ -268,6 +282,8 @@ def generate(args: argparse.Namespace) -> int:
     if args.compare:  # warm up first, so neither timed run pays for the first forwards
         run(model, tok, prompts[0], "greedy", max_new_tokens=2, trace=False, static=static)
     for i, prompt in enumerate(prompts):
+        if len(prompts) > 1:  # which output is whose: a label, and a separator between outputs
+            print(("" if i == 0 else SEPARATOR + "\n") + prompt_label(i, len(prompts), raw[i]), flush=True)
         tr = decode(model, tok, prompt, args, drafter, sampling, static)  # drafters reset in start()
         show(args, model, tok, tr, sampling, json_path(args.json, i, len(prompts)) if args.json else None)
         print(timing_line(tr, model), file=sys.stderr)
@@ -280,23 +296,15 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     """Print the text and the run's lines; write the trace document to `out`."""
     exactness(model, tok, tr, sampling, args.check_exact)
     st = tr.stats()
-    spec = {}
-    if args.method in ("speculative", "medusa", "eagle"):
-        from .stats import speculative_stats
-        spec = speculative_stats(tr)
     if not args.stream:  # streamed text is already on stdout
         print(tr.text)
-    print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f}, "
-          f"mean accepted {st['mean_accepted']:.2f}), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}",
-          file=sys.stderr)
+    print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f} "
+          f"tokens per target forward), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}", file=sys.stderr)
     from .fast.graphs import capture_warning
     if capture_warning(tr.config):  # one line: the run was exact but its failed buckets ran eagerly
         print(f"[graphs] {capture_warning(tr.config)}", file=sys.stderr)
-    if spec:
-        depth = " ".join(f"{d}:{r:.2f}" for d, r in spec["acceptance_rate_per_depth"].items())
-        print(f"[{args.method}] mean acceptance length {spec['mean_acceptance_length']:.2f}, draft acceptance "
-              f"{spec['draft_acceptance_rate']:.2f}, per depth {depth}, draft forwards {spec['draft_forwards']}, "
-              f"origins {spec['origins']}", file=sys.stderr)
+    for line in metric_lines(tr):
+        print(line, file=sys.stderr)
     copied = sum(o == "reference" for s in tr.steps for o in s.origins)
     if args.reference:
         print(f"[reference] {copied} of {st['new_tokens']} tokens copied from {len(args.reference)} reference "
@@ -304,6 +312,34 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     if out:  # the one trace document (docs/trace.md), as Trace.save and the app's download write it
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         tr.save(out)
+
+
+def metric_lines(tr) -> list[str]:
+    """The drafting figures under the serving engines' names (decoding/stats.py, one definition each;
+    docs/trace.md "Speculative metrics"): a DecodeScope run reads like a vLLM / SGLang / TensorRT-LLM log."""
+    from .stats import spec_decode_stats, speculative_stats
+    sd = spec_decode_stats(tr)
+    if not sd:
+        return []
+    m = tr.method
+    if sd["num_drafts"] is None:  # untraced lookahead steps: which query tokens were drafts is not recorded
+        return [f"[{m}] spec_accept_length {sd['spec_accept_length']:.2f} tokens per decode step (SGLang); "
+                "drafts were not traced"]
+    rate = "n/a" if sd["draft_acceptance_rate"] is None else f"{sd['draft_acceptance_rate']:.2f}"
+    pos = " ".join(f"{r:.2f}" for r in sd["acceptance_rate_per_pos"]) or "-"
+    lines = [f"[{m}] mean acceptance length {sd['mean_acceptance_length']:.2f} = 1 + {sd['num_accepted_tokens']} "
+             f"accepted / {sd['num_drafts']} drafts (vLLM mean_acceptance_length, TensorRT-LLM acceptance_length); "
+             f"draft acceptance rate {rate} = accepted / {sd['num_draft_tokens']} draft tokens; "
+             f"per position {pos}; spec_accept_length {sd['spec_accept_length']:.2f} tokens per decode step (SGLang)"
+             + (f"; draft_overhead {sd['draft_overhead']:.2f} of the drafting steps' time (TensorRT-LLM)"
+                if sd["draft_overhead"] is not None else "")]
+    spec = speculative_stats(tr) if m in ("speculative", "medusa", "eagle") else {}
+    if spec:
+        depth = " ".join(f"{d}:{r:.2f}" for d, r in spec["acceptance_rate_per_depth"].items())
+        forwards = (f", draft forwards {sd['draft_forwards']}" if sd["draft_forwards"] is not None else
+                    ", no draft forwards (the heads read the target's own features)" if m == "medusa" else "")
+        lines.append(f"[{m}] tree: acceptance per depth (reached / tried) {depth}{forwards}, origins {spec['origins']}")
+    return lines
 
 
 def train_heads(args: argparse.Namespace) -> int:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import difflib
+import json
+from pathlib import Path
 
 from .engine.drafter import Greedy
 from .engine.runner import generate
@@ -14,7 +16,7 @@ from .methods.medusa import Medusa
 from .methods.prompt_lookup import PromptLookup
 from .methods.reference_text import tokenize_references
 from .methods.speculative import Speculative
-from .models import check_window, describe, max_positions
+from .models import ASSETS, check_window, describe, max_positions
 from .params import LIMITS, check_range
 from .trace import Trace
 
@@ -37,6 +39,13 @@ PARAMS = {name: cls.PARAMS for name, cls in REGISTRY.items()}
 HOOKS = ("step_context", "on_step")
 
 
+# Names users bring from elsewhere (transformers' generate, our CLI): the parameter they mean.
+ALIASES = {"draft": "draft_model", "assistant_model": "draft_model", "assistant": "draft_model",
+           "prompt_lookup_num_tokens": "num_tokens", "max_matching_ngram_size": "max_ngram",
+           "window_size": "window", "ngram_size": "ngram", "num_guesses": "guesses", "heads_dir": "heads"}
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed", "do_sample")  # Sampling's, not a method's
+
+
 def check_params(method: str, params: dict) -> None:
     """Refuse a parameter the method does not take (window_size=2 must not be silently ignored); a
     parameter of another method is refused only when it is set (None = not given)."""
@@ -44,8 +53,12 @@ def check_params(method: str, params: dict) -> None:
         return
     known = {k for names in PARAMS.values() for k in names} | set(HOOKS)
     for k, v in params.items():
+        if k in SAMPLING_FIELDS and k not in PARAMS[method]:
+            raise ValueError(f"{k} is a sampling setting, not a {method} parameter: pass "
+                             f"sampling=Sampling(temperature=..., top_k=..., top_p=..., seed=...) "
+                             "(from decoding import Sampling; the default Sampling() is greedy)")
         if k not in known:
-            close = difflib.get_close_matches(k, sorted(known - set(HOOKS)), n=1)
+            close = [ALIASES[k]] if k in ALIASES else difflib.get_close_matches(k, sorted(known - set(HOOKS)), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             takes = ", ".join(PARAMS[method]) or "no parameters"
             raise ValueError(f"unknown parameter {k!r}{hint} ({method} takes {takes})")
@@ -66,7 +79,57 @@ def make_drafter(method: str, **p):
         raise ValueError("reference texts are searched by --method prompt_lookup only (reference lookup)")
     if method not in REGISTRY:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method in HEADS_METHODS and p.get("heads"):
+        p["heads"] = heads_folder(p["heads"], method)
+    if method == "speculative" and p.get("draft_model") is None:
+        raise ValueError(NO_DRAFT)
     return REGISTRY[method].from_params(**p)
+
+
+NO_DRAFT = ("speculative decoding needs a draft model: pass draft_model= (a model object, or the path or hub id "
+            "of one sharing the target's tokenizer, e.g. run(model, tok, prompt, \"speculative\", "
+            "draft_model=\"assets/draft\") for the embedded target; the CLI's --draft)")
+SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for
+
+
+def heads_folder(path, method: str) -> str:
+    """A heads folder for `method`: the folder itself, or its <method>/ subfolder when given the parent
+    that holds both kinds (assets/heads -> assets/heads/eagle), as the app and the race accept it."""
+    p = Path(path).expanduser()
+    if not (p / "heads.json").is_file() and (p / method / "heads.json").is_file():
+        return str(p / method)
+    return str(path)
+
+
+def default_heads(model, method: str) -> str:
+    """The shipped heads (assets/heads/<method>) when `model` is the one they were trained for (the
+    base-model fingerprint their heads.json records), else a ValueError that says how to get heads."""
+    from .methods.heads import base_fingerprint
+    shipped = SHIPPED_HEADS / method
+    try:
+        cfg = json.loads((shipped / "heads.json").read_text())
+    except (OSError, ValueError):
+        cfg = {}
+    if cfg.get("base_fingerprint") and cfg["base_fingerprint"] == base_fingerprint(model):
+        return str(shipped)
+    base = cfg.get("base_model") or "the embedded target"
+    raise ValueError(f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
+                     f"for {base}, not this model; train heads for it with python -m decoding train-heads "
+                     f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
+
+
+def load_draft(model, draft) -> tuple:
+    """(draft model, its tokenizer or None): a model object as is; a path or hub id loaded like the target
+    (decoding.load) on the target's device and in its dtype."""
+    if not isinstance(draft, (str, Path)):
+        return draft, None
+    import torch
+    from .models import load
+    w = model.get_input_embeddings().weight
+    dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(w.dtype)
+    layout = getattr(model, "weight_layout_", None)
+    return load(str(draft), device=str(w.device), dtype=dtype,
+                layout=layout if layout in ("stock", "column", "packed") else "auto")
 
 
 def make_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> Sampling:
@@ -78,12 +141,34 @@ def make_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, 
     return Sampling(temperature, top_k, top_p, seed)
 
 
+def build_drafter(model, tokenizer, method: str, **params):
+    """make_drafter with what only the model can settle: speculative gets the target and both tokenizers
+    (compared once) and loads a draft given as a path; medusa / eagle default to the shipped heads when
+    the model is the one they were trained for."""
+    check_params(method, params)
+    if method == "speculative":
+        if params.get("draft_model") is None:
+            raise ValueError(NO_DRAFT)
+        draft, dtok = load_draft(model, params["draft_model"])
+        params = {"target_model": model, "tokenizer": tokenizer, **params, "draft_model": draft}
+        if dtok is not None and params.get("draft_tokenizer") is None:
+            params["draft_tokenizer"] = dtok
+    if method in HEADS_METHODS and not params.get("heads"):
+        params["heads"] = default_heads(model, method)  # the shipped heads, for the model they fit
+    return make_drafter(method, **params)
+
+
 def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, max_new_tokens: int = 64,
         sampling: Sampling = Sampling(), drafter=None, trace: bool = True, static: bool | None = None,
         **params) -> Trace:
     """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info.
     static: the static-shape path (None = the device default, see runner.default_static).
-    reference (params): a text or list of texts prompt lookup also copies from (reference lookup)."""
+    sampling: Sampling(temperature, top_k, top_p, seed) (default greedy); temperature= and the other
+      sampling fields are not keywords of run() (jacobi's seed= is its own): a clear error points here.
+    reference (params): a text or list of texts prompt lookup also copies from (reference lookup).
+    draft_model (speculative): a model object, or a path / hub id loaded on the target's device and dtype.
+    heads (medusa, eagle): a heads folder or its parent (assets/heads); default: the shipped heads when
+      the model is the one they were trained for (assets/heads/<method>/heads.json records it)."""
     check_range("max_new_tokens", max_new_tokens)
     check_params(method, params)
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
@@ -93,17 +178,15 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
         if drafter is not None:
             raise ValueError("give reference= or a drafter built with reference_ids, not both")
         params["reference_ids"] = tokenize_references(tokenizer, params.pop("reference"))
-    if drafter is None and method == "speculative":  # let make_drafter compare the tokenizers
-        params = {"target_model": model, "tokenizer": tokenizer, **params}
-    drafter = drafter or make_drafter(method, **{k: v for k, v in params.items() if k not in HOOKS})
+    drafter = drafter or build_drafter(model, tokenizer, method, **{k: v for k, v in params.items() if k not in HOOKS})
     limit = max_positions(model.config)
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
         raise ValueError(f"prompt ({len(ids)} tokens) + max-new-tokens ({max_new_tokens}) + "
                          f"{drafter.name.replace('_', ' ')} span ({drafter.max_depth()} positions one step looks "
                          f"ahead) exceeds the model's {limit} positions")
-    check_window(model.config, len(ids), max_new_tokens, drafter.max_depth())
+    check_window(model.config, len(ids), max_new_tokens, drafter.max_depth(), drafter.name)
     if getattr(drafter, "draft", None) is not None:
-        check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth())
+        check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth(), drafter.name)
     eos = eos_of(model, tokenizer)
     tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
                   sampling=sampling, trace=trace, static=static, **_hooks(params))

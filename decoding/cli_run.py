@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import json
 import math
 import re
@@ -26,9 +27,30 @@ THREADS = (1, 256)  # --threads: torch/tokenizers thread pools; 100000 made the 
 MAX_ECHO = 40  # characters of a refused value repeated in the message
 
 
+_PROGS: dict[str, str] = {}  # program name as a module spells it -> as the running command is called
+
+
+@contextlib.contextmanager
+def program_names(names: dict[str, str]):
+    """Within the block, a OneLineParser built with prog P shows names[P] instead (its subcommands follow):
+    `decodescope generate --help` says `usage: decodescope generate`, not `python -m decoding generate`."""
+    saved = dict(_PROGS)
+    _PROGS.update(names)
+    try:
+        yield
+    finally:
+        _PROGS.clear()
+        _PROGS.update(saved)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a refused argument is ONE line on stderr (`error: --window must be an integer in
     [1, 64], got 0`), exit status 2, as the CLIs' own checks print it; --help is unchanged."""
+
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("prog") in _PROGS:
+            kwargs["prog"] = _PROGS[kwargs["prog"]]
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         head, sep, rest = message.partition(": ")
@@ -207,8 +229,10 @@ def not_a_trace(path: str | Path, e: BaseException) -> str:
 def add_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt-file", default=None, type=nonempty,
                    help="prompts to decode one after another: a text file with one prompt per line, a .json "
-                        "list of strings, or a .jsonl file with one JSON string per line; - reads stdin "
-                        "(all of it, one prompt)")
+                        "list of strings, or a .jsonl file with one JSON string per line (a prompt with line "
+                        "breaks needs one of the JSON forms); - reads stdin, split the same way (a JSON list, "
+                        "JSON strings one per line, else one prompt per line); each output is labelled "
+                        "[i/n] and separated by a line of dashes")
     g.add_argument("--chat", action="store_true",
                    help="wrap each prompt as a user turn in the tokenizer's chat template")
     g.add_argument("--stop", action="append", default=None, type=nonempty,
@@ -228,27 +252,31 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     if args.prompt is not None:
         raise ValueError("give either --prompt or --prompt-file, not both")
     if args.prompt_file == "-":
-        prompts = [sys.stdin.read()]
-        if "\x00" in prompts[0]:
+        text, name = sys.stdin.read(), "stdin"
+        if "\x00" in text:
             raise ValueError("the prompt on stdin is binary (NUL bytes), not text")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        kind = ("json" if text.strip().startswith("[") else
+                "jsonl" if lines and all(line.startswith('"') for line in lines) else "txt")
     else:
         path = Path(args.prompt_file)
-        text = read_text_file(path, "prompt file")
-        try:
-            if path.suffix == ".json":
-                prompts = json.loads(text)
-            elif path.suffix == ".jsonl":
-                prompts = [json.loads(line) for line in text.splitlines() if line.strip()]
-            else:
-                prompts = [line for line in text.splitlines() if line.strip()]
-        except RecursionError:
-            raise ValueError(f"{path.name} is nested too deeply: not a list of prompt strings") from None
-        except ValueError as e:  # JSONDecodeError, an integer of 100000 digits
-            raise ValueError(f"{path.name} is not valid JSON ({one_line(e, 200)})") from None
-        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
-            raise ValueError(f"{path.name} must hold prompt strings (a JSON list, or one JSON string per line)")
-        if any("\x00" in p for p in prompts):
-            raise ValueError(f"prompt file {path.name!r} holds a NUL character: prompts must be text")
+        text, name = read_text_file(path, "prompt file"), path.name
+        kind = {".json": "json", ".jsonl": "jsonl"}.get(path.suffix, "txt")
+    try:
+        if kind == "json":
+            prompts = json.loads(text)
+        elif kind == "jsonl":
+            prompts = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            prompts = [line for line in text.splitlines() if line.strip()]
+    except RecursionError:
+        raise ValueError(f"{name} is nested too deeply: not a list of prompt strings") from None
+    except ValueError as e:  # JSONDecodeError, an integer of 100000 digits
+        raise ValueError(f"{name} is not valid JSON ({one_line(e, 200)})") from None
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise ValueError(f"{name} must hold prompt strings (a JSON list, or one JSON string per line)")
+    if any("\x00" in p for p in prompts):
+        raise ValueError(f"prompt file {name!r} holds a NUL character: prompts must be text")
     prompts = [p for p in prompts if p.strip()]
     if not prompts:
         raise ValueError("the prompt file has no prompts")
@@ -271,25 +299,46 @@ class _Stopped(Exception):
 
 def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, static) -> Trace:
     """run() with streaming and stop strings (a stop ends the run after the step that produced it)."""
-    stops, printed, steps, t0 = args.stop or [], [""], [], time.perf_counter()
+    printed = [""]
+
+    def show(new: list[int], out: list[int]) -> None:
+        text = tok.decode(out)
+        sys.stdout.write(text[len(printed[0]):] if text.startswith(printed[0]) else "\n" + text)
+        sys.stdout.flush()
+        printed[0] = text
+
+    tr = decode_until(model, tok, prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                      drafter=drafter, static=static, stops=args.stop or [], on_tokens=show if args.stream else None)
+    if args.stream:
+        sys.stdout.write("\n")
+    return tr
+
+
+def decode_until(model, tok, prompt, method: str, *, max_new_tokens: int, sampling, drafter, static=None,
+                 stops: list[str] = (), on_tokens=None) -> Trace:
+    """run() that ends once the output text contains a stop string (the output keeps it, cut after the token
+    that completes it, as transformers' stop_strings do) and hands on_tokens(new_ids, output_ids) exactly
+    the tokens that stay in the output, step by step (streamers)."""
+    stops, steps, sent, t0 = list(stops or []), [], [0], time.perf_counter()
 
     def on_step(step, out):
         steps.append(step)
-        text = tok.decode(out)
-        if args.stream:
-            sys.stdout.write(text[len(printed[0]):] if text.startswith(printed[0]) else "\n" + text)
-            sys.stdout.flush()
-            printed[0] = text
-        if stops and any(s in text for s in stops):
+        keep = out
+        if stops and any(s in tok.decode(out) for s in stops):
+            keep = cut_at_stop(tok, list(out), stops)
+        if on_tokens is not None and len(keep) > sent[0]:
+            on_tokens(list(keep[sent[0]:]), list(keep))
+            sent[0] = len(keep)
+        if keep is not out:
             raise _Stopped
 
-    hook = on_step if (stops or args.stream) else None
+    hook = on_step if (stops or on_tokens) else None
     try:
-        tr = run(model, tok, prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
+        tr = run(model, tok, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
                  drafter=drafter, static=static, on_step=hook)
     except _Stopped:
         ids = list(prompt) if isinstance(prompt, list) else tok(prompt)["input_ids"]
-        tr = Trace(drafter.name, {**drafter.config(), "max_new_tokens": args.max_new_tokens,
+        tr = Trace(drafter.name, {**drafter.config(), "max_new_tokens": max_new_tokens,
                                   "sampling": sampling.to_dict(), "static": static}, ids, steps=steps)
         tr.wall_s = time.perf_counter() - t0
         tr.output_ids = cut_at_stop(tok, [t for s in steps for t in s.accepted], stops)
@@ -299,8 +348,6 @@ def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, stat
         last.accepted, last.origins = last.accepted[:keep], last.origins[:keep]
         tr.stop_reason, tr.model, tr.text = "stop", describe(model), tok.decode(tr.output_ids)
         tr.vocab = vocab_for(tr, tok)
-    if args.stream:
-        sys.stdout.write("\n")
     return tr
 
 
@@ -337,6 +384,32 @@ def compare_line(model, tok, prompt, tr: Trace, sampling, static) -> str:
         same = "; output identical to greedy" if g.output_ids[:n] == tr.output_ids else "; output DIFFERS from greedy"
     return (f"[compare] greedy {g_tps:.1f} tokens/s, {tr.method} {m_tps:.1f} tokens/s: speed-up "
             f"{m_tps / g_tps if g_tps else 0.0:.2f}x (one run each, same prompt, measured here){same}")
+
+
+LABEL_CHARS = 40  # characters of a prompt repeated in its output's label
+SEPARATOR = "-" * 40
+
+
+def prompt_label(index: int, count: int, prompt) -> str:
+    """`[2/3] def fibonacci(n):` : which prompt an output belongs to (its first 40 characters, one line)."""
+    text = one_line(prompt if isinstance(prompt, str) else "", 10_000)
+    if len(text) > LABEL_CHARS:
+        text = text[:LABEL_CHARS] + "\u2026"
+    return f"[{index + 1}/{count}] {text}"
+
+
+def check_writable(path: str) -> None:
+    """Fail before the run when the trace cannot be written there (its folder is created, as saving would)."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        existed = p.exists()
+        with open(p, "a"):
+            pass
+        if not existed:
+            p.unlink()
+    except OSError as e:
+        raise ValueError(f"cannot write --json {path}: {e.strerror or type(e).__name__}") from None
 
 
 def json_path(out: str, index: int, count: int) -> str:

@@ -1,25 +1,41 @@
 """DecodeScope inside Hugging Face's own API: `model.generate(**inputs, custom_generate=decodescope_generate,
 method="lookahead", window=5, ...)` runs our engine as the decoding loop (transformers 5.x's hook for
 decoding methods), and `custom_generate="path/to/DecodeScope", trust_remote_code=True` does the same
-through the repository's custom_generate/generate.py.
+through the repository's custom_generate/generate.py (generate_entry below).
 
 transformers prepares the inputs and the generation config, then calls the callable with input_ids,
 logits_processor, stopping_criteria, generation_config and every keyword the callable names that
-`_sample` does not (method, window, draft_model, ...: transformers routes them here by signature).
-Greedy ids equal plain `generate(do_sample=False)` (the engine's exactness); sampling keeps the target's
-distribution but draws from DecodeScope's own generator (`seed`). The trace comes back as `output.trace`
-with `return_dict_in_generate=True`, and always as `model.decodescope_trace`.
-Limits: batch size 1, no padding; logits processors other than temperature / top-k / top-p, and stopping
-criteria other than max length and EOS, are refused by name (they would silently change the output).
+`_sample` does not (method, window, draft_model, stop_strings, ...: transformers routes them here by
+signature). Greedy ids equal plain `generate(do_sample=False)` (the engine's exactness); sampling keeps the
+target's distribution but draws from DecodeScope's own generator (`seed`). The trace comes back as
+`output.trace` with `return_dict_in_generate=True`, and always as `model.decodescope_trace`.
+
+transformers' own generate arguments, where the method has a meaning for them:
+  assistant_model=M        the draft model (method "speculative", the default when it is given); draft_model=
+                           also takes a path or hub id, loaded on the target's device and dtype
+  streamer=S               S.put(prompt), S.put(tokens) once per step with the tokens it accepted, S.end()
+  stop_strings=[...]       with tokenizer=tok: the run ends after the token that completes one (kept in the
+                           output, as transformers does)
+  prompt_lookup_num_tokens=K, max_matching_ngram_size=N
+                           prompt lookup's num_tokens / max_ngram (method "prompt_lookup", the default then)
+Anything else that would change the output (repetition penalty, min length, beam search, several return
+sequences, a different assistant tokenizer, scores/logits/attentions in the output, custom stopping
+criteria) is refused with one ValueError naming it. transformers 5.x hands a custom_generate *callable*
+neither `streamer` nor `assistant_model` (it keeps only names `_sample` lacks) and drops `tokenizer`; the
+callable reads the first two from generate's own call, and stop_strings there needs decodescope_tokenizer=tok
+(the folder form takes tokenizer= as transformers spells it).
+Limits: batch size 1, no padding.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .api import make_drafter, run
+from .api import build_drafter, check_params
+from .cli_run import decode_until
 from .engine.sampling import Sampling
 from .trace import Trace
 
@@ -32,49 +48,80 @@ class DecodeScopeOutput(GenerateDecoderOnlyOutput):
 
 def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping_criteria=None,
                          generation_config=None, synced_gpus: bool = False, streamer=None,
-                         method: str = "lookahead", window: int | None = None, ngram: int | None = None,
+                         method: str | None = None, window: int | None = None, ngram: int | None = None,
                          guesses: int | None = None, text_span: int | None = None, num_tokens: int | None = None,
                          max_ngram: int | None = None, draft_model=None, draft_tokens: int | None = None,
                          tree=None, tree_budget: int | None = None, staged: bool = False, seed: int = 0,
                          block: int | None = None, heads: str | None = None, budget: int | None = None,
                          draft_vocab: int | None = None, confidence: float | None = None,
-                         acceptance: str | None = None, decodescope_tokenizer=None, **model_kwargs):
-    """The custom_generate callable: one batch row through decoding.run; returns sequences (prompt + new)."""
+                         acceptance: str | None = None, stop_strings=None, decodescope_tokenizer=None,
+                         decodescope_streamer=None, decodescope_assistant=None, **model_kwargs):
+    """The custom_generate callable: one batch row through the engine; returns sequences (prompt + new).
+    decodescope_streamer / decodescope_assistant: streamer / assistant_model handed on by generate_entry
+    (the folder form); the callable form reads them from generate's call (transformers does not pass them)."""
+    cfg = generation_config
+    _check_supported(logits_processor, stopping_criteria, cfg)  # first: beams would show as a batch
     if input_ids.shape[0] != 1:
         raise ValueError(f"DecodeScope decodes one sequence at a time; got a batch of {input_ids.shape[0]}")
     mask = model_kwargs.get("attention_mask")
     if mask is not None and not bool(mask.all()):
         raise ValueError("DecodeScope does not take padded inputs (the attention mask has zeros)")
-    _check_supported(logits_processor, stopping_criteria)
-    cfg = generation_config
+    fed_prompt = False  # transformers itself put() the prompt into a streamer given to generate
+    if decodescope_streamer is None and decodescope_assistant is None:
+        call = _generate_call(model)
+        streamer = streamer or call.get("streamer")
+        fed_prompt = streamer is not None
+        decodescope_assistant = call.get("assistant_model")
+    streamer = decodescope_streamer or streamer
+    if decodescope_assistant is not None:
+        if draft_model is not None:
+            raise ValueError("give the draft as assistant_model= or draft_model=, not both")
+        draft_model = decodescope_assistant
+    lookup = getattr(cfg, "prompt_lookup_num_tokens", None)
+    lookup_n = getattr(cfg, "max_matching_ngram_size", None)
+    method = method or ("speculative" if draft_model is not None else "prompt_lookup" if lookup else "lookahead")
+    if decodescope_assistant is not None and method != "speculative":
+        raise ValueError(f"assistant_model is a draft model: it drives method='speculative', not {method!r} "
+                         "(leave method out, or drop assistant_model)")
+    if lookup or lookup_n:
+        if method != "prompt_lookup":
+            raise ValueError(f"prompt_lookup_num_tokens / max_matching_ngram_size are prompt lookup's: use "
+                             f"method='prompt_lookup' (or leave method out), not {method!r}")
+        num_tokens = num_tokens if num_tokens is not None else lookup
+        max_ngram = max_ngram if max_ngram is not None else lookup_n
     prompt = input_ids[0].tolist()
     new = int(cfg.max_length) - len(prompt) if cfg.max_new_tokens is None else int(cfg.max_new_tokens)
     sampling = Sampling(float(cfg.temperature or 1.0), int(cfg.top_k or 0), float(cfg.top_p or 1.0), seed) \
         if cfg.do_sample else Sampling()
     params = dict(window=window, ngram=ngram, guesses=guesses, text_span=text_span, num_tokens=num_tokens,
                   max_ngram=max_ngram, block=block, heads=heads, budget=budget, draft_vocab=draft_vocab,
-                  confidence=confidence, acceptance=acceptance)
-    if method == "speculative":
-        params = dict(draft_model=draft_model, draft_tokens=draft_tokens, tree=tree, tree_budget=tree_budget,
-                      staged=staged, confidence=confidence)
-    drafter = make_drafter(method, **{k: v for k, v in params.items() if v is not None})
-    eos = cfg.eos_token_id
-    if streamer is not None:
+                  confidence=confidence, acceptance=acceptance, draft_model=draft_model, draft_tokens=draft_tokens,
+                  tree=tree, tree_budget=tree_budget, staged=staged or None)
+    params = {k: v for k, v in params.items() if v is not None}
+    check_params(method, params)  # another method's parameter (window= with speculative) is refused by name
+    stops = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings or [])
+    tok = decodescope_tokenizer
+    if stops and tok is None:
+        raise ValueError("stop_strings needs the tokenizer to read the text: transformers does not hand tokenizer= "
+                         "on to a custom_generate callable, so pass decodescope_tokenizer=tok (the folder form, "
+                         "custom_generate=\"path/to/DecodeScope\", takes tokenizer=tok)")
+    drafter = build_drafter(model, tok, method, **params)
+    if streamer is not None and not fed_prompt:
         streamer.put(input_ids.cpu())
 
-    def on_step(step, out):
-        if streamer is not None and step.accepted:
-            streamer.put(torch.tensor(step.accepted))
+    def on_tokens(ids, out):
+        if streamer is not None:
+            streamer.put(torch.tensor(ids, dtype=torch.long))
 
     saved = model.generation_config.eos_token_id  # run() reads the stop token from the model's config
-    model.generation_config.eos_token_id = eos
+    model.generation_config.eos_token_id = cfg.eos_token_id
     try:
-        tr = run(model, decodescope_tokenizer, prompt, method, max_new_tokens=new, sampling=sampling,
-                 drafter=drafter, on_step=on_step)
+        tr = decode_until(model, tok, prompt, method, max_new_tokens=new, sampling=sampling, drafter=drafter,
+                          stops=stops, on_tokens=on_tokens if streamer is not None else None)
     finally:
         model.generation_config.eos_token_id = saved
-    if streamer is not None:
-        streamer.end()
+        if streamer is not None:
+            streamer.end()
     model.decodescope_trace = tr
     sequences = torch.tensor([prompt + tr.output_ids], dtype=input_ids.dtype, device=input_ids.device)
     if cfg.return_dict_in_generate:
@@ -82,14 +129,62 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
     return sequences
 
 
+# generate() arguments the folder form hands on under DecodeScope's own names (transformers would drop
+# them before the callable sees them), and the ones it refuses because no method here has a use for them.
+RENAMED = {"streamer": "decodescope_streamer", "assistant_model": "decodescope_assistant",
+           "tokenizer": "decodescope_tokenizer"}
+REFUSED = {"assistant_tokenizer": "a different assistant tokenizer (speculative decoding here needs a draft that "
+                                  "shares the target's tokenizer)",
+           "prefix_allowed_tokens_fn": "constrained decoding", "negative_prompt_ids": "negative prompts",
+           "negative_prompt_attention_mask": "negative prompts"}
+
+
+def generate_entry(model, inputs=None, generation_config=None, custom_generate=None, **kwargs):
+    """What custom_generate/generate.py runs for `model.generate(..., custom_generate="path/to/DecodeScope",
+    trust_remote_code=True)`: transformers hands it every generate() argument; the ones the callable could not
+    receive are passed on under DecodeScope's names, the ones without a meaning here are refused by name."""
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if kwargs.pop("synced_gpus", False):
+        raise ValueError("DecodeScope's custom_generate does not take synced_gpus=True (one process, one GPU)")
+    bad = sorted(k for k in REFUSED if k in kwargs)
+    if bad:
+        raise ValueError(f"DecodeScope's custom_generate does not take {', '.join(bad)} ({REFUSED[bad[0]]})")
+    for hf, ours in RENAMED.items():
+        if hf in kwargs:
+            kwargs[ours] = kwargs.pop(hf)
+    return model.generate(inputs, generation_config=generation_config, custom_generate=decodescope_generate, **kwargs)
+
+
+def _generate_call(model) -> dict:
+    """streamer and assistant_model as the caller gave them to model.generate, read from generate's frame:
+    transformers 5.x hands a custom_generate callable only the keywords `_sample` lacks (so neither; it
+    put()s the prompt into the streamer itself). {} when no such frame is found."""
+    f = sys._getframe(1)
+    for _ in range(12):
+        f = f.f_back
+        if f is None:
+            break
+        loc = f.f_locals
+        if f.f_code.co_name == "generate" and loc.get("self") is model and "streamer" in loc \
+                and "assistant_model" in loc:
+            return {"streamer": loc.get("streamer"), "assistant_model": loc.get("assistant_model")}
+    return {}
+
+
 SUPPORTED = {"TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper",  # Sampling does these itself
              "MaxLengthCriteria", "EosTokenCriteria"}
+OUTPUTS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
 
 
-def _check_supported(logits_processor, stopping_criteria) -> None:
-    """Refuse what the engine would not apply (repetition penalty, min length, stop strings, ...)."""
+def _check_supported(logits_processor, stopping_criteria, cfg=None) -> None:
+    """Refuse what the engine would not apply (repetition penalty, min length, beams, ...), by name."""
     names = [type(p).__name__ for p in list(logits_processor or []) + list(stopping_criteria or [])]
     bad = sorted({n for n in names if n not in SUPPORTED})
+    if cfg is not None:
+        bad += [f"num_beams={cfg.num_beams}"] if (cfg.num_beams or 1) > 1 else []
+        bad += [f"num_return_sequences={cfg.num_return_sequences}"] if (cfg.num_return_sequences or 1) > 1 else []
+        bad += [k for k in OUTPUTS if getattr(cfg, k, False)]
     if bad:
         raise ValueError(f"DecodeScope's custom_generate does not apply {', '.join(bad)}; drop those generation "
-                         "settings (it supports greedy, temperature / top-k / top-p sampling, max length and EOS)")
+                         "settings (it supports greedy, temperature / top-k / top-p sampling, max length, EOS, "
+                         "stop_strings, streamer, assistant_model and prompt_lookup_num_tokens)")

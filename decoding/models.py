@@ -1,7 +1,9 @@
 """Loading target and draft models (hub id or local directory) and the checks the engine needs."""
 from __future__ import annotations
 
+import inspect
 import os
+import socket
 from pathlib import Path
 
 import torch
@@ -80,6 +82,10 @@ def check_architecture(config: PretrainedConfig) -> None:
     name = getattr(config, "model_type", "?")
     if getattr(config, "is_encoder_decoder", False):
         raise ModelError(f"{name} is an encoder-decoder model; DecodeScope needs a decoder-only causal LM")
+    if is_encoder(config):
+        raise ModelError(f"{name} is an encoder (is_decoder: false): its attention is bidirectional, every token "
+                         "sees the tokens after it, so it is not a causal decoder and cannot generate text; "
+                         "DecodeScope needs a decoder-only causal LM")
     if uses_alibi(config):
         raise ModelError(f"{name} adds ALiBi biases by cache slot, not by position_ids: a tree or window node "
                          "would see its ancestors at the wrong distances, so verification would not be exact")
@@ -90,6 +96,18 @@ def check_architecture(config: PretrainedConfig) -> None:
                          "every layer, so lookahead/tree verification would be wrong")
 
 
+def is_encoder(config: PretrainedConfig) -> bool:
+    """A BERT-like model (bert, roberta, electra, ...) configured as the encoder it was trained as.
+    transformers maps these model types to a causal-LM class too (BertLMHeadModel), which loads and runs,
+    but with is_decoder false its attention is bidirectional: the output would be nonsense. They are the
+    model types with a masked-LM head as well as a causal one; for them is_decoder says which it is."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    kind = getattr(config, "model_type", "")
+    both = kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    return both and not getattr(config, "is_decoder", False)
+
+
 def uses_alibi(config: PretrainedConfig) -> bool:
     """BLOOM, MPT (always, in transformers) and Falcon with alibi=True bias attention by the key's slot in
     the cache (BLOOM and Falcon from a 2D mask), not by position_ids: a sibling node's logits measured 0.03
@@ -98,15 +116,35 @@ def uses_alibi(config: PretrainedConfig) -> bool:
     return kind in ("bloom", "mpt") or kind == "falcon" and bool(getattr(config, "alibi", False))
 
 
-def check_window(config: PretrainedConfig, prompt: int, new: int, span: int) -> None:
-    """A sliding-window model decodes exactly only while every token still sees the whole run."""
+def check_window(config: PretrainedConfig, prompt: int, new: int, span: int, method: str = "lookahead") -> None:
+    """A sliding-window model decodes exactly only while every token still sees the whole run. `span` is
+    how many positions one step of `method` looks ahead (drafter.max_depth())."""
     window = sliding_window(config)
     if window is not None and prompt + new + span > window:
         raise ModelError(f"{getattr(config, 'model_type', 'this model')} uses sliding-window attention (window "
-                         f"{window}): prompt ({prompt} tokens) + max-new-tokens ({new}) + lookahead span ({span}) "
+                         f"{window}): prompt ({prompt} tokens) + max-new-tokens ({new}) + "
+                         f"{method.replace('_', ' ')} span ({span} positions one step looks ahead) "
                          f"= {prompt + new + span} exceeds it; DecodeScope is exact only when the whole run fits "
                          f"the window, so lower max-new-tokens to {max(window - prompt - span, 0)} or shorten "
                          "the prompt")
+
+
+_CACHE_KWARG: dict[type, str] = {}
+
+
+def cache_kwarg(model) -> str:
+    """The keyword a model's forward takes its KV cache under. transformers renamed `past_key_values` to
+    `cache` (5.2x); the old name still works there but warns on every run ("`past_key_values` is deprecated
+    and will be removed in version 5.40.0"), and older releases or remote-code models only know the old
+    one. Read once per model class from the forward's signature (decorators keep it: functools.wraps)."""
+    kind = type(model)
+    if kind not in _CACHE_KWARG:
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):  # a forward without a readable signature: the long-standing name
+            params = {}
+        _CACHE_KWARG[kind] = "cache" if "cache" in params else "past_key_values"
+    return _CACHE_KWARG[kind]
 
 
 def max_positions(config: PretrainedConfig) -> int | None:
@@ -152,6 +190,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     local = Path(name).expanduser()
     if name.startswith((".", "/", "~")) and not local.exists():
         raise ModelError(f"model directory {name} does not exist")
+    check_hub(name)
     try:
         config = AutoConfig.from_pretrained(name, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - hub, disk and parsing errors all mean "cannot load"
@@ -172,9 +211,10 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e, "tokenizer")) from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e)) from None
+    check_loading_info(name, info)
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
@@ -185,6 +225,76 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     set_cpu_threads(model, threads)
     model.name_or_path_ = name
     return model, tok
+
+
+def check_loading_info(name: str, info: dict) -> None:
+    """Refuse a checkpoint whose weights do not fill the model (transformers' loading info: the keys it
+    had to initialise at random, the ones it found no place for, the ones of the wrong shape). A Llama
+    folder without lm_head.weight loads (transformers only logs `lm_head.weight | MISSING`) and decodes
+    nonsense; tied embeddings are not reported missing, so a correct checkpoint passes."""
+    parts = []
+    for key, what in (("missing_keys", "missing (transformers would fill them with random values)"),
+                      ("unexpected_keys", "unexpected (the checkpoint has weights this model has no place for)"),
+                      ("mismatched_keys", "of the wrong shape")):
+        keys = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
+        if keys:
+            shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+            parts.append(f"{what}: {shown}")
+    if parts:
+        raise ModelError(f"cannot load model {name!r}: its weights do not match its config; "
+                         + "; ".join(parts) + ". The output would be nonsense: use a complete checkpoint "
+                         "(every weight file of the model, e.g. lm_head.weight when the embeddings are not tied)")
+
+
+def hub_offline() -> bool:
+    """huggingface_hub's offline mode (HF_HUB_OFFLINE=1), read now (the library reads it at import)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return True
+    try:
+        from huggingface_hub import constants
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:  # noqa: BLE001 - no usable huggingface_hub: transformers will say so
+        return False
+
+
+HUB_PROBE_S = 3.0  # seconds to wait for the Hub's host before saying it cannot be reached
+
+
+def check_hub(name: str) -> None:
+    """A name that is no local folder is a Hub id. When it is not in the local cache and cannot be
+    downloaded (offline mode, or no route to the Hub) fail at once with one line: huggingface_hub would
+    otherwise retry five times, ~26 s, printing "Retrying in 8s" lines, before transformers gives up.
+    A proxy (HTTPS_PROXY, ALL_PROXY) skips the reachability probe: the direct route may be closed there."""
+    if Path(name).expanduser().exists():
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - not a valid repo id: transformers words that error
+        return
+    if isinstance(cached, str):
+        return
+    where = f"cannot load model {name!r}: it is not a local folder and not in the Hugging Face cache"
+    if hub_offline():
+        raise ModelError(f"{where}, and offline mode (HF_HUB_OFFLINE=1) forbids downloading it; download it "
+                         f"first (hf download {name}) or give the path of a local folder")
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    from urllib.parse import urlparse
+    try:
+        from huggingface_hub import constants
+        url = urlparse(constants.ENDPOINT)
+    except Exception:  # noqa: BLE001
+        return
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    if not host:
+        return
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_S).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ModelError(f"{where}, and {host} cannot be reached ({why}); connect to the network, or give the "
+                         "path of a local folder (with HF_HUB_OFFLINE=1 only the cache is read)") from None
 
 
 def count_params(config: PretrainedConfig, trust_remote_code: bool = False) -> int | None:

@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .stats import speculative_stats
+from .stats import spec_decode_stats, speculative_stats
 from .trace_check import TraceError, check_document, load_file, parse
 
 SCHEMA = "decodescope.trace/2"
@@ -98,7 +98,7 @@ class Trace:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["stats"] = self.stats()
+        d["stats"] = {**self.stats(), **spec_decode_stats(self)}  # + the serving engines' names (stats.py)
         if self.method == "speculative":
             d["speculative"] = speculative_stats(self)
         return d

@@ -210,7 +210,7 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     (["train-heads", "--kind", "medusa", "--data", "EMPTY", "--out", "o"], "no training text"),
     (["train-heads", "--kind", "medusa", "--unroll", "2", "--data", ".", "--out", "o"], "levels above 1 only for"),
     (["train-heads", "--kind", "medusa", "--data", "MISSING", "--out", "o"], "does not exist"),
-    (["generate", "--method", "medusa", "--prompt", "x"], "medusa needs heads"),
+    (["generate", "--model", "TINY", "--method", "medusa", "--prompt", "x"], "medusa needs heads: the shipped ones"),
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
     (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"],
      "--heads, --budget, --draft-vocab and --acceptance need"),
@@ -228,7 +228,10 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
 def test_cli_bad_input_one_line(tmp_path, capsys, args, msg):
     (tmp_path / "EMPTY").mkdir()
     (tmp_path / "NOHEADS").mkdir()
-    args = [str(tmp_path / a) if a in ("EMPTY", "MISSING", "NOHEADS") else a for a in args]
+    if "TINY" in args:  # a model the shipped heads were not trained for
+        from conftest import save_tiny_dir
+        save_tiny_dir(tmp_path / "TINY")
+    args = [str(tmp_path / a) if a in ("EMPTY", "MISSING", "NOHEADS", "TINY") else a for a in args]
     r = _cli(args, capsys)
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -259,8 +262,8 @@ def test_heads_trace_and_viz(trained, kind):
 
 def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
     """The shipped heads load for assets/target (fingerprint) and decode HF greedy's tokens through the
-    app's Plan; another target gets one input error naming the heads; the budget is range-checked."""
-    from appkit.handlers import Plan, check_heads
+    app's Prepared event; another target gets one input error naming the heads; the budget is range-checked."""
+    from appkit.handlers import Prepared, check_heads
     from appkit.limits import Limits
     from appkit.settings import InputError, Settings, method_params
     from decoding import Sampling, load
@@ -268,12 +271,12 @@ def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
     prompt = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
     ids = tok(prompt)["input_ids"]
     for kind in ("medusa", "eagle"):
-        p = Plan(Settings(method=kind), prompt, 24, Sampling(), model, tok, params={kind: {"budget": 8}})
+        p = Prepared(Settings(method=kind), prompt, 24, Sampling(), model, tok, params={kind: {"budget": 8}})
         check_heads(p, [kind])
         tr = p.run(kind)
         assert tr.output_ids == hf_greedy(model, ids, 24, eos=0)
         with pytest.raises(InputError, match="heads.*another base model"):
-            check_heads(Plan(Settings(method=kind), prompt, 8, Sampling(), tiny("llama"), tok), [kind])
+            check_heads(Prepared(Settings(method=kind), prompt, 8, Sampling(), tiny("llama"), tok), [kind])
     problems: list[str] = []
     method_params(Settings(method="eagle", heads_budget=0), "eagle", Limits(), problems)
     assert problems and "heads tree budget" in problems[0]

@@ -1,7 +1,7 @@
 """Loading: local directories work offline; models one custom mask cannot drive are refused clearly."""
 import pytest
-from transformers import (BloomConfig, FalconConfig, Gemma2Config, Llama4TextConfig, MistralConfig, MptConfig,
-                          Qwen2Config, Qwen3NextConfig, T5Config)
+from transformers import (BertConfig, BloomConfig, FalconConfig, Gemma2Config, Llama4TextConfig, MistralConfig,
+                          MptConfig, Qwen2Config, Qwen3NextConfig, RobertaConfig, T5Config)
 
 from decoding import ModelError, load
 from decoding.models import check_architecture, pick_dtype
@@ -20,6 +20,7 @@ def test_load_local_dir_fp32_on_cpu(tiny_dir):
     (Llama4TextConfig(), "chunked_attention layers"),
     (T5Config(), "encoder-decoder"),
     (BloomConfig(), "ALiBi"), (MptConfig(), "ALiBi"), (FalconConfig(alibi=True), "ALiBi"),
+    (BertConfig(), "not a causal decoder"), (RobertaConfig(), "not a causal decoder"),
 ])
 def test_refuses_models_one_mask_cannot_drive(config, needle, tmp_path):
     with pytest.raises(ModelError, match=needle):

@@ -199,6 +199,13 @@ def test_cli(tmp_path, capsys):
     assert rc == 0
     doc = json.loads(out.read_text())
     assert doc["method"] == "speculative" and "mean_acceptance_length" in doc["speculative"]
+    # the serving engines' names, one definition: the speculative block's figures are the stats block's
+    for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
+                 "mean_acceptance_length", "draft_acceptance_rate", "spec_accept_length", "acceptance_length",
+                 "draft_overhead"):
+        assert name in doc["stats"], name
+    assert doc["speculative"]["mean_acceptance_length"] == doc["stats"]["mean_acceptance_length"]
+    assert doc["speculative"]["drafted_tokens"] == doc["stats"]["num_draft_tokens"]
     capsys.readouterr()
     # --auto times pilot runs of every shape and decodes with the fastest; output stays greedy's
     rc = cli_main(["generate", "--model", tdir, "--method", "speculative", "--draft", ddir, "--auto",

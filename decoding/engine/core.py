@@ -22,7 +22,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .masks import chain_parents, step_mask, tree_visibility
 from ..fast.cache_pool import acquire, release
-from ..models import check_architecture, sliding_window
+from ..models import cache_kwarg, check_architecture, sliding_window
 from ..fast.uploads import Uploads
 from ..fast.static_cache import StaticKV
 
@@ -86,6 +86,7 @@ class Core:
             # full-attention layers everywhere: a sliding-window layer would drop KV entries the commit
             # still indexes; runs are only allowed where the window covers all of them (models.check_window)
             self.cache = DynamicCache() if sliding_window(model.config) else DynamicCache(config=model.config)
+        self.cache_kw = cache_kwarg(model)  # `cache` where transformers renamed past_key_values (5.2x)
         self.length = 0
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []
@@ -145,7 +146,7 @@ class Core:
             keep = 0 if rows is None else rows
         else:
             keep = self.uploads.longs(rows)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=self.cache,
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **{self.cache_kw: self.cache},
                          use_cache=True, logits_to_keep=keep, output_hidden_states=hidden is not None)
         if not torch.is_tensor(keep):
             logits = out.logits[0].float()

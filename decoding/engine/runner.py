@@ -180,9 +180,11 @@ def precapture(model, capacity: int = 1024, max_bucket: int = GRAPH_MAX) -> dict
     """Capture the common buckets at model load (every (Qb, Rb) up to max_bucket) into a pooled cache of
     `capacity`, so a visitor's first run does not pay capture. CUDA and the static default only (the
     app calls it for every model it loads); returns the cache's status, None where nothing was done."""
+    from ..fast.graphs import emulating
+
     device = model.get_input_embeddings().weight.device
-    if device.type != "cuda" or not default_static(model):
-        return None
+    if not emulating() and (device.type != "cuda" or not default_static(model)):
+        return None  # CPU CI exercises it through the emulated graphs (DECODESCOPE_EMULATE_GRAPHS=1)
     kv = cache_pool.acquire(model, capacity)
     try:
         with torch.inference_mode(), attention_backends(device):

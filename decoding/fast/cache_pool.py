@@ -14,6 +14,7 @@ import os
 import threading
 import weakref
 
+from .graphs import emulating
 from .static_cache import StaticKV, size_class
 
 POOL_CACHES = 2   # idle caches kept per model
@@ -27,11 +28,13 @@ def acquire(model, capacity: int, compiled: bool = False, graphs: bool | None = 
     fits (its CUDA graphs are then already captured: a run after the first pays no capture), else new.
     At most twice the room needed: in graph mode attention reads the whole capacity."""
     need = size_class(max(capacity, 1))
+    if graphs is None:  # the default a new cache would take: on CUDA, or where graphs are emulated
+        graphs = model.get_input_embeddings().weight.device.type == "cuda" or emulating()
     with _POOL_LOCK:
         pool = _pool(model)
         for kv in pool:  # most recently used first
             if (need <= kv.capacity <= 2 * need and kv.compiled == compiled and kv.fixed >= fixed
-                    and (graphs is None or kv.graphs_on == graphs)):
+                    and kv.graphs_on == graphs):
                 pool.remove(kv)
                 kv.used = set()
                 return kv

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .graphs import GraphReplay
+from ..models import cache_kwarg
+from .graphs import GraphReplay, emulating
 from .uploads import Uploads
 
 GRAPH_MAX = 256   # largest bucket captured as a CUDA graph; larger steps (prefill) run eagerly
@@ -109,7 +110,7 @@ class StaticKV(Cache, GraphReplay):
         self._model = weakref.ref(model)  # weak: a pooled cache must not keep an unloaded model alive
         self.device, self.dtype = emb.device, emb.dtype
         self.capacity = size_class(max(capacity, 1))
-        self.graphs_on = self.device.type == "cuda" if graphs is None else graphs
+        self.graphs_on = (self.device.type == "cuda" or emulating()) if graphs is None else graphs
         # compiled: buckets run through torch.compile at the fixed [bucket, capacity] shapes (measured on
         # CPU by bench/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
         self.compiled = compiled
@@ -126,6 +127,7 @@ class StaticKV(Cache, GraphReplay):
         self.failed: dict[tuple[int, int], str] = {}   # bucket -> the last capture error
         self.used: set[tuple[int, int]] = set()        # buckets run on the fixed path since acquire()
         self.pool = None
+        self.ids_in: torch.Tensor | None = None  # the next step's token ids as a device tensor (draft levels)
         self._alloc_buffers()
 
     def _alloc_buffers(self) -> None:
@@ -227,6 +229,8 @@ class StaticKV(Cache, GraphReplay):
         if not (self.fixed and qb <= GRAPH_MAX):
             return self._eager(host, vis_t, length, start, q, rows, want, hid)
         self.uploads.upload(host, self.io[:, :qb])
+        if self.ids_in is not None:  # token ids already on the device: a device-to-device copy, no host read
+            self.io[0, pad:qb].copy_(self.ids_in)
         self._fill_mask(self.mask[:, :, :qb], vis_t, length, start, q)
         out, feats = self._fixed((qb, rb) if hid is None else (qb, rb, hid))
         logits = out[0]
@@ -250,6 +254,9 @@ class StaticKV(Cache, GraphReplay):
         pad = qb - q
         kv = start + qb if self.device.type != "cuda" else min(self.capacity, _round_up(start + qb, 16))
         io = self.uploads.upload(host[:3])
+        if self.ids_in is not None:
+            io = io.clone() if io.data_ptr() == host.data_ptr() else io
+            io[0, pad:].copy_(self.ids_in)
         mask = torch.empty((1, 1, qb, kv), dtype=self.dtype, device=self.device)
         self._fill_mask(mask, vis_t, length, start, q)
         keep = q if rows is None else rows if isinstance(rows, int) else self.uploads.longs(want) + pad
@@ -281,9 +288,11 @@ class StaticKV(Cache, GraphReplay):
         """(logits, hidden states of layers `hid` [len(hid), qb, h] or None) of one bucket."""
         qb = io.shape[1]
         self.slots, self.kv_len = io[2, :qb], kv
-        model = self._model() if fn is None else fn
-        out = model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask, past_key_values=self,
-                    use_cache=True, logits_to_keep=keep, output_hidden_states=hid is not None)
+        base = self._model()
+        model = base if fn is None else fn
+        kw = {cache_kwarg(base): self}  # `cache` where transformers renamed past_key_values
+        out = model(input_ids=io[0:1, :qb], position_ids=io[1:2, :qb], attention_mask=mask, **kw, use_cache=True,
+                    logits_to_keep=keep, output_hidden_states=hid is not None)
         return out.logits, None if hid is None else torch.stack([out.hidden_states[k][0] for k in hid])
 
 

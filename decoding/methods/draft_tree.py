@@ -11,9 +11,22 @@ Staged mode: a stage-2 drafter (an n-gram model) proposes a chain under the most
 node; it rides in the same draft forward and the draft verifies it like the target verifies the draft
 (greedy: equal to the draft's argmax; sampling: the point-mass rule, so each child is still a sample
 from the draft's distribution). Accepted stage-2 tokens are tree nodes with origin "stage2".
+
+Chained levels (greedy chain and fixed-width trees without stage 2; DEVICE_DRAFT, by default on CUDA
+when the confidence cut is off):
+the tree's shape does not depend on the draft's values, so each level's children go from the draft's
+top-k straight into the next draft forward ON THE DEVICE, and the host reads every level's top-k in ONE
+transfer at the end (a step then syncs twice: this read and the target's argmax, instead of once per
+level). The host then builds the same nodes as level by level (the confidence cut and zero-probability
+children are applied to the read lists); the levels below a cut node ran anyway: forwards the per-level
+path saves by reading first (draft_forwards counts what ran: on the tiny random CPU models with the 0.4
+cut, 5x the forwards), which is why the default chains only uncut shapes. Staged trees (stage 2 proposes
+from the path's tokens), dynamic trees (pruned by the read scores) and sampled trees (drawn on the host)
+read once per level.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +35,12 @@ from ..engine.core import Core
 from ..engine.drafter import best_closed
 from ..params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
 from ..engine.sampling import Sampling, uniform, warp
+
+
+# Chain the draft levels on the device (one host read per draft): None = where the draft runs on CUDA and
+# no confidence cut could save forwards (a host read per level stalls the GPU; on CPU a read is free).
+# DECODESCOPE_DEVICE_DRAFT=1/0 forces it; tests set it to count what a CUDA run syncs.
+DEVICE_DRAFT: bool | None = {"1": True, "0": False}.get(os.environ.get("DECODESCOPE_DEVICE_DRAFT", ""))
 
 
 class DraftCore(Core):
@@ -34,9 +53,55 @@ class DraftCore(Core):
         for all but the first `skip` nodes (catch-up tokens whose predictions nobody reads)."""
         return fit_vocab(self._run(tokens, parents, rows=len(tokens) - skip if skip else None), self.vocab)
 
+    def grow_ids(self, ids: torch.Tensor, parents: list[int]) -> torch.Tensor:
+        """grow() for tokens that live on the device (a level's top-k, never read by the host): the forward
+        takes them from `ids` (placeholders go through the host side). Logits [len(parents), V]."""
+        ids = ids.clamp(max=self.model.get_input_embeddings().weight.shape[0] - 1)  # a padded id: prob 0, dropped
+        self._ids = ids
+        if self.static:
+            self.cache.ids_in = ids
+        try:
+            return fit_vocab(self._run([0] * len(parents), parents), self.vocab)
+        finally:
+            self._ids = None
+            if self.static:
+                self.cache.ids_in = None
+
+    _ids: torch.Tensor | None = None
+
+    def _dynamic(self, tokens, *args, **kwargs):
+        """The dynamic path with device ids (grow_ids): the step's first upload (ids and depths) gets its
+        id row from the device tensor."""
+        if self._ids is None:
+            return super()._dynamic(tokens, *args, **kwargs)
+        real = self.uploads
+        self.uploads = _IdsFirst(real, self._ids)
+        try:
+            return super()._dynamic(tokens, *args, **kwargs)
+        finally:
+            self.uploads = real
+
     def settle(self, keep: list[int]) -> None:
         """Keep region nodes `keep` (a root-first chain, ascending) as accepted text; drop the rest."""
         self.commit(keep)
+
+
+class _IdsFirst:
+    """Uploads whose next longs([ids, depths]) takes its id row from a device tensor (DraftCore.grow_ids)."""
+
+    def __init__(self, uploads, ids: torch.Tensor):
+        self.up, self.ids = uploads, ids
+
+    def longs(self, values) -> torch.Tensor:
+        out = self.up.longs(values)
+        if self.ids is not None:
+            out = out.clone() if out.device != self.ids.device or not out.is_contiguous() else out
+            out[0].copy_(self.ids)
+            self.ids = None
+        return out
+
+    def upload(self, *args, **kwargs):
+        return self.up.upload(*args, **kwargs)
 
 
 def fit_vocab(logits: torch.Tensor, vocab: int | None) -> torch.Tensor:
@@ -90,6 +155,8 @@ class TreeBuilder:
 
     def build(self, context: list[int]) -> tuple[list[Node], int, dict]:
         """Expand the draft tree for the next step; returns (nodes, catch-up length, counters)."""
+        if self.chained():
+            return self._build_chained(context)
         D = self.shape.depth
         catch = context[self.core.length:]
         nodes = [Node(context[-1], -1, 0, None, 1.0, "target")]
@@ -141,6 +208,60 @@ class TreeBuilder:
         if self.shape.mode == "dynamic":
             nodes = self._select(nodes)
         stats["pruned"] = self._pruned(nodes)
+        return nodes, len(catch), stats
+
+    def chained(self) -> bool:
+        """Whether the levels run chained on the device (module doc): greedy, fixed widths, no stage 2."""
+        on = DEVICE_DRAFT if DEVICE_DRAFT is not None else (
+            self.core.device.type == "cuda" and self.shape.confidence == 0)  # default: only where no forward is wasted
+        return bool(on) and self.gen is None and self.stage2 is None and self.shape.mode in ("chain", "tree")
+
+    def _build_chained(self, context: list[int]) -> tuple[list[Node], int, dict]:
+        """build() with every level's children fed to the next draft forward on the device and ONE host
+        read of all levels' top-k at the end; the nodes are those build() makes level by level."""
+        D, widths = self.shape.depth, self.shape.widths
+        catch = context[self.core.length:]
+        root_spec = len(self.core.spec_parents) + len(catch) - 1
+        logits = self.core.grow(list(catch), list(range(-1, len(catch) - 1)), len(catch) - 1)
+        k = min(max(widths) + 1, logits.shape[-1])  # as _tops: the same top-k call, the same order
+        vals, idxs, base = [], [], [root_spec]  # base[d]: region index of level d's first node
+        runs, n_run = 1, len(catch)
+        for d in range(D):
+            top = torch.topk(logits.softmax(-1), k)
+            vals.append(top.values)
+            idxs.append(top.indices)
+            if d == D - 1:  # the deepest children are leaves: never run
+                break
+            w = widths[d]
+            first = len(self.core.spec_parents)
+            parents = [base[d] + j for j in range(top.indices.shape[0]) for _ in range(w)]
+            logits = self.core.grow_ids(top.indices[:, :w].reshape(-1), parents)
+            base.append(first)
+            runs, n_run = runs + 1, n_run + len(parents)
+        probs, toks = torch.stack([torch.cat(vals).double(), torch.cat(idxs).double()]).tolist()  # the one read
+        offset = [0]
+        for d in range(D - 1):
+            offset.append(offset[-1] + _level_rows(widths, d))  # level d's first row in the read
+        nodes = [Node(context[-1], -1, 0, None, 1.0, "target")]
+        pos = {0: 0}  # node -> its index within its level of the full tree
+        level = [0]
+        for d in range(D):
+            nxt = []
+            for i in level:
+                nd = nodes[i]
+                if not self._grows(nd):  # a leaf by the cutoff: the per-level path never ran it
+                    continue
+                row = offset[d] + pos[i]
+                nd.spec, nd.expanded = base[d] + pos[i], True
+                nd.top = [(int(t), p) for t, p in zip(toks[row], probs[row])]
+                picks = [(t, p) for t, p in nd.top if p > 0][:widths[d]]
+                for c, (t, p) in enumerate(picks):
+                    kid = self._add(nodes, i, t, "draft", p)
+                    pos[kid] = pos[i] * widths[d] + c
+                    nxt.append(kid)
+            level = nxt
+        stats = {"draft_forwards": runs, "draft_nodes_run": n_run, "stage2_proposed": 0, "stage2_accepted": 0,
+                 "pruned": self._pruned(nodes)}
         return nodes, len(catch), stats
 
     def _tops(self, dists: torch.Tensor) -> list[list[tuple[int, float]]]:
@@ -270,6 +391,14 @@ class TreeBuilder:
             nd.kids = [remap[c] for c in nd.kids if c in remap]
             out.append(nd)
         return out
+
+
+def _level_rows(widths: list[int], d: int) -> int:
+    """Nodes at depth d of the full fixed-width tree (depth 0: the root)."""
+    n = 1
+    for w in widths[:d]:
+        n *= w
+    return n
 
 
 # ---- the shape's parameters: checked once for the API, the CLI and the app ----

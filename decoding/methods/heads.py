@@ -23,6 +23,7 @@ from torch import nn
 from ..fast.cpu_gemm import PackedLinear
 from ..fast.layout import column_major_linears
 from ..engine.sampling import Sampling, warp
+from ..models import cache_kwarg
 
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
@@ -102,7 +103,8 @@ class EagleHead(nn.Module):
         if attention_mask is None and x.shape[1] > 1 and past_key_values is not None and past_key_values.get_seq_length():
             raise ValueError("EagleHead: pass the attention mask when appending several rows to a cache")
         b = self.body
-        x = b.layers[0](x, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past_key_values,
+        x = b.layers[0](x, attention_mask=attention_mask, position_ids=position_ids,
+                        **{cache_kwarg(b.layers[0]): past_key_values},
                         use_cache=use_cache, position_embeddings=b.rotary_emb(x, position_ids=position_ids))
         return b.norm(x)
 

@@ -24,10 +24,14 @@ from .stage2 import NGramStage2, Table
 from ..engine.verify import Verdict
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
-    """Refuse a draft that does not share the target's tokenizer (one clear message). Embedding row counts
-    may differ (Qwen2.5-0.5B pads to 151,936 rows, Qwen2.5-7B to 152,064, one tokenizer): the draft's
-    logits are cut or padded to the target's rows (draft_tree.fit_vocab). Without both tokenizers only
-    equal row counts can be trusted. Returns True when the tokenizers were compared."""
+    """Refuse a draft that does not share the target's tokenizer (one clear message). What is compared is
+    what the two models can emit: their logit rows. Row counts may differ (Qwen2.5-0.5B pads to 151,936
+    rows, Qwen2.5-7B to 152,064, one tokenizer): the draft's logits are cut or padded to the target's rows
+    (draft_tree.fit_vocab). A tokenizer may also hold MORE tokens than a model has rows (a Qwen2 tokenizer
+    with an added token the embedding never got): no model can emit those ids, greedy decoding runs such a
+    target, and so does speculative decoding. So the tokenizers must agree on the ids below both models'
+    row counts, nothing else. Without both tokenizers only equal row counts can be trusted. Returns True
+    when the tokenizers were compared."""
     tv, dv = _vocab_size(target), _vocab_size(draft)
     if target_tok is None or draft_tok is None:
         if tv != dv:
@@ -35,12 +39,13 @@ def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
                              "decoding needs a draft that shares the target's tokenizer (give both tokenizers "
                              "to check that they agree; then padded embeddings are fine)")
         return False
-    if target_tok.get_vocab() != draft_tok.get_vocab():
+    shared = min(tv, dv)  # ids both models can emit
+    tvoc, dvoc = target_tok.get_vocab(), draft_tok.get_vocab()
+    emits = lambda voc: {t: i for t, i in voc.items() if i < shared}  # noqa: E731
+    if tvoc != dvoc and emits(tvoc) != emits(dvoc):
         raise ModelError(f"draft tokenizer's vocabulary ({len(draft_tok)} tokens) differs from the target's "
-                         f"({len(target_tok)} tokens): speculative decoding needs a shared tokenizer")
-    if len(target_tok) > min(tv, dv):
-        raise ModelError(f"the tokenizer has {len(target_tok)} tokens but the {'draft' if dv < tv else 'target'} "
-                         f"has only {min(tv, dv)} embedding rows")
+                         f"({len(target_tok)} tokens) on the {shared} ids both models can emit: speculative "
+                         "decoding needs a shared tokenizer")
     return True
 
 

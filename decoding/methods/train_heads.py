@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from ..models import cache_kwarg
 from .head_loss import head_loss
 from .heads import KINDS, HeadsError, base_fingerprint, load_heads, new_heads, save_counts, save_heads
 
@@ -107,12 +108,12 @@ def self_distill(model, rows: np.ndarray, prompt: int, cache: Path, batch: int =
         ids = torch.from_numpy(rows[i:i + batch, :prompt]).long().to(dev)
         past = DynamicCache(config=model.config)
         with _autocast(dev):
-            logits = model(input_ids=ids, past_key_values=past, use_cache=True).logits[:, -1]
+            logits = model(input_ids=ids, **{cache_kwarg(model): past}, use_cache=True).logits[:, -1]
             gen = []  # stays on the device: one transfer per batch, not one per token
             for t in range(prompt, seq):
                 gen.append(logits.argmax(-1, keepdim=True))
                 if t + 1 < seq:
-                    logits = model(input_ids=gen[-1], past_key_values=past, use_cache=True).logits[:, -1]
+                    logits = model(input_ids=gen[-1], **{cache_kwarg(model): past}, use_cache=True).logits[:, -1]
         out[i:i + len(ids), prompt:] = torch.cat(gen, dim=1).cpu().numpy()
         _progress("distill", i + len(ids), n, t0, log)
     cache.parent.mkdir(parents=True, exist_ok=True)

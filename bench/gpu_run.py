@@ -1,0 +1,298 @@
+"""The ONE command to run on a borrowed GPU: bench/GPU.md's runbook in order, each item with its own time
+budget, every report under bench/results/gpu-<device>/, a failed item never stopping the later ones.
+
+    python bench/gpu_run.py                 # on the GPU: run it again until it prints "runbook complete"
+    python bench/gpu_run.py --files         # what the machine needs (the working tree; must be < 64 MiB)
+    python bench/gpu_run.py --rehearse      # CPU, emulated CUDA graphs, smoke sizes: the whole script end to end
+
+A device session allows 10 minutes per command and 30 in all, so one invocation runs the items that fit in
+--budget seconds (default 570) and records each in gpu_run.json; the next invocation skips what is done
+(--redo NAME runs one again). Items (budget in seconds, in this order; ~30 minutes in all):
+
+  capture   every method on the graph path (tiny models): capture checker (decoding/fast/capture_check.py)
+            under torch.cuda.set_sync_debug_mode("warn"), every bucket captured, HF-greedy output  (90)
+  a         python bench/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (300)
+  c         python bench/gpu_check.py --items c   7B-shaped latency curve on the graph path  (300)
+  b         python bench/gpu_check.py --items b   exactness vs HF greedy, fp32 + bf16  (240)
+  d         python bench/gpu_check.py --items d --runs 3   speed rows vs HF  (360)
+  memory    python bench/gpu_memory.py   memory after 100 mixed runs vs 10  (150)
+  heads     python bench/bench_heads.py --budgets 8,16,32 --runs 3   Medusa / EAGLE  (180)
+  heads-t07 python bench/bench_heads.py --temperature 0.7 --budgets 8,16 --runs 3  (180)
+
+After every item: gpu_run.md (item, status, seconds, log) and the lines to paste into the README's
+"On a GPU" section, printed at the end. Logs: <out>/logs/<item>.log. Imports no gradio / plotly.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = "python"
+LIMIT_MIB = 64
+# name, budget (s), what, GPU argv (after python), rehearsal argv (in-process: module, args)
+ITEMS = [
+    ("capture", 90, "capture check + every bucket captured, every method",
+     ["bench/gpu_run.py", "--item", "capture"], ("gpu_run", ["--item", "capture"])),
+    ("a", 300, "CUDA test matrix", ["bench/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
+    ("c", 300, "latency curve (7B shape)", ["bench/gpu_check.py", "--items", "c"],
+     ("gpu_check", ["--quick", "--items", "c"])),
+    ("b", 240, "exactness vs HF greedy", ["bench/gpu_check.py", "--items", "b"],
+     ("gpu_check", ["--quick", "--items", "b"])),
+    ("d", 360, "speed rows", ["bench/gpu_check.py", "--items", "d", "--runs", "3"],
+     ("gpu_check", ["--quick", "--items", "d"])),
+    ("memory", 150, "GPU memory, 100 runs vs 10", ["bench/gpu_memory.py"], ("gpu_memory", ["--quick"])),
+    ("heads", 180, "Medusa / EAGLE vs HF greedy",
+     ["bench/bench_heads.py", "--budgets", "8,16,32", "--runs", "3"],
+     ("bench_heads", ["--budgets", "8", "--runs", "1", "--limit", "1", "--max-new-tokens", "12", "--no-baselines",
+                      "--device", "cpu"])),
+    ("heads-t07", 180, "heads when sampling", ["bench/bench_heads.py", "--temperature", "0.7", "--budgets", "8,16",
+                                               "--runs", "3"],
+     ("bench_heads", ["--temperature", "0.7", "--budgets", "8", "--runs", "1", "--limit", "1", "--max-new-tokens",
+                      "12", "--no-baselines", "--device", "cpu"])),
+]
+NEEDED = ["decoding", "bench", "tests", "assets", "profiling", "pyproject.toml", "constraints.txt"]
+
+
+def device_slug() -> str:
+    import torch
+    if not torch.cuda.is_available():
+        return "none"
+    name = torch.cuda.get_device_name(0).lower()
+    m = re.search(r"\b([a-z]\d{2,4}[a-z]?)\b", name.replace("nvidia", ""))
+    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+def out_args(name: str, out: Path) -> list[str]:
+    """Where each program writes: gpu_check / gpu_memory / bench_heads take --out."""
+    return ["--out", str(out)]
+
+
+def needed_files() -> dict:
+    """The working tree a device run carries (tracked + untracked, not ignored) and the part the runbook
+    reads, in bytes; the device copies at most 64 MiB."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+    sizes = {}
+    for n in filter(None, names):
+        p = ROOT / n
+        if p.is_file():
+            sizes[n] = p.stat().st_size
+    tree = sum(sizes.values())
+    need = {n: s for n, s in sizes.items() if n.split("/")[0] in NEEDED}
+    by_top: dict[str, int] = {}
+    for n, s in need.items():
+        by_top[n.split("/")[0]] = by_top.get(n.split("/")[0], 0) + s
+    return {"tree_bytes": tree, "needed_bytes": sum(need.values()), "needed": by_top, "files": len(need),
+            "limit_bytes": LIMIT_MIB << 20, "fits": tree < (LIMIT_MIB << 20)}
+
+
+def capture_item(out: Path, rehearse: bool) -> dict:
+    """Every method on the graph path with the capture checker on (real graphs on CUDA, with
+    set_sync_debug_mode inside the checked region; emulated graphs on CPU)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tempfile
+
+    import torch
+    from decoding import generate
+    from decoding.exactness import hf_greedy
+    from decoding.fast.capture_check import checking, summary
+    from decoding.fast.graphs import emulated_graphs
+    from gpu_cases import CASES, PROMPT, Models
+
+    device = "cuda" if torch.cuda.is_available() and not rehearse else "cpu"
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        m = Models(Path(tmp))
+        m.target, m.draft = m.target.to(device), m.draft.to(device)
+        for case in CASES:
+            try:
+                with (emulated_graphs() if device == "cpu" else contextlib.nullcontext()), checking() as report:
+                    tr = generate(m.target, PROMPT * 2, m.drafter(case), max_new_tokens=24, static=True)
+                g = tr.config["graphs"]
+                s = summary(report)
+                rows[case] = {"exact": tr.output_ids == hf_greedy(m.target, PROMPT * 2, 24),
+                              "used": g["used"], "captured": g["captured"], "failed": g["failed"],
+                              "all_captured": set(g["used"]) <= set(g["captured"]),
+                              "unexplained": {b: v["unexplained"] for b, v in s.items() if v["unexplained"]},
+                              "allowed": sorted({a for v in s.values() for a in v["allowed"]})}
+            except Exception as e:  # noqa: BLE001 - one method's crash is its row, the rest still run
+                rows[case] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+    ok = all("error" not in r and r["exact"] and r["all_captured"] and not r["failed"] and not r["unexplained"]
+             for r in rows.values())
+    doc = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (emulated graphs)",
+           "ok": ok, "rows": rows}
+    (out / "capture_check.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def run_item(item, out: Path, rehearse: bool, timeout: float, log: Path) -> dict:
+    name, budget, what, argv, (module, rargs) = item
+    t0 = time.perf_counter()
+    if rehearse:  # in-process: seconds, not one interpreter start per item
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+                if module == "gpu_run":
+                    capture_item(out, True)
+                else:
+                    sys.path.insert(0, str(ROOT / "bench"))
+                    mod = __import__(module)
+                    mod.main(rargs + out_args(name, out))
+            status = "ok"
+        except BaseException as e:  # noqa: BLE001 - SystemExit too: a failed item never stops the next
+            status = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        log.write_text(buf.getvalue())
+        command = f"(rehearse) {module}.main({' '.join(rargs)})"
+    else:
+        cmd = [sys.executable, *argv, *out_args(name, out)]
+        command = " ".join([PY, *argv, *out_args(name, out)])
+        try:
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            log.write_text(r.stdout + r.stderr)
+            status = "ok" if r.returncode == 0 else f"failed: exit {r.returncode}"
+        except subprocess.TimeoutExpired as e:
+            log.write_text("".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+                                   for x in (e.stdout, e.stderr)))
+            status = f"timeout after {timeout:.0f} s"
+    if name == "capture" and status == "ok":
+        doc = json.loads((out / "capture_check.json").read_text())
+        status = "ok" if doc["ok"] else "failed: see capture_check.json"
+    return {"status": status, "seconds": round(time.perf_counter() - t0, 1), "budget": budget, "what": what,
+            "command": command, "log": str(log.relative_to(out))}
+
+
+def readme_lines(out: Path, state: dict) -> list[str]:
+    """What to paste into the README's "On a GPU" section: one line per goal and the capture check."""
+    lines = [f"Measured on {state['device']} (torch {state.get('torch', '?')}, {state['finished']}), "
+             f"`python bench/gpu_run.py`, reports in `{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}`:"]
+    cap = out / "capture_check.json"
+    if cap.exists():
+        doc = json.loads(cap.read_text())
+        bad = [k for k, r in doc["rows"].items() if "error" in r or not (r["exact"] and r["all_captured"]
+                                                                          and not r["unexplained"])]
+        lines.append(f"- capture check: {len(doc['rows'])} methods on the graph path, "
+                     + ("every bucket captured, no unsafe op, output = HF greedy" if not bad
+                        else f"problems in {', '.join(bad)}"))
+    gc = out / "gpu_check.json"
+    if gc.exists():
+        for g in json.loads(gc.read_text()).get("goals", []):
+            lines.append(f"- {g['goal']}: {g['value']} (**{g['status']}**, {g['dtype']})")
+    for name, rec in state["items"].items():
+        if rec["status"] != "ok":
+            lines.append(f"- item {name} ({rec['what']}): {rec['status']}")
+    return lines
+
+
+def write_summary(out: Path, state: dict) -> list[str]:
+    state["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (out / "gpu_run.json").write_text(json.dumps(state, indent=1))
+    lines = readme_lines(out, state)
+    md = ["# gpu_run" + (" (rehearsal: CPU, emulated graphs, smoke sizes; not the goals)" if state["rehearse"] else ""),
+          "", f"Device: {state['device']}; torch {state.get('torch')}.", "",
+          "| item | what | status | seconds (budget) | log |", "|---|---|---|---|---|"]
+    md += [f"| {k} | {r['what']} | {r['status']} | {r['seconds']} ({r['budget']}) | {r['log']} |"
+           for k, r in state["items"].items()]
+    md += ["", "Lines for the README:", "", *lines, ""]
+    (out / "gpu_run.md").write_text("\n".join(md))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None,
+                    help="default bench/results/gpu-<device>/ (gpu-rehearse with --rehearse)")
+    ap.add_argument("--budget", type=float, default=570, help="seconds this invocation may use (a command: < 600)")
+    ap.add_argument("--rehearse", action="store_true", help="CPU, emulated CUDA graphs, smoke sizes, in-process")
+    ap.add_argument("--only", default="", help="comma-separated item names (default: all, in runbook order)")
+    ap.add_argument("--redo", default="", help="comma-separated items to run again though recorded")
+    ap.add_argument("--files", action="store_true", help="print what the machine needs (< 64 MiB) and exit")
+    ap.add_argument("--item", default=None, help=argparse.SUPPRESS)  # child: the capture item
+    a = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(ROOT))
+    if a.files:
+        f = needed_files()
+        print(f"working tree: {f['tree_bytes'] / 2**20:.1f} MiB in git's view (limit {LIMIT_MIB} MiB): "
+              f"{'fits' if f['fits'] else 'TOO LARGE'}; the runbook reads {f['needed_bytes'] / 2**20:.1f} MiB in "
+              f"{f['files']} files:")
+        for top, n in sorted(f["needed"].items(), key=lambda x: -x[1]):
+            print(f"  {top:<16} {n / 2**20:7.2f} MiB")
+        print("no wheels: the device image has torch, transformers, accelerate, safetensors, tokenizers, numpy, pytest")
+        return f
+    import torch
+    if not a.rehearse and not torch.cuda.is_available() and a.item is None:
+        print("error: no CUDA device here; `--rehearse` runs the whole script on CPU with emulated graphs",
+              file=sys.stderr)
+        raise SystemExit(2)
+    from decoding.fast import graphs
+    old = graphs._EMULATE[0], os.environ.get("DECODESCOPE_EMULATE_GRAPHS")
+    if a.rehearse:  # every static cache of the rehearsal runs the graph path with emulated graphs
+        os.environ["DECODESCOPE_EMULATE_GRAPHS"] = "1"
+        graphs._EMULATE[0] = True
+    try:
+        return _run(a, torch)
+    finally:
+        graphs._EMULATE[0] = old[0]
+        if old[1] is None:
+            os.environ.pop("DECODESCOPE_EMULATE_GRAPHS", None)
+        else:
+            os.environ["DECODESCOPE_EMULATE_GRAPHS"] = old[1]
+
+
+def _run(a, torch) -> dict:
+    slug = "rehearse" if a.rehearse else device_slug()
+    out = Path(a.out) if a.out else ROOT / "bench" / "results" / f"gpu-{slug}"
+    out.mkdir(parents=True, exist_ok=True)
+    if a.item == "capture":
+        doc = capture_item(out, a.rehearse)
+        print(json.dumps({k: ("ok" if "error" not in r and r["exact"] and r["all_captured"] and not r["unexplained"]
+                              else r) for k, r in doc["rows"].items()}, indent=1))
+        raise SystemExit(0 if doc["ok"] else 1)
+    (out / "logs").mkdir(exist_ok=True)
+    state_file = out / "gpu_run.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"items": {}}
+    on_gpu = torch.cuda.is_available() and not a.rehearse
+    state.update(rehearse=a.rehearse, torch=torch.__version__,
+                 device=torch.cuda.get_device_name(0) if on_gpu else "cpu (rehearsal)")
+    only = [x for x in a.only.split(",") if x] or [it[0] for it in ITEMS]
+    redo = set(x for x in a.redo.split(",") if x)
+    unknown = (set(only) | redo) - {it[0] for it in ITEMS}
+    if unknown:
+        raise SystemExit(f"error: unknown item(s) {', '.join(sorted(unknown))}; "
+                         f"items: {', '.join(it[0] for it in ITEMS)}")
+    t0 = time.perf_counter()
+    left = []
+    for item in ITEMS:
+        name, budget = item[0], item[1]
+        if name not in only or (name in state["items"] and name not in redo):
+            continue
+        remaining = a.budget - (time.perf_counter() - t0)
+        if not a.rehearse and remaining < min(budget, 60):
+            left.append(name)
+            continue
+        rec = run_item(item, out, a.rehearse, min(budget, remaining), out / "logs" / f"{name}.log")
+        state["items"][name] = rec
+        print(f"[{name}] {rec['what']}: {rec['status']} ({rec['seconds']} s of {budget})", file=sys.stderr, flush=True)
+        write_summary(out, state)
+    lines = write_summary(out, state)
+    todo = [it[0] for it in ITEMS if it[0] in only and it[0] not in state["items"]]
+    print("\n".join(["", "README lines:", *lines]))
+    print("runbook complete" if not todo else f"not yet run: {', '.join(todo)}: run the same command again")
+    state["todo"] = todo
+    return state
+
+
+if __name__ == "__main__":
+    main()

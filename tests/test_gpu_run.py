@@ -1,0 +1,51 @@
+"""bench/gpu_run.py, the one command for a borrowed GPU, rehearsed end to end on CPU with emulated CUDA
+graphs at smoke sizes: every item runs and reports, a failing item does not stop the later ones, the
+README lines come out, and what the machine needs fits in 64 MiB."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def test_rehearse_runs_the_whole_runbook(tmp_path):
+    r = subprocess.run([sys.executable, "bench/gpu_run.py", "--rehearse", "--out", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stderr[-2000:]
+    state = json.loads((tmp_path / "gpu_run.json").read_text())
+    import gpu_run
+    assert list(state["items"]) == [it[0] for it in gpu_run.ITEMS]
+    assert all(rec["status"] == "ok" for rec in state["items"].values()), state["items"]
+    cap = json.loads((tmp_path / "capture_check.json").read_text())
+    assert cap["ok"] and len(cap["rows"]) >= 11
+    for f in ("gpu_check.md", "gpu_memory.json", "gpu_run.md", "logs/a.log"):
+        assert (tmp_path / f).exists(), f
+    assert "README lines:" in r.stdout and "capture check: " in r.stdout and "runbook complete" in r.stdout
+    # a second invocation skips what is recorded
+    again = subprocess.run([sys.executable, "bench/gpu_run.py", "--rehearse", "--out", str(tmp_path), "--only", "c"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "[c]" not in again.stderr
+
+
+def test_a_failed_item_is_recorded_and_the_next_one_runs(tmp_path, monkeypatch):
+    import gpu_run
+    broken = ("broken", 5, "an item that crashes", ["bench/nope.py"], ("no_such_bench_module", []))
+    fine = next(it for it in gpu_run.ITEMS if it[0] == "c")
+    monkeypatch.setattr(gpu_run, "ITEMS", [broken, fine])
+    state = gpu_run.main(["--rehearse", "--out", str(tmp_path)])
+    assert state["items"]["broken"]["status"].startswith("failed: ModuleNotFoundError")
+    assert state["items"]["c"]["status"] == "ok"
+    md = (tmp_path / "gpu_run.md").read_text()
+    assert "| broken |" in md and "item broken (an item that crashes): failed" in md
+    from decoding.fast.graphs import emulating
+    assert not emulating()  # the rehearsal leaves the process as it found it
+
+
+def test_the_machine_needs_less_than_64_mib():
+    import gpu_run
+    f = gpu_run.needed_files()
+    assert f["fits"] and f["needed_bytes"] < f["limit_bytes"], f
