@@ -42,7 +42,8 @@ def caption(trace: TraceLike, step_index: int) -> str:
     t = info.get("tree")
     if t or any(r in ("draft", "stage2") for r in s.roles):
         n = len((t or {}).get("tokens") or s.tokens) - 1
-        drafted = sum(1 for o in s.origins if o in ("draft", "stage2"))
+        drafted = sum(1 for o in s.origins if o != "target")  # every accepted token but the target's own
+        # (origins are "draft", "stage2", "head k", "eagle draft", ...: the one count every view uses)
         rej = info.get("first_rejected")
         rej_s = ""
         if isinstance(rej, int) and 0 <= rej < len(s.tokens):

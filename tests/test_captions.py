@@ -1,0 +1,40 @@
+"""A step's caption tells the same counts as its picture: for every tree-drafting method (speculative,
+Medusa, EAGLE) the caption's "accepted k" is the depth of the accepted path the tree view draws, and the
+new-token count is the step's accepted tokens."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from decoding import load, run
+from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from viz.stepper_text import caption
+
+PROMPT = "def fibonacci(n):\n    "
+
+
+@pytest.fixture(scope="module")
+def models():
+    return load(DEFAULT_TARGET), load(DEFAULT_DRAFT)[0]
+
+
+@pytest.mark.parametrize("method,params", [("speculative", {"tree": [3, 2, 1]}), ("speculative", {"draft_tokens": 4}),
+                                           ("medusa", {}), ("eagle", {})], ids=["tree", "chain", "medusa", "eagle"])
+def test_caption_counts_match_the_accepted_path(models, method, params):
+    (model, tok), draft = models
+    if method == "speculative":
+        params = {**params, "draft_model": draft}
+    tr = run(model, tok, PROMPT, method, max_new_tokens=48, **params)
+    deep = 0
+    for k, s in enumerate(tr.steps):
+        if s.kind != "decode" or "accepted_path" not in s.info:
+            continue
+        text = caption(tr, k)
+        depth = len(s.info["accepted_path"]) - 1
+        m = re.search(r"accepted (\d+)", text)
+        cut = len(s.accepted) <= depth  # the run's last step, cut at max-new-tokens: every kept token was drafted
+        assert m and int(m.group(1)) == (len(s.accepted) if cut else depth), (k, text, s.info["accepted_path"])
+        assert f"{len(s.accepted)} new token" in text, (k, text)
+        deep += depth > 0
+    assert deep, "no step accepted a drafted token: the check would be vacuous"
