@@ -1,6 +1,6 @@
 """Record the traces shipped for the app's Replay tab (assets/traces/) with the embedded models.
 
-    python -m appkit.record_traces [--target DIR] [--draft DIR] [--out assets/traces] [--max-new-tokens 64]
+    python -m appkit.record_traces [--target DIR] [--draft DIR] [--out assets/traces] [--max-new-tokens 64] [--only STEM]
 
 Each file is a plain decoding.Trace JSON (≤ 1 MB) so a workshop without a GPU can step through it.
 """
@@ -26,6 +26,7 @@ RECORDINGS = [  # (file stem, prompt, method, parameters)
     ("prompt_lookup", CODE2, "prompt_lookup", dict(max_ngram=3, num_tokens=10)),
     ("speculative_tree_3-2-1", CODE, "speculative", dict(tree=[3, 2, 1])),
     ("speculative_staged_chain", CODE2, "speculative", dict(draft_tokens=4, staged=True)),
+    ("jacobi_block_5", CODE2, "jacobi", dict(block=5)),  # the lesson's Jacobi stop: its guesses, step by step
 ]
 MAX_BYTES = 1_000_000
 
@@ -43,6 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", default=DEFAULT_DRAFT)
     ap.add_argument("--out", default=str(ROOT / "assets" / "traces"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--only", action="append", default=None, help="record this file stem only (repeatable)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)  # steadier step times on a shared CPU
     model, tok = load(a.target, device="cpu")
@@ -52,6 +54,8 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for stem, prompt, method, params in RECORDINGS:
+        if a.only and stem not in a.only:
+            continue
         kw = dict(params, draft_model=draft) if method == "speculative" else params
         n = a.max_new_tokens
         while True:
