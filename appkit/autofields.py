@@ -11,6 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from . import presets
+from .lesson import TEACH, TEACHING
 from .settings import Settings
 
 # The components this writes, in order (names = Settings fields = Page attributes), then the note.
@@ -57,10 +58,14 @@ def known(h, s: Settings) -> dict:
 def shown(h, *values) -> list:
     """gr.update per FIELDS component, then the note under the preset: the auto values, or skips."""
     s = Settings.from_values(values)
+    if s.preset == TEACH:  # the lesson's values go into the fields, so the run and the stats line agree
+        vals = {}
+        for m, params in TEACHING.items():
+            vals.update(field_values(m, params))
+        note = "teaching preset: the lesson's values, chosen to show the picture, not for speed"
+        return [gr.update(value=vals[f]) if f in vals else gr.skip() for f in FIELDS] + [note]
     if s.preset != "auto":
-        note = ("teaching preset: the lesson's values, chosen to show the picture, not for speed"
-                if s.preset == "teach" else "manual: the values below run as shown")
-        return [gr.skip()] * len(FIELDS) + [note]
+        return [gr.skip()] * len(FIELDS) + ["manual: the values below run as shown"]
     chosen = known(h, s)
     vals: dict = {}
     for m, params in chosen.items():

@@ -19,6 +19,11 @@ VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n   
           "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
           "    def __sub__(self, other):")
 TEACH = "teach"  # the teaching preset: the lesson's own values, never the tuner's
+# The teaching preset's values per method, as drafter parameters: what the lesson's stops run (the paper's
+# W5 N4 G5 window, a 4-token draft chain), applied to the fields whenever "teaching" is picked.
+TEACHING = {"lookahead": {"window": 5, "ngram": 4, "guesses": 5},
+            "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
+            "speculative": {"draft_tokens": 4, "staged": False}}
 GOTO_BEST = "best"  # the step view opens at the step that accepted the most tokens
 
 

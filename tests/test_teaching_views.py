@@ -1,4 +1,4 @@
-"""A step's caption tells the same counts as its picture: for every tree-drafting method (speculative,
+"""What a teacher shows agrees with itself. A step's caption tells the same counts as its picture: for every tree-drafting method (speculative,
 Medusa, EAGLE) the caption's "accepted k" is the depth of the accepted path the tree view draws, and the
 new-token count is the step's accepted tokens."""
 from __future__ import annotations
@@ -38,3 +38,18 @@ def test_caption_counts_match_the_accepted_path(models, method, params):
         assert f"{len(s.accepted)} new token" in text, (k, text)
         deep += depth > 0
     assert deep, "no step accepted a drafted token: the check would be vacuous"
+
+
+def test_the_teaching_preset_puts_the_lesson_values_into_the_fields():
+    """Picking "teaching" outside the lesson sets W/N/G to the lesson's W5 N4 G5 (and the other methods'
+    teaching values), the values the lesson's own stops run: the run and its stats line then agree."""
+    from appkit import autofields, lesson
+    from appkit.settings import FIELDS, Settings
+
+    s = Settings(preset=lesson.TEACH, window=1, ngram=3, guesses=2)
+    out = autofields.shown(None, *[getattr(s, f) for f in FIELDS])
+    got = {f: u["value"] for f, u in zip(autofields.FIELDS, out) if isinstance(u, dict) and "value" in u}
+    assert (got["window"], got["ngram"], got["guesses"]) == (5, 4, 5)
+    assert (got["max_ngram"], got["num_tokens"], got["draft_tokens"], got["spec_mode"]) == (3, 10, 4, "chain")
+    by_method = {st.method: st.settings for st in lesson.STOPS}
+    assert {k: by_method["lookahead"][k] for k in ("window", "ngram", "guesses")} == lesson.TEACHING["lookahead"]
