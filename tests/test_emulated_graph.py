@@ -4,23 +4,20 @@ DECODESCOPE_EMULATE_GRAPHS=1 / emulated_graphs()): capture runs the bucket's ste
 outputs. So the graph path's bookkeeping runs in CI: bucket choice, padded rows, capture status in
 trace.config["graphs"], capture-failure retry, graphs dropped when the cache regrows, the pool's reuse.
 
-CPU versions of the CUDA-only tests (tests/test_cuda.py's CUDA rows, test_gpu_stage's CUDA captures) run
-here with emulated graphs; the real-CUDA versions stay for the GPU. What the emulation CANNOT catch: real
+The CPU version of test_gpu_stage's CUDA capture test runs here with emulated graphs (the real one stays
+for the GPU); the method x dtype x sampling matrix on emulated graphs is tests/test_cuda.py's "cpu" rows
+(written once there, over the devices present). What the emulation CANNOT catch: real
 kernel timing, stream ordering (warm-up side stream, non-blocking uploads racing a replay), memory-pool
 aliasing across captures sharing a pool, the SDPA / cuDNN backend chosen inside a capture, and Python
 side effects of the region that a real replay would not repeat."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-import test_cuda
 from conftest import hf_greedy, tiny
-from decoding import Sampling, generate
+from decoding import generate
 from decoding.engine.core import Core
-from decoding.exactness import agreement
 from decoding.fast import cache_pool
 from decoding.fast.graphs import EmulatedGraph, emulated_graphs
 from gpu_cases import CASES, PROMPT, Models
@@ -98,29 +95,3 @@ def test_captured_outputs_are_garbage_until_replayed():
         graph.replay()
         assert torch.isfinite(out[0]).all()
 
-
-# the CUDA matrix of tests/test_cuda.py, on CPU with emulated graphs: tiny models fp32 + bf16 (greedy and
-# sampling), the shipped models fp32 greedy
-@pytest.mark.parametrize("method", list(test_cuda.METHODS))
-@pytest.mark.parametrize("source,dtype", [("tiny", "fp32"), ("tiny", "bf16"), ("assets", "fp32")])
-def test_emulated_cuda_matrix_greedy(source, dtype, method, record_property):
-    target, draft, ids = test_cuda.models(source, "cpu", dtype)
-    with emulated_graphs():
-        tr = test_cuda.decode(target, draft, ids, method, static=True)
-    g = tr.config["graphs"]
-    assert g["on"] and not g["failed"] and set(g["used"]) <= set(g["captured"]), g
-    a = agreement(tr.output_ids, hf_greedy(target, ids, test_cuda.N))
-    record_property("agreement", json.dumps({**a, "dtype": dtype, "source": source, "method": method}))
-    assert len(tr.output_ids) == test_cuda.N
-    if dtype == "fp32":
-        assert a["identical"], (method, a)
-
-
-@pytest.mark.parametrize("method", list(test_cuda.METHODS))
-def test_emulated_cuda_matrix_sampling_repeats_by_seed(method):
-    target, draft, ids = test_cuda.models("tiny", "cpu", "fp32")
-    with emulated_graphs():
-        runs = [test_cuda.decode(target, draft, ids, method, Sampling(0.8, top_k=20, seed=3), static=True)
-                for _ in range(2)]
-    assert runs[0].output_ids == runs[1].output_ids and len(runs[0].output_ids) == test_cuda.N
-    assert not runs[0].config["graphs"]["failed"]

@@ -53,3 +53,19 @@ def test_the_teaching_preset_puts_the_lesson_values_into_the_fields():
     assert (got["max_ngram"], got["num_tokens"], got["draft_tokens"], got["spec_mode"]) == (3, 10, 4, "chain")
     by_method = {st.method: st.settings for st in lesson.STOPS}
     assert {k: by_method["lookahead"][k] for k in ("window", "ngram", "guesses")} == lesson.TEACHING["lookahead"]
+
+
+def test_legends_list_only_what_the_run_has(models):
+    """Greedy's legends name the prompt, the model's own tokens and x0, not ten origins and six roles; a
+    Medusa tree's legend names the heads' teal, not the draft model's orange node it never draws."""
+    import viz
+
+    (model, tok), _ = models
+    legends = lambda h: " ".join(re.findall(r"<div class='ds-legend'>(.*?)</div>", h))  # noqa: E731
+    greedy = legends(viz.step_view_html(run(model, tok, PROMPT, "greedy", max_new_tokens=8)))
+    assert "model&#x27;s own next token" in greedy and "role: x0" in greedy
+    for absent in ("window", "draft", "stage-2", "lookahead", "EAGLE", "Medusa"):
+        assert absent not in greedy, (absent, greedy)
+    html = viz.step_view_html(run(model, tok, PROMPT, "medusa", max_new_tokens=16))
+    tree = next(x for x in re.findall(r"<div class='ds-legend'>(.*?)</div>", html) if "accepted path" in x)
+    assert "Medusa head" in tree and "draft node" not in tree and "stage-2" not in tree, tree

@@ -94,8 +94,15 @@ def legend_html(items: list[tuple[str, str]], title: str = "") -> str:
     return f"<div class='ds-legend'>{head}{sw}</div>"
 
 
-def origin_legend() -> list[tuple[str, str]]:
-    return [(label, ORIGIN_COLORS[k]) for k, label in ORIGIN_LABELS.items()]
+def _origin_key(origin: str) -> str:
+    """The legend entry an origin falls under: every Medusa head shares the "head 1" entry."""
+    return "head 1" if origin.startswith("head ") else origin
+
+
+def origin_legend(present: set[str] | None = None) -> list[tuple[str, str]]:
+    """Origin swatches; with `present` (the origins a run has) only those, so greedy shows two, not ten."""
+    keys = None if present is None else {_origin_key(o) for o in present}
+    return [(label, ORIGIN_COLORS[k]) for k, label in ORIGIN_LABELS.items() if keys is None or k in keys]
 
 
 def window_legend() -> list[tuple[str, str]]:
@@ -110,9 +117,14 @@ def pool_legend() -> list[tuple[str, str]]:
             ("first mismatch", STATE_COLORS["rejected"]), ("not checked", STATE_COLORS["unchecked"])]
 
 
-def tree_legend(pruned: bool = False) -> list[tuple[str, str]]:
-    items = [("x0 / target token", ROLE_COLORS["x0"]), ("draft node", ORIGIN_COLORS["draft"]),
-             ("stage-2 node", ORIGIN_COLORS["stage2"]), ("accepted path", STATE_COLORS["matched"]),
+def tree_legend(pruned: bool = False, origins: set[str] | None = None) -> list[tuple[str, str]]:
+    """Tree swatches. The nodes are filled by their origin, so with `origins` (the tree nodes' origins in this
+    run) the legend names exactly those colours: Medusa's teal heads, EAGLE's red, a draft model's orange."""
+    nodes = [("draft node", ORIGIN_COLORS["draft"]), ("stage-2 node", ORIGIN_COLORS["stage2"])] if origins is None else \
+        [(("draft node" if k == "draft" else "stage-2 node" if k == "stage2" else ORIGIN_LABELS.get(k, k)),
+          ORIGIN_COLORS.get(k, "#ccc")) for k in dict.fromkeys(_origin_key(o) for o in sorted(origins))
+         if k != "target"]
+    items = [("x0 / target token", ROLE_COLORS["x0"]), *nodes, ("accepted path", STATE_COLORS["matched"]),
              ("first rejected", STATE_COLORS["rejected"])]
     return items + ([("pruned (below cutoff)", STATE_COLORS["pruned"])] if pruned else [])
 
@@ -124,11 +136,13 @@ def trajectory_legend() -> list[tuple[str, str]]:
             ("accepted this step (outlined)", STATE_COLORS["matched"])]
 
 
-def mask_legend(roles: bool = False) -> list[tuple[str, str]]:
-    """Mask cells; with roles=True also the role strip along the rows and columns (the step view)."""
+def mask_legend(roles: bool | set[str] = False) -> list[tuple[str, str]]:
+    """Mask cells; with roles also the role strip along the rows and columns (the step view): True lists
+    every role, a set (the roles a run has) only those."""
     cells = [("may attend", MASK_COLORS[1]), ("KV cache (whole prefix)", MASK_COLORS[2]), ("masked", MASK_COLORS[0])]
-    shown = ("x0", "window", "candidate", "draft", "stage2", "jacobi")
-    return cells + ([(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in shown] if roles else [])
+    shown = [r for r in ("x0", "window", "candidate", "draft", "stage2", "jacobi") if roles is True or
+             (isinstance(roles, set) and r in roles)]
+    return cells + [(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in shown]
 
 
 def for_js() -> dict:

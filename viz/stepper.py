@@ -119,17 +119,30 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
 
 
-LEGENDS = {"window": lambda: legend_html(window_legend() + [("harvested into the pool (green outline)", STATE_COLORS["matched"])]),
-           "pool": lambda: legend_html(pool_legend()), "tree": lambda: legend_html(tree_legend(True)),
-           "trajectory": lambda: legend_html(trajectory_legend()),
-           "mask": lambda: legend_html(mask_legend(roles=True))}
+def _present(tr) -> dict:
+    """What this run has, so every legend lists only that: the query roles, the tree nodes' origins, pruning."""
+    roles, origins, pruned = set(), set(), False
+    for s in tr.steps:
+        roles.update(r for r in s.roles if isinstance(r, str))
+        tree = s.info.get("tree") if isinstance(s.info, dict) else None
+        if isinstance(tree, dict):
+            origins.update(o for o in tree.get("origin") or [] if isinstance(o, str))
+            pruned = pruned or bool((tree.get("pruned") or {}).get("tokens"))
+    return {"roles": roles, "origins": origins, "pruned": pruned}
+
+
+LEGENDS = {"window": lambda p: legend_html(window_legend() + [("harvested into the pool (green outline)", STATE_COLORS["matched"])]),
+           "pool": lambda p: legend_html(pool_legend()),
+           "tree": lambda p: legend_html(tree_legend(p["pruned"], p["origins"] or None)),
+           "trajectory": lambda p: legend_html(trajectory_legend()),
+           "mask": lambda p: legend_html(mask_legend(roles=p["roles"]))}
 TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask",
           "trajectory": "Jacobi trajectory"}
 
 
-def _view_box(name: str) -> str:
+def _view_box(name: str, present: dict) -> str:
     return (f"<div class='ds-plot' data-view='{esc(name)}'><div class='ds-vt'></div>"
-            f"<div class='ds-scroll' data-draw='{esc(name)}'></div>{LEGENDS[name]()}</div>")
+            f"<div class='ds-scroll' data-draw='{esc(name)}'></div>{LEGENDS[name](present)}</div>")
 
 
 @drawn
@@ -142,7 +155,8 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
     tr = as_trace(trace)
     d = build(tr, profile, max_steps, peaks)
     trunc = f" (first {max_steps} steps shown)" if d["truncated"] else ""
-    views = "".join(_view_box(v) for v in d["views"])
+    present = _present(tr)
+    views = "".join(_view_box(v, present) for v in d["views"])
     prof = ("<div class='ds-prof'><div class='ds-vt'>Cost of this step</div><div class='ds-prof-num'></div>"
             "<div class='ds-grid'><div class='ds-run-plot' data-view='roofline'></div>"
             "<div class='ds-run-plot' data-view='cumflops'></div></div></div>") if d["profile"] else ""
@@ -161,7 +175,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 <div class="ds-caption"></div>
 {tokens.html(tr, "origin")}
 <div class="ds-selinfo"></div>
-{tokens.legend_html()}
+{tokens.legend_html(tr)}
 <div class="ds-grid">{views}</div>
 {prof}
 <div class="ds-run">{runs}</div>

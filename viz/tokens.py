@@ -44,9 +44,13 @@ def _step_color(step: object, key: object) -> str:
     return ORIGIN_COLORS.get(key, "#eee") if isinstance(key, str) else "#eee"
 
 
-def legend_html() -> str:
-    """The origin colours of the text (the same swatches as every other view's legend)."""
-    return swatches(origin_legend(), "text colour = who produced the token:")
+def legend_html(trace: TraceLike | None = None) -> str:
+    """The origin colours of the text (the same swatches as every other view's legend); with a trace, only
+    the origins its tokens have (greedy: the prompt and the model's own tokens)."""
+    present = None
+    if trace is not None:
+        present = {d["color_key"] for d in data(as_trace(trace)) if isinstance(d["color_key"], str)}
+    return swatches(origin_legend(present), "text colour = who produced the token:")
 
 
 @drawn
