@@ -88,7 +88,7 @@ def wire(p: Page, h: Tabs) -> None:
     race_ev = p.race_btn.click(gpu("race")(named(h.race, ("methods", "repeats"))), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat, p.race_sbs], api_name="race", **model)
     p.prof_btn.click(gpu("profile")(named(h.profile)), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
-                                                      p.prof_files], api_name="profile", **model)
+                                                      p.prof_files, p.ops_plot], api_name="profile", **model)
     p.sw_btn.click(gpu("sweep")(named(h.sweep, ("sweep_n", "sweep_w", "sweep_max_new", "sweep_heads",
                                                 "sweep_budgets"))),
                    p.inputs(p.sw_n, p.sw_w, p.sw_max, p.sw_heads, p.sw_budget), [p.msg, p.sw_status, p.sw_plot, p.sw_table],

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CARD = Path(__file__).resolve().parent.parent / "assets" / "README.md"
+from decoding.models import ASSETS
+
+CARD = ASSETS / "README.md"  # assets/README.md in a checkout, decodescope/assets/README.md installed
 TEACH = (
     "**Why the examples repeat themselves.** These are tiny models (sizes above) trained on a small code "
     "corpus. Greedy decoding always takes the single most likely next token, "

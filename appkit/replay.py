@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from decoding import Trace
+from decoding.models import ASSETS
 from decoding.trace_check import load_file
 
 from .limits import MAX_TRACE_BYTES
 
-TRACES = Path(__file__).resolve().parent.parent / "assets" / "traces"
+TRACES = ASSETS / "traces"  # assets/traces in a checkout, decodescope/assets/traces installed
 
 
 def shipped() -> list[tuple[str, str]]:

@@ -101,7 +101,7 @@ class Tabs(Handlers):
         return (md, race_table(rows), viz.race.race_figure(shown),
                 viz.costs.latency_figure({n: (t, None) for n, t in shown.items()}), sbs)
 
-    @reported(6, client_error=True)
+    @reported(7, client_error=True)
     def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
         from profiling import profile_run
@@ -109,7 +109,7 @@ class Tabs(Handlers):
         session = getattr(request, "session_hash", None)
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 6)
+            p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 7)
             out = tmpdir()
 
             def work(job: Job):
@@ -124,9 +124,9 @@ class Tabs(Handlers):
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 if kind == "progress":
-                    yield gr.skip(), result, gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), result, *[gr.skip()] * 5
                 elif kind == "stopped":
-                    yield gr.skip(), "Stopped: profile not finished.", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+                    yield gr.skip(), "Stopped: profile not finished.", *[gr.skip()] * 5
                 else:
                     yield (gr.skip(), *self._profile_view(s.method, result, out))
         finally:
@@ -134,8 +134,9 @@ class Tabs(Handlers):
 
     @staticmethod
     def _profile_view(method: str, runs: dict, out) -> tuple:
-        """The method's profile with greedy's beside it: both on the roofline, the FLOPs and latency charts,
-        and both runs' trace and Perfetto files in the downloads (as the tab says)."""
+        """The method's profile with greedy's beside it: both on the roofline, the FLOPs and latency charts, the
+        operator breakdown of each run's widest step (against the measured peaks), and both runs' trace and
+        Perfetto files in the downloads (as the tab says)."""
         tr, prof = runs[method]
         files = []
         for m, (t, _) in runs.items():
@@ -151,7 +152,10 @@ class Tabs(Handlers):
                    + (f" · {method} total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
         others = {m: r for m, r in runs.items() if m != method}
         return (summary, viz.costs.roofline_figure(prof, tr, others=others), viz.costs.compare_figure(runs),
-                viz.costs.latency_figure(runs), files + [str(report)])
+                viz.costs.latency_figure(runs), files + [str(report)],
+                viz.costs.operators_figure(runs, peak={"name": prof.get("device") or "this machine (measured)",
+                                                       **{k: pk[k] for k in ("flops", "bandwidth")}}
+                                           if pk.get("flops") and pk.get("bandwidth") else None))
 
     @reported(4, client_error=True)
     def sweep(self, request: gr.Request, *values):

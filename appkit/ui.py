@@ -262,10 +262,9 @@ def race_tab(p: Page) -> None:
 
 def profile_tab(p: Page, lim: Limits) -> None:
     with gr.Tab("Profile", id="profile"):
-        gr.Markdown("Profiles greedy and the chosen method with torch.profiler: roofline (where each "
-                    "step sits between memory- and compute-bound), FLOPs vs steps, step latency vs "
-                    "query tokens. Downloads: trace JSON, Perfetto trace (ui.perfetto.dev), standalone "
-                    "HTML report.")
+        gr.Markdown("Profiles greedy and the chosen method with torch.profiler: roofline (where each step sits between "
+                    "memory- and compute-bound), FLOPs vs steps, step latency vs query tokens, operator breakdown. "
+                    "Downloads: trace JSON, Perfetto trace (ui.perfetto.dev), standalone HTML report.")
         with gr.Row():
             p.prof_btn = gr.Button("Profile", variant="primary", min_width=100)
             p.prof_stop = gr.Button("Stop", variant="stop", min_width=100)
@@ -273,7 +272,8 @@ def profile_tab(p: Page, lim: Limits) -> None:
         with gr.Row():
             p.roof_plot = gr.Plot(label="roofline", min_width=300)
             p.lat_plot = gr.Plot(label="step latency vs query tokens", min_width=300)
-        p.flops_plot = gr.Plot(label="FLOPs vs steps")
+        with gr.Row():
+            p.flops_plot, p.ops_plot = gr.Plot(label="FLOPs vs steps"), gr.Plot(label="operator breakdown (roofline bound)")
         p.prof_files = gr.Files(label="downloads", interactive=False)
 
 

@@ -5,7 +5,11 @@
 
 Runs are interleaved (every method once per round, rounds repeated), times are medians over rounds of
 each method's total over all prompts. Greedy methods are checked token for token against HF greedy.
-Writes a Markdown table and JSON (machine, versions, dtype, device) under bench/results/.
+Writes a Markdown table and JSON (machine, versions, dtype, device, the command, prompts and date) under
+bench/results/, the files the README's tables come from (bench/readme_table.py). Load discipline: the load
+average is printed before and after each run, and numbers for bench/results/ are refused while the 1-minute
+load average is above LOAD_LIMIT (one line, exit status 2); --allow-load runs anyway and marks the output
+"measured under load" (readme_table.py leaves such files out of the README).
 """
 from __future__ import annotations
 
@@ -142,6 +146,51 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
     return rows
 
 
+LOAD_LIMIT = 0.5  # 1-minute load average above which numbers are not README numbers
+RESULTS = ROOT / "bench" / "results"
+
+
+def load_average() -> float:
+    """The 1-minute load average (0.0 where the OS has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return 0.0
+
+
+def print_load(when: str) -> float:
+    """Print the load average (stderr) and return the 1-minute value."""
+    one = load_average()
+    print(f"load average {when}: {one:.2f} (1 min)" + (f" — above {LOAD_LIMIT}: under load" if one > LOAD_LIMIT
+                                                        else ""), file=sys.stderr, flush=True)
+    return one
+
+
+def refuse_under_load(allow: bool, what: str = "README numbers") -> str | None:
+    """None when numbers may be written now; else the one line saying why not (the caller prints it, exits 2).
+    With allow (--allow-load) never refuses: the caller marks its output as measured under load."""
+    one = load_average()
+    if one > LOAD_LIMIT and not allow:
+        return (f"error: the 1-minute load average is {one:.2f} (> {LOAD_LIMIT}): not writing {what} now; wait for "
+                "a quiet machine, or pass --allow-load for an experiment (marked as measured under load)")
+    return None
+
+
+def for_readme(out: Path) -> bool:
+    """Whether `out` is where the README's numbers come from (bench/results/)."""
+    try:
+        return Path(out).resolve() == RESULTS.resolve()
+    except OSError:
+        return False
+
+
+def provenance(script: str, argv: list[str] | None, prompts: str) -> dict:
+    """What produced a result file: the command, the prompts and the date (every README figure names them)."""
+    args = sys.argv[1:] if argv is None else argv
+    return {"command": " ".join(["python", f"bench/{script}", *args]), "prompt_sets": prompts,
+            "date": time.strftime("%Y-%m-%d")}
+
+
 def machine(model) -> dict:
     p = next(model.parameters())
     return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
@@ -155,7 +204,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
     head = (f"Measured on {meta['gpu'] or meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), "
             f"{meta['device']} {meta['dtype']}, torch {meta['torch']}, transformers {meta['transformers']}; "
             f"model {meta['model']}, prompts {meta['prompts']}, {meta['max_new_tokens']} new tokens each, "
-            f"median of {meta['runs']} interleaved runs.\n\n")
+            f"median of {meta['runs']} interleaved runs."
+            + (f" Produced by `{meta['command']}` on {meta['date']}." if meta.get("command") else "")
+            + (f" Load average {meta['load_before']:.2f} before, {meta['load_after']:.2f} after (1 min)."
+               if meta.get("load_before") is not None else "")
+            + (" **Measured under load (--allow-load): not README numbers.**" if meta.get("under_load") else "")
+            + "\n\n")
     base = meta.get("baseline", "HF greedy")  # sampling runs: "HF sampling", and no token-for-token check
     lines = [f"| method | tokens/s | vs {base} | compression | mean accepted | exact |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -201,7 +255,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--heads", default=None, help="folder with medusa/ and eagle/ heads for --model "
                     "(default: assets/heads for the embedded model; rows only where heads exist)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for the .md and .json")
+    ap.add_argument("--allow-load", action="store_true", help=f"run even when the 1-minute load average is above "
+                    f"{LOAD_LIMIT}; the output is marked as measured under load")
     a = ap.parse_args(argv)
+    if for_readme(Path(a.out)) and not a.quick and (why := refuse_under_load(a.allow_load)):
+        print(why, file=sys.stderr)
+        raise SystemExit(2)
+    before = print_load("before")
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.quick:
@@ -231,7 +291,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     heads = Path(a.heads) if a.heads else (ROOT / "assets" / "heads" if not a.quick and a.model is None else None)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
                  hf_model, hf_draft, spec_auto, heads)
-    meta = {**machine(model), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
+    after = print_load("after")
+    meta = {**machine(model), **provenance("bench.py", argv, a.prompts if not a.quick else "quick"),
+            "load_before": before, "load_after": after, "under_load": max(before, after) > LOAD_LIMIT, "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},
             "autotuned": auto, "speculative_autotuned": spec_auto,
             "model": "tiny random" if a.quick else a.model or "embedded (assets/target)",

@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
-from bench import hf_runner, layout_row, load_prompts, machine, markdown, ours_runner  # noqa: E402
+from bench import (LOAD_LIMIT, for_readme, hf_runner, layout_row, load_prompts, machine, markdown,  # noqa: E402
+                   ours_runner, print_load, provenance, refuse_under_load)
 from decoding import Sampling  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
 
@@ -86,7 +87,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--device", default=None, help="cpu, cuda (default: cuda when present)")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: every row samples (vs HF sampling)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--allow-load", action="store_true", help=f"run even when the 1-minute load average is above "
+                    f"{LOAD_LIMIT}; the output is marked as measured under load")
     a = ap.parse_args(argv)
+    if for_readme(Path(a.out)) and (why := refuse_under_load(a.allow_load)):
+        print(why, file=sys.stderr)
+        raise SystemExit(2)
+    before = print_load("before")
     import time
     import statistics
     model, tok = load(a.model, threads=a.threads, device=a.device)
@@ -122,7 +129,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      "exact": [ids for ids, _ in outs] == ref if a.temperature <= 0 else None,
                      "compression": n_tok / steps if steps else None,
                      "mean_accepted": (n_tok - len(outs)) / dec if dec else None, "runs": a.runs})
-    meta = {**machine(model), "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
+    after = print_load("after")
+    meta = {**machine(model), **provenance("bench_heads.py", argv, a.prompts), "load_before": before,
+            "load_after": after, "under_load": max(before, after) > LOAD_LIMIT, "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
             "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads, "baseline": base_name,
             "temperature": a.temperature}
     md = markdown(rows, meta) + ("\nmean accepted = new tokens after the prefill's first one / decode steps "

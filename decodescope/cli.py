@@ -86,7 +86,10 @@ def app(argv: list[str]) -> int:
         return args
     if args.port is not None:
         os.environ["PORT"] = os.environ["GRADIO_SERVER_PORT"] = str(args.port)  # app.main reads PORT first
-    import app as gradio_app
+    try:  # installed: decodescope/gradio_app/app.py (no top-level `app` module in site-packages)
+        from decodescope.gradio_app import app as gradio_app
+    except ImportError:  # a checkout: app.py at the repository root
+        import app as gradio_app
     gradio_app.main()
     return 0
 

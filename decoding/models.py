@@ -11,7 +11,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Pretra
 
 from .fast.layout import LAYOUTS, apply_layout
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# The embedded models and shipped traces: assets/ in a checkout; decodescope/assets in an installed wheel
+# (no generic top-level `assets` package in site-packages; pyproject.toml maps it there).
+_ROOT = Path(__file__).resolve().parent.parent
+ASSETS = _ROOT / "decodescope" / "assets" if (_ROOT / "decodescope" / "assets" / "target").is_dir() else _ROOT / "assets"
 DEFAULT_TARGET = str(ASSETS / "target")
 DEFAULT_DRAFT = str(ASSETS / "draft")
 

@@ -27,6 +27,46 @@ DATASHEET: dict[str, dict[str, float]] = {
     "T4": {"flops": 65e12, "bandwidth": 0.32e12},
 }
 
+# Dense peak FLOP/s by dtype (no sparsity), from each GPU's NVIDIA datasheet: "fp32" is the non-tensor-core
+# FP32 rate (what an fp32 matmul gets with TF32 off, PyTorch's default), "tf32" the TF32 tensor-core rate,
+# "bf16"/"fp16" the tensor-core rate (DATASHEET's "flops").
+#   A100: NVIDIA A100 Tensor Core GPU datasheet (SXM): FP32 19.5, TF32 156, BF16/FP16 312 TFLOP/s.
+#   H100: NVIDIA H100 Tensor Core GPU datasheet (SXM): FP32 67, TF32 494.5, BF16/FP16 989.5 TFLOP/s.
+#   H200: NVIDIA H200 Tensor Core GPU datasheet (SXM): FP32 67, TF32 494.5, BF16/FP16 989.5 TFLOP/s.
+#   L4: NVIDIA L4 Tensor Core GPU datasheet: FP32 30.3, TF32 60, BF16/FP16 121 TFLOP/s (half the sparse figures).
+#   A10G: NVIDIA A10 Tensor Core GPU datasheet (A10G is its AWS variant): FP32 31.2, TF32 62.5, BF16 125 TFLOP/s.
+#   T4: NVIDIA T4 Tensor Core GPU datasheet: FP32 8.1, FP16 65 TFLOP/s; Turing has no TF32 or bf16 tensor cores,
+#       so tf32 is the FP32 rate and bf16 the FP16 one (an upper bound: bf16 falls back to slower kernels there).
+DTYPE_PEAKS: dict[str, dict[str, float]] = {
+    "A100": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12},
+    "H100": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989e12, "fp16": 989e12},
+    "H200": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989e12, "fp16": 989e12},
+    "L4": {"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12},
+    "A10G": {"fp32": 31.2e12, "tf32": 62.5e12, "bf16": 125e12, "fp16": 125e12},
+    "T4": {"fp32": 8.1e12, "tf32": 8.1e12, "bf16": 65e12, "fp16": 65e12},
+}
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+_DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "fp32": "fp32", "tf32": "tf32", "bfloat16": "bf16",
+                  "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16"}
+
+
+def peak_dtype(dtype: Any) -> str:
+    """'fp32' | 'tf32' | 'bf16' | 'fp16' for a torch dtype or its name ('torch.bfloat16', 'float32', 'bf16')."""
+    name = str(dtype).replace("torch.", "").lower()
+    if name not in _DTYPE_ALIASES:
+        raise ValueError(f"no datasheet peak for dtype {dtype!r}; choose one of {', '.join(PEAK_DTYPES)}")
+    return _DTYPE_ALIASES[name]
+
+
+def datasheet_peak(device: str, dtype: Any = "bf16") -> dict:
+    """{name, dtype, flops, bandwidth}: the datasheet peak of `device` for the dtype the matmuls run in."""
+    if device not in DATASHEET:
+        raise ValueError(f"unknown device {device}; datasheets known: {', '.join(DATASHEET)}")
+    kind = peak_dtype(dtype)
+    return {"name": device, "dtype": kind, "flops": DTYPE_PEAKS[device][kind],
+            "bandwidth": DATASHEET[device]["bandwidth"]}
+
+
 _CACHE: dict[str, dict] = {}
 MEASURE_COUNT = 0  # how many times measure() really ran; lets tests see the cache work
 

@@ -2,13 +2,14 @@
 formulas as profiling/flops.py): where a step's time goes and which operators a wider step pushes from
 memory-bound towards compute-bound.
 
-    python -m profiling.operators TRACE.json [--step K] [--device H100 | --peaks-from-profile P.json]
+    python -m profiling.operators TRACE.json [--step K] [--device H100] [--dtype fp32|tf32|bf16|fp16]
 
 Per layer (every layer of these decoder-only models has the same operators): the q/k/v and output
 projections, attention (QK^T and AV over the cached keys, reading the KV cache), the MLP matrices; then
 the LM head once. bytes = the operator's weights + its activations in and out (+ the KV read for
-attention), in the trace's dtype. time bound = max(FLOPs / peak FLOP/s, bytes / bandwidth) — a roofline
-lower bound, labelled as such.
+attention), in the trace's dtype (or --dtype). time bound = max(FLOPs / peak FLOP/s, bytes / bandwidth) — a
+roofline lower bound, labelled as such. The peak is the datasheet's for that dtype: an fp32 trace is divided
+by the FP32 rate (67 TFLOP/s on an H100), not the bf16 tensor-core one (989); tf32 is fp32 with TF32 on.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from .calibrate import DATASHEET
+from .calibrate import DATASHEET, PEAK_DTYPES, datasheet_peak, peak_dtype
 from .flops import Arch, arch_of, dtype_bytes
 
 MAX_STEP = 1_000_000  # --step: far above any trace (max-new-tokens <= 4096 steps)
@@ -55,8 +56,13 @@ def on_roofline(ops: list[dict], layers: int, peak: dict) -> list[dict]:
     return out
 
 
-def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None, device: str = "H100") -> dict:
-    """The breakdown of one step of a trace (default: the step with the most query tokens)."""
+STORAGE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None, device: str = "H100",
+                   dtype: str | None = None) -> dict:
+    """The breakdown of one step of a trace (default: the step with the most query tokens), in `dtype`
+    (default: the trace's model dtype), against `device`'s datasheet peak for that dtype (or `peak`)."""
     from decoding.trace import Trace
     tr = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
     if not tr.steps:
@@ -65,16 +71,16 @@ def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None
         if step is None else step
     if not 0 <= i < len(tr.steps):
         raise ValueError(f"step {i} is not in the trace (0..{len(tr.steps) - 1})")
+    recorded = str(tr.model.get("dtype", "float32") if isinstance(tr.model, dict) else "float32")
+    kind = peak_dtype(dtype if dtype is not None else recorded)
     if peak is None:
-        if device not in DATASHEET:
-            raise ValueError(f"unknown device {device}; datasheets known: {', '.join(DATASHEET)}")
-        peak = {"name": device, **DATASHEET[device]}
+        peak = datasheet_peak(device, kind)
     s = tr.steps[i]
     from .project import model_arch
     a = model_arch(tr)
-    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(tr.model.get("dtype", "float32"))), a.layers, peak)
+    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(STORAGE[kind])), a.layers, peak)
     return {"step": i, "n_query": s.n_query, "kv_len": s.kv_len, "layers": a.layers, "peak": peak,
-            "dtype": tr.model.get("dtype", "float32"),
+            "dtype": kind, "recorded_dtype": recorded, "dtype_source": "as recorded" if dtype is None else "--dtype",
             "label": "analytic roofline lower bound per operator (not measured)", "operators": ops}
 
 
@@ -82,7 +88,7 @@ def format_breakdown(b: dict) -> str:
     p = b["peak"]
     rows = [f"step {b['step']}: {b['n_query']} query tokens on {b['kv_len']} cached, {b['layers']} layers, on "
             f"{p.get('name', 'the given peaks')} ({p['flops'] / 1e12:.0f} TFLOP/s, {p['bandwidth'] / 1e9:.0f} GB/s), "
-            f"{b['dtype']} as recorded — "
+            f"{b['dtype']} peak and bytes ({b.get('dtype_source', 'as recorded')}) — "
             f"{b['label']}",
             f"{'operator':<14} {'xL':>3} {'MFLOP':>10} {'MB':>9} {'FLOP/B':>7} {'bound':>8} {'us':>9} {'share':>6}"]
     for o in b["operators"]:
@@ -99,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--step", type=int_in(0, MAX_STEP), default=None,
                     help="step index (default: the widest decode step)")
     ap.add_argument("--device", default="H100", type=nonempty, help=f"datasheet peaks: {', '.join(DATASHEET)}")
+    ap.add_argument("--dtype", default=None, choices=PEAK_DTYPES,
+                    help="the dtype whose peak and bytes to use (default: the trace's model dtype)")
     return ap
 
 
@@ -109,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
         return args
     try:
-        table = format_breakdown(step_breakdown(load_trace(args.trace), args.step, device=args.device))
+        table = format_breakdown(step_breakdown(load_trace(args.trace), args.step, device=args.device,
+                                                  dtype=args.dtype))
     except MALFORMED as e:  # last guard: a trace the loader let through that the breakdown cannot read
         print(f"error: {not_a_trace(args.trace, e)}", file=sys.stderr)
         return 2

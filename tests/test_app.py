@@ -390,9 +390,10 @@ def test_auto_fields_show_what_auto_runs(server, dirs):
 
 
 def test_profile_returns_plots_and_downloads(client, dirs):
-    msg, summary, roof, flops, lat, files = client.predict(*settings(dirs, method="lookahead", max_new=12),
-                                                           api_name="/profile")
-    assert all(f["type"] == "plotly" for f in (roof, flops, lat))
+    msg, summary, roof, flops, lat, files, ops = client.predict(*settings(dirs, method="lookahead", max_new=12),
+                                                                api_name="/profile")
+    assert all(f["type"] == "plotly" for f in (roof, flops, lat, ops))
+    assert "operator breakdown" in json.loads(ops["plot"])["layout"]["title"]["text"].lower()
     assert "GFLOP/s" in summary
     names = sorted(Path(f).name for f in files)
     assert names == ["greedy-trace.json", "greedy.perfetto.json", "lookahead-report.html", "lookahead-trace.json",

@@ -141,3 +141,71 @@ def test_bench_heads_sampling_rows(tmp_path):
     assert all(r["exact"] is None for r in rows) and rows[0]["vs_hf_greedy"] == 1.0
     md = (tmp_path / "cpu-heads-eagle-code-T0.7.md").read_text()
     assert "vs HF sampling" in md and "– (sampling)" in md
+
+
+def test_cpu_gemm_bench_smoke_has_the_library_packed_paths(tmp_path):
+    """stock, column, oneDNN's and MKL's packed paths and ours, per thread count and row count."""
+    import bench_cpu_gemm
+    libs = bench_cpu_gemm.library_paths()
+    assert libs == {"oneDNN packed": None, "MKL packed": None}, libs  # torch's CPU wheels ship both
+    text = bench_cpu_gemm.main(["--rows", "1,2", "--threads", "1", "--reps", "2", "--out", str(tmp_path / "g.md")])
+    head = next(ln for ln in text.splitlines() if ln.startswith("| threads"))
+    assert all(v in head for v in bench_cpu_gemm.VARIANTS)
+    assert sum(ln.startswith("| 1 | ") for ln in text.splitlines()) == 2
+    assert "load average before" in text and "load average after" in text and "bench_cpu_gemm.py" in text
+    assert (tmp_path / "g.md").read_text() == text
+
+
+def _load(monkeypatch, one):
+    import os
+    monkeypatch.setattr(os, "getloadavg", lambda: (one, one, one))
+
+
+def test_benches_refuse_readme_numbers_under_load(monkeypatch, capsys):
+    """bench.py and bench_heads.py: one line and exit 2 (before loading anything) while the load is high."""
+    import bench_heads
+    _load(monkeypatch, 1.7)
+    for prog in (bench.main, bench_heads.main):
+        with pytest.raises(SystemExit) as e:
+            prog(["--out", str(bench.RESULTS)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "load average is 1.70" in err[0] and "--allow-load" in err[0]
+    _load(monkeypatch, 0.2)
+    assert bench.refuse_under_load(False) is None
+    _load(monkeypatch, 0.9)
+    assert bench.refuse_under_load(True) is None and bench.refuse_under_load(False)
+
+
+def test_quick_bench_names_command_date_and_load(monkeypatch, tmp_path, capsys):
+    _load(monkeypatch, 0.9)
+    bench.main(["--quick", "--no-auto", "--only", "prompt lookup", "--allow-load", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "load average before: 0.90" in err and "load average after: 0.90" in err
+    meta = json.loads((tmp_path / "quick.json").read_text())["meta"]
+    assert meta["command"].startswith("python bench/bench.py --quick") and meta["date"] and meta["under_load"]
+    md = (tmp_path / "quick.md").read_text()
+    assert "Produced by `python bench/bench.py --quick" in md and "Measured under load" in md
+
+
+def test_readme_table_refuses_under_load_and_names_its_sources(monkeypatch, tmp_path, capsys):
+    import readme_table
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    row = {"method": "HF greedy", "tokens_per_s": 10.0, "vs_hf_greedy": 1.0, "exact": True}
+    meta = {"prompts": "code", "command": "python bench/bench.py --prompts code", "date": "2026-01-02", "runs": 5}
+    (res / "cpu-a.json").write_text(json.dumps({"meta": meta, "rows": [row]}))
+    (res / "cpu-b.json").write_text(json.dumps({"meta": {**meta, "under_load": True}, "rows": [row]}))
+    monkeypatch.setattr(readme_table, "ROOT", tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n")
+    _load(monkeypatch, 2.5)
+    assert readme_table.main([], readme) == 2 and readme.read_text() == "# x\n"
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2  # the load line, then the one refusal line
+    _load(monkeypatch, 0.1)
+    assert readme_table.main([], readme) == 0
+    text = readme.read_text()
+    assert "Produced by `python bench/bench.py --prompts code` (prompts `code`) on 2026-01-02" in text
+    assert "cpu-a" in text and "cpu-b" not in text and "under load" not in text
+    _load(monkeypatch, 2.5)
+    assert readme_table.main(["--allow-load"], readme) == 0 and "Written under load" in readme.read_text()

@@ -6,6 +6,7 @@ fails these tests rather than skipping them)."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
 from decoding.fast.cpu_gemm import ROWS_MAX, PackedLinear, kernel, pack_linears, why_not
+from decoding.fast import cpu_gemm
 from decoding.fast.layout import apply_layout
 
 
@@ -96,3 +98,48 @@ def test_packed_speculative_with_a_packed_draft():
     for kw in (dict(draft_tokens=3), dict(tree=[2, 2, 1])):
         tr = generate(target, [1, 2, 3, 4], make_drafter("speculative", draft_model=draft, **kw), max_new_tokens=40)
         assert tr.output_ids == ref
+
+
+def test_build_name_is_a_hash_of_the_source_not_its_path(tmp_path):
+    """An installed copy and a checkout of the same source share one build; an edit or a new torch gets its own."""
+    src = cpu_gemm.SOURCE.read_bytes()
+    a, b = tmp_path / "a" / "cpu_gemm.cpp", tmp_path / "b" / "cpu_gemm.cpp"
+    for p, text in ((a, src), (b, src)):
+        p.parent.mkdir()
+        p.write_bytes(text)
+    assert cpu_gemm.build_name(a) == cpu_gemm.build_name(b) == cpu_gemm.build_name() == cpu_gemm.build_name(src)
+    assert cpu_gemm.build_name(src + b"\n// edited") != cpu_gemm.build_name(src)
+    assert cpu_gemm.build_name(src, "9.9.9") != cpu_gemm.build_name(src)
+    assert cpu_gemm.build_name().startswith(cpu_gemm.NAME + "_")
+
+
+def test_kernel_builds_under_the_hashed_name_and_says_so_once(monkeypatch, tmp_path, capsys):
+    import torch.utils.cpp_extension as ext
+    calls = []
+
+    class Tty:
+        def __init__(self, real):
+            self.real = real
+
+        def isatty(self):
+            return True
+
+        def __getattr__(self, k):
+            return getattr(self.real, k)
+
+    def fake_load(name, sources, **kw):
+        calls.append((name, sources))
+        raise RuntimeError("not really building in a test")
+
+    monkeypatch.setattr(ext, "load", fake_load)
+    monkeypatch.setattr(ext, "get_default_build_root", lambda: str(tmp_path))
+    monkeypatch.setattr(sys, "stderr", Tty(sys.stderr))
+    monkeypatch.setattr(cpu_gemm, "_FAILED", [])
+    monkeypatch.setattr(cpu_gemm, "why_not", lambda: None)
+    assert cpu_gemm.kernel.__wrapped__() is None
+    assert calls == [(cpu_gemm.build_name(), [str(cpu_gemm.SOURCE)])]
+    assert cpu_gemm.BUILDING in capsys.readouterr().err
+    (tmp_path / calls[0][0]).mkdir()
+    (tmp_path / calls[0][0] / f"{calls[0][0]}.so").write_bytes(b"")
+    cpu_gemm.kernel.__wrapped__()
+    assert cpu_gemm.BUILDING not in capsys.readouterr().err  # built already: no note

@@ -40,3 +40,30 @@ def test_cli(capsys):
     assert out.startswith("step 0:") and "mlp_down" in out and "A100" in out
     assert main([str(TRACE), "--step", "999"]) == 2
     assert "step 999 is not in the trace" in capsys.readouterr().err
+
+
+def test_the_peak_follows_the_dtype(capsys):
+    """An fp32 trace is divided by the FP32 rate, not the bf16 tensor-core peak; --dtype picks another."""
+    d = json.loads(TRACE.read_text())
+    assert d["model"]["dtype"] == "float32"
+    b = step_breakdown(d, device="H100")
+    assert b["peak"]["flops"] == 67e12 and b["dtype"] == "fp32"
+    assert step_breakdown(d, device="H100", dtype="bf16")["peak"]["flops"] == 989e12
+    assert step_breakdown(d, device="A100", dtype="tf32")["peak"]["flops"] == 156e12
+    assert main([str(TRACE), "--device", "H100"]) == 0
+    assert "(67 TFLOP/s" in capsys.readouterr().out
+    assert main([str(TRACE), "--device", "H100", "--dtype", "bf16"]) == 0
+    assert "(989 TFLOP/s" in capsys.readouterr().out
+
+
+def test_operator_breakdown_figure_escapes_trace_text():
+    from decoding.trace import Trace
+    from viz.costs import operators_data, operators_figure
+    tr = Trace.from_dict(json.loads(TRACE.read_text()))
+    evil = "<img src=x onerror=alert(1)>"
+    fig = operators_figure({evil: (tr, None)}, peak={"name": evil, "flops": 1e11, "bandwidth": 2e10})
+    data = operators_data({"m": (tr, None)}, peak={"name": "x", "flops": 1e11, "bandwidth": 2e10})
+    assert data[0]["operators"][-1] == "lm_head" and all(t > 0 for t in data[0]["time_us"])
+    text = fig.to_json()
+    assert "<img" not in text and "operator breakdown" in fig.layout.title.text.lower()
+    assert len(fig.data) == 1 and list(fig.data[0].y) == data[0]["time_us"]

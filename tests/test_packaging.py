@@ -1,5 +1,7 @@
 """The project installs as a package (pyproject metadata): the wheel holds every package, the embedded
-models and the viewer scripts, imports from outside the repo, and `decodescope` dispatches to the CLIs."""
+models and the viewer scripts, imports from outside the repo, and `decodescope` dispatches to the CLIs. It
+installs no generic top-level `app` or `assets` (a user's own app.py would collide): they live under
+decodescope/."""
 import json
 import os
 import shutil
@@ -28,11 +30,16 @@ def test_wheel_builds_installs_and_imports_outside_the_repo(tmp_path):
     wheel = next((tmp_path / "dist").glob("decodescope-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for need in ("decoding/api.py", "decoding/__main__.py", "viz/report.py", "viz/stepper.js", "profiling/__main__.py",
-                 "appkit/handlers.py", "app.py", "decodescope/cli.py", "assets/target/config.json", "decoding/fast/cpu_gemm.cpp",
-                 "assets/heads/eagle/heads.json", "assets/heads/medusa/heads.json",
-                 "assets/target/tokenizer.json", "assets/draft/config.json", "assets/traces/prompt_lookup.json",
-                 *(f"assets/{m}/{f.name}" for m in ("target", "draft") for f in (ROOT / "assets" / m).glob("*.safetensors"))):
+                 "appkit/handlers.py", "decodescope/gradio_app/app.py", "decodescope/cli.py",
+                 "decodescope/assets/target/config.json", "decoding/fast/cpu_gemm.cpp",
+                 "decodescope/assets/heads/eagle/heads.json", "decodescope/assets/heads/medusa/heads.json",
+                 "decodescope/assets/target/tokenizer.json", "decodescope/assets/draft/config.json",
+                 "decodescope/assets/traces/prompt_lookup.json",
+                 *(f"decodescope/assets/{m}/{f.name}" for m in ("target", "draft")
+                   for f in (ROOT / "assets" / m).glob("*.safetensors"))):
         assert need in names, need
+    top = {n.split("/")[0] for n in names}
+    assert not top & {"app.py", "app", "assets"}, top  # nothing generic at the top of site-packages
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "decodescope = decodescope.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
     site = tmp_path / "site"
@@ -42,15 +49,20 @@ def test_wheel_builds_installs_and_imports_outside_the_repo(tmp_path):
     # resolved from the install, not the repo; no torch import here (30 s on a busy CI machine): the
     # in-process test below runs the commands
     code = ("import json, importlib.util as u, decodescope.cli\n"
-            "print(json.dumps([u.find_spec(m).origin for m in ('decoding', 'viz', 'profiling', 'appkit', 'app')]))")
+            "print(json.dumps([u.find_spec(m).origin for m in ('decoding', 'viz', 'profiling', 'appkit',\n"
+            "                                                    'decodescope.gradio_app.app')]\n"
+            "                 + [u.find_spec(m) is None for m in ('app', 'assets')]))")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    origins = json.loads(r.stdout.strip().splitlines()[-1])
-    assert all(o.startswith(str(site)) for o in origins), origins
-    # decoding.models finds the embedded models next to the installed package, as in the repo
+    *origins, no_app, no_assets = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(o.startswith(str(site)) for o in origins) and no_app and no_assets, origins
+    # decoding.models (ASSETS) finds the embedded models inside the installed package: decodescope/assets
+    assets = Path(origins[0]).parent.parent / "decodescope" / "assets"
     for model in ("target", "draft"):
-        assert (Path(origins[0]).parent.parent / "assets" / model / "config.json").is_file()
+        assert (assets / model / "config.json").is_file()
+    assert (assets / "traces" / "prompt_lookup.json").is_file() and (assets / "README.md").is_file()
+    assert '"decodescope" / "assets"' in (site / "decoding" / "models.py").read_text()
     assert (site / "bin" / "decodescope").exists()
 
 

@@ -39,3 +39,40 @@ def test_cli_prints_a_labelled_table_and_refuses_unknown_devices(capsys, tmp_pat
     assert len(err) == 1 and "unknown device B999" in err[0]
     (tmp_path / "x.json").write_text("{}")
     assert main([str(tmp_path / "x.json")]) == 2
+
+
+SPEC = TRACE.parent / "speculative_tree_3-2-1.json"
+
+
+def test_draft_forwards_are_projected_too(capsys):
+    """A speculative run's draft model forwards are on the roofline beside the target's, in their own column."""
+    d = json.loads(SPEC.read_text())
+    pr = project(d, ["H100"])
+    r = pr["devices"]["H100"]
+    assert pr["draft_forwards"] == sum(s["info"].get("draft_forwards", 0) for s in d["steps"]) > 0
+    assert r["draft_ms"] > 0 and r["ms"] == pytest.approx(r["target_ms"] + r["draft_ms"])
+    assert "target and draft" in pr["label"]
+    assert main([str(SPEC), "--devices", "H100"]) == 0
+    assert "draft ms" in capsys.readouterr().out
+
+
+def test_eagle_and_medusa_drafting_is_projected():
+    d = json.loads(TRACE.read_text())
+    for s in d["steps"][1:]:
+        s["info"] = {"drafted": True, "mode": "eagle", "draft_forwards": 3,
+                     "tree": {"tokens": [1, 2, 3, 4], "parents": [-1, 0, 1, 1], "depth": [0, 1, 2, 2]}}
+    d["method"], d["config"] = "eagle", {"budget": 3, "depth": 2}
+    eagle = project(d, ["H100"])["devices"]["H100"]
+    assert eagle["draft_ms"] > 0 and eagle["ms"] > eagle["target_ms"]
+    for s in d["steps"][1:]:
+        s["info"] = {"drafted": True, "mode": "medusa", "tree": s["info"]["tree"]}
+    d["method"], d["config"] = "medusa", {"n_heads": 4}
+    medusa = project(d, ["H100"])["devices"]["H100"]
+    d["config"]["n_heads"] = 2
+    assert 0 < project(d, ["H100"])["devices"]["H100"]["draft_ms"] < medusa["draft_ms"]
+
+
+def test_fp32_projection_uses_the_fp32_peak():
+    d = json.loads(TRACE.read_text())
+    assert project(d, ["H100"], "fp32")["devices"]["H100"]["peak_flops"] == 67e12
+    assert project(d, ["H100"], "bf16")["devices"]["H100"]["peak_flops"] == 989e12

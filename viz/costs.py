@@ -201,3 +201,49 @@ def latency_figure(runs) -> go.Figure:
                       yaxis=dict(title="wall time (ms)", range=[0, top * 1.1 if top > 0 and math.isfinite(top) else 1]),
                       height=340, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50))
     return fig
+
+
+def operators_data(runs, peak: dict | None = None, device: str = "H100") -> list[dict]:
+    """Per run: profiling.operators' breakdown of its widest decode step (time bound per operator group, µs),
+    against `peak` ({flops, bandwidth}, e.g. the measured ones) or `device`'s datasheet peak for the trace's
+    dtype. A run whose trace records no model shape has no bars."""
+    from profiling.operators import step_breakdown
+    res = []
+    for name, tr, _ in _runs(runs):
+        if tr is None or not any(s.kind == "decode" for s in tr.steps):
+            continue
+        try:
+            b = step_breakdown(tr, peak=peak, device=device)
+        except (ValueError, TypeError, KeyError):
+            continue
+        ops = b["operators"]
+        res.append({"name": name, "step": b["step"], "n_query": b["n_query"], "kv_len": b["kv_len"],
+                    "operators": [o["name"] for o in ops], "time_us": [o["time_s"] * 1e6 for o in ops],
+                    "bound": [o["bound"] for o in ops], "share": [o["share"] for o in ops],
+                    "peak": b["peak"], "label": b["label"]})
+    return res
+
+
+@drawn
+def operators_figure(runs, peak: dict | None = None, device: str = "H100") -> go.Figure:
+    """Where a step's time goes: the roofline time bound of each operator group in each run's widest decode
+    step (analytic, not measured), bars hatched where the operator is compute-bound."""
+    data = operators_data(runs, peak, device)
+    if not data:
+        return _empty("no decode step with a recorded model shape to break down")
+    fig = go.Figure()
+    for d in data:
+        fig.add_trace(go.Bar(x=[plot_value(o) for o in d["operators"]], y=d["time_us"], name=esc(
+            f"{d['name']} (step {d['step']}: {d['n_query']} query tokens)"), marker=dict(
+            color=method_color(d["name"]), pattern_shape=["/" if b == "compute" else "" for b in d["bound"]]),
+            customdata=[[esc(b), 100 * s] for b, s in zip(d["bound"], d["share"])],
+            hovertemplate="%{x}: %{y:.3g} µs, %{customdata[0]}-bound, %{customdata[1]:.1f}% of the step"
+                          "<extra></extra>"))
+    p = data[0]["peak"]
+    where = esc(p.get("name") or p.get("device") or "the measured peaks")
+    fig.update_layout(title=dict(text=f"Operator breakdown of the widest step on {where} — roofline lower bound, "
+                                      "not measured (hatched: compute-bound)", font=dict(size=13)),
+                      barmode="group", xaxis=dict(title="operator group (x layers)"),
+                      yaxis=dict(title="time bound (µs)"), height=340, plot_bgcolor="white",
+                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=-0.3))
+    return fig

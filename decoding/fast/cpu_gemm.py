@@ -10,7 +10,8 @@ streams each weight once, from panels packed at load time, and keeps the rows' s
 [--threads 2]`). Calls with more rows than ROWS_MAX (long prefills) stay with MKL.
 
 The kernel is built from source on first use (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s,
-then cached): on a machine without AVX2+FMA, without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()`
+then cached under a name made from a hash of the source, the flags and torch's version — build_name() — so an
+installed copy and a checkout with the same source share one build, built once per machine and version): on a machine without AVX2+FMA, without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()`
 is None and load() keeps the column layout. Values: a different summation order from MKL's (relative
 difference ~5e-7, like MKL's own between row counts); every output is one FMA chain over k, so a row's
 result is bitwise the same whatever other rows share the call.
@@ -18,6 +19,7 @@ result is bitwise the same whatever other rows share the call.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 import platform
@@ -28,7 +30,26 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
-NAME = "decodescope_cpu_gemm"  # the extension (and its build folder under torch_extensions)
+NAME = "decodescope_cpu_gemm"  # the stem of the extension's name (and its build folder under torch_extensions)
+SOURCE = Path(__file__).with_suffix(".cpp")
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
+LDFLAGS = ("-fopenmp",)  # OpenMP: parallel_for
+BUILDING = "building the CPU kernel (once, ~30 s)..."
+
+
+def build_name(source: bytes | str | Path = SOURCE, torch_version: str | None = None) -> str:
+    """NAME + a hash of the source text, the compiler flags and torch's version: the same source from any
+    path (an installed copy, a checkout) gives the same name, so one build serves both; an edit or a new
+    torch gives a new name (a new build) instead of rebuilding the old one back and forth."""
+    text = source if isinstance(source, bytes) else Path(source).read_bytes() if isinstance(source, Path) \
+        else source.encode()
+    h = hashlib.sha256(text)
+    h.update(f"|{' '.join(CFLAGS)}|{' '.join(LDFLAGS)}|torch={torch_version or torch.__version__}".encode())
+    return f"{NAME}_{h.hexdigest()[:16]}"
+
+
+def built(name: str, root: Path) -> bool:
+    return any((root / name).glob(f"{name}*.so"))
 ROWS_MAX = 256  # rows per call up to which the kernel was measured faster than MKL (1-2 threads); more: MKL
 MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear weights) fit in this share of RAM
 
@@ -40,13 +61,12 @@ def kernel():
     if why_not():
         return None
     from torch.utils.cpp_extension import get_default_build_root, load
+    name = build_name()
     root = Path(get_default_build_root())  # a note on a terminal only: a piped stderr keeps its one-line errors
-    built = any(root.glob(f"{NAME}/{NAME}*.so")) or any(root.glob(f"*/{NAME}/{NAME}*.so"))
-    if sys.stderr.isatty() and not built:
-        print("decodescope: building the CPU GEMM kernel (once, ~30 s)", file=sys.stderr, flush=True)
+    if sys.stderr.isatty() and not built(name, root):
+        print(f"decodescope: {BUILDING}", file=sys.stderr, flush=True)
     try:
-        load(NAME, [str(Path(__file__).with_suffix(".cpp"))],
-             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],  # OpenMP: parallel_for
+        load(name, [str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
              is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: all mean "use MKL"
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
