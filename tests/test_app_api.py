@@ -48,9 +48,10 @@ def test_other_endpoints_by_keyword(client, dirs):
     msg, summary, table, fig, lat, sbs = client.predict(**base(dirs, method="greedy"), methods=["prompt_lookup"],
                                                         repeats=1, api_name="/race")
     assert [r[0] for r in table["data"]][:2] == ["greedy", "prompt_lookup"] and "identical" in summary
-    msg, summary, roof, flops, lat, files = client.predict(**base(dirs, method="prompt_lookup", max_ngram=2,
-                                                                  num_tokens=4), api_name="/profile")
+    msg, summary, roof, flops, lat, files, ops = client.predict(**base(dirs, method="prompt_lookup", max_ngram=2,
+                                                                       num_tokens=4), api_name="/profile")
     assert len(files) == 5 and "GFLOP/s" in summary  # the method's and greedy's trace + Perfetto, the report
+    assert ops["type"] == "plotly"  # the operator breakdown figure
     msg, status, fig, table = client.predict(**base(dirs), sweep_n=[3], sweep_w=[1], sweep_max_new=8,
                                              api_name="/sweep")
     assert [r[0] for r in table["data"]] == ["greedy", 3] and status.startswith("done")
