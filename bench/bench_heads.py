@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from bench import (LOAD_LIMIT, for_readme, hf_runner, layout_row, load_prompts, machine, markdown,  # noqa: E402
-                   ours_runner, print_load, provenance, refuse_under_load)
+                   ours_runner, print_load, provenance, refuse_under_load, under_load)
 from decoding import Sampling  # noqa: E402
 from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      "mean_accepted": (n_tok - len(outs)) / dec if dec else None, "runs": a.runs})
     after = print_load("after")
     meta = {**machine(model), **provenance("bench_heads.py", argv, a.prompts), "load_before": before,
-            "load_after": after, "under_load": max(before, after) > LOAD_LIMIT, "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
+            "load_after": after, "under_load": a.allow_load or under_load(before, after, torch.get_num_threads()), "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
             "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads, "baseline": base_name,
             "temperature": a.temperature}
     md = markdown(rows, meta) + ("\nmean accepted = new tokens after the prefill's first one / decode steps "

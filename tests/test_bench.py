@@ -209,3 +209,10 @@ def test_readme_table_refuses_under_load_and_names_its_sources(monkeypatch, tmp_
     assert "cpu-a" in text and "cpu-b" not in text and "under load" not in text
     _load(monkeypatch, 2.5)
     assert readme_table.main(["--allow-load"], readme) == 0 and "Written under load" in readme.read_text()
+
+
+def test_under_load_discounts_the_benchs_own_threads():
+    """A 1-thread bench alone leaves a load average near 1.0 behind: that is not load; other work is."""
+    from bench import under_load
+    assert not under_load(0.3, 1.0, 1) and not under_load(0.49, 2.4, 2)
+    assert under_load(0.6, 0.7, 1) and under_load(0.3, 2.2, 1)
