@@ -141,7 +141,10 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
         rows.append({"method": name, "tokens": n_tok, "median_s": t, "tokens_per_s": n_tok / t,
                      "vs_hf_greedy": base / t, "exact": [ids for ids, _ in outs] == ref,
                      "compression": n_tok / steps if steps else None,
-                     "mean_accepted": (statistics.mean(s["mean_accepted"] for s in stats) if stats else None),
+                     # pooled over the prompts' decode steps (a prompt that stops at EOS after its prefill
+                     # token has none; a mean of per-prompt means counted it as 0 accepted)
+                     "mean_accepted": (sum(s["new_tokens"] - 1 for s in stats) / max(sum(s["steps"] - 1 for s in stats), 1)
+                                       if stats else None),
                      "runs": len(times[name])})
     return rows
 
