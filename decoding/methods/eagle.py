@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 
 import torch
-from ..engine.drafter import Abilities, Plan, best_closed, tree_record
+from ..engine.drafter import Plan, best_closed, tree_record
 from .eagle_layer import EagleLayer
-from .heads import CONFIDENCE, load_drafting
+from .heads import CONFIDENCE, HeadsDrafter, load_drafting
 from ..engine.masks import chain_parents, step_mask
 from .medusa import check_acceptance, record_verdict
 from .sampled_tree import draw, q_rows, sampled_shape
@@ -39,16 +39,9 @@ def tree_shape(budget: int) -> tuple[int, int]:
     return min(8, 2 + budget // 4), 1 if budget <= 8 else 2
 
 
-class Eagle:
+class Eagle(HeadsDrafter):
     name = "eagle"
     PARAMS = ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence", "acceptance")
-
-    @classmethod
-    def from_params(cls, **p):
-        if not p.get("heads"):
-            raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
-        cast = {"confidence": float, "acceptance": str}
-        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in cls.PARAMS if k != "heads" and k in p})
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
                  beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE,
@@ -63,11 +56,6 @@ class Eagle:
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
         self.draft_vocab = draft_vocab
         self.module = None
-
-    @property
-    def abilities(self) -> Abilities:
-        return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
-                         knobs=("budget", "confidence"))
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,

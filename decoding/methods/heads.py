@@ -22,6 +22,7 @@ from torch import nn
 
 from ..fast.cpu_gemm import PackedLinear
 from ..fast.layout import column_major_linears
+from ..engine.drafter import Abilities
 from ..engine.sampling import Sampling, warp
 from ..models import cache_kwarg
 
@@ -277,3 +278,24 @@ class DraftLM:
         top = torch.topk(probs, min(k, probs.shape[-1]))
         toks = top.indices if self.ids is None else self.ids[top.indices]
         return top.values.tolist(), toks.tolist()
+
+
+class HeadsDrafter:
+    """What Medusa and EAGLE share as drafters: built from PARAMS (heads folder required; the confidence cut a
+    float, the acceptance rule a name, the rest whole numbers) and the same abilities (a tree drafted from
+    the target's last hidden state, verified exactly or by typical acceptance)."""
+    name: str
+    PARAMS: tuple[str, ...]
+    acceptance: str
+
+    @classmethod
+    def from_params(cls, **p):
+        if not p.get("heads"):
+            raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
+        cast = {"confidence": float, "acceptance": str}
+        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in cls.PARAMS if k != "heads" and k in p})
+
+    @property
+    def abilities(self) -> Abilities:
+        return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
+                         knobs=("budget", "confidence"))

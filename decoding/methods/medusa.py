@@ -19,22 +19,15 @@ import time
 
 import torch
 
-from ..engine.drafter import Abilities, Plan, tree_record
-from .heads import CONFIDENCE, load_drafting
+from ..engine.drafter import Plan, tree_record
+from .heads import CONFIDENCE, HeadsDrafter, load_drafting
 from ..engine.sampling import Sampling
 from ..engine.verify import Verdict
 
 
-class Medusa:
+class Medusa(HeadsDrafter):
     name = "medusa"
     PARAMS = ("heads", "budget", "branch", "draft_vocab", "confidence", "acceptance")
-
-    @classmethod
-    def from_params(cls, **p):
-        if not p.get("heads"):
-            raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
-        cast = {"confidence": float, "acceptance": str}
-        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in cls.PARAMS if k != "heads" and k in p})
 
     def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
                  confidence: float = CONFIDENCE, acceptance: str = "exact"):
@@ -45,11 +38,6 @@ class Medusa:
         self.confidence = float(confidence)  # nodes whose path probability is below it are not verified
         self.module = None
         self.feat: torch.Tensor | None = None
-
-    @property
-    def abilities(self) -> Abilities:
-        return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
-                         knobs=("budget", "confidence"))
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "branch": self.branch, "confidence": self.confidence,
