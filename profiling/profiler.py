@@ -74,12 +74,12 @@ class StepClock:
         if self.gpu:
             torch.cuda.reset_peak_memory_stats(self.device)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(torch.cuda.current_stream(self.device))  # this device's stream, not the current device's
         t0 = time.perf_counter()
         with torch.profiler.record_function(rec["range"]):
             yield
         if self.gpu:
-            end.record()
+            end.record(torch.cuda.current_stream(self.device))
             self._events.append((index, start, end))
             rec["mem_bytes"] = torch.cuda.max_memory_allocated(self.device)
         else:

@@ -91,6 +91,9 @@ class Core:
         self.spec_parents: list[int] = []  # region nodes above `length`: parent within the region (-1 = x0 side)
         self.spec_depths: list[int] = []
         self.uploads = self.cache.uploads if self.static else Uploads(self.device)  # non-blocking uploads
+        # bool [n, n] on the device: which region nodes each region node sees, kept once a forward took its
+        # parents from the device (_run_rows); the host's spec_parents then hold placeholders (-2)
+        self.region_vis: torch.Tensor | None = None
 
     def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
                 rows: list[int] | None = None, hidden: list[int] | None = None,
@@ -116,6 +119,8 @@ class Core:
         """Append nodes to the region (parents index the region: earlier nodes or this batch).
         rows: None = logits of every new node, int k = of the last k, list = of those (others zero)."""
         n0, q, past = len(self.spec_parents), len(tokens), self.length
+        if self.region_vis is not None:
+            raise RuntimeError("the region holds nodes with device-side parents: commit() before a host-tree forward")
         allp = self.spec_parents + list(parents)
         if depths is None or n0:
             depths = list(self.spec_depths)
@@ -136,12 +141,49 @@ class Core:
         self.spec_parents, self.spec_depths = allp, depths
         return out
 
-    def _dynamic(self, tokens: list[int], allp: list[int], depths: list[int], n0: int, rows,
-                 hidden: list[int] | None = None, layers: tuple = (-1,)):
+    @torch.inference_mode()
+    def _run_rows(self, anc: torch.Tensor, depth: int, rows: int | None = None) -> torch.Tensor:
+        """_run for q = len(anc) nodes whose parents are region rows `anc` chosen ON THE DEVICE (a draft
+        level picked by device-side scores): no host read. Each node sees its parent's region row of
+        `region_vis` plus itself, so the tree mask is built on the device and reaches the forward as `vis`
+        (static cache: StaticKV.vis_in). All nodes sit at region depth `depth`; the token ids come from the
+        caller's device tensor (DraftCore.grow_rows), the host passes placeholders."""
+        q, n0, past = anc.shape[0], len(self.spec_parents), self.length
+        if self.region_vis is None:  # the region so far has host parents (a catch-up chain): one upload
+            host = torch.from_numpy(np.array(tree_visibility(self.spec_parents), dtype=bool).reshape(n0, n0))
+            self.region_vis = self.uploads.upload(host)
+        eye = torch.eye(q, dtype=torch.bool, device=self.device)
+        vis = torch.cat([self.region_vis.index_select(0, anc), eye], 1)  # [q, n0 + q]
+        depths = [depth] * q
+        with attention_backends(self.device):
+            if self.static:
+                self.cache.vis_in = vis
+                try:
+                    out = self.cache.step([0] * q, depths, None, past, past + n0, rows)
+                finally:
+                    self.cache.vis_in = None
+            else:
+                out = self._dynamic([0] * q, None, depths, n0, rows, vis=vis)
+        grown = torch.zeros((n0 + q, n0 + q), dtype=torch.bool, device=self.device)
+        grown[:n0, :n0] = self.region_vis
+        grown[n0:] = vis
+        self.region_vis = grown
+        self.spec_parents = self.spec_parents + [-2] * q
+        self.spec_depths = self.spec_depths + depths
+        return out
+
+    def _dynamic(self, tokens: list[int], allp: list[int] | None, depths: list[int], n0: int, rows,
+                 hidden: list[int] | None = None, layers: tuple = (-1,), vis: torch.Tensor | None = None):
         q, past = len(tokens), self.length
         io = self.uploads.longs([tokens, depths])
         ids, pos = io[0:1], io[1:2] + past
-        mask = step_mask(allp, past, self.dtype, self.device, first=n0, upload=self.uploads.upload)
+        if vis is None:
+            mask = step_mask(allp, past, self.dtype, self.device, first=n0, upload=self.uploads.upload)
+        else:  # device-side region visibility (_run_rows): the same additive mask, built without the host
+            mask = torch.full((1, 1, q, past + vis.shape[1]), torch.finfo(self.dtype).min, dtype=self.dtype,
+                              device=self.device)
+            mask[0, 0, :, :past] = 0
+            mask[0, 0, :, past:].masked_fill_(vis, 0)
         if rows is None or isinstance(rows, int):
             keep = 0 if rows is None else rows
         else:
@@ -168,4 +210,4 @@ class Core:
         if k < n and not self.static:
             self.cache.crop(-(n - k))  # transformers 5: a negative count removes tokens
         self.length = past + k
-        self.spec_parents, self.spec_depths = [], []
+        self.spec_parents, self.spec_depths, self.region_vis = [], [], None

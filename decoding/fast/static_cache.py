@@ -128,6 +128,9 @@ class StaticKV(Cache, GraphReplay):
         self.used: set[tuple[int, int]] = set()        # buckets run on the fixed path since acquire()
         self.pool = None
         self.ids_in: torch.Tensor | None = None  # the next step's token ids as a device tensor (draft levels)
+        # the next step's bool visibility block [q, start - length + q] as a device tensor (a draft level whose
+        # parents were chosen on the device, Core._run_rows): used instead of uploading `vis`
+        self.vis_in: torch.Tensor | None = None
         self._alloc_buffers()
 
     def _alloc_buffers(self) -> None:
@@ -202,7 +205,8 @@ class StaticKV(Cache, GraphReplay):
              rows: int | list[int] | None, hidden: list[int] | None = None, layers: tuple = (-1,)):
         """One forward of q new tokens written at cache slots start.. (start = length + region so far).
 
-        vis: bool [q, start - length + q], what each new token sees above the committed prefix `length`.
+        vis: bool [q, start - length + q], what each new token sees above the committed prefix `length`
+        (None when `vis_in` holds it on the device).
         rows: logits to return: None = all q, an int k = the last k, a list = those rows (others zero).
         Returns float32 logits [q or k, vocab], always a fresh tensor (graph outputs get overwritten);
         with `hidden` (rows) also the hidden states of `layers` at those rows, [len(layers), len(hidden), h]
@@ -225,7 +229,7 @@ class StaticKV(Cache, GraphReplay):
         host = torch.tensor([[0] * pad + list(tokens), [0] * pad + [length + d for d in depths],
                              list(range(start + q, start + qb)) + list(range(start, start + q)),
                              read + [0] * (qb - len(read))], dtype=torch.long)
-        vis_t = torch.from_numpy(np.array(vis, dtype=bool))
+        vis_t = self.vis_in if self.vis_in is not None else torch.from_numpy(np.array(vis, dtype=bool))
         if not (self.fixed and qb <= GRAPH_MAX):
             return self._eager(host, vis_t, length, start, q, rows, want, hid)
         self.uploads.upload(host, self.io[:, :qb])
@@ -276,7 +280,8 @@ class StaticKV(Cache, GraphReplay):
         pad = mask.shape[2] - q
         mask.fill_(torch.finfo(self.dtype).min)
         mask[0, 0, pad:, :length] = 0
-        mask[0, 0, pad:, length:start + q].masked_fill_(self.uploads.upload(vis), 0)
+        on = vis if vis.device == mask.device else self.uploads.upload(vis)  # vis_in: already there
+        mask[0, 0, pad:, length:start + q].masked_fill_(on, 0)
         if pad:
             mask[0, 0, :pad, start + q:start + q + pad].diagonal().fill_(0)
 

@@ -12,17 +12,22 @@ node; it rides in the same draft forward and the draft verifies it like the targ
 (greedy: equal to the draft's argmax; sampling: the point-mass rule, so each child is still a sample
 from the draft's distribution). Accepted stage-2 tokens are tree nodes with origin "stage2".
 
-Chained levels (greedy chain and fixed-width trees without stage 2; DEVICE_DRAFT, by default on CUDA
-when the confidence cut is off):
+Chained levels (greedy chains, fixed-width trees, staged or not, and dynamic trees; DEVICE_DRAFT, by
+default on CUDA for chains and fixed-width trees when the confidence cut is off):
 the tree's shape does not depend on the draft's values, so each level's children go from the draft's
 top-k straight into the next draft forward ON THE DEVICE, and the host reads every level's top-k in ONE
 transfer at the end (a step then syncs twice: this read and the target's argmax, instead of once per
 level). The host then builds the same nodes as level by level (the confidence cut and zero-probability
 children are applied to the read lists); the levels below a cut node ran anyway: forwards the per-level
 path saves by reading first (draft_forwards counts what ran: on the tiny random CPU models with the 0.4
-cut, 5x the forwards), which is why the default chains only uncut shapes. Staged trees (stage 2 proposes
-from the path's tokens), dynamic trees (pruned by the read scores) and sampled trees (drawn on the host)
-read once per level.
+cut, 5x the forwards), which is why the default chains only uncut shapes. Staged trees: in greedy mode a
+node's child is always the draft's argmax whether stage 2 guessed it or not, so every node a staged tree
+runs is a node of the full fixed-width tree; the host replays build() (stage 2's n-gram lookups included)
+from the one read. Dynamic trees: each level's best `budget` children by cumulative probability are picked
+on the device (their parents reach the mask through Core._run_rows, no host read), then build() is
+replayed; the device runs every level while the host's pruning may stop early (2x the forwards on the
+tiny CPU models), so dynamic trees chain only when forced. Sampled trees (drawn on the host) read once
+per level.
 """
 from __future__ import annotations
 
@@ -62,6 +67,20 @@ class DraftCore(Core):
             self.cache.ids_in = ids
         try:
             return fit_vocab(self._run([0] * len(parents), parents), self.vocab)
+        finally:
+            self._ids = None
+            if self.static:
+                self.cache.ids_in = None
+
+    def grow_rows(self, ids: torch.Tensor, anc: torch.Tensor, depth: int) -> torch.Tensor:
+        """grow_ids() whose parents (region rows `anc`) were chosen on the device too: the tree mask is
+        built there (Core._run_rows). Logits [len(anc), V]."""
+        ids = ids.clamp(max=self.model.get_input_embeddings().weight.shape[0] - 1)
+        self._ids = ids
+        if self.static:
+            self.cache.ids_in = ids
+        try:
+            return fit_vocab(self._run_rows(anc, depth), self.vocab)
         finally:
             self._ids = None
             if self.static:
@@ -211,14 +230,17 @@ class TreeBuilder:
         return nodes, len(catch), stats
 
     def chained(self) -> bool:
-        """Whether the levels run chained on the device (module doc): greedy, fixed widths, no stage 2."""
-        on = DEVICE_DRAFT if DEVICE_DRAFT is not None else (
-            self.core.device.type == "cuda" and self.shape.confidence == 0)  # default: only where no forward is wasted
-        return bool(on) and self.gen is None and self.stage2 is None and self.shape.mode in ("chain", "tree")
+        """Whether the levels run chained on the device (module doc): greedy chains, fixed-width trees
+        (staged too: replayed on the host) and dynamic trees (a device-side frontier, _build_frontier)."""
+        on = DEVICE_DRAFT if DEVICE_DRAFT is not None else (  # default: only where no forward is wasted
+            self.core.device.type == "cuda" and self.shape.confidence == 0 and self.shape.mode != "dynamic")
+        return bool(on) and self.gen is None and self.shape.mode in ("chain", "tree", "dynamic")
 
     def _build_chained(self, context: list[int]) -> tuple[list[Node], int, dict]:
         """build() with every level's children fed to the next draft forward on the device and ONE host
         read of all levels' top-k at the end; the nodes are those build() makes level by level."""
+        if self.shape.mode == "dynamic":
+            return self._build_frontier(context)
         D, widths = self.shape.depth, self.shape.widths
         catch = context[self.core.length:]
         root_spec = len(self.core.spec_parents) + len(catch) - 1
@@ -242,6 +264,16 @@ class TreeBuilder:
         offset = [0]
         for d in range(D - 1):
             offset.append(offset[-1] + _level_rows(widths, d))  # level d's first row in the read
+        if self.stage2 is not None:  # every node a staged tree can run is a node of the full tree: replay
+            table, paths = {(): (_top_list(toks[0], probs[0]), root_spec)}, [()]
+            for d in range(1, D):
+                w, nxt = widths[d - 1], []
+                for j in range(_level_rows(widths, d)):
+                    path = paths[j // w] + (int(toks[offset[d - 1] + j // w][j % w]),)
+                    table[path] = (_top_list(toks[offset[d] + j], probs[offset[d] + j]), base[d] + j)
+                    nxt.append(path)
+                paths = nxt
+            return self._replay(context, table, runs, n_run)
         nodes = [Node(context[-1], -1, 0, None, 1.0, "target")]
         pos = {0: 0}  # node -> its index within its level of the full tree
         level = [0]
@@ -263,6 +295,73 @@ class TreeBuilder:
         stats = {"draft_forwards": runs, "draft_nodes_run": n_run, "stage2_proposed": 0, "stage2_accepted": 0,
                  "pruned": self._pruned(nodes)}
         return nodes, len(catch), stats
+
+    def _build_frontier(self, context: list[int]) -> tuple[list[Node], int, dict]:
+        """Dynamic trees chained on the device: each level runs the best `budget` children of the last level
+        by cumulative probability (float64 products in build()'s order, stable sort: ties go to the earlier
+        node), parents picked on the device (DraftCore.grow_rows). That frontier holds every node _prune
+        keeps: a kept node has fewer than `budget` better candidates, and a node _prune dropped (and its
+        descendants) scores below every later cut. ONE host read at the end; build() is then replayed on the
+        host from it (_replay), so the tree is the level-by-level tree. Rows _prune would drop ran anyway."""
+        D, B, catch = self.shape.depth, self.shape.budget, context[self.core.length:]
+        root_spec = len(self.core.spec_parents) + len(catch) - 1
+        logits = self.core.grow(list(catch), list(range(-1, len(catch) - 1)), len(catch) - 1)
+        root_depth = self.core.spec_depths[root_spec]
+        k = min(self.shape.branch + 1, logits.shape[-1])  # as _tops
+        bw = min(self.shape.branch, k)
+        top = torch.topk(logits.softmax(-1), k)
+        vals, idxs, picks = [top.values], [top.indices], []
+        score = torch.ones(1, dtype=torch.float64, device=logits.device)
+        base, runs, n_run = [root_spec], 1, len(catch)
+        for d in range(1, D):
+            p = top.values[:, :bw].double()
+            cand = torch.where(p > 0, score[:, None] * p, -1.0).reshape(-1)  # zero-probability: no child
+            n = min(B, cand.shape[0])
+            order = torch.sort(cand, descending=True, stable=True).indices[:n].sort().values
+            score = cand.index_select(0, order)
+            base.append(len(self.core.spec_parents))
+            logits = self.core.grow_rows(top.indices[:, :bw].reshape(-1).index_select(0, order),
+                                         order // bw + base[d - 1], root_depth + d)
+            top = torch.topk(logits.softmax(-1), k)
+            vals.append(top.values)
+            idxs.append(top.indices)
+            picks.append(order)
+            runs, n_run = runs + 1, n_run + n
+        flat = torch.cat([torch.cat(vals).double().reshape(-1), torch.cat(idxs).double().reshape(-1)]
+                         + [o.double() for o in picks]).tolist()  # the one read
+        rows = sum(v.shape[0] for v in vals)
+        probs = [flat[r * k:(r + 1) * k] for r in range(rows)]
+        toks = [flat[(rows + r) * k:(rows + r + 1) * k] for r in range(rows)]
+        table, paths, row, at = {(): (_top_list(toks[0], probs[0]), root_spec)}, [()], 1, 2 * rows * k
+        for d in range(1, D):
+            nxt = []
+            for j, o in enumerate(flat[at:at + picks[d - 1].shape[0]]):
+                parent, slot = divmod(int(o), bw)
+                path = paths[parent] + (int(toks[row - len(paths) + parent][slot]),)
+                table[path] = (_top_list(toks[row + j], probs[row + j]), base[d] + j)
+                nxt.append(path)
+            at, row, paths = at + len(nxt), row + len(nxt), nxt
+        return self._replay(context, table, runs, n_run)
+
+    def _replay(self, context: list[int], table: dict, runs: int, n_run: int) -> tuple[list[Node], int, dict]:
+        """build() on the host from one read: `table` maps a node's token path below x0 to (its top list, its
+        row in the draft's region). The forwards already ran; the replay makes build()'s exact decisions
+        (stage 2's n-gram proposals and checks, dynamic pruning) and maps every node to its region row.
+        A node the device did not run (cannot happen, see the callers) restarts the step level by level."""
+        n_catch = len(context) - self.core.length
+        replay = _Replay(self.core.length, len(self.core.spec_parents) - n_run, n_catch, table)
+        host = TreeBuilder(replay, self.shape, self.s, None, self.stage2)
+        host.chained, host._dist, host._tops = (lambda: False), (lambda rows: rows), replay.tops
+        try:
+            nodes, n_catch, st = host.build(context)
+        except _Miss:
+            self.core.commit(list(range(n_catch - 1)))  # keep the accepted catch-up text, drop the tree
+            host.core, host._dist, host._tops = self.core, self._dist, self._tops
+            return host.build(context)
+        for nd in nodes:
+            nd.spec = replay.real(nd.spec)
+        st["draft_forwards"], st["draft_nodes_run"] = runs, n_run
+        return nodes, n_catch, st
 
     def _tops(self, dists: torch.Tensor) -> list[list[tuple[int, float]]]:
         """Per row, the top-k (token, probability) pairs, k = the widest level (+1: a stage-2 child may
@@ -391,6 +490,56 @@ class TreeBuilder:
             nd.kids = [remap[c] for c in nd.kids if c in remap]
             out.append(nd)
         return out
+
+
+class _Miss(Exception):
+    """The replay needed a node the device did not run."""
+
+
+class _Missing:
+    """The top list of a region row the device did not run: reading it aborts the replay."""
+
+    def __getitem__(self, i):
+        raise _Miss
+
+    def __iter__(self):
+        raise _Miss
+
+
+class _Replay:
+    """The draft Core as build() sees it during a replay (TreeBuilder._replay): grow() runs no forward, it
+    names each new row by its token path below x0 (catch-up rows: none; x0: ()); tops() hands back the top
+    lists read from the device for those paths."""
+
+    def __init__(self, length: int, n0: int, n_catch: int, table: dict):
+        self.length, self.table, self.catch_end = length, table, n0 + n_catch
+        self.spec_parents: list[int] = [-1] * n0
+        self.paths: dict[int, tuple | None] = {}
+
+    def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> list[int]:
+        out = []
+        for t, p in zip(tokens, parents):
+            v = len(self.spec_parents)
+            self.spec_parents.append(p)
+            if v < self.catch_end:
+                self.paths[v] = () if v == self.catch_end - 1 else None
+            else:
+                up = self.paths.get(p)
+                self.paths[v] = None if up is None else up + (t,)
+            out.append(v)
+        return out[skip:]
+
+    def tops(self, rows: list[int]) -> list:
+        return [self.table[self.paths[v]][0] if self.paths[v] in self.table else _Missing() for v in rows]
+
+    def real(self, v: int) -> int:
+        """A replayed row's row in the draft's region (catch-up rows, and -1, are the same)."""
+        return v if v < self.catch_end else self.table[self.paths[v]][1]
+
+
+def _top_list(toks: list[float], probs: list[float]) -> list[tuple[int, float]]:
+    """A read row as _tops makes it: (token, probability) pairs, best first."""
+    return [(int(t), p) for t, p in zip(toks, probs)]
 
 
 def _level_rows(widths: list[int], d: int) -> int:
