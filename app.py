@@ -39,7 +39,10 @@ from appkit.tables import display_name  # noqa: E402
 from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.api import HEADS_METHODS  # noqa: E402
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
+from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
+from decoding.fetch_model import MODEL_NAME  # noqa: E402
+from appkit.default_model import DefaultModel  # noqa: E402
+from appkit.examples import examples_for  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
@@ -56,18 +59,31 @@ def gpu(event: str):
 def build_demo(default_target: str | None = None, default_draft: str | None = None, public: bool | None = None,
                cache: ModelCache | None = None, queue_size: int | None = None,
                max_trace_bytes: int = MAX_TRACE_BYTES) -> gr.Blocks:
-    """The whole app. default_target/default_draft: the models preselected (the embedded pair by default)."""
-    target0, draft0 = default_target or DEFAULT_TARGET, default_draft or DEFAULT_DRAFT
+    """The whole app. default_target/default_draft: the models preselected; by default SmolLM2-135M-Instruct
+    (fetched in the background on a first start, appkit/default_model.py) and the embedded draft."""
+    dm = DefaultModel().start() if default_target is None else None
+    target0, draft0 = default_target or dm.name, default_draft or EMBEDDED_DRAFT
     lim = Limits(public, target0, draft0)
     shown = {display_name(target0): target0, display_name(draft0): draft0}  # the page never carries server paths
-    h = Tabs(lim, cache or ModelCache(), aliases=shown)
+    if target0 == DEFAULT_MODEL:  # the embedded target stays one pick away (and on a public Space's allow list)
+        lim.allowed.append(EMBEDDED_TARGET)
+        shown[display_name(EMBEDDED_TARGET)] = EMBEDDED_TARGET
+    h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
     h.max_trace_bytes = max_trace_bytes
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
     t0, d0 = display_name(target0), display_name(draft0)
-    targets = [(f"embedded target ({t0})", t0)] + [(hub_label(m), m) for m in hub]
+    targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
+                                                   display_name(EMBEDDED_TARGET))] if target0 == DEFAULT_MODEL
+               else [(f"embedded target ({t0})", t0)]) + [(hub_label(m), m) for m in hub if m != EMBEDDED_TARGET]
     drafts = [(f"embedded draft ({d0})", d0)] + [(hub_label(m), m) for m in hub]
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
-        p = layout(Page(), lim, t0, d0, targets, drafts, _positions(target0))
+        status = gr.Markdown(dm.line() if dm else "", visible=bool(dm and dm.line()), elem_id="default-model-status")
+        local = dm.resolve_now() if dm else target0  # a folder to read the config and chat template from
+        p = layout(Page(), lim, t0, d0, targets, drafts, _positions(local), examples_for(local))
+        if dm is not None and dm.pending:  # the fetch's stages on the page, polled until it ends
+            timer = gr.Timer(1.0)
+            timer.tick(lambda: (gr.update(value=dm.line(), visible=bool(dm.line())), gr.Timer(active=dm.pending)),
+                       None, [status, timer], queue=False, show_progress="hidden")
         wire(p, h)
         label_outputs(p)  # the API's returns are named, not value_55
         preset_from_page(demo, p)  # no preset in an API call = the values it sends
@@ -113,7 +129,7 @@ def wire(p: Page, h: Tabs) -> None:
     # lesson: a stop sets the page (prompt, method, teaching preset, values), then runs it
     lesson_out = [p.lesson_at, p.lesson_md, p.lesson_prev, p.lesson_next, p.tabs] + [getattr(p, f) for f in lesson.FIELDS]
     for btn, delta in ((p.lesson_start, None), (p.lesson_prev, -1), (p.lesson_next, 1)):
-        btn.click(lesson_step(delta), [p.lesson_at], lesson_out, **local).then(
+        btn.click(lesson_step(delta, p.target.value), [p.lesson_at], lesson_out, **local).then(
             gpu("run")(named(h.run)), p.inputs(), run_out, show_progress="hidden", js=lesson.RUN_JS, **model)
     # what the controls show is what runs: after each model event (and on picking "auto") the fields
     # take the auto preset's values for every method whose preset is known (appkit/autofields.py)
@@ -129,9 +145,10 @@ def wire(p: Page, h: Tabs) -> None:
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
 
 
-def lesson_step(delta: int | None):
-    """The handler of a lesson button: None starts at the first stop, -1/+1 move."""
-    return lambda at: lesson.go(-1 if delta is None else at, delta or 0)
+def lesson_step(delta: int | None, default: str):
+    """The handler of a lesson button: None starts at the first stop, -1/+1 move; default: the page's default
+    target (the lesson teaches on the default model, or on the embedded pair when that is the default)."""
+    return lambda at: lesson.go(-1 if delta is None else at, delta or 0, default)
 
 
 def on_method(method: str):
@@ -166,7 +183,7 @@ def main() -> None:
         # ZeroGPU: weights are placed at start-up (spaces defers the real CUDA move to each GPU call), so
         # the embedded pair is not reloaded inside every @spaces.GPU call.
         cache = demo.decodescope["cache"]
-        for name in (DEFAULT_TARGET, DEFAULT_DRAFT):
+        for name in (demo.decodescope["limits"].default_target, EMBEDDED_DRAFT):
             try:
                 cache.get(name, "cuda", None)
             except ModelError as e:

@@ -59,8 +59,10 @@ class Prepared:
         if method == "speculative":
             kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
                       confidence=self.cutoff)
+        if method == "retrieval":  # the menu's source: the suffix cache, or the shipped datastore
+            kw.update(datastore=retrieval_source(self.settings.datastore), tokenizer=self.tok)
         if method in HEADS_METHODS:
-            kw["heads"] = heads_folder(self.settings.heads, method)
+            kw["heads"] = heads_folder(self.settings.heads, method, self.model)
             kw["acceptance"] = "typical" if self.settings.typical else "exact"
         return make_drafter(method, **kw)
 
@@ -71,15 +73,42 @@ class Prepared:
 
 
 
-def heads_folder(name: str, method: str) -> str:
+def heads_folder(name: str, method: str, model=None) -> str:
     """The heads folder a medusa/eagle run uses: the one named (or its <method>/ subfolder when it holds one,
-    as assets/heads does, so one folder serves a race of both), else the shipped heads of the embedded
-    target (assets/heads/<method>; refused with a clear message for any other target)."""
+    as assets/heads does, so one folder serves a race of both), else the heads shipped for `model`
+    (decoding.api.default_heads: the embedded target's or the default model's), else assets/heads/<method>
+    (refused with a clear message for any other target)."""
+    from decoding.api import default_heads
     from decoding.models import ASSETS
     name = (name or "").strip()
     if name and (Path(name) / method / "heads.json").is_file():
         return str(Path(name) / method)
+    if not name and model is not None:
+        try:
+            return default_heads(model, method)
+        except ValueError:
+            pass
     return name or str(ASSETS / "heads" / method)
+
+
+def retrieval_source(choice: str) -> str | None:
+    """The retrieval menu's value: "" = the suffix cache (None), "shipped" = the shipped datastore. Only these
+    two: a visitor never names a server path."""
+    if choice in ("", None):
+        return None
+    if choice == "shipped":
+        return str(Path(__file__).resolve().parent.parent / "assets" / "datastore" / "smollm2")
+    raise InputError(f"**retrieval source**: choose the suffix cache or the shipped datastore, not {choice!r}")
+
+
+def check_retrieval(p, methods: list[str]) -> None:
+    """A datastore built with another tokenizer (the shipped one is SmolLM2's): one input error, before any run."""
+    if "retrieval" in methods and retrieval_source(p.settings.datastore):
+        from decoding.methods.retrieval import open_datastore
+        try:
+            open_datastore(retrieval_source(p.settings.datastore), p.tok)
+        except ValueError as e:
+            raise InputError(f"**retrieval source**: {e}") from None
 
 
 def check_heads(p, methods: list[str]) -> None:
@@ -88,7 +117,7 @@ def check_heads(p, methods: list[str]) -> None:
     for m in methods:
         if m in HEADS_METHODS:
             try:
-                load_heads(heads_folder(p.settings.heads, m), p.model, m)
+                load_heads(heads_folder(p.settings.heads, m, p.model), p.model, m)
             except HeadsError as e:
                 raise InputError(f"**heads**: {e}") from None
 
@@ -177,6 +206,7 @@ class Handlers:
                 if m != "greedy":
                     p.notes[m] = f"{'teaching' if s.preset == 'teach' else 'manual'} preset {presets.describe(m, params[m])}"
         check_heads(p, methods)
+        check_retrieval(p, methods)
         if presets_too:
             self.apply_presets(p, methods)
         return p
@@ -188,7 +218,7 @@ class Handlers:
         for m in methods:
             if p.settings.preset == "auto" and m != "greedy":
                 pr = presets.resolve(target, p.model, p.tok, m, p.dmodel,
-                                     heads_folder(p.settings.heads, m) if m in HEADS_METHODS else None)
+                                     heads_folder(p.settings.heads, m, p.model) if m in HEADS_METHODS else None)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
             if p.settings.typical and m in HEADS_METHODS:  # the stats line says this text is not the target's

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from decoding.params import LIMITS
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
 # Tighter caps for a public Space: a step stays small and a run stays short.
 PUBLIC_CAPS = {"max_new_tokens": 256, "window": 16, "ngram": 8, "guesses": 16, "num_tokens": 16,
@@ -21,7 +21,11 @@ TEMPERATURE = (0.0, 2.0)
 SWEEP_MAX_RUNS = 40
 PUBLIC_SWEEP_MAX_RUNS = 16
 # Hub models a public Space may load (small, decoder-only, full attention), plus the embedded pair.
-PUBLIC_HUB_MODELS = ("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M", "Qwen/Qwen2.5-0.5B",
+# The SmolLM2 Instruct family shares one tokenizer: on a GPU the real pairs are 1.7B or 360M target with the
+# 135M draft (`decodescope fetch-model --family` compares the tokenizers where the Hub is reachable).
+PUBLIC_HUB_MODELS = ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct",
+                     "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M",
+                     "Qwen/Qwen2.5-0.5B",
                      "Qwen/Qwen2.5-Coder-0.5B", "openai-community/gpt2", "distilbert/distilgpt2")
 MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused (decoding.trace_check.CAPS["bytes"])
 MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused (docs/trace.md: measured sizes)
@@ -42,8 +46,8 @@ def public_mode() -> bool:
 class Limits:
     """The ranges in force (local or public) and the checks that use them."""
 
-    def __init__(self, public: bool | None = None, default_target: str = DEFAULT_TARGET,
-                 default_draft: str = DEFAULT_DRAFT):
+    def __init__(self, public: bool | None = None, default_target: str = EMBEDDED_TARGET,
+                 default_draft: str = EMBEDDED_DRAFT):
         self.public = public_mode() if public is None else public
         self.ranges = dict(LIMITS)
         if self.public:

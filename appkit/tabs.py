@@ -11,6 +11,7 @@ import gradio as gr
 
 import viz
 from decoding import ModelError, run
+from viz.counts import run_counts
 
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
@@ -23,7 +24,7 @@ from .settings import FIELDS, Settings, raise_if, whole
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
-RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle"]
+RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
 # jacobi on request: it is the lesson, not a contender; medusa / eagle on request: they need heads trained
 # for the target (shipped only for the embedded one)
 RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]
@@ -146,7 +147,7 @@ class Tabs(Handlers):
         report = viz.write_report(tr, out / f"{method}-report.html", profile=prof,
                                   compare=runs if len(runs) > 1 else None)
         totals, pk = prof.get("totals") or {}, prof.get("peaks") or {}
-        each = " · ".join(f"**{m}**: {t.stats()['new_tokens']} tokens in {len(t.steps)} steps" for m, (t, _) in runs.items())
+        each = " · ".join(f"**{m}**: {run_counts(t).words()}" for m, (t, _) in runs.items())
         summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · measured peaks: "
                    f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
                    + (f" · {method} total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
@@ -191,7 +192,7 @@ class Tabs(Handlers):
                     points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
                 for m, b in trees:
                     job.report(list(points))
-                    points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m), b,
+                    points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m, p.model), b,
                                                        n_new, on_step=job.check))
                 return points
 
@@ -225,7 +226,7 @@ class Tabs(Handlers):
             note += f", speculative {presets.describe('speculative', sp['params'])}"
             facts.append(f"speculative — {sp['measured']}")
         if s.method in HEADS_METHODS:  # the heads' tree budget, with the heads the Run tab names
-            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method))
+            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method, p.model))
             note += f", {s.method} {presets.describe(s.method, hp['params'])}"
             facts.append(f"{s.method} — {hp['measured']}")
         line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset).\n\n"

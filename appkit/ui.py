@@ -14,8 +14,9 @@ from decoding.params import DEFAULT_CONFIDENCE
 
 from . import lesson
 from .autofields import field_values
+from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR  # noqa: F401 - VECTOR: the tests' code prompt
 from .explain import explain
-from .hints import prompt_info
+from .hints import CONTROL_INFO, DTYPE_INFO, prompt_info
 from .model_card import card_md
 from .limits import TEMPERATURE, Limits
 from .presets import SHIPPED_CPU
@@ -26,38 +27,14 @@ from .tabs import RACE_CHOICES, RACE_DEFAULT
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
                   ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi"),
-                  ("Medusa heads (self-drafting)", "medusa"), ("EAGLE head (self-drafting)", "eagle")]
+                  ("Medusa heads (self-drafting)", "medusa"), ("EAGLE head (self-drafting)", "eagle"),
+                  ("self-speculative (own first layers + adapter)", "self_speculative"),
+                  ("retrieval (REST datastore / SuffixDecoding suffix cache)", "retrieval")]
+DATASTORES = [("suffix cache: the prompt, the output so far, earlier runs (SuffixDecoding)", ""),
+              ("shipped datastore: Python stdlib for SmolLM2-135M-Instruct (REST)", "shipped")]
 PRESETS = [("auto: tuned for this model and device (speed)", "auto"), ("manual: the values below", "manual"),
            ("teaching: the lesson's values (the picture, not speed)", "teach")]
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
-VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
-          "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)\n\n"
-          "    def __sub__(self, other):")
-EXAMPLES = [  # code with repetition first (what the embedded models know: the Python standard library)
-    [VECTOR],
-    ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"],
-    ["def fibonacci(n):"],
-    ["import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""],
-    ["User: What is a hash table? Answer in two sentences.\nAssistant:"],
-]
-# Aggressive decoding (Ge et al.): an edit whose input is the reference. The embedded 10M model cannot
-# follow instructions; it writes this codec boilerplate from memory (the stdlib has ~100 copies), so
-# "fixing" the input means writing it out again: reference lookup copies 20+ tokens a step where the
-# input is right, and the model's own token replaces each typo (bench/jacobi_reference.py measures it).
-CODEC = ("class Codec(codecs.Codec):\n\n    def encode(self,input,errors='strict'):\n"
-         "        return codecs.charmap_encod(input,errors,encoding_map)\n\n    def decode(self,input,errors='strict'):\n"
-         "        return codecs.charmap_decode(input,errors,decoding_table)\n\n"
-         "class IncrementalEncoder(codecs.IncrementalEncoder):\n    def encode(self, input, final=False):\n"
-         "        return codecs.charmap_encode(input,self.errors,encoding_map)[0]\n\n"
-         "class IncrementalDecodr(codecs.IncrementalDecoder):\n    def decode(self, input, final=False):\n"
-         "        return codecs.charmap_decode(input,self.errors,decoding_table)[0]\n\n"
-         "class StreamWriter(Codec,codecs.StreamWriter):\n    pass\n\nclass StreamReader(Codec,codecs.StreamReader):\n"
-         "    pass\n\n### encodings module API\n\ndef getregentry():\n    return codecs.CodecInfo(\n"
-         "        name='cp1251',\n        encode=Codec().encode,\n        decode=Codec().decode,\n"
-         "        incrementalencoder=IncrementalEncoder,\n        incrementaldecoder=IncrementalDecoder,\n"
-         "        streamreader=StreamReadr,\n        streamwriter=StreamWriter,\n    )\n")
-EDIT_PROMPT = '"""Fix the typos in this codec module."""\n\nimport codecs\n\n### Codec APIs\n\nclass Codec(codecs.Codec):'
-EDIT_EXAMPLES = [[EDIT_PROMPT, CODEC, "prompt_lookup"]]
 CSS = """
 #ds-stats table,#ds-race-md table{display:block;overflow-x:auto;max-width:100%}
 #ds-stats th,#ds-stats td{white-space:nowrap}
@@ -74,11 +51,13 @@ CSS = """
 #ds-stepview.ds-stale::before{content:"⟲ previous run — a new run is streaming; its step view replaces this one when it finishes";
   display:block;background:#fff4d6;border-left:4px solid #e6a700;padding:4px 8px;margin-bottom:4px;font-size:13px}
 @media (pointer:coarse),(max-width:700px){.js-plotly-plot .modebar-container{display:none !important}}
-"""
+""" + lesson.CSS
 # run on the click in the browser: the step view on the page now belongs to the previous run
 UNMARK_STALE_ON_ERROR = ("(m) => { const e = document.querySelector('#ds-stepview'); if (m && e) "
                          "e.classList.remove('ds-stale'); }")
-MARK_STALE = ("(...args) => { const e = document.querySelector('#ds-stepview'); "
+MARK_STALE = ("(...args) => { document.body.classList.remove('ds-lesson-on'); const t = document.querySelector("
+              "'button[role=tab][data-tab-id=run]'); if (t && t.getAttribute('aria-selected') !== 'true') t.click(); "
+              "const e = document.querySelector('#ds-stepview'); "
               "if (e && e.querySelector('.ds-stepper')) e.classList.add('ds-stale'); return args; }")
 
 
@@ -108,13 +87,14 @@ def Text(value, **kw) -> gr.Textbox:  # noqa: N802
 def Int(value, label: str, lim: Limits | None = None, key: str = "", info: str = "", **kw):  # noqa: N802
     """A number field showing its range in `info`; no min/max, so nothing is clamped in the browser."""
     if lim is not None and key:
-        info = info or lim.info(key)
+        info = info or ", ".join(x for x in (CONTROL_INFO.get(key, ""), lim.info(key)) if x)
     return gr.Number(value, label=label, info=info, **kw)
 
 
 def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list,
-           positions: int | None) -> Page:
-    """Build the page inside an open gr.Blocks."""
+           positions: int | None, examples: tuple[list, str] | None = None) -> Page:
+    """Build the page inside an open gr.Blocks; examples: (rows, label) for the default model (examples.py)."""
+    shown, shown_label = examples or (EXAMPLES, "examples: code with repetition")
     p = page
     gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
                 "step, on a real model. In fp32, greedy modes return exactly greedy's tokens — in fewer "
@@ -123,7 +103,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     p.lesson_at = gr.State(-1)  # per session: the lesson stop shown (-1: none)
     with gr.Group(elem_id="ds-lesson-box"):
         with gr.Row():
-            p.lesson_start = gr.Button(lesson.start_label(), elem_id="ds-lesson-start", scale=3, min_width=200)
+            p.lesson_start = gr.Button(lesson.start_label(target0), elem_id="ds-lesson-start", scale=3, min_width=200)
             p.lesson_prev = gr.Button("◀ previous stop", visible=False, elem_id="ds-lesson-prev", min_width=120)
             p.lesson_next = gr.Button("next stop ▶", visible=False, elem_id="ds-lesson-next", min_width=120)
         p.lesson_md = gr.Markdown("", elem_id="ds-lesson")
@@ -135,20 +115,23 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                   allow_custom_value=True, info="must share the target's tokenizer")
             p.device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device", interactive=not lim.public)
             p.dtype = gr.Radio(["auto", "fp32", "bf16", "fp16"], value="auto", label="dtype",
-                               info="auto = fp32 on CPU, bf16 on GPU")
+                               info=DTYPE_INFO)
         with gr.Row():
             p.load_btn = gr.Button("Load models", size="sm")
             p.model_info = gr.Markdown("Models load on first use and stay cached.")
-    with gr.Accordion("Model card: the embedded models' data, size, bits/byte — and why greedy output repeats",
+    with gr.Accordion("Model card: where the default model's weights come from, its licence; the embedded models",
                       open=False, elem_id="ds-card"):
         gr.Markdown(card_md())
     la = SHIPPED_CPU["lookahead"]
     sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
-            p.prompt = Text(EXAMPLES[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
+            p.prompt = Text(shown[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
                                   info=prompt_info(positions, target0))
-            gr.Examples(EXAMPLES, inputs=[p.prompt], label="examples: code with repetition, then chat")
+            with gr.Row():  # under the prompt: above the fold at 1280x900 (a run shows in the Run tab, selected on click)
+                p.run_btn = gr.Button("Run", variant="primary", elem_id="ds-run", min_width=100)
+                p.stop_btn = gr.Button("Stop", variant="stop", elem_id="ds-stop", min_width=100)
+            gr.Examples(shown, inputs=[p.prompt], label=shown_label)
             p.reference = Text("", label="reference text (prompt lookup also copies from it)", lines=3,
                                      max_lines=10, elem_id="ds-reference",
                                      info="reference lookup (LLMA); the input of an edit = aggressive decoding. "
@@ -198,6 +181,11 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                             info="sampling only (temperature > 0): Medusa's rule accepts any "
                                                  "plausible drafted token; longer steps, but the text no longer "
                                                  "follows the target's distribution")
+            with gr.Group(visible=False) as p.rt_group:
+                p.datastore = gr.Dropdown(DATASTORES, value="", label="retrieval source",
+                                          info="the shipped datastore fits SmolLM2-135M-Instruct's tokenizer only")
+            p.method.change(lambda m: gr.update(visible=m == "retrieval"), [p.method], [p.rt_group],
+                            api_visibility="private", queue=False)  # shown with its method only
             p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():
@@ -219,11 +207,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
 
 def run_tab(p: Page) -> None:
     with gr.Tab("Run", id="run"):
-        with gr.Row():
-            p.run_btn = gr.Button("Run", variant="primary", elem_id="ds-run", min_width=100)
-            p.stop_btn = gr.Button("Stop", variant="stop", elem_id="ds-stop", min_width=100)
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=2, min_width=300):
+        with gr.Row(equal_height=False, elem_id="ds-run-row"):
+            with gr.Column(scale=2, min_width=300, elem_id="ds-run-left"):
                 p.stats = gr.Markdown("Press **Run**: the text streams; the step view follows at the end "
                                       "(and at Stop).", elem_id="ds-stats")
                 p.output = gr.Textbox(label="output (new tokens)", lines=8, max_lines=20, elem_id="ds-output",
@@ -232,9 +217,9 @@ def run_tab(p: Page) -> None:
                                        elem_id="ds-trace-file")
                 with gr.Accordion("How this method works", open=False):
                     p.explain_md = gr.Markdown(explain("lookahead"), elem_id="ds-explain")
-            with gr.Column(scale=3, min_width=300):
+            with gr.Column(scale=3, min_width=300, elem_id="ds-run-right"):
                 gr.Markdown("#### Step through the run\n◀ ▶ or the arrow keys; click a token to jump to the "
-                            "step that produced it. The profile plots follow the selected step.")
+                            "step that produced it. The profile plots follow the selected step.", elem_id="ds-step-intro")
                 p.step_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-stepview")
 
 

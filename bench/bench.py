@@ -30,19 +30,40 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from decoding import load, run  # noqa: E402
-from decoding.models import DEFAULT_DRAFT  # noqa: E402
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, resolve  # noqa: E402
 
 # (W, N, G, text_span): None = the engine's default span; N - 1 = the paper's pool; (15, 5, 15) = its GPU setting
 LOOKAHEAD = [(1, 3, 2, None), (1, 4, 1, None), (1, 5, 2, None), (1, 5, 2, 4), (2, 5, 2, None), (5, 4, 5, None),
              (15, 5, 15, None), (15, 5, 15, 4)]
 
 
-def load_prompts(sets: list[str]) -> list[dict]:
+def load_prompts(sets: list[str], tok=None) -> list[dict]:
+    """Prompts of bench/prompts/<set>.jsonl: {"prompt": text} as is, {"chat": request} through the tokenizer's
+    chat template (as text whose tokenization is the template's ids)."""
     out = []
     for name in sets:
         for line in (ROOT / "bench" / "prompts" / f"{name}.jsonl").read_text().splitlines():
-            out.append({"set": name, **json.loads(line)})
+            entry = {"set": name, **json.loads(line)}
+            if "chat" in entry:
+                if tok is None or not getattr(tok, "chat_template", None):
+                    raise SystemExit(f"prompt set {name} holds chat requests: the model needs a chat template")
+                entry["prompt"] = tok.apply_chat_template([{"role": "user", "content": entry["chat"]}],
+                                                          add_generation_prompt=True, tokenize=False)
+            out.append(entry)
     return out
+
+
+def quality(tok, outputs: list[list[int]]) -> dict:
+    """Text quality of greedy answers: the share of outputs in which a non-empty line repeats 3 or more
+    times (a loop), and distinct-4 (distinct token 4-grams / all 4-grams, pooled)."""
+    loops, grams, total = 0, set(), 0
+    for ids in outputs:
+        lines = [ln.strip() for ln in tok.decode(ids, skip_special_tokens=True).splitlines() if ln.strip()]
+        loops += any(lines.count(ln) >= 3 for ln in set(lines))
+        four = [tuple(ids[i:i + 4]) for i in range(len(ids) - 3)]
+        grams |= set(four)
+        total += len(four)
+    return {"repeat_line_share": loops / max(len(outputs), 1), "distinct_4": len(grams) / total if total else None}
 
 
 def hf_runner(model, tok, **gen_kw):
@@ -68,6 +89,15 @@ def ours_runner(model, tok, method: str, **params):
         tr = run(model, tok, prompt, method, max_new_tokens=n, trace=False, **params)
         return tr.output_ids, tr.stats()
     return go
+
+
+def shipped_heads(model_name: str) -> Path | None:
+    """The folder holding medusa/ and eagle/ heads shipped for this model (assets/heads: the embedded target;
+    assets/heads/smollm2: the default model), else None."""
+    from decoding.fetch_model import FOLDER
+    if Path(model_name).resolve() == Path(EMBEDDED_TARGET).resolve():
+        return ROOT / "assets" / "heads"
+    return ROOT / "assets" / "heads" / "smollm2" if Path(model_name).name == FOLDER else None
 
 
 HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
@@ -105,11 +135,30 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         if spec_auto:
             from decoding.tune import label
             c[f"ours speculative auto ({label(spec_auto)})"] = spec(**spec_auto)
+    for name, method, p in (("ours self-speculative", "self_speculative", {}),
+                            ("ours retrieval (suffix cache)", "retrieval", {}),
+                            ("ours retrieval (shipped datastore)", "retrieval",
+                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2")})):
+        if runs_here(model, tok, method, **p):  # rows only where the adapter / datastore fits this model
+            c[name] = ours_runner(model, tok, method, **p)
     for kind in ("medusa", "eagle"):  # self-drafting heads: rows only where heads for it exist
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
             c[f"ours {kind} budget {HEADS_BUDGET}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind),
                                                                    budget=HEADS_BUDGET)
     return c
+
+
+def runs_here(model, tok, method: str, **params) -> bool:
+    """Whether a method runs on this model (its shipped adapter or datastore fits it): a 1-token probe."""
+    from decoding.api import METHODS
+    if method not in METHODS:
+        return False
+    try:
+        run(model, tok, "x", method, max_new_tokens=1, trace=False, **params)
+    except (ValueError, OSError) as e:
+        print(f"no {method} row: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+        return False
+    return True
 
 
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
@@ -134,6 +183,7 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
     rows = []
     for name in runners:
         outs = results[name]
+        q = quality(tok, [ids for ids, _ in outs]) if tok is not None else {}
         n_tok = sum(len(ids) for ids, _ in outs)
         stats = [s for _, s in outs if s]
         steps = sum(s["steps"] for s in stats)
@@ -145,7 +195,7 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
                      # token has none; a mean of per-prompt means counted it as 0 accepted)
                      "mean_accepted": (sum(s["new_tokens"] - 1 for s in stats) / max(sum(s["steps"] - 1 for s in stats), 1)
                                        if stats else None),
-                     "runs": len(times[name])})
+                     "runs": len(times[name]), **q})
     return rows
 
 
@@ -220,13 +270,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
             + (" **Measured under load: not README numbers.**" if meta.get("under_load") else "")
             + "\n\n")
     base = meta.get("baseline", "HF greedy")  # sampling runs: "HF sampling", and no token-for-token check
-    lines = [f"| method | tokens/s | vs {base} | compression | mean accepted | exact |", "|---|---|---|---|---|---|"]
+    lines = [f"| method | tokens/s | vs {base} | compression | mean accepted | exact | outputs with a line x3 | "
+             "distinct-4 |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         comp = f"{r['compression']:.2f}" if r["compression"] else "–"
         acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] else "–"
         exact = "– (sampling)" if r["exact"] is None else "yes" if r["exact"] else "NO"
+        rep = f"{r['repeat_line_share']:.2f}" if r.get("repeat_line_share") is not None else "–"
+        d4 = f"{r['distinct_4']:.2f}" if r.get("distinct_4") is not None else "–"
         lines.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {comp} | {acc} | "
-                     f"{exact} |")
+                     f"{exact} | {rep} | {d4} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -250,8 +303,10 @@ def quick_models():
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="target (default: the embedded model)")
-    ap.add_argument("--draft", default=None, help="draft model (default: the embedded draft)")
+    ap.add_argument("--model", default=None, help="target (default: the default model, SmolLM2-135M-Instruct; "
+                    "`embedded` for the embedded target)")
+    ap.add_argument("--draft", default=None, help="draft model (default: the embedded draft, for the embedded "
+                    "target only)")
     ap.add_argument("--prompts", default="code,chat", help="comma-separated sets from bench/prompts/")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=128)
@@ -266,7 +321,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for the .md and .json")
     ap.add_argument("--allow-load", action="store_true", help=f"run even when the 1-minute load average is above "
                     f"{LOAD_LIMIT}; the output is marked as measured under load")
+    ap.add_argument("--tp-plan", default=None, choices=("auto",),
+                    help="under torchrun: shard the target (ours and HF's baseline) with transformers' tensor "
+                         "parallelism (docs/distributed.md); rank 0 writes the results")
     a = ap.parse_args(argv)
+    if a.tp_plan and not a.no_auto:  # each rank would time its own pilots and could pick another shape
+        ap.error("--tp-plan needs --no-auto: autotuning times pilots per process, and the ranks must run one shape")
+    if a.tp_plan and os.environ.get("RANK", "0") != "0":  # the other ranks run the same steps, write nothing
+        a.out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"decodescope-bench-rank{os.environ['RANK']}")
     if for_readme(Path(a.out)) and not a.quick and (why := refuse_under_load(a.allow_load)):
         print(why, file=sys.stderr)
         raise SystemExit(2)
@@ -277,14 +339,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         model, tok, draft, (hf_model, hf_draft), prompts = quick_models()
         a.runs, a.max_new_tokens, name = 1, 16, "quick"
     else:
-        model, tok = load(a.model, dtype=a.dtype, threads=a.threads)
-        hf_model = load(a.model, dtype=a.dtype, threads=a.threads, layout="stock")[0]
+        embedded = a.model == "embedded"
+        a.model = EMBEDDED_TARGET if embedded else resolve(a.model)[0]
+        embedded = Path(a.model).resolve() == Path(EMBEDDED_TARGET).resolve()
+        model, tok = load(a.model, dtype=a.dtype, threads=a.threads, tp_plan=a.tp_plan)
+        hf_model = load(a.model, dtype=a.dtype, threads=a.threads, layout="stock", tp_plan=a.tp_plan)[0]
         draft = hf_draft = None
-        if a.draft or Path(DEFAULT_DRAFT).exists():
-            draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype, threads=a.threads)[0]
-            hf_draft = load(a.draft or DEFAULT_DRAFT, dtype=a.dtype, threads=a.threads, layout="stock")[0]
-        prompts = load_prompts(a.prompts.split(","))
-        name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{Path(a.model or 'embedded').name}-"
+        if a.draft or embedded:
+            draft = load(a.draft or EMBEDDED_DRAFT, dtype=a.dtype, threads=a.threads)[0]
+            hf_draft = load(a.draft or EMBEDDED_DRAFT, dtype=a.dtype, threads=a.threads, layout="stock")[0]
+        prompts = load_prompts(a.prompts.split(","), tok)
+        name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{'embedded' if embedded else Path(a.model).name}-"
                 f"{a.prompts.replace(',', '+')}")
     auto = spec_auto = None
     if not a.no_auto:  # W/N/G chosen from this device's latency curve and pilots on the first 3 prompts
@@ -297,7 +362,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             spec_auto = autotune_speculative(model, draft, tok, [p["prompt"] for p in prompts[:3]],
                                              pilot_tokens=min(32, a.max_new_tokens))["best"]
             print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
-    heads = Path(a.heads) if a.heads else (ROOT / "assets" / "heads" if not a.quick and a.model is None else None)
+    heads = Path(a.heads) if a.heads else None if a.quick else shipped_heads(a.model)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
                  hf_model, hf_draft, spec_auto, heads)
     after = print_load("after")
@@ -306,7 +371,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "under_load": a.allow_load or under_load(before, after, torch.get_num_threads()), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},
             "autotuned": auto, "speculative_autotuned": spec_auto,
-            "model": "tiny random" if a.quick else a.model or "embedded (assets/target)",
+            "model": "tiny random" if a.quick else ("embedded (assets/target)" if embedded else Path(a.model).name),
             "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
     md = markdown(rows, meta)

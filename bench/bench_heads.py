@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from bench import (LOAD_LIMIT, for_readme, hf_runner, layout_row, load_prompts, machine, markdown,  # noqa: E402
                    ours_runner, print_load, provenance, refuse_under_load, under_load)
 from decoding import Sampling  # noqa: E402
-from decoding.models import DEFAULT_DRAFT, load  # noqa: E402
+from decoding.models import EMBEDDED_DRAFT, load  # noqa: E402
 
 HEADS = ROOT / "assets" / "heads"
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import statistics
     model, tok = load(a.model, threads=a.threads, device=a.device)
     hf_model = load(a.model, threads=a.threads, layout="stock", device=a.device)[0]
-    draft = load(DEFAULT_DRAFT, threads=a.threads, device=a.device)[0] if a.model is None else None
+    draft = load(EMBEDDED_DRAFT, threads=a.threads, device=a.device)[0] if a.model is None else None
     dev = model.get_input_embeddings().weight.device.type
     prompts = load_prompts(a.prompts.split(","))[:a.limit or None]
     runners = contenders(model, tok, hf_model, draft, Path(a.heads), [int(b) for b in a.budgets.split(",")],

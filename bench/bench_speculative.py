@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from decoding import generate, make_drafter  # noqa: E402
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET, load  # noqa: E402
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load  # noqa: E402
 from decoding.stats import speculative_stats  # noqa: E402
 
 CODE_PROMPTS = [
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         n_new = args.max_new_tokens or 32
         names = ("tiny-random-llama-6L", "its-first-layer")
     else:
-        tdir, ddir = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
+        tdir, ddir = args.target or EMBEDDED_TARGET, args.draft or EMBEDDED_DRAFT
         for d in (tdir, ddir):
             if d.startswith("/") and not Path(d).exists():
                 print(f"error: {d} does not exist (train the embedded models, or use --quick)", file=sys.stderr)

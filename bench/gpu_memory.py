@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from decoding import generate, load, make_drafter  # noqa: E402
 from decoding.fast.cache_pool import pool_status  # noqa: E402
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 
 MIX = [("greedy", {}), ("lookahead", dict(window=15, ngram=5, guesses=15)), ("prompt_lookup", {}),
        ("speculative", dict(tree=[2, 1, 1, 1, 1], staged=True)), ("lookahead", dict(window=5, ngram=4, guesses=5))]
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
         from bench import tiny_dir
         t, d, runs, scale = tiny_dir(seed=0), tiny_dir(seed=1), 12, 8
     else:
-        t, d, runs, scale = DEFAULT_TARGET, DEFAULT_DRAFT, a.runs, 1
+        t, d, runs, scale = EMBEDDED_TARGET, EMBEDDED_DRAFT, a.runs, 1
     target, tok = load(t, device=device)
     draft, _ = load(d, device=device)
     prompt = tok("def read_config(path):\n    with open(path) as f:\n")["input_ids"]

@@ -22,7 +22,7 @@ from transformers import GenerationConfig  # noqa: E402
 from bench import hf_runner, tiny_dir  # noqa: E402
 from decoding import load, run  # noqa: E402
 from decoding.api import eos_of  # noqa: E402
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.exactness import agreement  # noqa: E402
 from decoding.exactness import hf_greedy  # noqa: E402
 
@@ -61,7 +61,7 @@ def models(quick: bool, device: str, dtype: str | None):
     if quick:
         t, d = tiny_dir(seed=0), tiny_dir(seed=1)
     else:
-        t, d = DEFAULT_TARGET, DEFAULT_DRAFT
+        t, d = EMBEDDED_TARGET, EMBEDDED_DRAFT
     target, tok = load(t, device=device, dtype=dtype, layout="stock")
     draft, _ = load(d, device=device, dtype=dtype, layout="stock")
     return target, tok, draft

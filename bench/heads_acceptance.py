@@ -4,11 +4,12 @@
     nice -n 19 python bench/heads_acceptance.py eagle 8,16,32 [HEADS_ROOT (default assets/heads)] [k=v ...]
 
 k=v: more drafter options, e.g. depth=8 branch=8 beam=8; temperature=T (and seed=S) samples instead of
-greedy, e.g. `medusa 8 temperature=1.0 acceptance=typical` beside `medusa 8 temperature=1.0`.
+greedy, e.g. `medusa 8 temperature=1.0 acceptance=typical` beside `medusa 8 temperature=1.0`; model=M (default:
+the embedded target) and prompts=SET (a bench/prompts set, default code; chat requests get the chat template),
+e.g. `eagle 8,16 assets/heads/smollm2 model=default prompts=heldout_chat`.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from decoding import Sampling, load, run  # noqa: E402
+from decoding.models import EMBEDDED_TARGET  # noqa: E402
 
 
 def main() -> None:
@@ -28,8 +30,11 @@ def main() -> None:
     extra = {k: _value(v) for k, v in (a.split("=") for a in rest)}
     sampling = Sampling(float(extra.pop("temperature", 0.0)), seed=int(extra.pop("seed", 0)))
     torch.set_num_threads(1)
-    model, tok = load()
-    prompts = [json.loads(line)["prompt"] for line in (ROOT / "bench" / "prompts" / "code.jsonl").open()]
+    name = extra.pop("model", "embedded")
+    model, tok = load(None if name == "default" else EMBEDDED_TARGET if name == "embedded" else name)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench import load_prompts
+    prompts = [p["prompt"] for p in load_prompts([extra.pop("prompts", "code")], tok)]
     for b in budgets:
         acc = dec = 0
         t0 = time.time()

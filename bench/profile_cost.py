@@ -21,7 +21,7 @@ from appkit.costs import run_costs  # noqa: E402
 from appkit.presets import SHIPPED_CPU  # noqa: E402
 from appkit.ui import EXAMPLES  # noqa: E402
 from decoding import load, run  # noqa: E402
-from decoding.models import DEFAULT_TARGET  # noqa: E402
+from decoding.models import EMBEDDED_TARGET  # noqa: E402
 
 
 def once(model, tok, prompt: str, tokens: int) -> tuple[float, float]:
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model, tok = load(DEFAULT_TARGET)
+    model, tok = load(EMBEDDED_TARGET)
     prompt = EXAMPLES[0][0]  # the app's default prompt
     first = once(model, tok, prompt, 16)
     print(f"first call (imports, one-time): profile {first[1]:.3f} s")

@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode a prompt and print the text and run statistics")
     g.add_argument("--model", default=None, type=nonempty,
-                   help="hub id or local directory (default: the embedded model)")
+                   help="hub id or local directory (default: SmolLM2-135M-Instruct, fetched once; the embedded model when it cannot be)")
     g.add_argument("--method", default="lookahead", choices=METHODS)
     g.add_argument("--prompt", default=None, type=nonempty,
                    help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
@@ -88,8 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding "
                         "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the one "
                         "they were trained for)")
+    g.add_argument("--adapter", default=None, type=nonempty,
+                   help="self_speculative: adapter folder (train-heads --kind self_speculative); default: the "
+                        "shipped assets/heads/smollm2-self_speculative for SmolLM2-135M-Instruct")
+    g.add_argument("--datastore", default=None, type=input_dir,
+                   help="retrieval: a REST datastore folder (python -m decoding build-datastore; shipped for the "
+                        "default model: assets/datastore/smollm2); without it retrieval drafts from the suffix "
+                        "cache (SuffixDecoding: prompt, output so far, earlier runs)")
     g.add_argument("--budget", type=int_in(1, MAX_TREE_NODES), default=None,
-                   help=f"medusa / eagle: tree nodes verified per step (default 12 medusa, 16 eagle; at most "
+                   help=f"medusa / eagle / retrieval: tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval; at most "
                         f"{MAX_TREE_NODES})")
     g.add_argument("--draft-vocab", type=limit("draft_vocab"), default=None,
                    help="medusa / eagle: draft only the N tokens the target chose most often in the heads' "
@@ -114,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--static", default="auto", choices=("auto", "on", "off"),
                    help="static-shape path (preallocated KV cache, bucketed query sizes, CUDA graphs): "
                         "auto = on for CUDA, off on CPU where it measured no faster")
+    g.add_argument("--tp-plan", default=None, choices=("auto",),
+                   help="tensor parallelism under torchrun --nproc-per-node P: transformers shards the model "
+                        "(from_pretrained tp_plan=auto; gloo on CPU, NCCL on GPUs); docs/distributed.md")
+    g.add_argument("--lp", action="store_true",
+                   help="lookahead parallelism under torchrun: every process holds the model, the lookahead "
+                        "window and candidates are split across them (--method lookahead); docs/distributed.md")
+    g.add_argument("--lp-debug", action="store_true",
+                   help="with --lp: check that every rank's KV cache, window and pool hash alike after each step")
     g.add_argument("--trust-remote-code", action="store_true", help="run the model repo's own code (off by default)")
     g.add_argument("--check-exact", action="store_true",
                    help="greedy: compare the output with HF generate(do_sample=False) in any dtype (bf16/fp16 "
@@ -124,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train-heads", help="train Medusa or EAGLE heads for a model on your text")
     r = {k: f"{lo}..{hi}" for k, (lo, hi) in TRAIN.items()}
     t.add_argument("--model", default=None, type=nonempty,
-                   help="hub id or local directory (default: the embedded model)")
-    t.add_argument("--kind", required=True, type=nonempty, help="medusa or eagle")
+                   help="hub id or local directory (default: SmolLM2-135M-Instruct, fetched once; the embedded model when it cannot be)")
+    t.add_argument("--kind", required=True, type=nonempty, help="medusa, eagle or self_speculative")
+    t.add_argument("--exit-layer", type=int_in(1, 1024), default=None, metavar="K",
+                   help="self_speculative: the draft is the model's first K layers + a trained adapter layer")
     t.add_argument("--data", required=True, nargs="+", type=text_path, help="text files and/or folders of text files")
     t.add_argument("--out", required=True, type=output_dir,
                    help="folder for heads.safetensors + heads.json (and resume state)")
@@ -151,8 +168,31 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default=None, type=nonempty, help="cpu, cuda ... (CUDA trains under bf16 autocast)")
     t.add_argument("--threads", type=int_in(*THREADS), default=None, help=f"CPU threads, {THREADS[0]}..{THREADS[1]}")
     t.add_argument("--trust-remote-code", action="store_true")
+    b = sub.add_parser("build-datastore", help="tokenise text files into a REST datastore (suffix array) for "
+                                                "--method retrieval --datastore")
+    b.add_argument("--model", default=None, type=nonempty, help="hub id or local directory whose tokenizer is used")
+    b.add_argument("--from", dest="sources", required=True, nargs="+", type=text_path,
+                   help="text files and/or folders of text files")
+    b.add_argument("--out", required=True, type=output_dir, help="the datastore folder to write")
+    b.add_argument("--trust-remote-code", action="store_true")
     return ap
 
+
+
+def target_name(name: str | None) -> str:
+    """--model, or (left out) the default model's folder: fetched now with a progress bar on first use, or the
+    embedded target with one line on stderr saying why and how to fetch it later."""
+    if name is not None:
+        return name
+    from .fetch_model import cached, progress_bar
+    from .models import resolve
+    bar, progress = (None, None) if cached() is not None else progress_bar()
+    path, why = resolve(None, progress)
+    if bar is not None:
+        bar.close()
+    if why:
+        print(f"[model] using the embedded model: {why}", file=sys.stderr)
+    return path
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
@@ -162,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()  # one clear line from us, not library warnings
     hf_logging.disable_progress_bar()
     try:
+        if args.command == "build-datastore":
+            return build_datastore(args)
         return train_heads(args) if args.command == "train-heads" else generate(args)
     except (ValueError, ModelError, OSError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
@@ -181,14 +223,20 @@ def setup(args: argparse.Namespace):
                   prompt_ngrams=False if args.no_prompt_ngrams else None, block=args.block,
                   reference_tokens=args.reference_tokens,
                   heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab, acceptance=args.acceptance,
-                  confidence=args.draft_confidence if args.method in HEADS_METHODS else None)
+                  confidence=args.draft_confidence if args.method in HEADS_METHODS else None,
+                  adapter=args.adapter, datastore=args.datastore)
+    if args.adapter and args.method != "self_speculative":
+        raise ValueError("--adapter needs --method self_speculative")
     references = [read_reference(f) for f in args.reference or []]
     check_references(references)
     if references and args.method != "prompt_lookup":
         raise ValueError("--reference needs --method prompt_lookup (reference lookup)")
     if args.block is not None and args.method != "jacobi":
         raise ValueError("--block needs --method jacobi")
-    if (args.heads or args.budget or args.draft_vocab is not None or args.acceptance) and args.method not in (
+    if args.datastore and args.method != "retrieval":
+        raise ValueError("--datastore needs --method retrieval")
+    if (args.heads or args.budget and args.method != "retrieval" or args.draft_vocab is not None
+            or args.acceptance) and args.method not in (
             "medusa", "eagle"):
         raise ValueError("--heads, --budget, --draft-vocab and --acceptance need --method medusa or eagle")
     if args.acceptance:
@@ -203,7 +251,9 @@ def setup(args: argparse.Namespace):
                          "(--draft-confidence: speculative, medusa or eagle)")
     else:  # validate before the (slow) model load; heads default to the shipped ones once the model is known
         drafter = make_drafter(args.method, **(dict(params, heads=params["heads"] or "(shipped)")
-                                               if args.method in HEADS_METHODS else params))
+                                               if args.method in HEADS_METHODS else
+                                               dict(params, adapter=args.adapter or "(shipped)")
+                                               if args.method == "self_speculative" else params))
     if args.auto and args.method == "jacobi" and args.block is not None:
         raise ValueError("--auto chooses the jacobi block itself: drop --block")
     if args.auto and args.method in HEADS_METHODS and args.budget is not None:
@@ -214,8 +264,9 @@ def setup(args: argparse.Namespace):
         raise ValueError("--auto chooses the shape itself: use it with --method lookahead (without --window/--ngram/"
                          "--guesses), --method speculative (without --draft-tokens/--tree/--tree-budget/--staged), "
                          "--method jacobi (without --block) or --method medusa / eagle (without --budget)")
+    args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                      threads=args.threads, layout=args.layout, attn=args.attn)
+                      threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None))
     if args.method in HEADS_METHODS:  # --heads DIR (or its parent holding medusa/ and eagle/), else the shipped
         if args.heads:
             args.heads = heads_folder(args.heads, args.method)
@@ -224,15 +275,22 @@ def setup(args: argparse.Namespace):
             print(f"[heads] {args.heads} (shipped for this model)", file=sys.stderr)
         params["heads"] = args.heads
         drafter = make_drafter(args.method, **params)
+    if args.method == "self_speculative":  # --adapter DIR, else the one shipped for the default model
+        from .methods.self_spec_adapter import default_adapter
+        params["adapter"] = args.adapter or default_adapter(model)
+        drafter = make_drafter(args.method, **params)
     if args.method == "speculative":
-        from .models import DEFAULT_DRAFT
+        from .models import EMBEDDED_DRAFT, EMBEDDED_TARGET
         from .methods.stage2 import load_table
         try:
             table = load_table(args.ngram_table) if args.ngram_table else None
         except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
             raise ValueError(f"cannot read n-gram table {args.ngram_table}: {type(e).__name__}: {one_line(e, 200)}") \
                 from None
-        draft, dtok = load(args.draft or DEFAULT_DRAFT, device=args.device, dtype=args.dtype,
+        if args.draft is None and Path(args.model).expanduser().resolve() != Path(EMBEDDED_TARGET).resolve():
+            raise ValueError("--method speculative needs --draft: a smaller model with the target's tokenizer (the "
+                             "embedded draft fits only the embedded target, --model " + EMBEDDED_TARGET + ")")
+        draft, dtok = load(args.draft or EMBEDDED_DRAFT, device=args.device, dtype=args.dtype,
                            trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
         shape = dict(draft_tokens=args.draft_tokens, tree=args.tree, tree_budget=args.tree_budget,
                      staged=args.staged)
@@ -265,12 +323,17 @@ def setup(args: argparse.Namespace):
         else:
             drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab,
                                    acceptance=args.acceptance, **tuned["params"])
+    if args.method == "retrieval" and args.datastore:  # the tokenizer is loaded now: a datastore for another
+        drafter = make_drafter("retrieval", **params, tokenizer=tok)  # tokenizer is refused with one line
     if references:  # the tokenizer is loaded now: the drafter gets the references' token ids
         drafter = make_drafter("prompt_lookup", **params, reference_ids=tokenize_references(tok, references))
     return model, tok, drafter, sampling
 
 
 def generate(args: argparse.Namespace) -> int:
+    if args.tp_plan or args.lp or args.lp_debug:  # under torchrun: checked first; only rank 0 prints and writes
+        from .parallel.cli import prepare
+        prepare(args)
     raw = read_prompts(args)
     if args.json:  # an unwritable --json fails now, not after the run
         for i in range(len(raw)):
@@ -333,7 +396,7 @@ def metric_lines(tr) -> list[str]:
              f"per position {pos}; spec_accept_length {sd['spec_accept_length']:.2f} tokens per decode step (SGLang)"
              + (f"; draft_overhead {sd['draft_overhead']:.2f} of the drafting steps' time (TensorRT-LLM)"
                 if sd["draft_overhead"] is not None else "")]
-    spec = speculative_stats(tr) if m in ("speculative", "medusa", "eagle") else {}
+    spec = speculative_stats(tr) if m in ("speculative", "medusa", "eagle", "self_speculative") else {}
     if spec:
         depth = " ".join(f"{d}:{r:.2f}" for d, r in spec["acceptance_rate_per_depth"].items())
         forwards = (f", draft forwards {sd['draft_forwards']}" if sd["draft_forwards"] is not None else
@@ -342,28 +405,60 @@ def metric_lines(tr) -> list[str]:
     return lines
 
 
+def build_datastore(args: argparse.Namespace) -> int:
+    """python -m decoding build-datastore: only the tokenizer is loaded; a tqdm bar counts files and tokens."""
+    from tqdm import tqdm
+    from transformers import AutoTokenizer
+    from .methods.datastore import build, source_files
+    files = source_files(args.sources)  # a missing or empty source fails before the tokenizer loads
+    tok = AutoTokenizer.from_pretrained(target_name(args.model), trust_remote_code=args.trust_remote_code)
+    bar = tqdm(total=len(files), desc="build-datastore", unit="file", file=sys.stderr)
+
+    def progress(done: int, total: int, tokens: int) -> None:
+        bar.n = done
+        bar.set_postfix(tokens=f"{tokens:,}", refresh=False)
+        bar.refresh()
+
+    meta = build(tok, args.sources, args.out, progress)
+    bar.close()
+    print(f"datastore {args.out}: {meta['tokens']:,} tokens from {len(meta['files'])} files in {meta['total_s']:.1f} s "
+          f"(tokenise {meta['tokenize_s']:.1f} s, suffix array {meta['suffix_array_s']:.1f} s)")
+    return 0
+
+
 def train_heads(args: argparse.Namespace) -> int:
     """python -m decoding train-heads: bad input (unknown kind, no text, missing data) fails before the
     model loads."""
     from .methods.heads import KINDS
     from .methods.train_heads import read_texts, stderr_log, train
-    if args.kind not in KINDS:
-        raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}")
+    if args.kind not in KINDS + ("self_speculative",):
+        raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}, self_speculative")
+    if (args.kind == "self_speculative") != (args.exit_layer is not None):
+        raise ValueError("--exit-layer K goes with --kind self_speculative, and that kind needs it")
+    if args.kind == "self_speculative" and (args.distill or args.init):
+        raise ValueError("--distill and --init are for medusa / eagle heads, not --kind self_speculative")
     if args.unroll < 1 or (args.unroll > 1 and args.kind != "eagle"):
         raise ValueError("--unroll takes a whole number >= 1, and levels above 1 only for --kind eagle")
     check_train_shape(args)
     texts = read_texts(args.data)
     if not texts:
         raise ValueError(f"no training text in {' '.join(args.data)}: no readable, non-empty text file")
+    args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout="stock")
     from .models import max_positions
     positions = max_positions(model.config)
     if positions is not None and args.seq > positions:
         raise ValueError(f"--seq {args.seq} is longer than the model's {positions} positions")
-    best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
-                 max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
-                 distill=args.distill, unroll=args.unroll, init=args.init, log=stderr_log)
+    if args.kind == "self_speculative":  # Kangaroo's adapter after exit layer K (methods/self_spec_train.py)
+        from .methods.self_spec_train import train_adapter
+        best = train_adapter(model, tok, texts, args.out, exit_layer=args.exit_layer, seq=args.seq,
+                             max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr,
+                             cache=args.cache, log=stderr_log)
+    else:
+        best = train(model, tok, args.kind, texts, args.out, n_heads=args.n_heads, seq=args.seq,
+                     max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr, cache=args.cache,
+                     distill=args.distill, unroll=args.unroll, init=args.init, log=stderr_log)
     print(f"{args.kind} heads in {args.out}: best validation top-1 "
           + " ".join(f"{a:.3f}" for a in best["acc"]) + f" (step {best['step']})")
     return 0

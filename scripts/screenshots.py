@@ -1,6 +1,7 @@
 """Render DecodeScope's views in headless Chromium and save PNGs under docs/screenshots/.
 
     python scripts/screenshots.py [--out docs/screenshots] [--only report_lookahead ...] [--gradio] [--app]
+                                  [--lesson 3]
 
 Pages are built from the recorded fixtures in tests/fixtures/ (plotly.js inline, no network), opened from
 disk by /usr/bin/chromium (Debian `apt-get install -y chromium`), and screenshotted. The step shown is
@@ -27,6 +28,10 @@ FIX = ROOT / "tests" / "fixtures"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--mute-audio",
                   "--no-first-run", "--virtual-time-budget=10000"]
+
+
+# A run on the default model (SmolLM2-135M-Instruct; the first one may tune the auto preset) on a busy CPU.
+WAIT_MS = 600_000
 
 
 def chromium() -> str:
@@ -139,11 +144,45 @@ def app_shots(out: Path) -> list[Path]:
                 page = b.new_page(viewport={"width": width, "height": 1000})
                 page.goto(url, wait_until="load", timeout=60000)
                 page.locator("#ds-run").click()
-                page.locator("#ds-stepview .ds-stepper .main-svg").first.wait_for(timeout=120000)
+                page.locator("#ds-stepview .ds-stepper .main-svg").first.wait_for(timeout=WAIT_MS)
                 page.wait_for_timeout(1000)
                 out.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(out / f"{name}.png"), full_page=True)
                 shots.append(out / f"{name}.png")
+                page.close()
+            b.close()
+    finally:
+        demo.close()
+    return shots
+
+
+def lesson_shots(out: Path, stops: int = 3) -> list[Path]:
+    """The real app's first lesson stops at a projector's 1280x900 and a phone's 400x800: the narration
+    beside (or above) the step view, opened on the step the narration points at."""
+    from playwright.sync_api import sync_playwright
+
+    import app as app_module
+    demo = app_module.build_demo(public=False)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True,
+                            **app_module.launch_kwargs())
+    shots, out = [], Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_FLAGS[:-1])
+            for w, h in ((1280, 900), (400, 800)):
+                page = b.new_page(viewport={"width": w, "height": h})
+                page.goto(url, wait_until="load", timeout=60000)
+                for k in range(stops):
+                    page.locator("#ds-lesson-start" if k == 0 else "#ds-lesson-next").click()
+                    side = page.locator("#ds-stepview .ds-stepper .ds-side")
+                    side.wait_for(timeout=WAIT_MS)
+                    page.wait_for_function("!document.querySelector('#ds-stepview').classList.contains('ds-stale')",
+                                           timeout=WAIT_MS)
+                    page.wait_for_timeout(800)
+                    side.scroll_into_view_if_needed()
+                    shots.append(out / f"app_lesson_stop{k + 1}_{w}x{h}.png")
+                    page.screenshot(path=str(shots[-1]))
                 page.close()
             b.close()
     finally:
@@ -157,6 +196,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
     ap.add_argument("--only", nargs="*", help="names of the shots to take (default: all)")
     ap.add_argument("--gradio", action="store_true", help="also shoot the step view inside a Gradio app")
     ap.add_argument("--app", action="store_true", help="also shoot the real app after a default run (1400 and 400 px)")
+    ap.add_argument("--lesson", type=int, default=0, metavar="N",
+                    help="also shoot the app's first N lesson stops at 1280x900 and 400x800")
     args = ap.parse_args(argv)
     out, done = Path(args.out), []
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,6 +213,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
         print("wrote", done[-1])
     if args.app:
         for shot in app_shots(out):
+            done.append(shot)
+            print("wrote", shot)
+    if args.lesson:
+        for shot in lesson_shots(out, args.lesson):
             done.append(shot)
             print("wrote", shot)
     return done

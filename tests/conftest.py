@@ -3,8 +3,13 @@ the model; random tiny models also loop, which makes multi-token accepts happen.
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers/huggingface_hub read it at import
+# The suite never downloads the default model and never sees this user's cache (a cached SmolLM2 would make
+# "the default model" machine-dependent): tests that want it fetch into their own folder explicitly.
+os.environ["DECODESCOPE_NO_FETCH"] = "1"
+os.environ["DECODESCOPE_CACHE"] = tempfile.mkdtemp(prefix="decodescope-test-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -6,7 +6,8 @@ from __future__ import annotations
 from conftest import tiny
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
-# id -> (method, params); speculative rows get the draft model, medusa / eagle rows their heads folder
+# id -> (method, params); speculative rows get the draft model, medusa / eagle rows their heads folder,
+# self_speculative an untrained adapter after layer 1
 CASES = {
     "greedy": ("greedy", {}),
     "lookahead": ("lookahead", dict(window=4, ngram=3, guesses=4)),
@@ -19,6 +20,8 @@ CASES = {
     "jacobi": ("jacobi", dict(block=4)),
     "medusa": ("medusa", dict(budget=8)),
     "eagle": ("eagle", dict(budget=8)),
+    "self_speculative": ("self_speculative", dict(depth=4)),
+    "retrieval": ("retrieval", {}),  # the suffix cache: no datastore, no model
 }
 
 
@@ -36,6 +39,10 @@ class Models:
     def __init__(self, tmp):
         self.target, self.draft = tiny("llama", seed=0), tiny("llama", seed=1)
         self.heads = {k: heads_dir(self.target, k, tmp / k) for k in ("medusa", "eagle")}
+        from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+        layer, cfg = new_adapter(self.target, 1)
+        save_adapter(layer, cfg, tmp / "adapter")
+        self.adapter = str(tmp / "adapter")
 
     def drafter(self, case: str):
         from decoding import make_drafter
@@ -44,4 +51,6 @@ class Models:
             params = dict(params, draft_model=self.draft)
         if method in self.heads:
             params = dict(params, heads=self.heads[method])
+        if method == "self_speculative":
+            params = dict(params, adapter=self.adapter)
         return make_drafter(method, **params)

@@ -156,7 +156,7 @@ def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     wait_done(page, 8)
     expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
     page.wait_for_timeout(1000)  # the warm-up's step view is drawn: not part of the measured run
-    model, tok = demo.decodescope["cache"].get(app_module.DEFAULT_TARGET)
+    model, tok = demo.decodescope["cache"].get(app_module.EMBEDDED_TARGET)
     engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=400, **SHIPPED_CPU["lookahead"])
     engine_tps = len(engine.output_ids) / engine.wall_s
     set_number(page, "ds-max-new", 400)
@@ -288,6 +288,9 @@ def test_narrow_viewport_has_no_horizontal_overflow(browser, url):
     assert overflow(page) <= 0, f"{overflow(page)} px of horizontal overflow at 400 px after a run"
     assert_headline_visible(page, 400)
     assert_scroll_cues(page, "#ds-stepview")
+    # the sticky step controls collapse to one row at 400 px instead of wrapping over the window
+    bar = page.locator("#ds-stepview .ds-controls").bounding_box()
+    assert bar["height"] <= 60, f"the sticky control bar is {bar['height']:.0f} px tall at 400 px"
     page.screenshot(path=str(SHOTS / "app_narrow.png"), full_page=True)
     assert not watch.external, watch.external
     page.close()
@@ -412,15 +415,17 @@ def test_stepper_keeps_the_current_token_in_view_and_labels_the_previous_run(bro
     page.close()
 
 
-def test_a_newcomer_completes_the_lesson(browser, url):
+def test_a_newcomer_completes_the_lesson(browser, served):
     """One click per stop, start to end: each stop runs with the teaching preset, opens at its best step and
-    its picture matches its narration (asserted on the DOM); no console error, no request to another host."""
+    its picture matches its narration (asserted on the DOM); no console error, no request to another host.
+    The lesson follows the page's default target (here the embedded fallback: the suite never downloads)."""
     from appkit import lesson
     from appkit.limits import Limits
     from appkit.presets import describe
     from appkit.settings import Settings, method_params
-    from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
-    stops = lesson.stops()
+    from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
+    url, default = served[0], served[1].decodescope["page"].target.value
+    stops = lesson.stops(default)
     page, watch = open_app(browser, url)
     page.locator("#ds-lesson-start").click()
     stepper = "#ds-stepview .ds-stepper"
@@ -430,7 +435,9 @@ def test_a_newcomer_completes_the_lesson(browser, url):
         expect(page.locator("#ds-lesson")).to_contain_text(f"Stop {k + 1} of {len(stops)}", timeout=30000)
         expect(page.locator("#ds-lesson")).to_contain_text(stop.narration.split(". ")[0][:60])
         problems = []
-        params = method_params(Settings(**lesson.values(stop)), stop.method, Limits(False, DEFAULT_TARGET, DEFAULT_DRAFT), problems)
+        values = lesson.values(stop, default)
+        expect(page.locator("#ds-prompt textarea")).to_have_value(values["prompt"])
+        params = method_params(Settings(**values), stop.method, Limits(False, EMBEDDED_TARGET, EMBEDDED_DRAFT), problems)
         assert not problems, problems
         preset = describe(stop.method, params) if stop.settings else ""
         want = [f"{stop.method} · done", f"teaching preset {preset}" if preset else ""]
@@ -440,12 +447,13 @@ def test_a_newcomer_completes_the_lesson(browser, url):
         expect(page.locator(f"{stepper} .ds-head")).to_contain_text(stop.method.replace("_", " "), timeout=30000)
         views = page.eval_on_selector_all(f"{stepper} .ds-plot", "els => els.map(e => e.dataset.view)")
         assert views == stop.expect["views"], (stop.title, views)
-        # the view opened at the step that accepted the most tokens (the narration says so)
-        best = page.evaluate(f"""(() => {{ const r = document.querySelector('{stepper}');
-            const D = JSON.parse(r.querySelector('.ds-data').textContent); let b = -1;
-            D.steps.forEach((s, k) => {{ if (s.k !== 'prefill' && (b < 0 || s.a.length > D.steps[b].a.length)) b = k; }});
-            return [D.steps[b].i, parseInt(r.dataset.step, 10)]; }})()""")
-        assert best[0] == best[1], (stop.title, best)
+        # the view opened on the step viz.teach picked for what the narration promises, and says what it shows
+        pick = page.evaluate(f"""(() => {{ const r = document.querySelector('{stepper}');
+            const D = JSON.parse(r.querySelector('.ds-data').textContent);
+            return [D.pick.i, parseInt(r.dataset.step, 10), D.pick.shows]; }})()""")
+        assert pick[0] == pick[1], (stop.title, pick)
+        expect(page.locator(f"{stepper} .ds-pick")).to_have_text(pick[2])
+        expect(page.locator("#ds-lesson")).to_contain_text(lesson.opens_on(stop)[:50])
         if "window" in stop.expect:  # W columns, N-1 levels: the paper's picture
             cols, levels = stop.expect["window"]
             rows = page.eval_on_selector_all(
@@ -461,6 +469,53 @@ def test_a_newcomer_completes_the_lesson(browser, url):
     expect(page.locator("#ds-lesson")).to_contain_text("Last stop")
     assert not watch.external, watch.external
     assert not watch.errors, watch.errors
+    page.close()
+
+
+def test_the_run_button_is_above_the_fold_and_runs_from_any_tab(browser, url):
+    """At a projector's 1280x900 the Run button is on the first screen (under the prompt, not below the
+    settings); pressed while another tab is open, it brings the Run tab forward with the new run."""
+    page, watch = open_app(browser, url, width=1280)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.wait_for_timeout(500)
+    run = page.locator("#ds-run").bounding_box()
+    assert run["y"] + run["height"] <= 900, f"the Run button is at y={run['y']:.0f}, below the fold of 900 px"
+    assert run["y"] < page.locator("#ds-preset").bounding_box()["y"] + 400, run
+    page.locator("button[role=tab][data-tab-id=race]").click()
+    expect(page.locator("#ds-race")).to_be_visible()
+    set_number(page, "ds-max-new", 8)
+    page.locator("#ds-run").click()
+    expect(page.locator("button[role=tab][data-tab-id=run]")).to_have_attribute("aria-selected", "true", timeout=5000)
+    wait_done(page, 8)
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
+    page.close()
+
+
+def test_a_lesson_stop_shows_narration_beside_the_full_width_step_view(browser, url):
+    """At 1280x900 a lesson stop puts its narration and its picture on screen together: the step view spans
+    the page and the narration sits in its side column; at 400x800 the two stack. Screenshots of both."""
+    page, watch = open_app(browser, url, width=1280)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.locator("#ds-lesson-start").click()
+    stepper = "#ds-stepview .ds-stepper"
+    expect(page.locator(f"{stepper} .ds-side")).to_be_visible(timeout=180000)
+    page.wait_for_timeout(800)
+    box = lambda sel: page.locator(sel).first.bounding_box()  # noqa: E731
+    side, view, pic = box(f"{stepper} .ds-side"), box(stepper), box(f"{stepper} .ds-grid .ds-plot")
+    assert view["width"] >= 1100, f"the step view is {view['width']:.0f} px wide in lesson mode"
+    for name, b in (("narration", side), ("first picture", pic)):
+        assert b["y"] < 900 and b["y"] + min(b["height"], 200) > 0, (name, b)
+    assert side["x"] + side["width"] <= pic["x"] + 1, (side, pic)  # beside, not above
+    expect(page.locator(f"{stepper} .ds-side")).to_contain_text("Stop 1 of")
+    expect(page.locator(f"{stepper} .ds-pick")).to_be_visible()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "app_lesson_1280x900.png"))
+    page.set_viewport_size({"width": 400, "height": 800})
+    page.wait_for_timeout(500)
+    page.locator(f"{stepper} .ds-side").scroll_into_view_if_needed()
+    assert overflow(page) <= 0
+    page.screenshot(path=str(SHOTS / "app_lesson_400x800.png"))
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
     page.close()
 
 
@@ -499,8 +554,10 @@ def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_
     assert len(img.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 20, "the PNG is blank"
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / "export_step.png").write_bytes(png.read_bytes())
-    # the whole run as one HTML deck: one slide per step, the stepper comes back to the step it was on
-    n = int(page.locator(f"{stepper} .ds-slider").get_attribute("max")) + 1
+    # the run as one HTML deck: one slide per step that teaches (D.slides), the stepper comes back to its step
+    slides = page.evaluate(f"JSON.parse(document.querySelector('{stepper} .ds-data').textContent).slides")
+    last = page.evaluate(f"JSON.parse(document.querySelector('{stepper} .ds-data').textContent).steps[{slides[-1]}].i")
+    n = len(slides)
     with page.expect_download() as dl:
         page.locator(f"{stepper} .ds-slides").click()
     deck = tmp_path / dl.value.suggested_filename
@@ -515,7 +572,7 @@ def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_
     view.keyboard.press("End")
     expect(view.locator("#count")).to_have_text(re.compile(f"slide {n} / {n}"))
     expect(view.locator(".slide.on table.ds-tab td").first).to_be_visible(timeout=10000)
-    assert f"step {step} /" in view.locator(".slide.on .ds-head").first.text_content()
+    assert f"step {last} /" in view.locator(".slide.on .ds-head").first.text_content()
     assert view.locator(".slide.on rect").count() > 10
     view.close()
     # presentation mode: large type, keyboard only, Esc leaves

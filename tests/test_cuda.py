@@ -31,7 +31,7 @@ from conftest import tiny
 from decoding import Sampling, generate, make_drafter
 from decoding.exactness import agreement, describe_agreement, hf_greedy
 from decoding.fast.graphs import emulated_graphs
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET, load
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load
 
 CUDA = torch.cuda.is_available()
 # the devices present: no CUDA row exists without CUDA, so nothing here is skipped on a CPU machine
@@ -61,8 +61,8 @@ def models(source: str, device: str, dtype: str):
             draft = tiny("llama", seed=0, layers=1).to(device=device, dtype=DTYPES[dtype])
             ids = TINY_PROMPT
         else:
-            target, tok = load(DEFAULT_TARGET, device=device, dtype=dtype)
-            draft, _ = load(DEFAULT_DRAFT, device=device, dtype=dtype)
+            target, tok = load(EMBEDDED_TARGET, device=device, dtype=dtype)
+            draft, _ = load(EMBEDDED_DRAFT, device=device, dtype=dtype)
             ids = tok(ASSET_PROMPT)["input_ids"]
         _CACHE[key] = (target, draft, ids)
     return _CACHE[key]

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from decoding import load, run
-from decoding.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.stepper_text import caption
 
 PROMPT = "def fibonacci(n):\n    "
@@ -16,7 +16,7 @@ PROMPT = "def fibonacci(n):\n    "
 
 @pytest.fixture(scope="module")
 def models():
-    return load(DEFAULT_TARGET), load(DEFAULT_DRAFT)[0]
+    return load(EMBEDDED_TARGET), load(EMBEDDED_DRAFT)[0]
 
 
 @pytest.mark.parametrize("method,params", [("speculative", {"tree": [3, 2, 1]}), ("speculative", {"draft_tokens": 4}),
@@ -69,3 +69,8 @@ def test_legends_list_only_what_the_run_has(models):
     html = viz.step_view_html(run(model, tok, PROMPT, "medusa", max_new_tokens=16))
     tree = next(x for x in re.findall(r"<div class='ds-legend'>(.*?)</div>", html) if "accepted path" in x)
     assert "Medusa head" in tree and "draft node" not in tree and "stage-2" not in tree, tree
+    # every colour the tree and the mask's role strip fill Medusa's nodes with is in their legends
+    from viz.palette import ORIGIN_COLORS
+    mask = next(x for x in re.findall(r"<div class='ds-legend'>(.*?)</div>", html) if "may attend" in x)
+    assert ORIGIN_COLORS["target"] in tree and ORIGIN_COLORS["draft"] not in tree + mask, (tree, mask)
+    assert "Medusa head" in mask, mask

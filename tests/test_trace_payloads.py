@@ -22,7 +22,7 @@ import pytest
 
 import viz
 from decoding import load, run
-from decoding.models import DEFAULT_DRAFT
+from decoding.models import EMBEDDED_DRAFT
 from decoding.trace import Step, Trace
 from profiling.flops import trace_costs
 from viz.escape import safe_json
@@ -108,7 +108,7 @@ def patterns(d: dict) -> list[tuple]:
 def traces() -> dict[str, Trace]:
     """One real trace per method from the embedded models (about a second in all)."""
     model, tok = load()
-    draft = load(DEFAULT_DRAFT)[0]
+    draft = load(EMBEDDED_DRAFT)[0]
     return {m: run(model, tok, PROMPT, m, max_new_tokens=12, **({"draft_model": draft} if m == "speculative" else {}),
                    **kw) for m, kw in RUNS.items()}
 

@@ -40,6 +40,7 @@ Run figures (method colours from viz.palette.method_color, log axes labelled by 
     viz.sweep.figure(points, title="")        lookahead scaling: compression vs FLOPs per step
     viz.pool.run_figure(trace)                pool size and hit rates over the run
     viz.heads.figure(trace)                   Medusa per-head / EAGLE per-depth acceptance, tokens per step
+    viz.retrieval.figure(trace, i)            retrieval step: matched suffix, where it matched, trie with counts
     viz.costs.compare_figure(runs)            FLOPs per step | cumulative tokens vs FLOPs, per method
     viz.costs.roofline_figure(profile, trace=None)
     viz.costs.latency_figure(runs)            step latency vs query tokens (works without a profile)
@@ -49,12 +50,12 @@ HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has 
 plain numbers it draws (what the tests compare with the trace). viz/costs.py was
 viz/profile.py (renamed: "profile" named three different things).
 """
-from . import (costs, describe, heads, mask, palette, pool, race, report, side_by_side, step_profile, stepper, sweep,
-               tokens, trajectory, tree, window)
+from . import (costs, describe, heads, mask, palette, pool, race, report, retrieval, side_by_side, step_profile, stepper,
+               sweep, tokens, trajectory, tree, window)
 from .report import write_report
 from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
 
 __all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "heads", "mask", "palette", "pool",
-           "race", "report", "side_by_side", "step_profile", "step_view_html", "stepper", "sweep", "tokens",
+           "race", "report", "retrieval", "side_by_side", "step_profile", "step_view_html", "stepper", "sweep", "tokens",
            "trajectory", "tree", "window",
            "write_report"]

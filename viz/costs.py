@@ -108,7 +108,7 @@ def compare_figure(runs) -> go.Figure:
                                  line=dict(color=c), legendgroup=d["name"], showlegend=False), 1, 2)
     fig.update_xaxes(title_text="step", row=1, col=1)
     fig.update_yaxes(title_text="FLOPs", row=1, col=1, **log_axis([f for d in data for f in d["flops"]]))
-    fig.update_xaxes(title_text="cumulative FLOPs", row=1, col=2)
+    fig.update_xaxes(title_text="cumulative FLOPs", row=1, col=2, exponentformat="SI")  # "5G", as every axis
     fig.update_yaxes(title_text="cumulative new tokens", row=1, col=2)
     fig.update_layout(height=360, margin=dict(l=60, r=20, t=50, b=50), plot_bgcolor="white",
                       legend=dict(orientation="h", y=-0.25))
@@ -150,14 +150,14 @@ def roofline_figure(profile: dict | None, trace=None, others: dict | None = None
                                  marker=dict(size=7, color=method_color(other), symbol="diamond-open"),
                                  customdata=[[plot_value(i), plot_value(q)] for i, q in zip(od["steps"], od["n_query"])],
                                  hovertemplate=f"{esc(other)} step %{{customdata[0]}}<br>query %{{customdata[1]}} tokens<br>"
-                                               "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
+                                               "%{x:.3s} FLOP/byte<br>%{y:.3s} FLOP/s<extra></extra>"))
     xs_all = [x for t in fig.data for x in t.x] + list(d["intensity"])
     ys_all = [y for t in fig.data for y in t.y] + list(d["achieved_flops"])
     fig.add_trace(go.Scatter(x=d["intensity"], y=d["achieved_flops"], mode="markers", name=esc(f"{name} steps"),
                              marker=dict(size=8, color=method_color(name), opacity=.75),  # the method's colour
                              customdata=[[plot_value(i), plot_value(q)] for i, q in zip(d["steps"], d["n_query"])],
                              hovertemplate="step %{customdata[0]}<br>query %{customdata[1]} tokens<br>"
-                                           "%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>"))
+                                           "%{x:.3s} FLOP/byte<br>%{y:.3s} FLOP/s<extra></extra>"))
     fig.update_layout(title=dict(text="Roofline: every step's arithmetic intensity and achieved FLOP/s",
                                  font=dict(size=13)),
                       xaxis=log_axis(xs_all, title="arithmetic intensity (FLOP/byte)"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from .common import TraceLike, as_trace, number
+from .counts import run_counts
 
 _ABS = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
@@ -119,7 +120,5 @@ def recorded_on(trace: TraceLike) -> str:
 def header_words(trace: TraceLike) -> str:
     """One plain line for a step view or report: settings · model · where recorded · tokens and steps."""
     tr = as_trace(trace)
-    n, steps = len(tr.output_ids), len(tr.steps)  # as tr.stats() counts them, without its sums over steps
-    parts = [config_words(tr), model_words(tr), recorded_on(tr),
-             f"{n} tokens in {steps} steps (compression {n / steps if steps else 0.0:.2f})"]
+    parts = [config_words(tr), model_words(tr), recorded_on(tr), run_counts(tr).words()]
     return scrub_paths(" · ".join(p for p in parts if p))

@@ -4,12 +4,13 @@
 // is that SVG drawn on a canvas (2x for projectors).
 window.DecodeScopeExport = window.DecodeScopeExport || (function () {
   const XHTML = "http://www.w3.org/1999/xhtml";
-  function stepSVG(root) {
+  // slide: the presentation mode's large type, and only the panels that have something to show this step
+  function stepSVG(root, slide) {
     const css = (root.querySelector("style") || {}).textContent || "";
     const box = document.createElement("div");
-    box.className = "ds-stepper ds-export";
+    box.className = "ds-stepper ds-export" + (slide ? " ds-present" : "");
     box.setAttribute("xmlns", XHTML);
-    box.style.cssText = "background:#fff;padding:10px;width:max-content;max-width:1600px";
+    box.style.cssText = "background:#fff;padding:10px;width:max-content;max-width:" + (slide ? "1400px;max-height:none;overflow:visible" : "1600px");
     const head = document.createElement("div");
     head.className = "ds-head";
     head.textContent = `${root.querySelector(".ds-head").textContent} · ${root.querySelector(".ds-label").textContent}`;
@@ -18,6 +19,8 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     const grid = document.createElement("div");
     grid.className = "ds-grid";
     root.querySelectorAll(".ds-grid > .ds-plot").forEach((p) => {
+      const body = p.querySelector(".ds-scroll");
+      if (slide && body && !body.innerHTML.trim()) return;  // "no Jacobi window": an empty panel teaches nothing
       const c = p.cloneNode(true);
       c.classList.remove("ds-overflows");
       c.style.flex = "0 0 auto";
@@ -74,20 +77,22 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     };
     img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg);
   }
-  // The whole run as one self-contained HTML deck: one slide per step, each the same SVG as "↓ SVG" (the
-  // stepper walks every step, then goes back); ← → Space Home End move, #5 opens slide 5.
+  // The run as one self-contained HTML deck: one slide per step that teaches (D.slides, viz/teach.py: no
+  // prefill, the steps where guesses were accepted, capped), each the step's SVG in large type, scaled to
+  // fill the screen (the stepper walks those steps, then goes back); ← → Space Home End move, #5 opens slide 5.
   function slidesHTML(root, n, go, back) {
     const D = JSON.parse(root.querySelector(".ds-data").textContent), slides = [];
-    for (let k = 0; k < n; k++) {
+    const which = Array.isArray(D.slides) ? D.slides.filter((k) => Number.isInteger(k) && k >= 0 && k < n) : [];
+    (which.length ? which : [...Array(n).keys()]).forEach((k) => {
       go(k);
-      slides.push(`<section class="slide" data-step="${esc(root.dataset.step)}">${stepSVG(root).svg}</section>`);
-    }
+      slides.push(`<section class="slide" data-step="${esc(root.dataset.step)}">${stepSVG(root, true).svg}</section>`);
+    });
     go(back);
-    const title = esc(`DecodeScope — ${D.method}, ${n} steps`);
+    const title = esc(`DecodeScope — ${D.method}, ${slides.length} of ${n} steps`);
     return `<!doctype html><html><head><meta charset="utf-8"><title>${title}</title><style>` +
       "body{margin:0;background:#333;font-family:sans-serif}.slide{display:none}" +
       ".slide.on{display:flex;justify-content:center;align-items:center;min-height:100vh}" +
-      ".slide>svg{max-width:100vw;max-height:100vh;height:auto;background:#fff}" +
+      ".slide>svg{width:100vw;height:100vh;background:#fff}" +
       "#count{position:fixed;right:12px;bottom:8px;color:#ddd;font-size:14px}</style><body>" +
       slides.join("\n") + `<div id="count"></div><script>(function(){` +
       `var s=document.querySelectorAll(".slide"),c=0;function go(k){c=Math.max(0,Math.min(s.length-1,k));` +

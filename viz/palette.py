@@ -124,7 +124,8 @@ def tree_legend(pruned: bool = False, origins: set[str] | None = None) -> list[t
         [(("draft node" if k == "draft" else "stage-2 node" if k == "stage2" else ORIGIN_LABELS.get(k, k)),
           ORIGIN_COLORS.get(k, "#ccc")) for k in dict.fromkeys(_origin_key(o) for o in sorted(origins))
          if k != "target"]
-    items = [("x0 / target token", ROLE_COLORS["x0"]), *nodes, ("accepted path", STATE_COLORS["matched"]),
+    # the root is filled as origin "target" (views.js), so its swatch is that colour
+    items = [("x0 / target token", ORIGIN_COLORS["target"]), *nodes, ("accepted path", STATE_COLORS["matched"]),
              ("first rejected", STATE_COLORS["rejected"])]
     return items + ([("pruned (below cutoff)", STATE_COLORS["pruned"])] if pruned else [])
 
@@ -154,17 +155,30 @@ def for_js() -> dict:
 
 
 def decade_ticks(lo: float, hi: float) -> dict:
-    """Log-axis ticks at powers of ten only (no minor labels): tickvals and short labels like 1e9."""
+    """Log-axis ticks that enclose the data: the range runs from the decade below the smallest value to the
+    decade above the largest (no point sits below the lowest tick); over two decades or less the 2 and 5 of
+    each decade are ticked too (a roofline spanning one decade gets 4 ticks, not 1). Labels are SI
+    ("2G", "500M"): the one unit convention of every axis, hover and panel."""
     if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = 1.0, 10.0
     a, b = math.floor(math.log10(min(lo, hi))), math.ceil(math.log10(max(lo, hi)))
-    exps = range(a, max(b, a + 1) + 1)
-    return {"type": "log", "tickmode": "array", "tickvals": [10.0 ** e for e in exps],
-            "ticktext": [_decade(e) for e in exps], "minor": {"showgrid": False, "ticks": ""}}
+    b = max(b, a + 1)
+    steps = (1, 2, 5) if b - a <= 2 else (1,)
+    vals = [m * 10.0 ** e for e in range(a, b + 1) for m in steps if m * 10.0 ** e <= 10.0 ** b]
+    return {"type": "log", "tickmode": "array", "tickvals": vals, "ticktext": [si(v) for v in vals],
+            "range": [a, b], "minor": {"showgrid": False, "ticks": ""}}
 
 
-def _decade(e: int) -> str:
-    return {0: "1", 1: "10", 2: "100", 3: "1k"}.get(e, f"1e{e}")
+_SI = {-12: "p", -9: "n", -6: "µ", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def si(v: float) -> str:
+    """A number in SI style, as plotly's exponentformat="SI" writes it: 2e9 -> "2G", 5e-4 -> "500µ"."""
+    if not (isinstance(v, (int, float)) and math.isfinite(v)) or v == 0:
+        return "0" if v == 0 else str(v)
+    e = max(-12, min(18, 3 * math.floor(math.log10(abs(v)) / 3)))
+    m = v / 10.0 ** e
+    return f"{m:.3g}{_SI[e]}"
 
 
 def log_axis(values: list[float], **extra) -> dict:

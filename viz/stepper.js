@@ -66,7 +66,9 @@
       cur = Math.max(0, Math.min(n - 1, i));
       const s = steps[cur];
       slider.value = String(cur);
-      label_.textContent = `step ${s.i} / ${steps[n - 1].i}`;
+      // the header's counts (viz/counts.py): "the prefill + 47 decode steps" above "step 1 / 47"
+      const last = D.counts && D.counts.prefill ? D.counts.decode_steps : steps[n - 1].i;
+      label_.textContent = `step ${s.i} / ${last}` + (s.k === "prefill" ? " · prefill" : "");
       caption.textContent = s.cap;
       D.views.forEach((v) => {
         const box = q(`.ds-plot[data-view="${v}"]`);
@@ -181,20 +183,30 @@
     const m = /pos=(\d+)/.exec(window.location.hash || "");  // #step=6&pos=23 preselects a token
     const pre = m && root.querySelector(`.ds-text .ds-tok[data-pos="${m[1]}"]`);
     if (pre) select(pre);
-    // A host may ask for one step once (the lesson: "best" = the step that accepted the most tokens).
+    // A host may ask for one step once (the lesson: "best" = the step its narration points at, with a note).
     const ask = root.parentElement && root.parentElement.closest("[data-ds-goto]");
     let start = initialStep(root, n);
     if (ask) {
-      const want = ask.getAttribute("data-ds-goto");
+      const want = ask.getAttribute("data-ds-goto"), sideSel = ask.getAttribute("data-ds-side");
       ask.removeAttribute("data-ds-goto");
-      if (want === "best") {  // the first decode step with the most accepted tokens
-        let b = -1;
-        steps.forEach((s, k) => { if (s.k !== "prefill" && (b < 0 || s.a.length > steps[b].a.length)) b = k; });
-        if (b >= 0) start = b;
+      // a host's narration (the lesson) beside the views: a copy of its node in the view's side column
+      const src = sideSel ? document.querySelector(sideSel) : null;
+      if (src && !q(".ds-side")) {
+        const side = document.createElement("aside");
+        side.className = "ds-side";
+        side.appendChild(src.cloneNode(true)).removeAttribute("id");
+        root.insertBefore(side, root.firstChild);
+        root.classList.add("ds-sided");
+      }
+      if (want === "best" && D.pick && steps[D.pick.k]) {  // the step the narration points at (viz/teach.py)
+        start = D.pick.k;
+        const note = q(".ds-pick");
+        if (note) { note.textContent = D.pick.shows; note.hidden = false; note.classList.toggle("ds-missing", !D.pick.found); }
       }
       else if (D.index_of[parseInt(want, 10)] !== undefined) start = D.index_of[parseInt(want, 10)];
     }
     go(start);
+    if (ask) requestAnimationFrame(() => root.scrollIntoView({ block: "start" }));  // narration and picture in view
     if (window.ResizeObserver) new ResizeObserver(() => cues()).observe(root);
     // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
     root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && (div.removeAllListeners && div.removeAllListeners("plotly_click"), div.on("plotly_click", (ev) => {

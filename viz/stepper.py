@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
-from . import costs as cost_figs, pool, step_profile, tokens, trajectory, window
+from . import costs as cost_figs, pool, retrieval, self_speculative, step_profile, tokens, trajectory, window
 from .common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
+from .counts import run_counts, step_counts
 from .describe import header_words
-from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, pool_legend, trajectory_legend, tree_legend,
-                      window_legend)
+from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, origin_legend, pool_legend, trajectory_legend,
+                      tree_legend, window_legend)
 from .stepper_css import CSS
 from .stepper_text import caption
+from .teach import slide_steps, teaching_step
 
 SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "export.js", "side_by_side.js",
                                                                                  "stepper.js"))
@@ -69,7 +72,8 @@ def compact_step(s, cap: str) -> dict:
         info["harvested"] = len(s.info["harvested"])
     if s.info.get("tree"):
         info["tree"] = {k: s.info["tree"][k] for k in TREE_KEYS if k in s.info["tree"]}
-    return {"i": s.index, "k": s.kind, "kv": s.kv_len, "q": s.n_query, "a": s.accepted, "o": s.origins,
+    c = step_counts(s)
+    return {"i": s.index, "k": s.kind, "g": c.guessed, "own": c.own, "kv": s.kv_len, "q": s.n_query, "a": s.accepted, "o": s.origins,
             "t": s.tokens[:n], "p": s.positions[:n], "par": s.parents[:n],
             "r": "".join(ROLE_CODE.get(r, "?") for r in s.roles[:n]), "sl": s.slots[:n], "kept": s.kept,
             "ms": round(number(s.wall_ms, 0.0), 3), "info": _round(info), "cap": cap}
@@ -101,6 +105,10 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
+    if tr.method == "self_speculative":  # draft ms against the target's, per step (viz/self_speculative.py)
+        run["self_spec"], marks["self_spec"] = json.loads(self_speculative.run_figure(tr).to_json()), "xline"
+    if tr.method == "retrieval":  # match length, trie size and tokens kept per step (viz/retrieval.py)
+        run["retrieval"], marks["retrieval"] = json.loads(retrieval.run_figure(tr).to_json()), "xline"
     lat = cost_figs.latency_data([(tr, costs if isinstance(costs, dict) else None)])[0]
     if lat["steps"]:
         fig = cost_figs.latency_figure([(tr, costs if isinstance(costs, dict) else None)])
@@ -113,7 +121,8 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
         traj = {"cells": t["cells"], "right": t["right"],
                 "rows": [{"s": r["step"], "a": r["accepted"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
                          for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
-    return {"views": names, "steps": steps, "trajectory": traj, "run": run, "marks": marks, "points": points,
+    return {"views": names, "steps": steps, "counts": asdict(run_counts(tr)), "pick": teaching_step(tr),
+            "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,
             "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
             "method": tr.method, "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
@@ -135,7 +144,15 @@ LEGENDS = {"window": lambda p: legend_html(window_legend() + [("harvested into t
            "pool": lambda p: legend_html(pool_legend()),
            "tree": lambda p: legend_html(tree_legend(p["pruned"], p["origins"] or None)),
            "trajectory": lambda p: legend_html(trajectory_legend()),
-           "mask": lambda p: legend_html(mask_legend(roles=p["roles"]))}
+           "mask": lambda p: legend_html(_mask_items(p))}
+
+
+def _mask_items(p: dict) -> list[tuple[str, str]]:
+    """The mask's role strip colours a drafted node by its tree origin (views.js): heads' teal, EAGLE's red,
+    so a run whose trees hold no draft-model node lists those origins instead of the orange draft role."""
+    heads = {o for o in p["origins"] if o not in ("target", "draft", "stage2")}
+    roles = p["roles"] - {"draft"} if heads and "draft" not in p["origins"] else p["roles"]
+    return mask_legend(roles=roles) + [(f"role: {label}", c) for label, c in origin_legend(heads)]
 TITLES = {"window": "Jacobi window", "pool": "Pool lookup", "tree": "Token tree", "mask": "Attention mask",
           "trajectory": "Jacobi trajectory"}
 
@@ -173,6 +190,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 <button class="ds-slides" title="download the whole run as one HTML slide deck, one step per slide (← → move)">↓ slides</button>
 <button class="ds-present" title="presentation mode: full screen, large type; ← → space Home End, Esc leaves">present</button></div>
 <div class="ds-caption"></div>
+<div class="ds-pick" hidden></div>
 {tokens.html(tr, "origin")}
 <div class="ds-selinfo"></div>
 {tokens.legend_html(tr)}

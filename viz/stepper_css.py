@@ -57,7 +57,18 @@ details.ds-poolbrowse{margin-top:6px;font-size:12px}details.ds-poolbrowse summar
 table.ds-pooltab th{text-align:left}table.ds-pooltab tr.ds-poolkey th{font-weight:bold;color:#000;background:#fff3b0 !important}
 table.ds-pooltab td.ds-gram{min-width:0;height:auto;border:1px solid #ccc;white-space:pre;padding:1px 4px}
 table.ds-pooltab td.ds-gram.ds-w{border-style:dashed}
-@media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}}
+.ds-stepper.ds-sided{display:grid;grid-template-columns:minmax(240px,27%) minmax(0,1fr);column-gap:16px;align-items:start}
+.ds-sided>*{grid-column:2;min-width:0}
+.ds-sided>.ds-side{grid-column:1;grid-row:1 / span 40;position:sticky;top:0;max-height:100vh;overflow:auto;
+  border-right:3px solid #3182bd;padding-right:12px;font-size:15px;line-height:1.45}
+.ds-pick{background:#eaf5ea;border-left:4px solid #2ca25f;padding:4px 10px;margin:4px 0;font-size:13px}
+.ds-pick.ds-missing{background:#fff4d6;border-left-color:#e6a700}
+@media (max-width:700px){.ds-stepper.ds-sided{display:block}.ds-sided>.ds-side{position:static;max-height:none;
+  border-right:none;border-bottom:3px solid #3182bd;margin-bottom:6px}}
+@media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}
+  .ds-controls{flex-wrap:nowrap;overflow-x:auto;gap:4px;scrollbar-width:thin}
+  .ds-controls>*{flex:0 0 auto}.ds-controls .ds-slider{flex:0 0 110px}
+  .ds-controls>span:not(.ds-label),.ds-controls .ds-svg,.ds-controls .ds-png,.ds-controls .ds-slides{display:none}}
 """
 # the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)
 CSS = _CSS.replace("MATCHED", STATE_COLORS["matched"]).replace("SELECT", SELECT_COLOR).replace("CURRENT", CURRENT_COLOR)

@@ -3,6 +3,7 @@ speculative step, how many proposed nodes the confidence cutoff pruned)."""
 from __future__ import annotations
 
 from .common import TraceLike, as_trace, drawn, number, text_of
+from .counts import step_counts
 
 
 def _q(trace, tokens_: list[int]) -> str:
@@ -32,32 +33,33 @@ def caption(trace: TraceLike, step_index: int) -> str:
         cands = info.get("candidates") or []
         key = _q(tr, [info["pool_key"]]) if info.get("pool_key") is not None else "x0"
         look = (f"{len(cands)} pool candidate(s) for {key}" if cands else f"no pool n-gram starts with {key}")
-        return f"{head} — x0, a {levels}-level window of guesses{warm} and {look} — gave {got}; {_verdict(info)}."
+        return f"{head} — x0, a {levels}-level window of guesses{warm} and {look} — gave {got}; {_verdict(s)}."
     if "candidates" in info:
         cands = info["candidates"]
         if not cands:
             return f"{head}: the recent text never occurred earlier, so no copy was tried; the model gave {got}."
         return (f"{head}: {_q(tr, info.get('key') or [])} occurred earlier, so {len(cands)} continuation(s) were "
-                f"checked; {_verdict(info)} — {got}.")
+                f"checked; {_verdict(s)} — {got}.")
     t = info.get("tree")
     if t or any(r in ("draft", "stage2") for r in s.roles):
         n = len((t or {}).get("tokens") or s.tokens) - 1
-        drafted = sum(1 for o in s.origins if o != "target")  # every accepted token but the target's own
-        # (origins are "draft", "stage2", "head k", "eagle draft", ...: the one count every view uses)
         rej = info.get("first_rejected")
         rej_s = ""
         if isinstance(rej, int) and 0 <= rej < len(s.tokens):
             rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})"
-        return (f"{head}: the target checked {n} drafted token(s){_pruned(tr, t)}, accepted {drafted}{rej_s}, "
-                f"and added its own token — {got}.")
+        return (f"{head}: the target checked {n} drafted token(s){_pruned(tr, t)}, {step_counts(s).words()}"
+                f"{rej_s} — {got}.")
     return f"{head} (plain next-token decoding) gave {got}."
 
 
-def _verdict(info: dict) -> str:
-    chosen, matched = info.get("chosen"), info.get("matched") or []
-    if not isinstance(chosen, int) or not 0 <= chosen < len(matched) or matched[chosen] == 0:
-        return "no candidate matched, the model's own token was kept"
-    return f"candidate {chosen} matched {matched[chosen]} token(s) and the model added one more"
+def _verdict(s) -> str:
+    """Said from the step's counts (what it accepted), with the candidate that supplied the guesses."""
+    info, c = s.info, step_counts(s)
+    chosen = info.get("chosen")
+    if not c.guessed:
+        return f"no candidate matched: {c.words()}"
+    which = f"candidate {chosen}" if isinstance(chosen, int) else "a candidate"
+    return f"{which} matched: {c.words()}"
 
 
 def _pruned(tr, tree: dict | None) -> str:

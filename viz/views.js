@@ -13,8 +13,17 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   const isNum = (v) => typeof v === "number" && isFinite(v);
   const fixed = (v, d) => (isNum(v) ? v.toFixed(d) : String(v));  // a crafted "number" stays text (escaped when written)
   const list = (v) => (Array.isArray(v) ? v : []);
-  const fmt = (v) => (v === null || v === undefined ? "–" : !isNum(v) ? String(v) : Math.abs(v) >= 1e3 || (v !== 0 && Math.abs(v) < 1e-2)
-    ? v.toExponential(2).replace("e+", "e") : (+v).toFixed(2).replace(/\.?0+$/, ""));
+  // SI prefixes ("2.1G"), the one unit convention of every axis (viz/palette.py si) and this cost panel
+  const SI = { "-12": "p", "-9": "n", "-6": "µ", "-3": "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E" };
+  const fmt = (v) => {
+    if (v === null || v === undefined) return "–";
+    if (!isNum(v)) return String(v);
+    if (v === 0 || (Math.abs(v) >= 1e-2 && Math.abs(v) < 1e3)) return (+v).toFixed(2).replace(/\.?0+$/, "");
+    const e = Math.max(-12, Math.min(18, 3 * Math.floor(Math.log10(Math.abs(v)) / 3)));
+    return `${+(v / 10 ** e).toPrecision(3)}${SI[e]}`;
+  };
+  // A step's counts as the caption says them (viz/counts.py StepCounts.words): guessed + the model's own.
+  const counted = (s) => isNum(s.g) ? `${s.g} guessed token${s.g === 1 ? "" : "s"} + ${esc(s.own)} of the model's own` : `${list(s.a).length} token(s)`;
   const quote = (D, toks) => JSON.stringify(list(toks).map((t) => tok(D, t)).join(""));
   function tok(D, t) { return own(D.vocab, String(t)) ? String(D.vocab[String(t)]) : `<${t}>`; }
   // A parent is a smaller query index (the engine's rule, decoding/engine/masks.py): a cycle or a parent
@@ -91,7 +100,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
         "", i < m ? "matches the model" : i === m ? "first mismatch" : "not checked")).join("");
       return `<tr class="${chosen ? "ds-chosen" : ""}"><th>${chosen ? "▶ " : ""}cand ${g}${source ? ` (${esc(source)})` : ""}</th>${cells}</tr>`;
     });
-    return [`Step ${s.i}: key ${quote(D, key)} → ${cands.length} candidate(s); accepted ${quote(D, s.a)}`,
+    return [`Step ${s.i}: key ${quote(D, key)} → ${cands.length} candidate(s); accepted ${counted(s)}: ${quote(D, s.a)}`,
       `<table class="ds-tab">${rows.join("")}</table>` + poolBrowser(D, s, key)];
   }
 
@@ -195,7 +204,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
         ` fill="${esc(fill)}" stroke="${esc(stroke)}" stroke-width="${acc || bad ? 3 : 1.5}"/>` + (bad ? `<text x="${esc(X(n))}" y="${esc(Y(n) + 4)}" text-anchor="middle" font-size="12" fill="${esc(P.state.rejected)}">✕</text>` : "") +
         `<text x="${esc(X(n) + 13)}" y="${esc(Y(n) + 4)}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(lab)}</text></g>`);
     });
-    const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep` +
+    const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep (${counted(s)})` +
       (rej !== null && rej !== undefined ? `, first rejected node ${rej}` : "") +
       (cut === null || cut === undefined ? "" : ` · confidence cutoff ${fixed(cut, 2)}: ` + ((info.tree || {}).pruned
         ? `${npr} proposed node(s) below it pruned (faint)` : "pruned nodes not recorded in this trace"));
@@ -214,7 +223,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   function maskView(D, s) {
     const n = Math.min(list(s.par).length, 400), P = D.palette;
     if (!n) return [`Step ${s.i}: no query recorded`, ""];
-    const c = n <= 30 ? 16 : n <= 60 ? 10 : 5, lab = n <= 60, m = lab ? 62 : 10, cache = s.kv ? 2 * c : 0;
+    // labels readable at arm's length: 12-13 px type, cells as tall as the type
+    const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = s.kv ? 2 * c : 0;
     const base = s.p.length ? s.p[0] : s.kv, w = m + cache + n * c + 4, h = m + n * c + 4;
     let d = "";
     for (let i = 0; i < n; i++) for (const j of lineage(s.par, i)) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
@@ -225,13 +235,15 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       const pos = esc(s.p.length ? s.p[k] : "");
       out.push(`<rect class="ds-mrow" data-pos="${pos}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
       out.push(`<rect class="ds-mcol" data-pos="${pos}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
-      const rc = pick(P.role, pick(ROLE_KEY, s.r[k], ""), "#ccc");  // the query token's role, as in every other view
+      // the query token's role, as in every other view; a drafted node by its tree origin (Medusa teal, EAGLE red)
+      const o = list(((s.info || {}).tree || {}).origin)[k], rc = s.r[k] === "d" && o && o !== "target"
+        ? pick(P.origin, o, pick(P.role, "draft", "#ccc")) : pick(P.role, pick(ROLE_KEY, s.r[k], ""), "#ccc");
       out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
       out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
       if (lab) {
         const L = esc(label(s, k, base));
-        out.push(`<text x="${m - 9}" y="${m + k * c + c - 4}" font-size="9" text-anchor="end">${L}</text>`);
-        out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="9">${L}</text>`);
+        out.push(`<text x="${m - 9}" y="${m + k * c + c - 3}" font-size="${fs}" text-anchor="end">${L}</text>`);
+        out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="${fs}">${L}</text>`);
       }
     }
     const cut = s.q > n ? ` (first ${n} of ${s.q} shown)` : "";
@@ -289,7 +301,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const roof = pr.roof ? [{ x: pr.roof.intensity, y: pr.roof.attainable, mode: "lines", name: esc(`roof (${pr.roof.device || "machine"})`),
       line: { color: "#444" } }] : [];
     const dot = (r, name, col, size) => ({ x: r.map((p) => p.intensity), y: r.map((p) => p.achieved), mode: "markers", name: esc(name),
-      marker: { color: col, size }, customdata: r.map((p) => plotValue(p.index)), hovertemplate: "step %{customdata}<br>%{x:.3g} FLOP/byte<br>%{y:.3g} FLOP/s<extra></extra>" });
+      marker: { color: col, size }, customdata: r.map((p) => plotValue(p.index)), hovertemplate: "step %{customdata}<br>%{x:.3s} FLOP/byte<br>%{y:.3s} FLOP/s<extra></extra>" });
     const lay = (title, x, y) => ({ title: { text: title, font: { size: 13 } }, xaxis: x, yaxis: y, height: 320, plot_bgcolor: "white",
       margin: { l: 60, r: 10, t: 40, b: 50 }, legend: { orientation: "h", y: -0.3 } });
     const rf = root.querySelector('.ds-run-plot[data-view="roofline"]');
@@ -299,7 +311,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const cf = root.querySelector('.ds-run-plot[data-view="cumflops"]');
     const line = { x: pr.steps.map((r) => r.cum_tokens), y: pr.steps.map((r) => r.cum_flops), mode: "lines+markers", name: esc(pr.method),
       line: { color: pr.color, shape: "hv" }, marker: { size: 4 }, customdata: pr.steps.map((r) => plotValue(r.index)),
-      hovertemplate: "step %{customdata}<br>%{x} tokens<br>%{y:.3g} FLOPs<extra></extra>" };
+      hovertemplate: "step %{customdata}<br>%{x} tokens<br>%{y:.3s} FLOPs<extra></extra>" };
     const g = pr.greedy ? [{ x: pr.greedy.tokens, y: pr.greedy.flops, mode: "lines", name: "greedy (1 token per step)",
       line: { color: pr.greedy_color, dash: "dash" } }] : [];
     const here = row ? [{ x: [row.cum_tokens], y: [row.cum_flops], mode: "markers", name: esc(`after step ${s.i}`),

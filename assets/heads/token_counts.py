@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from decoding.methods.heads import save_counts  # noqa: E402
-from decoding.models import DEFAULT_TARGET, load  # noqa: E402
+from decoding.models import EMBEDDED_TARGET, load  # noqa: E402
 from decoding.methods.train_heads import _eos, chunk  # noqa: E402
 from stdlib_corpus import load_split  # noqa: E402
 
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--kinds", default="medusa", help="which shipped heads get the file")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    model, tok = load(DEFAULT_TARGET)
+    model, tok = load(EMBEDDED_TARGET)
     rows = chunk(tok, [t for _, t in sorted(load_split()[0].items())], a.seq, a.max_tokens, _eos(model, tok))
     vocab = int(model.get_output_embeddings().weight.shape[0])
     counts, t0 = np.zeros(vocab, dtype=np.int64), time.perf_counter()

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "assets"))
 
 import torch  # noqa: E402
 
-from decoding.models import DEFAULT_TARGET, load  # noqa: E402
+from decoding.models import EMBEDDED_TARGET, load  # noqa: E402
 from decoding.methods.train_heads import stderr_log, train, write_card_json  # noqa: E402
 from stdlib_corpus import load_split  # noqa: E402
 
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=None, help="override the kind's epochs (SETTINGS)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    model, tok = load(DEFAULT_TARGET, layout="stock")
+    model, tok = load(EMBEDDED_TARGET, layout="stock")
     train_texts = [t for _, t in sorted(load_split()[0].items())]
     stderr_log(f"[data] {len(train_texts)} stdlib training files (held-out split excluded)")
     for kind in a.kinds.split(","):

@@ -88,12 +88,24 @@ class Lookahead:
         return level_start(self.W, len(self.levels) - 1)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
-        W, levels = self.W, self.levels
         top = self._top()
-        out = preds[top:top + W]
+        harvested = self.advance(plan.tokens[0], preds[top:top + self.W], context)
+        accepted = verdict.tokens
+        matched = [common_prefix(c, accepted) for c in plan.info["candidates"]]
+        chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None  # deepest node's candidate
+        plan.info.update(window_next=[list(level) for level in self.levels], harvested=harvested,
+                         matched=matched, chosen=chosen, pool_size=self.pool.size)
+        if self.pool.log is not None:  # the pool's changes since the last step (the first: the prompt's too)
+            plan.info["pool_delta"], self.pool.log = self.pool.log, []
+
+    def advance(self, x0: int, out: list[int], context: list[int]) -> list[list[int]]:
+        """The window's new top row `out` (the target's outputs at the top level, one per column) moves the
+        window on and feeds the pool; returns the harvested n-grams. Split from observe() so lookahead
+        parallelism (decoding/parallel/lookahead_parallel.py) can apply the row its ranks all-gathered."""
+        W, levels = self.W, self.levels
         harvested = []
         if len(levels) == self.N - 1:  # full window: harvest one n-gram per column, then shift
-            row0 = [plan.tokens[0]] + levels[0]
+            row0 = [x0] + levels[0]
             for j in range(W):
                 gram = [row0[j]] + [level[j] for level in levels[1:]] + [out[j]]
                 self.pool.add(gram[0], tuple(gram[1:]), "window")
@@ -104,11 +116,5 @@ class Lookahead:
             self.levels = levels + [out]
         if self.output_ngrams:
             self._next = self.pool.add_text(context, self._next, "output")
-        accepted = verdict.tokens
-        matched = [common_prefix(c, accepted) for c in plan.info["candidates"]]
-        chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None  # deepest node's candidate
-        plan.info.update(window_next=[list(level) for level in self.levels], harvested=harvested,
-                         matched=matched, chosen=chosen, pool_size=self.pool.size)
-        if self.pool.log is not None:  # the pool's changes since the last step (the first: the prompt's too)
-            plan.info["pool_delta"], self.pool.log = self.pool.log, []
+        return harvested
 

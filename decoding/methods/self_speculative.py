@@ -1,0 +1,196 @@
+"""Self-speculative decoding, Kangaroo's form (Liu et al. 2024, arXiv 2404.18911): the target drafts for itself.
+
+The draft is the target's first k decoder layers, a trained adapter (self_spec_adapter.py), then the
+target's final norm and LM head (optionally over a reduced draft vocabulary, heads.DraftLM). The runner's
+one target forward verifies the draft's chain or tree (verify.greedy: exactly HF greedy; sampling: the
+children are drawn from the draft's warped distribution and verify.speculative keeps the target's).
+
+KV: the draft keeps its own cache for layers 0..k-1 and the adapter (engine/shallow.py). The runner's
+Core owns the target's cache and does not hand it to drafters, so the shallow KV cannot be shared in
+place; instead no token is run through the shallow layers twice by the draft: the prompt's shallow keys
+and values are made from the target's own prefill hidden states (attention blocks only, no MLP), and
+every later token is run through them exactly once, when it is drafted (or, for x0 and an accepted leaf
+the draft never expanded, in the next step's first draft forward). The cost of not sharing: a second copy
+of k layers' KV in memory, and the verify pass recomputes layers 0..k-1 for the drafted rows (Kangaroo's
+verifier starts at layer k) - measured in docs/self-speculative.md.
+
+Early stop (Kangaroo's rule): a node whose own draft probability (top-1 confidence when greedy) is below
+`stop` is proposed but not expanded; drafting ends when no node of a level is worth expanding.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..engine.drafter import Abilities, Plan, best_closed, tree_record
+from ..engine.masks import chain_parents, step_mask
+from ..engine.sampling import Sampling, make_generator
+from ..engine.shallow import decoder_parts, keep_rows, run_layers, attention_only
+from ..engine.verify import Verdict
+from .heads import DraftLM, load_counts
+from .medusa import record_verdict
+from .sampled_tree import draw, q_rows
+from .self_spec_adapter import default_adapter, load_adapter
+
+STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts/chat.jsonl (docs/self-speculative.md)
+
+
+class SelfSpeculative:
+    """Drafter: shallow layers + adapter + the target's head propose; the target verifies."""
+    name = "self_speculative"
+    PARAMS = ("adapter", "depth", "branch", "beam", "budget", "stop", "draft_vocab")
+
+    def __init__(self, adapter: str | None = None, depth: int = 6, branch: int = 1, beam: int = 1, budget: int | None = None,
+                 stop: float = STOP, draft_vocab: int | None = None):
+        if min(depth, branch, beam) < 1 or (budget is not None and budget < 1) or (draft_vocab or 0) < 0 \
+                or not 0 <= stop < 1:
+            raise ValueError("self_speculative: depth, branch, beam and budget must be >= 1, draft_vocab >= 0, "
+                             "stop in [0, 1)")
+        self.path = None if adapter is None else str(adapter)  # None: the shipped one, resolved at bind
+        self.depth, self.branch, self.beam = int(depth), int(branch), int(beam)
+        self.budget = int(budget) if budget is not None else depth * branch * beam
+        self.stop, self.draft_vocab = float(stop), draft_vocab
+        self._model = None
+
+    @classmethod
+    def from_params(cls, **p) -> "SelfSpeculative":
+        cast = {"stop": float, "adapter": str}
+        return cls(**{k: cast.get(k, int)(v) for k, v in p.items() if k in cls.PARAMS})
+
+    @property
+    def abilities(self) -> Abilities:
+        k = self.k if self._model is not None else 0
+        return Abilities(structure="tree", hidden_layers=tuple(range(k + 1)) if k else (), own_model=True,
+                         knobs=("depth", "stop"))
+
+    def config(self) -> dict:
+        return {"adapter": self.path, "depth": self.depth, "branch": self.branch, "beam": self.beam,
+                "budget": self.budget, "stop": self.stop,
+                "exit_layer": self.k if self._model is not None else None,
+                "draft_vocab": self.head.size if self._model is not None else self.draft_vocab}
+
+    def max_depth(self) -> int:
+        return self.depth + 1
+
+    def bind(self, model, sampling: Sampling) -> None:
+        """Load and check the adapter for this model (once per model); sampling: drafts are drawn with a
+        generator of their own so the verifier's stream is untouched."""
+        if self._model is not model:
+            self.inner = decoder_parts(model)
+            self.path = self.path or default_adapter(model)
+            self.adapter, self.cfg = load_adapter(self.path, model)
+            self.k = int(self.cfg["exit_layer"])
+            self.layers = list(self.inner.layers[:self.k]) + [self.adapter]
+            self.head = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
+            self.n_layers = len(self.inner.layers)
+            self._model = model
+        self.sampling = sampling
+        self.gen = None if sampling.greedy else make_generator(Sampling(seed=sampling.seed + 104729))
+
+    def start(self, prompt_ids: list[int]) -> None:
+        from transformers import DynamicCache
+        self.cache = DynamicCache()
+        self.n = 0             # tokens whose shallow + adapter KV the draft cache holds (positions 0..n-1)
+        self.region: list[int] = []  # draft-cache rows above n: plan node of each (this step's fed nodes)
+        self.parents: list[int] = []  # their parents within the region (-1 = the committed text)
+
+    @torch.inference_mode()
+    def prefill_features(self, feats: torch.Tensor) -> None:
+        """The prompt's shallow KV from the target's own hidden states (feats[i] = input of layer i,
+        feats[k] = the adapter's input): attention blocks only, nothing recomputed through an MLP."""
+        rows = feats.shape[1]
+        pos = torch.arange(rows, device=feats.device)[None]
+        mask = step_mask(chain_parents(rows), 0, feats.dtype, feats.device)
+        for i, layer in enumerate(self.layers):
+            attention_only(self.inner, layer, feats[i][None], pos, mask, self.cache)
+        self.n = rows
+
+    def _feed(self, toks: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
+        """Run new region rows through layers 0..k-1 + adapter + final norm: [rows, h] draft features."""
+        dev = self.adapter.input_layernorm.weight.device
+        emb = self.inner.embed_tokens(torch.tensor([toks], device=dev))
+        first = len(self.parents)
+        self.parents = self.parents + parents
+        mask = step_mask(self.parents, self.n, emb.dtype, dev, first=first)
+        pos = torch.tensor([[self.n + d for d in depths]], device=dev)
+        return self.inner.norm(run_layers(self.inner, self.layers, emb, pos, mask, self.cache))[0]
+
+    @torch.inference_mode()
+    def plan(self, context: list[int]) -> Plan:
+        t0 = time.perf_counter()
+        pending = context[self.n:]  # accepted tokens the draft has not run (x0, and a leaf it never expanded)
+        feat = self._feed(pending, chain_parents(len(pending)), list(range(len(pending))))[-1:]
+        keep_rows(self.cache, self.n, list(range(len(pending))))
+        self.n, self.parents = len(context), []
+        # nodes: [token, parent, depth, own prob, path prob, rank]; node 0 is x0
+        nodes = [[context[-1], -1, 0, None, 1.0, None]]
+        region_of, frontier, feats, forwards, rows = {}, [0], feat, 1, len(pending)
+        q_of: dict[int, torch.Tensor] = {}
+        conf, stopped = [None], None
+        for d in range(1, self.depth + 1):
+            if self.gen is None:
+                tp, tt = self.head.topk(feats, self.branch)
+            else:  # children drawn from the draft's warped distribution, without replacement (exact)
+                q = self.head.dist(feats, self.sampling)
+                tt = [draw(q[j], self.branch, self.gen) for j in range(len(frontier))]
+                tp = [q[j, t].tolist() for j, t in enumerate(tt)]
+                q_of.update({i: q[j] for j, i in enumerate(frontier)})
+            new = []
+            for j, i in enumerate(frontier):
+                for r, (t, p) in enumerate(zip(tt[j], tp[j])):
+                    nodes.append([t, i, d, p, nodes[i][4] * p, r])
+                    conf.append(round(p, 6))
+                    new.append(len(nodes) - 1)
+            if d == self.depth:
+                break
+            ranked = sorted(new, key=lambda k: -nodes[k][4])
+            frontier = [k for k in ranked[:self.beam] if nodes[k][3] >= self.stop]  # Kangaroo's early stop
+            if not frontier:
+                stopped = ranked[0] if ranked else None
+                break
+            parents = [region_of.get(nodes[k][1], -1) for k in frontier]
+            for j, k in enumerate(frontier):
+                region_of[k] = len(self.parents) + j
+            feats = self._feed([nodes[k][0] for k in frontier], parents, [nodes[k][2] - 1 for k in frontier])
+            forwards, rows = forwards + 1, rows + len(frontier)
+        self.region = [k for k, _ in sorted(region_of.items(), key=lambda kv: kv[1])]
+        keep = (best_closed([x[1] for x in nodes], range(1, len(nodes)), self.budget, key=lambda k: (-nodes[k][4], k))
+                if self.gen is None else list(range(len(nodes))))  # sampled trees are never pruned (exact)
+        remap = {old: new for new, old in enumerate(keep)}
+        self.node_of_plan = keep  # plan index -> node index
+        self.region_row = {remap[k]: r for k, r in zip(self.region, range(len(self.region))) if k in remap}
+        sel = [nodes[k] for k in keep]
+        n = len(sel)
+        toks, depths = [x[0] for x in sel], [x[2] for x in sel]
+        parents = [-1] + [remap[x[1]] for x in sel[1:]]
+        label = f"exit {self.k} adapter"
+        origins = ["target"] + [label] * (n - 1)
+        draft_ms = (time.perf_counter() - t0) * 1e3
+        info = {"tree": tree_record(toks, parents, depths, origins, [x[3] for x in sel], rank=[None] + [x[5] for x in sel[1:]],
+                                    exit=[None] + [self.k] * (n - 1)),
+                "drafted": n > 1, "draft_forwards": forwards, "draft_ms": draft_ms, "target_forwards": 1,
+                "mode": "self_speculative",
+                "self_spec": {"exit_layer": self.k, "layers": self.n_layers, "draft_rows": rows,
+                              "draft_conf": [conf[k] for k in keep],
+                              "early_stop": stopped is not None,
+                              "stopped_at": remap.get(stopped) if stopped is not None else None,
+                              "stop": self.stop}}
+        self._t_plan = time.perf_counter()
+        return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
+                    [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
+                    q=q_rows(n, {remap[i]: v for i, v in q_of.items() if i in remap}) if q_of and n > 1 else None)
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        """Keep the draft-cache rows of the accepted nodes the draft expanded (a prefix of the path), drop
+        the rest; the target's time for the step goes in the trace beside the draft's."""
+        plan.info["target_ms"] = (time.perf_counter() - self._t_plan) * 1e3
+        rows = []
+        for i in verdict.path[1:]:
+            if i not in self.region_row:
+                break
+            rows.append(self.region_row[i])
+        keep_rows(self.cache, self.n, rows)
+        self.n += len(rows)
+        self.parents, self.region = [], []
+        record_verdict(plan, verdict)

@@ -1,0 +1,168 @@
+"""Past one process, for real: two processes on the gloo backend (torch.multiprocessing spawn, a free port),
+a tiny Llama with 4 query / 2 key-value heads saved as a model folder.
+
+- tensor parallelism (decoding.models.load(tp_plan="auto"), transformers' own sharding): greedy, lookahead,
+  prompt lookup, speculative and jacobi give exactly single-process HF greedy's tokens on both ranks, and
+  rank 0's trace carries world size, backend and per-step collective time from torch.profiler;
+- lookahead parallelism (run(..., lp=True)): the same tokens, for several window shapes, with the debug
+  hash of every rank's KV cache, window and pool checked after every step (a mismatch raises);
+- a head count that does not divide the world size is refused before any weight is read (the folder's
+  weight file is garbage: reaching it would give another error).
+One spawn runs all of it (two interpreters cost most of the time); the tests read its results.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from conftest import hf_greedy, save_tiny_dir
+
+NEW = 24
+TP_METHODS = {"greedy": {}, "lookahead": {}, "prompt_lookup": {}, "speculative": {"draft_model": "DRAFT"},
+              "jacobi": {"block": 4}}
+LP_SHAPES = [{"window": 5, "ngram": 4, "guesses": 5}, {"window": 3, "ngram": 3, "guesses": 4},
+             {"window": 6, "ngram": 5, "guesses": 2}]
+PROMPT = "def f ( x ) : return x + 1 def g ( x ) : return f ( x ) + 1 def h ( x ) : return g"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, dirs: dict, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), HF_HUB_OFFLINE="1")
+    torch.set_num_threads(1)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    from decoding.api import run
+    from decoding.models import load
+    from decoding.parallel.group import finish
+    res: dict = {}
+    try:
+        load(dirs["odd"], tp_plan="auto")
+        res["refusal"] = None
+    except ValueError as e:
+        res["refusal"] = str(e)
+    model, tok = load(dirs["tiny"], tp_plan="auto")
+    for name, kw in TP_METHODS.items():
+        kw = {k: dirs["draft"] if v == "DRAFT" else v for k, v in kw.items()}
+        tr = run(model, tok, PROMPT, name, max_new_tokens=NEW, **kw)
+        res[f"tp/{name}"] = {"ids": tr.output_ids, "distributed": tr.config["distributed"],
+                             "comm": [s.info.get("comm_ms") for s in tr.steps],
+                             "collectives": [s.info.get("collectives") for s in tr.steps],
+                             "doc": tr.to_json() if rank == 0 and name == "lookahead" else None}
+    model, tok = load(dirs["tiny"])
+    for i, shape in enumerate(LP_SHAPES):
+        tr = run(model, tok, PROMPT, "lookahead", max_new_tokens=NEW, lp=True, lp_debug=True, **shape)
+        res[f"lp/{i}"] = {"ids": tr.output_ids, "distributed": tr.config["distributed"],
+                          "lp": [s.info.get("lp") for s in tr.steps], "accepted": [len(s.accepted) for s in tr.steps],
+                          "doc": tr.to_json() if rank == 0 and i == 0 else None}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+    finish()
+
+
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    dirs = {"tiny": save_tiny_dir(root / "tiny"), "draft": save_tiny_dir(root / "draft", seed=1)}
+    odd = root / "odd"  # 3 heads: does not divide by 2; its weight file is not a weight file
+    LlamaForCausalLM(LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=1, num_attention_heads=3,
+                                 num_key_value_heads=3, vocab_size=64, max_position_embeddings=128)).save_pretrained(odd)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(dirs["tiny"], f), odd / f)
+    (odd / "model.safetensors").write_text("not weights")
+    dirs["odd"] = str(odd)
+    mp.spawn(_worker, args=(2, free_port(), dirs, str(root)), nprocs=2, join=True)
+    ranks = [json.loads((root / f"rank{r}.json").read_text()) for r in range(2)]
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(dirs["tiny"])
+    ids = tok(PROMPT)["input_ids"]
+    ref = AutoModelForCausalLM.from_pretrained(dirs["tiny"], dtype=torch.float32).eval()
+    return ranks, hf_greedy(ref, ids, NEW)
+
+
+@pytest.mark.parametrize("method", list(TP_METHODS))
+def test_tensor_parallel_matches_single_process_hf_greedy(spawned, method):
+    ranks, expected = spawned
+    for r in ranks:
+        assert r[f"tp/{method}"]["ids"] == expected
+    d = ranks[0][f"tp/{method}"]["distributed"]
+    assert (d["mode"], d["world_size"], d["backend"]) == ("tensor", 2, "gloo")
+    assert set(d["switched_off"]) == {"static_cache", "weight_layout"}
+    comm, count = ranks[0][f"tp/{method}"]["comm"], ranks[0][f"tp/{method}"]["collectives"]
+    assert all(c is not None and c > 0 for c in comm) and all(n >= 2 for n in count)  # 2 layers: all-reduces
+
+
+def test_lookahead_parallel_matches_hf_greedy_with_identical_state(spawned):
+    ranks, expected = spawned
+    for i, shape in enumerate(LP_SHAPES):
+        r0, r1 = (r[f"lp/{i}"] for r in ranks)
+        assert r0["ids"] == expected and r1["ids"] == expected, shape
+        hashes = [[s.get("state_hash") for s in r["lp"][1:]] for r in (r0, r1)]
+        assert hashes[0] == hashes[1] and all(hashes[0])  # checked every step, equal on both ranks
+        d = r0["distributed"]
+        assert d["mode"] == "lookahead_parallel" and sorted(sum(d["columns"], [])) == list(range(shape["window"]))
+        decode = r0["lp"][1:]
+        assert all(len(s["compute_ms"]) == 2 and len(s["comm_ms"]) == 2 and len(s["cells"]) == 2 for s in decode)
+    lp = ranks[0]["lp/0"]
+    assert max(lp["accepted"][1:]) > 1  # candidates were accepted, so the verification branch did work
+    assert any(s["candidates"] for s in ranks[1]["lp/0"]["lp"][1:])  # rank 1 verified candidates too
+
+
+def test_distributed_traces_load_and_record_their_fields(spawned):
+    from decoding.trace import Trace
+    ranks, _ = spawned
+    tp = Trace.from_json(ranks[0]["tp/lookahead"]["doc"])
+    assert tp.config["distributed"]["world_size"] == 2 and "comm_ms" in tp.steps[1].info
+    lp = Trace.from_json(ranks[0]["lp/0"]["doc"])
+    cells = lp.steps[2].info["lp"]["cells"]
+    owned = {tuple(c) for c in cells[1]} - {tuple(c) for c in cells[0]}
+    assert owned and all(lev >= 0 for lev, _ in owned)  # rank 1 computed cells rank 0 did not
+
+
+def test_non_dividing_heads_are_refused_before_weights_load(spawned):
+    ranks, _ = spawned
+    for r in ranks:
+        msg = r["refusal"]
+        assert msg and "divisible by 2" in msg and "attention heads 3" in msg and "--lp" in msg
+
+
+def test_columns_split_covers_the_window_once():
+    from decoding.parallel.lookahead_parallel import split_columns
+    for w in range(1, 9):
+        for p in range(1, 5):
+            cols = split_columns(w, p)
+            assert sorted(sum(cols, [])) == list(range(w)) and len(cols) == p
+            assert max(map(len, cols)) - min(map(len, cols)) <= 1
+
+
+def test_pictures_and_projections_read_the_distributed_trace(spawned):
+    from decoding.trace import Trace
+    from profiling.interconnect import LLAMA_7B, lp_project, parse_gpus_link, tp_project
+    from viz import comm_steps, lp_window
+    ranks, _ = spawned
+    tp, lp = Trace.from_json(ranks[0]["tp/lookahead"]["doc"]), Trace.from_json(ranks[0]["lp/0"]["doc"])
+    assert len(comm_steps.figure(tp).data) == 2 and len(comm_steps.figure(lp).data) == 4  # compute + comm per rank
+    fig = lp_window.figure(lp, 3)
+    assert {t.name for t in fig.data} == {"rank 0", "rank 1"}
+    nv, pcie = (tp_project(tp, "H100", 8, link, arch=LLAMA_7B) for link in ("nvlink", "pcie"))
+    assert pcie["comm_ms"] > nv["comm_ms"] > 0 and nv["inputs"]["link_GBps_one_direction"] == 450
+    assert lp_project(lp, "A100", 8, "nvlink", arch=LLAMA_7B)["speedup_vs_greedy"] > 0
+    assert parse_gpus_link("8xnvlink") == (8, "nvlink")
+    with pytest.raises(ValueError):
+        parse_gpus_link("8xethernet")
+    bad = json.loads(ranks[0]["lp/0"]["doc"])
+    bad["config"]["distributed"]["world_size"] = 0
+    with pytest.raises(ValueError, match="world_size"):
+        Trace.from_dict(bad)

@@ -1,0 +1,32 @@
+"""GIF export of a run's steps: one frame per teaching step (no prefill), rendered by real Chromium and
+written by Pillow; bad input from the command line gets one line and exit status 2."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image, ImageSequence
+
+from viz.common import as_trace
+from viz.gif import main, write_gif
+from viz.teach import slide_steps
+
+TRACE = Path(__file__).resolve().parent / "fixtures" / "speculative_chain.json"
+
+
+def test_gif_has_one_frame_per_teaching_step(tmp_path):
+    tr = as_trace(TRACE)
+    out = write_gif(tr, tmp_path / "run.gif", width=800, ms=700)
+    im = Image.open(out)
+    got = [f.copy().convert("RGB") for f in ImageSequence.Iterator(im)]
+    assert im.format == "GIF" and len(got) == len(slide_steps(tr)) >= 2 and im.info["duration"] == 700
+    assert got[0].width >= 600 and got[0].height > 150
+    assert len(got[0].getcolors(1 << 16) or range(1 << 16)) > 8, "a blank frame"
+    assert got[0].tobytes() != got[1].tobytes(), "every frame shows the same step"
+
+
+def test_cli_picks_steps_and_refuses_bad_ones(tmp_path, capsys):
+    assert main([str(TRACE), "-o", str(tmp_path / "a.gif"), "--steps", "1,2", "--width", "600"]) == 0
+    assert Image.open(tmp_path / "a.gif").n_frames == 2
+    assert main([str(TRACE), "-o", str(tmp_path / "b.gif"), "--steps", "1,999"]) == 2
+    assert "steps not in this run: [999]" in capsys.readouterr().err
+    assert main([str(TRACE), "--steps", "x"]) == 2
