@@ -184,12 +184,17 @@ def target_name(name: str | None) -> str:
     embedded target with one line on stderr saying why and how to fetch it later."""
     if name is not None:
         return name
-    from .fetch_model import cached, progress_bar
+    from .fetch_model import progress_bar
     from .models import resolve
-    bar, progress = (None, None) if cached() is not None else progress_bar()
+    shown: list = []  # the bar appears with the first stage: only when a fetch really starts
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        if not shown:
+            shown.extend(progress_bar())
+        shown[1](stage, fraction, message)
     path, why = resolve(None, progress)
-    if bar is not None:
-        bar.close()
+    if shown:
+        shown[0].close()
     if why:
         print(f"[model] using the embedded model: {why}", file=sys.stderr)
     return path
@@ -264,13 +269,15 @@ def setup(args: argparse.Namespace):
         raise ValueError("--auto chooses the shape itself: use it with --method lookahead (without --window/--ngram/"
                          "--guesses), --method speculative (without --draft-tokens/--tree/--tree-budget/--staged), "
                          "--method jacobi (without --block) or --method medusa / eagle (without --budget)")
+    if args.method in HEADS_METHODS and args.heads:  # a folder without heads is refused before a model loads
+        from .methods.heads import check_heads_files
+        args.heads = heads_folder(args.heads, args.method)
+        check_heads_files(args.heads)
     args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None))
     if args.method in HEADS_METHODS:  # --heads DIR (or its parent holding medusa/ and eagle/), else the shipped
-        if args.heads:
-            args.heads = heads_folder(args.heads, args.method)
-        else:
+        if not args.heads:
             args.heads = default_heads(model, args.method)
             print(f"[heads] {args.heads} (shipped for this model)", file=sys.stderr)
         params["heads"] = args.heads

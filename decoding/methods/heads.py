@@ -149,14 +149,20 @@ def save_heads(module: nn.Module, cfg: dict, out: str | Path, extra: dict | None
     (out / CONFIG).write_text(json.dumps({**cfg, **(extra or {})}, indent=1))
 
 
+def check_heads_files(path: str | Path) -> None:
+    """A heads folder holds both files (checked before a model loads, so a wrong --heads is one line at once)."""
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise HeadsError(f"{path} holds no heads ({CONFIG} and {WEIGHTS}); train them with "
+                         "python -m decoding train-heads")
+
+
 def load_heads(path: str | Path, model, kind: str | None = None) -> tuple[nn.Module, dict]:
     """Heads from `path` for `model`; refused (HeadsError, one line) for another base model, another
     kind than asked, or a missing/corrupt file."""
     from safetensors.torch import load_file
     path = Path(path)
-    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
-        raise HeadsError(f"{path} holds no heads ({CONFIG} and {WEIGHTS}); train them with "
-                         "python -m decoding train-heads")
+    check_heads_files(path)
     try:
         cfg = json.loads((path / CONFIG).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
