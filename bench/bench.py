@@ -86,6 +86,9 @@ def layout_row(model, hf_model, tok) -> dict:
 
 def ours_runner(model, tok, method: str, **params):
     def go(prompt: str, n: int) -> tuple[list[int], int]:
+        if method == "retrieval":  # the suffix cache's global history would hold this very prompt's earlier runs
+            from decoding.methods.suffix_cache import HISTORY
+            HISTORY.clear()
         tr = run(model, tok, prompt, method, max_new_tokens=n, trace=False, **params)
         return tr.output_ids, tr.stats()
     return go

@@ -63,13 +63,19 @@ def table() -> str:
             continue  # other benches (bench_static.py, ...) keep their own .md next to the .json
         parts.append(f"**{path.stem}** — measured on {where(meta)}; model {meta.get('model')}, prompts "
                      f"`{meta.get('prompts')}`, {meta.get('max_new_tokens')} new tokens each, median of "
-                     f"{meta.get('runs')} interleaved runs (`bench/results/{path.name}`).{produced_by(meta)}\n")
-        parts.append("| method | tokens/s | vs HF greedy | compression | mean accepted | exact |\n|---|---|---|---|---|---|")
+                     f"{meta.get('runs')} interleaved runs (`bench/results/{path.name}`).{produced_by(meta)}"
+                     + (f" **Note:** {meta['note']}" if meta.get("note") else "") + "\n")
+        quality = "repeat_line_share" in doc["rows"][0]  # text quality columns (newer result files)
+        parts.append("| method | tokens/s | vs HF greedy | compression | mean accepted | exact |"
+                     + (" outputs with a line x3 | distinct-4 |" if quality else "")
+                     + "\n|---|---|---|---|---|---|" + ("---|---|" if quality else ""))
         for r in doc["rows"]:
             comp = f"{r['compression']:.2f}" if r.get("compression") else "–"
             acc = f"{r['mean_accepted']:.2f}" if r.get("mean_accepted") else "–"
+            q = (f" {r['repeat_line_share']:.2f} | {r['distinct_4']:.2f} |" if quality and r.get("distinct_4") is not None
+                 else " – | – |" if quality else "")
             parts.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {comp} | {acc} | "
-                         f"{'yes' if r['exact'] else 'NO'} |")
+                         f"{'yes' if r['exact'] else 'NO'} |" + q)
         parts.append("")
     return "\n".join(parts) if parts else "No benchmark results recorded yet: run `python bench/bench.py`.\n"
 
