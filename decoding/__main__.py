@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", default=None, type=nonempty,
                    help="speculative: draft model (default: the embedded draft)")
     g.add_argument("--draft-tokens", type=limit("draft_tokens"), default=None,
-                   help="speculative: chain length K (default 4)")
+                   help="speculative: chain length K (default 4); self_speculative: draft depth (default 6)")
     g.add_argument("--tree", default=None, type=nonempty, help="speculative: token tree widths per depth, e.g. 3,2,1")
     g.add_argument("--tree-budget", type=limit("tree_budget"), default=None,
                    help="speculative: dynamic tree of the B best nodes by draft probability")
@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft-confidence", type=float_in(0, 1), default=None,
                    help="speculative: do not extend a draft token below this draft probability (default 0.4); "
                         "medusa / eagle: do not verify (or expand) a node whose path's draft probability is below it "
-                        "(default 0)")
+                        "(default 0); self_speculative: Kangaroo's early stop, do not expand a draft token below "
+                        "it (default 0.8, below 1)")
     g.add_argument("--adaptive", action="store_true",
                    help="speculative: skip drafting while plain target steps are faster (measured online)")
     g.add_argument("--ngram-table", default=None, type=input_file,
@@ -96,11 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "default model: assets/datastore/smollm2); without it retrieval drafts from the suffix "
                         "cache (SuffixDecoding: prompt, output so far, earlier runs)")
     g.add_argument("--budget", type=int_in(1, MAX_TREE_NODES), default=None,
-                   help=f"medusa / eagle / retrieval: tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval; at most "
+                   help=f"medusa / eagle / retrieval / self_speculative: tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval; at most "
                         f"{MAX_TREE_NODES})")
     g.add_argument("--draft-vocab", type=limit("draft_vocab"), default=None,
-                   help="medusa / eagle: draft only the N tokens the target chose most often in the heads' "
-                        "training (FR-Spec; verification still uses the whole vocabulary; 0 = all)")
+                   help="medusa / eagle / self_speculative: draft only the N tokens the target chose most often in the "
+                        "heads' or adapter's training (FR-Spec; verification still uses the whole vocabulary; 0 = all)")
     g.add_argument("--acceptance", choices=("exact", "typical"), default=None,
                    help="medusa / eagle with --temperature > 0: typical = Medusa's typical acceptance, longer "
                         "accepted paths but NOT exact (the output no longer follows the target's distribution); "
@@ -230,6 +231,8 @@ def setup(args: argparse.Namespace):
                   heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab, acceptance=args.acceptance,
                   confidence=args.draft_confidence if args.method in HEADS_METHODS else None,
                   adapter=args.adapter, datastore=args.datastore)
+    if args.method == "self_speculative":  # its chain length and Kangaroo's early stop share the speculative names
+        params.update(depth=args.draft_tokens, stop=args.draft_confidence)
     if args.adapter and args.method != "self_speculative":
         raise ValueError("--adapter needs --method self_speculative")
     references = [read_reference(f) for f in args.reference or []]
@@ -240,20 +243,25 @@ def setup(args: argparse.Namespace):
         raise ValueError("--block needs --method jacobi")
     if args.datastore and args.method != "retrieval":
         raise ValueError("--datastore needs --method retrieval")
-    if (args.heads or args.budget and args.method != "retrieval" or args.draft_vocab is not None
-            or args.acceptance) and args.method not in (
-            "medusa", "eagle"):
-        raise ValueError("--heads, --budget, --draft-vocab and --acceptance need --method medusa or eagle")
+    if (args.heads or args.acceptance) and args.method not in HEADS_METHODS:
+        raise ValueError("--heads and --acceptance need --method medusa or eagle")
+    if args.budget is not None and args.method not in HEADS_METHODS + ("retrieval", "self_speculative"):
+        raise ValueError("--budget needs --method medusa, eagle, retrieval or self_speculative")
+    if args.draft_vocab is not None and args.method not in HEADS_METHODS + ("self_speculative",):
+        raise ValueError("--draft-vocab needs --method medusa, eagle or self_speculative")
     if args.acceptance:
         from .methods.medusa import check_acceptance
         check_acceptance(args.acceptance, sampling)
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
-    elif any(v not in (None, False) for v in (args.draft, args.draft_tokens, args.tree, args.tree_budget,
+    elif any(v not in (None, False) for v in (args.draft, args.tree, args.tree_budget,
                                                args.staged or None, args.ngram_table, args.adaptive or None,
-                                               None if args.method in HEADS_METHODS else args.draft_confidence)):
+                                               None if args.method == "self_speculative" else args.draft_tokens,
+                                               None if args.method in HEADS_METHODS + ("self_speculative",)
+                                               else args.draft_confidence)):
         raise ValueError("--draft, --draft-tokens, --tree, --tree-budget, --staged need --method speculative "
-                         "(--draft-confidence: speculative, medusa or eagle)")
+                         "(--draft-tokens: also self_speculative; --draft-confidence: speculative, medusa, eagle "
+                         "or self_speculative)")
     else:  # validate before the (slow) model load; heads default to the shipped ones once the model is known
         drafter = make_drafter(args.method, **(dict(params, heads=params["heads"] or "(shipped)")
                                                if args.method in HEADS_METHODS else

@@ -74,10 +74,12 @@ def test_prompt_kv_comes_from_the_targets_hidden_states(tmp_path):
         torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=1e-4)
 
 
-def test_sampling_keeps_the_target_distribution(tmp_path):
-    """Drafts drawn from the adapter's distribution, verified by verify.speculative: the first 3 sampled
-    tokens follow the target's exact joint distribution (chi-square, p > 1e-3; the same bound as
-    test_sampling.py, whose negative control shows it rejects a slightly wrong distribution)."""
+@pytest.mark.parametrize("shape", [dict(depth=3), dict(depth=2, branch=2, beam=2, budget=6)], ids=["chain", "tree"])
+def test_sampling_keeps_the_target_distribution(shape, tmp_path):
+    """Drafts drawn from the adapter's distribution (a chain, or a tree of sampled siblings), verified by
+    verify.speculative: the first 3 sampled tokens follow the target's exact joint distribution (chi-square,
+    p > 1e-3; the same bound as test_sampling.py, whose negative control shows it rejects a slightly wrong
+    distribution)."""
     from test_heads import IntTok
     from test_sampling import PROMPT as SP, chi2_pvalue, exact_joint, peaky_model
     from decoding.methods.self_spec_train import train_adapter
@@ -88,7 +90,7 @@ def test_sampling_keeps_the_target_distribution(tmp_path):
     s = Sampling(1.0, 5, 0.95, 0)
     probs = exact_joint(model, s)
     runs, counts, multi = 1200, {}, 0
-    d = make_drafter("self_speculative", adapter=str(tmp_path), depth=3, stop=0.0, draft_vocab=0)
+    d = make_drafter("self_speculative", adapter=str(tmp_path), stop=0.0, draft_vocab=0, **shape)
     for seed in range(runs):
         tr = generate(model, SP, d, max_new_tokens=3, sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
         counts[tuple(tr.output_ids)] = counts.get(tuple(tr.output_ids), 0) + 1
@@ -141,6 +143,13 @@ def test_cli_train_and_generate(tmp_path, capsys):
               "--prompt", "def f ( x ) :", "--max-new-tokens", "12", "--check-exact"], capsys)
     assert r.returncode == 0, r.stderr
     assert "identical" in r.stderr and "[self_speculative] mean acceptance length" in r.stderr
+    out = tmp_path / "t.json"  # the draft's shape from the speculative flags: depth, early stop, budget, vocabulary
+    r = _cli(["generate", "--model", mdir, "--method", "self_speculative", "--adapter", str(tmp_path / "a"),
+              "--prompt", "def f ( x ) :", "--max-new-tokens", "12", "--check-exact", "--draft-tokens", "2",
+              "--draft-confidence", "0.3", "--budget", "2", "--draft-vocab", "0", "--json", str(out)], capsys)
+    assert r.returncode == 0 and "identical" in r.stderr, r.stderr
+    cfg = json.loads(out.read_text())["config"]
+    assert (cfg["depth"], cfg["stop"], cfg["budget"]) == (2, 0.3, 2), cfg
     for args, msg in ((["train-heads", "--model", mdir, "--kind", "self_speculative", "--exit-layer", "2", "--data",
                         str(tmp_path / "d.txt"), "--out", str(tmp_path / "b"), "--seq", "32"], "exit layer must be in"),
                       (["train-heads", "--model", mdir, "--kind", "self_speculative", "--data", str(tmp_path / "d.txt"),
@@ -150,7 +159,13 @@ def test_cli_train_and_generate(tmp_path, capsys):
                       (["generate", "--model", mdir, "--method", "self_speculative", "--prompt", "def"],
                        "self_speculative needs an adapter"),
                       (["generate", "--model", mdir, "--method", "greedy", "--prompt", "def", "--adapter", "x"],
-                       "--adapter needs --method self_speculative")):
+                       "--adapter needs --method self_speculative"),
+                      (["generate", "--model", mdir, "--method", "self_speculative", "--prompt", "def", "--adapter",
+                        str(tmp_path / "a"), "--tree", "2,1"], "--tree, --tree-budget, --staged need --method"),
+                      (["generate", "--model", mdir, "--method", "self_speculative", "--prompt", "def", "--adapter",
+                        str(tmp_path / "a"), "--draft-confidence", "1"], "stop in [0, 1)"),
+                      (["generate", "--model", mdir, "--method", "greedy", "--prompt", "def", "--draft-vocab", "9"],
+                       "--draft-vocab needs --method medusa, eagle or self_speculative")):
         r = _cli(args, capsys)
         assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 

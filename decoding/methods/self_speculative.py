@@ -181,6 +181,7 @@ class SelfSpeculative:
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
                     q=q_rows(n, {remap[i]: v for i, v in q_of.items() if i in remap}) if q_of and n > 1 else None)
 
+    @torch.inference_mode()  # the draft cache holds inference tensors: compacting it in place needs the mode
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         """Keep the draft-cache rows of the accepted nodes the draft expanded (a prefix of the path), drop
         the rest; the target's time for the step goes in the trace beside the draft's."""
