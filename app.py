@@ -154,7 +154,7 @@ def lesson_step(delta: int | None, default: str):
 def on_method(method: str):
     return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),
             gr.update(visible=method == "speculative"), explain(method), gr.update(visible=method == "jacobi"),
-            gr.update(visible=method in HEADS_METHODS))
+            gr.update(visible=method in HEADS_METHODS + ("self_speculative",)))
 
 
 def on_spec_mode(mode: str):

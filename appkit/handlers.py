@@ -64,6 +64,8 @@ class Prepared:
         if method in HEADS_METHODS:
             kw["heads"] = heads_folder(self.settings.heads, method, self.model)
             kw["acceptance"] = "typical" if self.settings.typical else "exact"
+        if method == "self_speculative":  # the heads box names an adapter folder; empty: the one shipped for the model
+            kw["adapter"] = (self.settings.heads or "").strip() or None
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):

@@ -62,7 +62,7 @@ class Settings:
     seed: float = 0
     block: float = 8            # jacobi: guesses refined per step
     reference: str = ""         # prompt lookup: a reference text it also copies from ("" = none)
-    heads: str = ""               # medusa / eagle heads folder; "" = the shipped heads (assets/heads/<method>)
+    heads: str = ""               # medusa / eagle heads folder, or a self_speculative adapter; "" = the shipped ones
     heads_budget: float = 16      # medusa / eagle: tree nodes verified per step
     typical: bool = False         # medusa / eagle: Medusa's typical acceptance (sampling only; not exact)
     datastore: str = ""           # retrieval: "" = the suffix cache (SuffixDecoding), "shipped" = assets/datastore/smollm2
@@ -170,10 +170,10 @@ def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) ->
         return speculative_params(s, lim, problems)
     if method in HEADS_METHODS:
         return {"budget": whole(s, "heads_budget", lim, problems)}
-    if method == "retrieval":  # its source is a setting of its own (Prepared.drafter reads s.datastore)
+    if method in ("retrieval", "self_speculative"):  # their source (datastore, adapter) is read by Prepared.drafter
         return {}
     problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative, "
-                    "jacobi, medusa or eagle")
+                    "jacobi, medusa, eagle, self_speculative or retrieval")
     return {}
 
 

@@ -174,8 +174,9 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                             "(the tree view shows what it pruned); 0 = full tree")
             with gr.Group(visible=False) as p.hd_group:
                 with gr.Row():
-                    p.heads = Text("", label="heads folder", placeholder="empty = the shipped heads (assets/heads)",
-                                         info="made by python -m decoding train-heads for THIS target model")
+                    p.heads = Text("", label="heads folder (self-speculative: adapter folder)",
+                                   placeholder="empty = the ones shipped for the model (assets/heads)",
+                                   info="made by python -m decoding train-heads for THIS target model")
                     p.heads_budget = Int(16, "tree budget (nodes)", lim, "tree_budget")
                     p.typical = gr.Checkbox(False, label="typical acceptance (NOT exact)",
                                             info="sampling only (temperature > 0): Medusa's rule accepts any "

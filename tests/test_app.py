@@ -656,3 +656,24 @@ def test_sweep_draws_the_jacobi_line(client, dirs):
     assert status.startswith("done: 4 runs")
     assert [r[0] for r in table["data"]] == ["greedy", "jacobi", "jacobi", 3, 3]
     assert "Jacobi (block K = W)" in json.dumps(fig)
+
+
+def test_self_speculative_and_retrieval_run_in_the_app(client, dirs, tmp_path):
+    """Both survey families reach the engine through the app's API with their pictures: self-speculative with
+    the adapter named in the heads box (exactly HF greedy's ids), retrieval from the suffix cache; a model
+    without a shipped adapter and the shipped datastore on another tokenizer each get the field's message."""
+    from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+    greedy = reference(dirs)
+    model, _ = load(dirs["target"])
+    save_adapter(*new_adapter(model, 1), tmp_path / "adapter")
+    msg, stats, text, html, path = client.predict(*settings(dirs, method="self_speculative",
+                                                            heads=str(tmp_path / "adapter")), api_name="/run")
+    tr = saved_trace(path)
+    assert msg == "" and tr["method"] == "self_speculative" and tr["output_ids"] == greedy.output_ids
+    assert tr["config"]["exit_layer"] == 1 and "data-view='tree'" in html
+    msg, stats, text, html, path = client.predict(*settings(dirs, method="retrieval", datastore=""), api_name="/run")
+    tr = saved_trace(path)
+    assert msg == "" and tr["method"] == "retrieval" and tr["output_ids"] == greedy.output_ids
+    assert "data-view='retrieval'" in html
+    expect_msg(client, settings(dirs, method="self_speculative", heads=""), "/run", "adapter")
+    expect_msg(client, settings(dirs, method="retrieval", datastore="shipped"), "/run", "retrieval source")
