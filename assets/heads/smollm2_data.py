@@ -60,6 +60,60 @@ TASKS = ["Write a short email to a colleague asking to move a meeting to Friday.
          "Describe a sunset over the sea.", "How do I prepare for a job interview?", "Write a limerick about a cat.",
          "Plan a three-day trip to Rome.", "What are the benefits of regular exercise?", "Explain how to change a flat tire.",
          "Write a product description for a reusable water bottle.", "How can I save money on groceries?"]
+# Everyday programming requests in everyday words (the templated ones above read like docstrings): what users ask.
+# Written without looking at the held-out requests' topics beyond HELDOUT_PHRASES, which drops any overlap.
+EVERYDAY_TASKS = [
+    "reverses a string", "returns the largest number in a list", "computes the factorial of n",
+    "returns the n-th Fibonacci number", "checks whether a number is prime", "removes duplicates from a list while "
+    "keeping the order", "flattens a nested list", "sorts a list of dictionaries by a key",
+    "finds the second largest number in a list", "counts the vowels in a string", "converts Celsius to Fahrenheit",
+    "computes the average of a list of numbers", "finds the common elements of two lists",
+    "checks whether two strings are anagrams", "capitalizes the first letter of every word",
+    "returns the sum of the digits of an integer", "reads a text file and returns its lines",
+    "writes a list of strings to a file, one per line", "validates an email address with a regular expression",
+    "generates a random password", "computes the greatest common divisor of two numbers",
+    "converts a decimal number to binary", "finds the longest word in a sentence", "splits a list into chunks of size n",
+    "rotates a list by k positions", "transposes a matrix", "multiplies two matrices", "checks whether a year is a leap year",
+    "returns the median of a list of numbers", "returns the even numbers of a list", "computes compound interest",
+    "counts the lines in a file", "returns the most common element of a list", "implements binary search",
+    "implements bubble sort", "implements quicksort", "implements a stack", "implements a queue with two stacks",
+    "checks whether the brackets in a string are balanced", "converts a Roman numeral to an integer",
+    "converts an integer to a Roman numeral", "returns all subsets of a list", "returns all permutations of a string",
+    "finds the missing number in a list of 1 to n", "computes the dot product of two vectors",
+    "collapses repeated whitespace in a string", "shortens a string to n characters with an ellipsis",
+    "returns the weekday of a date string", "returns the number of days between two dates",
+    "measures how long another function takes to run", "retries a function up to three times",
+    "reads a JSON file and returns one of its keys", "finds the first non-repeating character in a string",
+    "checks whether a list is sorted", "inverts a dictionary", "groups words by their first letter",
+    "computes the area of a circle", "computes the distance between two points", "converts a list of strings to integers",
+    "replaces every space in a string with an underscore", "returns the squares of the numbers 1 to n",
+    "checks whether a string contains only digits", "finds the index of an item in a list or returns -1",
+    "computes the running total of a list", "removes the vowels from a string", "converts seconds to hours, minutes "
+    "and seconds", "returns the n largest items of a list", "checks whether a number is a perfect square",
+    "prints a multiplication table", "simulates rolling two dice"]
+EVERYDAY_PHRASES = ["Write a Python function that {t}.", "How do I write a Python function that {t}?",
+                    "Write a short Python program that {t}, and explain how it works."]
+PYTHON_TOPICS = ["list comprehensions", "decorators", "generators", "context managers", "lambda functions",
+                 "exceptions and try/except", "f-strings", "type hints", "virtual environments", "dictionaries", "sets",
+                 "slicing", "default arguments", "classes and inheritance", "modules and imports",
+                 "the if __name__ == \"__main__\" idiom", "enumerate", "zip", "sorting with a key function",
+                 "dataclasses", "properties", "iterators", "map and filter", "closures", "the global interpreter lock",
+                 "unit tests with unittest", "the logging module", "string methods", "reading and writing files",
+                 "while loops"]
+PYTHON_PAIRS = ["== and is", "a function and a method", "a for loop and a while loop", "return and print",
+                "a module and a package", "break and continue", "*args and **kwargs", "a deep copy and a shallow copy",
+                "a class and an instance", "local and global variables", "an iterator and a generator",
+                "str() and repr()"]
+
+
+def everyday_requests() -> list[str]:
+    """EVERYDAY_TASKS in each phrasing, Python topics explained, and differences between two Python ideas."""
+    out = [p.format(t=t) for t in EVERYDAY_TASKS for p in EVERYDAY_PHRASES]
+    out += [f"Explain {t} in Python with a short example." for t in PYTHON_TOPICS]
+    out += [f"What is the difference between {pair} in Python?" for pair in PYTHON_PAIRS]
+    return [r for r in out if not any(p in r.lower() for p in HELDOUT_PHRASES)]
+
+
 HELDOUT_PHRASES = ["palindrome", "list and a tuple", "each word appears", "404", "bank account", "commit message",
                    "merges two sorted", "merge two sorted", "csv"]
 
@@ -126,6 +180,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--chat", type=int, default=480, help="chat requests to answer")
+    ap.add_argument("--skip", type=int, default=0, help="skip the first N templated requests (answered by an earlier run)")
+    ap.add_argument("--everyday", action="store_true", help="also answer the everyday requests (everyday_requests())")
     ap.add_argument("--code", type=int, default=160, help="code files to continue")
     ap.add_argument("--new", type=int, default=160, help="new tokens per answer")
     ap.add_argument("--batch", type=int, default=16)
@@ -135,7 +191,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     folder = fetch_default()
     tok, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
-    requests = chat_requests()[:a.chat]
+    requests = chat_requests()[a.skip:a.chat] + (everyday_requests() if a.everyday else [])
     check_heldout(requests)
     chats = [tok.apply_chat_template([{"role": "user", "content": r}], add_generation_prompt=True, tokenize=False)
              for r in requests]
