@@ -63,6 +63,20 @@ def arch_of(config: Any) -> Arch:
                 gated_mlp=gated, tied=bool(_get(cfg, "tie_word_embeddings", default=True)))
 
 
+def recorded_arch(model: Any, refusal: str) -> Arch:
+    """The shape a trace recorded (its model["config"]) with every size above zero, which every roofline
+    number needs; else ValueError(refusal), the caller's one line (a hand-made trace, a config without sizes)."""
+    cfg = model.get("config") if isinstance(model, dict) else None
+    try:
+        a = arch_of(cfg if isinstance(cfg, dict) else {})
+        ok = min(a.layers, a.hidden, a.heads, a.kv_heads, a.head_dim, a.intermediate, a.vocab) > 0
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        ok = False
+    if not ok:
+        raise ValueError(refusal)
+    return a
+
+
 def dtype_bytes(dtype: Any) -> int:
     """Bytes per element for a torch dtype or its name ('bfloat16', 'torch.float16', 'fp32')."""
     name = str(dtype).replace("torch.", "")

@@ -23,7 +23,7 @@ import dataclasses
 from typing import Any
 
 from .calibrate import DATASHEET, datasheet_peak
-from .flops import Arch, arch_of, dtype_bytes, step_cost
+from .flops import Arch, dtype_bytes, recorded_arch, step_cost
 
 LINKS: dict[str, dict[str, dict[str, float]]] = {  # GPU -> link -> both-direction bytes/s per GPU
     "H100": {"nvlink": 900e9, "pcie": 128e9},
@@ -39,19 +39,8 @@ LLAMA_7B = Arch(model_type="llama", layers=32, hidden=4096, heads=32, kv_heads=3
                 vocab=32000, gated_mlp=True, tied=False)
 
 
-def _arch(tr) -> Arch:
-    """The trace's model shape (model.config); one line when it has none (profiling/project.py says the same,
-    but importing it here would be a circle: it imports this module for --gpus-link)."""
-    cfg = tr.model.get("config") if isinstance(tr.model, dict) else None
-    try:
-        a = arch_of(cfg if isinstance(cfg, dict) else {})
-        ok = min(a.layers, a.hidden, a.heads, a.kv_heads, a.head_dim, a.intermediate, a.vocab) > 0
-    except (TypeError, ValueError, ArithmeticError, AttributeError):
-        ok = False
-    if not ok:
-        raise ValueError("this trace records no usable model config (hidden size, layers, heads, vocab): the "
-                         "projection needs the model's shape; pass arch= (e.g. LLAMA_7B)")
-    return a
+NO_SHAPE = ("this trace records no usable model config (hidden size, layers, heads, vocab): the projection needs "
+            "the model's shape; pass arch= (e.g. LLAMA_7B)")
 
 
 def link_bandwidth(device: str, link: str) -> float:
@@ -96,7 +85,7 @@ def tp_project(trace: Any, device: str = "H100", gpus: int = 8, link: str = "nvl
     from decoding.trace import Trace
 
     tr = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
-    a = arch or _arch(tr)
+    a = arch or recorded_arch(tr.model, NO_SHAPE)
     nb = dtype_bytes({"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype))
     peak, bw = datasheet_peak(device, dtype), link_bandwidth(device, link)
     steps = [tp_step(a, s.n_query, s.kv_len, nb, gpus, peak, bw, latency_us * 1e-6) for s in tr.steps]
@@ -133,7 +122,7 @@ def lp_project(trace: Any, device: str = "A100", gpus: int = 8, link: str = "nvl
     tr = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
     if tr.method != "lookahead":
         raise ValueError(f"lookahead parallelism splits a lookahead window; this is a {tr.method} trace")
-    a = arch or _arch(tr)
+    a = arch or recorded_arch(tr.model, NO_SHAPE)
     nb = dtype_bytes({"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype))
     peak, bw, lat = datasheet_peak(device, dtype), link_bandwidth(device, link), latency_us * 1e-6
     kv_row = a.layers * 2 * a.kv_heads * a.head_dim * nb

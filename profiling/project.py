@@ -23,7 +23,7 @@ from typing import Any
 import dataclasses
 
 from .calibrate import DATASHEET, datasheet_peak
-from .flops import Arch, arch_of, draft_cost, dtype_bytes, step_cost, trace_costs
+from .flops import Arch, arch_of, draft_cost, dtype_bytes, recorded_arch, step_cost, trace_costs
 
 LABEL = ("projection from datasheet peaks (roofline lower bound per step: no launch overhead, kernels at "
          "peak, target and draft forwards) — not a measurement")
@@ -31,19 +31,11 @@ DEVICES = ("A100", "H100", "H200")
 
 
 def model_arch(tr) -> Arch:
-    """The recorded model's shape (trace.model["config"]), which every roofline number needs; a trace without
-    a usable one (hand-made, or a model config without sizes) is a ValueError with one line."""
-    cfg = tr.model.get("config") if isinstance(tr.model, dict) else None
-    try:
-        a = arch_of(cfg if isinstance(cfg, dict) else {})
-        ok = min(a.layers, a.hidden, a.heads, a.kv_heads, a.head_dim, a.intermediate, a.vocab) > 0
-    except (TypeError, ValueError, ArithmeticError, AttributeError):
-        ok = False
-    if not ok:
-        raise ValueError(f"this {tr.method} trace records no usable model config (hidden size, layers, heads, vocab "
-                         "in model.config): the roofline needs the model's shape; traces written by `python -m "
-                         "decoding generate --json` carry it")
-    return a
+    """The recorded model's shape (trace.model["config"], flops.recorded_arch), which every roofline number
+    needs; a trace without a usable one (hand-made, or a model config without sizes) is one line."""
+    return recorded_arch(tr.model, f"this {tr.method} trace records no usable model config (hidden size, layers, "
+                         "heads, vocab in model.config): the roofline needs the model's shape; traces written by "
+                         "`python -m decoding generate --json` carry it")
 
 
 def step_seconds(flops: float, nbytes: float, peak: dict) -> float:

@@ -118,6 +118,9 @@ def test_heads_refused_for_another_base_model_or_corrupt(trained, tmp_path):
     (bad / "heads.json").write_text("{not json")
     with pytest.raises(HeadsError, match="not valid JSON"):
         load_heads(bad, model)
+    (bad / "heads.json").write_text("[1]")  # valid JSON, not a card: one line, not an AttributeError
+    with pytest.raises(HeadsError, match="is not a JSON object"):
+        load_heads(bad, model)
 
 
 def test_train_resumes_and_keeps_best(tmp_path):
@@ -213,8 +216,9 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     (["generate", "--model", "TINY", "--method", "medusa", "--prompt", "x"], "medusa needs heads: the shipped ones"),
     (["generate", "--method", "eagle", "--heads", "NOHEADS", "--prompt", "x"], "holds no heads"),
     (["generate", "--method", "greedy", "--heads", "h", "--prompt", "x"],
-     "--heads, --budget, --draft-vocab and --acceptance need"),
-    (["generate", "--method", "lookahead", "--draft-vocab", "64", "--prompt", "x"], "--acceptance need --method medusa"),
+     "--heads and --acceptance need --method medusa or eagle"),
+    (["generate", "--method", "lookahead", "--draft-vocab", "64", "--prompt", "x"],
+     "--draft-vocab needs --method medusa, eagle or self_speculative"),
     (["generate", "--method", "lookahead", "--acceptance", "typical", "--prompt", "x"], "need --method medusa or eagle"),
     (["generate", "--method", "medusa", "--heads", "h", "--acceptance", "typical", "--prompt", "x"],
      "typical acceptance needs sampling (temperature > 0)"),

@@ -25,6 +25,7 @@ from ..fast.layout import column_major_linears
 from ..engine.drafter import Abilities
 from ..engine.sampling import Sampling, warp
 from ..models import cache_kwarg
+from .checkpoint import check_fingerprint, load_weights, read_card, require_files
 
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
@@ -152,38 +153,25 @@ def save_heads(module: nn.Module, cfg: dict, out: str | Path, extra: dict | None
 def check_heads_files(path: str | Path) -> None:
     """A heads folder holds both files (checked before a model loads, so a wrong --heads is one line at once)."""
     path = Path(path)
-    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
-        raise HeadsError(f"{path} holds no heads ({CONFIG} and {WEIGHTS}); train them with "
-                         "python -m decoding train-heads")
+    require_files(path, (CONFIG, WEIGHTS), HeadsError, f"{path} holds no heads ({CONFIG} and {WEIGHTS}); train "
+                  "them with python -m decoding train-heads")
 
 
 def load_heads(path: str | Path, model, kind: str | None = None) -> tuple[nn.Module, dict]:
     """Heads from `path` for `model`; refused (HeadsError, one line) for another base model, another
     kind than asked, or a missing/corrupt file."""
-    from safetensors.torch import load_file
     path = Path(path)
     check_heads_files(path)
-    try:
-        cfg = json.loads((path / CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise HeadsError(f"{path / CONFIG} is not valid JSON ({e})") from None
+    cfg = read_card(path / CONFIG, HeadsError)
     if cfg.get("kind") not in KINDS:
         raise HeadsError(f"{path / CONFIG} names no known heads kind ({cfg.get('kind')!r})")
     if kind is not None and cfg["kind"] != kind:
         raise HeadsError(f"{path} holds {cfg['kind']} heads, not {kind} heads")
-    fp = base_fingerprint(model)
-    if cfg.get("base_fingerprint") != fp:
-        raise HeadsError(f"these {cfg['kind']} heads were trained for another base model "
-                         f"({cfg.get('base_model') or '?'}, fingerprint {cfg.get('base_fingerprint')}), not this "
-                         f"one ({fp}): train heads for it with python -m decoding train-heads")
+    check_fingerprint(cfg, base_fingerprint(model), HeadsError, f"these {cfg['kind']} heads were",
+                      "train heads for it with python -m decoding train-heads")
     module = (MedusaHeads(cfg["hidden"], cfg["n_heads"]) if cfg["kind"] == "medusa"
               else EagleHead(cfg["eagle"]))
-    try:
-        state = load_file(str(path / WEIGHTS))
-        module.load_state_dict(state)
-    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
-        raise HeadsError(f"{path / WEIGHTS} is corrupt or does not match {CONFIG} "
-                         f"({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    load_weights(module, path / WEIGHTS, HeadsError, CONFIG)
     w = model.get_input_embeddings().weight
     return module.to(device=w.device, dtype=w.dtype).eval(), cfg
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..engine.shallow import check_exit, decoder_parts
+from .checkpoint import check_fingerprint, load_weights, read_card, require_files
 from .heads import HeadsError, base_fingerprint
 
 KIND = "self_speculative"
@@ -62,34 +63,20 @@ def save_adapter(layer: nn.Module, cfg: dict, out: str | Path, extra: dict | Non
 
 def load_adapter(path: str | Path, model) -> tuple[nn.Module, dict]:
     """The adapter in `path` for `model`, checked (bounded work: sizes first, then the fingerprint)."""
-    from safetensors.torch import load_file
     path = Path(path).expanduser()
-    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
-        raise AdapterError(f"{path} holds no self-speculative adapter ({CONFIG} and {WEIGHTS}); train one with "
-                           f"python -m decoding train-heads --kind {KIND} --exit-layer K")
-    if (path / CONFIG).stat().st_size > 1 << 20 or (path / WEIGHTS).stat().st_size > MAX_FILE:
-        raise AdapterError(f"{path} holds files too large for an adapter")
-    try:
-        cfg = json.loads((path / CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise AdapterError(f"{path / CONFIG} is not valid JSON ({e})") from None
+    train = f"python -m decoding train-heads --kind {KIND} --exit-layer K"
+    require_files(path, (CONFIG, WEIGHTS), AdapterError, f"{path} holds no self-speculative adapter ({CONFIG} and "
+                  f"{WEIGHTS}); train one with {train}", max_bytes=(1 << 20, MAX_FILE), what="an adapter")
+    cfg = read_card(path / CONFIG, AdapterError)
     if not isinstance(cfg, dict) or cfg.get("kind") != KIND:
         raise AdapterError(f"{path / CONFIG} is not a {KIND} adapter (kind {cfg.get('kind') if isinstance(cfg, dict) else None!r})")
-    fp = base_fingerprint(model)
-    if cfg.get("base_fingerprint") != fp:
-        raise AdapterError(f"this adapter was trained for another base model ({cfg.get('base_model') or '?'}, "
-                           f"fingerprint {cfg.get('base_fingerprint')}), not this one ({fp}): train one with "
-                           f"python -m decoding train-heads --kind {KIND} --exit-layer K")
+    check_fingerprint(cfg, base_fingerprint(model), AdapterError, "this adapter was", f"train one with {train}")
     n = len(decoder_parts(model).layers)
     k = cfg.get("exit_layer")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < n:
         raise AdapterError(f"{path / CONFIG}: exit layer {k!r} is not inside this {n}-layer model")
     layer, _ = new_adapter(model, k)
-    try:
-        layer.load_state_dict(load_file(str(path / WEIGHTS)))
-    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a damaged file
-        raise AdapterError(f"{path / WEIGHTS} is corrupt or does not match this model "
-                           f"({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+    load_weights(layer, path / WEIGHTS, AdapterError, "this model")
     return layer.eval().requires_grad_(False), cfg
 
 

@@ -7,12 +7,11 @@ the LM head on it against the target's own argmax (what greedy verification acce
 loss is the reduced draft vocabulary (heads.DraftLM's top quarter by the target's choices; all of a vocabulary
 of <= 4,096): the full
 49,152-token head would cost more than the adapter on a CPU. The target's features are computed once
-and cached on disk (train_heads.features' rule); the best validation checkpoint is kept.
+and cached on disk (train_heads.hidden_features, the heads' pass); the best validation checkpoint is kept.
 """
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from pathlib import Path
 
@@ -23,42 +22,19 @@ from torch import nn
 from ..engine.shallow import check_exit, decoder_parts, run_layers
 from .heads import base_fingerprint, save_counts
 from .self_spec_adapter import new_adapter, save_adapter
-from .train_heads import _autocast, _eos, _progress, chunk
+from .train_heads import _autocast, _eos, _progress, chunk, hidden_features, split_rows, warmup_cosine
 
 
-@torch.inference_mode()
 def layer_features(model, rows: np.ndarray, k: int, cache: Path, batch: int = 8, log=print,
                    also: tuple[int, ...] = ()):
     """(h_k [n, seq, h], final [n, seq, h] fp16, argmax [n, seq] int32) of the frozen target, cached;
     `also`: more exit layers stored by the same pass (a k sweep pays for the target's forward once)."""
-    names = [cache / f"h{k}.npy", cache / "final.npy", cache / "argmax.npy"]
-    if (cache / f"done{k}").exists():
-        return np.load(names[0], mmap_mode="r"), np.load(names[1], mmap_mode="r"), np.load(names[2])
-    cache.mkdir(parents=True, exist_ok=True)
-    n, seq = rows.shape
-    h = int(model.config.get_text_config().hidden_size)
-    ks = sorted({k, *also})
-    hs = {j: np.lib.format.open_memmap(cache / f"h{j}.npy", mode="w+", dtype=np.float16, shape=(n, seq, h)) for j in ks}
-    fin = np.lib.format.open_memmap(names[1], mode="w+", dtype=np.float16, shape=(n, seq, h))
-    arg = np.zeros((n, seq), dtype=np.int32)
-    dev = model.get_input_embeddings().weight.device
-    t0 = time.perf_counter()
-    for i in range(0, n, batch):
-        ids = torch.from_numpy(rows[i:i + batch]).long().to(dev)
-        with _autocast(dev):
-            out = model(input_ids=ids, output_hidden_states=True)
-        for j, hj in hs.items():
-            hj[i:i + len(ids)] = out.hidden_states[j].float().cpu().numpy()
-        fin[i:i + len(ids)] = out.hidden_states[-1].float().cpu().numpy()
-        arg[i:i + len(ids)] = out.logits.argmax(-1).cpu().numpy()
-        _progress("features", i + len(ids), n, t0, log)
-    for j, hj in hs.items():
-        hj.flush()
-    fin.flush()
-    np.save(names[2], arg)
-    for j in ks:
-        (cache / f"done{j}").write_text("ok")
-    return np.load(names[0], mmap_mode="r"), np.load(names[1], mmap_mode="r"), arg
+    if not (cache / f"done{k}").exists():
+        ks = sorted({k, *also})
+        hidden_features(model, rows, cache, {**{f"h{j}": j for j in ks}, "final": -1}, [f"done{j}" for j in ks],
+                        batch, log)
+    return (np.load(cache / f"h{k}.npy", mmap_mode="r"), np.load(cache / "final.npy", mmap_mode="r"),
+            np.load(cache / "argmax.npy"))
 
 
 def draft_head(model, counts: np.ndarray, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,9 +77,7 @@ def train_adapter(model, tok, texts: list[str], out: str | Path, *, exit_layer: 
     key = hashlib.sha256(base_fingerprint(model).encode() + rows.tobytes()).hexdigest()[:16]
     hk, fin, arg = layer_features(model, rows, k, (Path(cache) if cache else out / "features") / key, log=log,
                                    also=also)
-    n = len(rows)
-    val = np.arange(n)[np.arange(n) % 20 == 19] if n >= 20 else np.arange(n)[-1:]
-    fit = np.setdiff1d(np.arange(n), val)
+    val, fit, total, order = split_rows(len(rows), batch, epochs, seed)
     vocab = int(model.get_output_embeddings().weight.shape[0])
     counts = np.bincount(np.asarray(arg)[fit].ravel(), minlength=vocab)[:vocab]
     save_counts(out, counts)
@@ -113,11 +87,7 @@ def train_adapter(model, tok, texts: list[str], out: str | Path, *, exit_layer: 
     layer, cfg = new_adapter(model, k, init)
     layer.train().requires_grad_(True)
     opt = torch.optim.AdamW(layer.parameters(), lr=lr, weight_decay=0.0)
-    total = max(1, int(math.ceil(len(fit) / batch) * epochs))
-    warm = max(1, total // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
-    order = np.random.default_rng(seed).permutation(np.tile(fit, int(math.ceil(epochs)) + 1))
+    sched = warmup_cosine(opt, total)
     log(f"[train] self_speculative exit layer {k}: {len(fit)} rows x {seq} tokens for training, {len(val)} for "
         f"validation, {total} steps of {batch} rows on {dev}")
 

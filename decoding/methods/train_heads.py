@@ -62,16 +62,25 @@ def chunk(tok, texts: list[str], seq: int, max_tokens: int, eos: int | None, see
     return np.asarray(ids[:n * seq], dtype=np.int32).reshape(n, seq)
 
 
-@torch.inference_mode()
 def features(model, rows: np.ndarray, cache: Path, batch: int = 8, log=print) -> tuple[np.ndarray, np.ndarray]:
     """(feats [n, seq, h] fp16, argmax [n, seq] int32) of the frozen base model, cached under `cache`."""
-    fp, ap = cache / "feats.npy", cache / "argmax.npy"
-    if (cache / "done").exists():
-        return np.load(fp, mmap_mode="r"), np.load(ap)
+    if not (cache / "done").exists():
+        hidden_features(model, rows, cache, {"feats": -1}, ["done"], batch, log)
+    return np.load(cache / "feats.npy", mmap_mode="r"), np.load(cache / "argmax.npy")
+
+
+@torch.inference_mode()
+def hidden_features(model, rows: np.ndarray, cache: Path, keep: dict[str, int], marks: list[str], batch: int = 8,
+                    log=print) -> None:
+    """One pass of the frozen model over `rows`, written under `cache`: hidden state keep[name] (an index of
+    output_hidden_states, -1 the last, normed one) as name.npy [n, seq, h] fp16, its argmax as argmax.npy
+    [n, seq] int32, then the files `marks` (the callers' sign that the cache is whole). Why one function:
+    the heads keep the last state, the self-speculative adapter layer k's too; the pass is the same."""
     cache.mkdir(parents=True, exist_ok=True)
     n, seq = rows.shape
     h = int(model.config.get_text_config().hidden_size)
-    feats = np.lib.format.open_memmap(fp, mode="w+", dtype=np.float16, shape=(n, seq, h))
+    kept = {name: np.lib.format.open_memmap(cache / f"{name}.npy", mode="w+", dtype=np.float16, shape=(n, seq, h))
+            for name in keep}
     arg = np.zeros((n, seq), dtype=np.int32)
     dev = model.get_input_embeddings().weight.device
     t0 = time.perf_counter()
@@ -79,13 +88,15 @@ def features(model, rows: np.ndarray, cache: Path, batch: int = 8, log=print) ->
         ids = torch.from_numpy(rows[i:i + batch]).long().to(dev)
         with _autocast(dev):
             out = model(input_ids=ids, output_hidden_states=True)
-        feats[i:i + len(ids)] = out.hidden_states[-1].float().cpu().numpy()
+        for name, mm in kept.items():
+            mm[i:i + len(ids)] = out.hidden_states[keep[name]].float().cpu().numpy()
         arg[i:i + len(ids)] = out.logits.argmax(-1).cpu().numpy()
         _progress("features", i + len(ids), n, t0, log)
-    feats.flush()
-    np.save(ap, arg)
-    (cache / "done").write_text("ok")
-    return np.load(fp, mmap_mode="r"), arg
+    for mm in kept.values():
+        mm.flush()
+    np.save(cache / "argmax.npy", arg)
+    for mark in marks:
+        (cache / mark).write_text("ok")
 
 
 @torch.inference_mode()
@@ -139,6 +150,23 @@ def _progress(what: str, done: int, total: int, t0: float, log, every: float = 1
     log(f"[{what}] {bar:<20} {done}/{total} {el / 60:5.1f} min, ETA {eta / 60:5.1f} min {extra}")
 
 
+def split_rows(n: int, batch: int, epochs: float, seed: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """(validation rows: every 20th, or the last of fewer than 20; training rows; optimizer steps; training rows
+    in the order the steps take them, shuffled with `seed`): the heads' and the adapter's plan, one rule."""
+    val = np.arange(n)[np.arange(n) % 20 == 19] if n >= 20 else np.arange(n)[-1:]
+    fit = np.setdiff1d(np.arange(n), val)
+    total = max(1, int(math.ceil(len(fit) / batch) * epochs))
+    order = np.random.default_rng(seed).permutation(np.tile(fit, int(math.ceil(epochs)) + 1))
+    return val, fit, total, order
+
+
+def warmup_cosine(opt: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Learning rate: linear warm-up over the first 5% of `total` steps, then a cosine decay to zero."""
+    warm = max(1, total // 20)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+
+
 def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: int = 4, seq: int = 256,
           max_tokens: int = 300_000, epochs: float = 1.0, batch: int = 4, lr: float = 1e-3, val_every: int = 75,
           cache: str | Path | None = None, seed: int = 0, ce_weight: float = 0.1, distill: int = 0,
@@ -163,9 +191,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         rows = self_distill(model, rows, distill, cache / key, log=log)
         key = hashlib.sha256(key.encode() + rows.tobytes()).hexdigest()[:16]
     feats, arg = features(model, rows, cache / key, log=log)
-    n = len(rows)
-    val = np.arange(n)[np.arange(n) % 20 == 19] if n >= 20 else np.arange(n)[-1:]
-    fit = np.setdiff1d(np.arange(n), val)
+    val, fit, total, order = split_rows(len(rows), batch, epochs, seed)
     vocab = int(model.get_output_embeddings().weight.shape[0])
     save_counts(out, np.bincount(np.asarray(arg)[fit, distill:].ravel(), minlength=vocab)[:vocab])  # DraftLM's ranking
     torch.manual_seed(seed)
@@ -179,10 +205,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         log(f"[train] starting from the {kind} heads in {init}")
     module.train()
     opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
-    total = max(1, int(math.ceil(len(fit) / batch) * epochs))
-    warm = max(1, total // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+    sched = warmup_cosine(opt, total)
     state_path, step, best = out / "state.pt", 0, {"loss": float("inf")}
     if state_path.exists():  # resume: same data and shape, else start over
         st = torch.load(state_path, map_location=dev, weights_only=False)
@@ -193,7 +216,6 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
             sched.load_state_dict(st["sched"])
             step, best = st["step"], st["best"]
             log(f"[train] resuming {kind} at step {step}/{total}")
-    order = np.random.default_rng(seed).permutation(np.tile(fit, int(math.ceil(epochs)) + 1))
     log(f"[train] {kind}: {len(fit)} rows x {seq} tokens for training, {len(val)} for validation, "
         f"{total} steps of {batch} rows on {dev}")
     t0, s0 = time.perf_counter(), step

@@ -20,9 +20,13 @@ checks it with a hash of all of them per step. Rank 0's prompt KV is broadcast o
 Exact: the accepted tokens come from one rank's greedy verification of its own candidates against its
 own forward, as in one process (decoding/engine/verify.py); tests/test_distributed.py compares them with
 single-process HF greedy.
+
+The loop calls the runner's stop rule and EOS set (engine/runner.py) but not its _decode: the exchange sits
+between the forward and the commit, and the runner records its prefill and steps inline, so those stay here.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 
@@ -31,6 +35,7 @@ import torch.distributed as dist
 
 from ..engine.core import Core
 from ..engine.masks import add_trie, chain_parents
+from ..engine.runner import _accept, _eos_set
 from ..engine.verify import common_prefix, greedy
 from ..methods.lookahead import Lookahead
 from ..trace import Step, Trace
@@ -123,7 +128,7 @@ def generate_lp(model, prompt_ids: list[int], drafter: Lookahead, *, max_new_tok
         raise ValueError("lookahead parallelism (--lp) splits lookahead's window: use --method lookahead")
     device = str(model.get_input_embeddings().weight.device)
     rank, world, backend = ensure(device)
-    eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+    eos = _eos_set(eos_token_id)
     drafter.tracing = trace
     core = Core(model, static=False)
     tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
@@ -131,7 +136,7 @@ def generate_lp(model, prompt_ids: list[int], drafter: Lookahead, *, max_new_tok
                prompt_ids=list(prompt_ids))
     columns = split_columns(drafter.W, world)
     t_run = time.perf_counter()
-    ctx = step_context or (lambda i, kind: _null())
+    ctx = step_context or (lambda i, kind: contextlib.nullcontext())
 
     with ctx(0, "prefill"):
         t0 = time.perf_counter()
@@ -260,24 +265,3 @@ def _full_path(full, accepted: list[int]) -> list[int]:
                     and full.roles[i] == "candidate")
         path.append(node)
     return path
-
-
-def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, limit: int, eos: set[int],
-            origin: str = "candidate") -> bool:
-    """The runner's rule: append up to the limit or the first EOS; the last token is the target's own."""
-    for k, t in enumerate(tokens):
-        out.append(t)
-        context.append(t)
-        step.accepted.append(t)
-        step.origins.append("target" if k == len(tokens) - 1 else origin)
-        if t in eos or len(out) >= limit:
-            return True
-    return False
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
