@@ -140,6 +140,8 @@ def chat_requests(seed: int = 0) -> list[str]:
 
 def code_prompts(tok, n: int, tokens: int = 64, seed: int = 0) -> list[str]:
     """The first `tokens` tokens of n training-split standard-library files (held-out files never)."""
+    if n <= 0:
+        return []
     root, rng = stdlib_root(), random.Random(seed)
     files = [f for f in list_files(root) if not is_heldout(f)]
     rng.shuffle(files)
@@ -198,7 +200,7 @@ def main() -> None:
     codes = code_prompts(tok, a.code)
     a.out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
-    for name, texts in (("chat", chats), ("code", codes)):
+    for name, texts in (("chat", chats), ("code", codes)) if codes else (("chat", chats),):
         answers = answer(model, tok, texts, a.new, a.batch, log)
         docs = [t + ans for t, ans in zip(texts, answers)]
         (a.out / f"{name}.txt").write_text(tok.eos_token.join(docs) + tok.eos_token)
