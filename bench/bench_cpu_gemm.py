@@ -12,7 +12,9 @@ medians of --reps passes, for
     "none", [], "") — oneDNN's blocked weight, the path torch.compile's CPU freezing uses;
   - MKL packed: torch.ops.mkl._mkl_reorder_linear_weight(W, M) once, then _mkl_linear(x, Wp, W, None, M) —
     MKL's cblas_sgemm_pack, packed for exactly M rows (a real decoder would need one pack per row count);
-  - ours: the packed kernel (decoding/fast/cpu_gemm.py).
+  - ours: the packed kernel (decoding/fast/cpu_gemm.py) on fp32 panels;
+  - ours blocks: the same kernel on the weights' exact Q4_1 / Q8_0 blocks where blocks.py recovers them
+    (a model converted from GGUF, e.g. the default SmolLM2-135M-Instruct), fp32 panels elsewhere.
 Both library packs are made for the row count timed (their best case). The weights (tens of MB) do not fit
 in cache, as in decoding, where each step streams them from memory. The load average is printed before and
 after: numbers taken while it is above 0.5 are marked "under load".
@@ -33,9 +35,10 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from decoding.fast.cpu_gemm import kernel, why_not  # noqa: E402
+from decoding.fast import blocks  # noqa: E402
 from decoding.models import load  # noqa: E402
 
-VARIANTS = ("stock", "column", "oneDNN packed", "MKL packed", "ours")
+VARIANTS = ("stock", "column", "oneDNN packed", "MKL packed", "ours", "ours blocks")
 
 
 def library_paths() -> dict[str, str | None]:
@@ -62,11 +65,15 @@ def passes(weights: list[torch.Tensor], rows: int, reps: int, libs: dict[str, st
     libs = library_paths() if libs is None else libs
     col = [w.t().contiguous().t() for w in weights]
     panels = [ops.pack_panels(w) for w in weights]
+    recovered = [blocks.recover(w) for w in weights]
+    mixed = [(ops.block_linear, ops.pack_blocks(b.q, b.d, b.m)) if b else (ops.packed_linear, p)
+             for b, p in zip(recovered, panels)]
     xs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
     variants = {
         "stock": lambda: [F.linear(xs[w.shape[1]], w) for w in weights],
         "column": lambda: [F.linear(xs[w.shape[1]], w) for w in col],
         "ours": lambda: [ops.packed_linear(xs[w.shape[1]], p, w.shape[0]) for w, p in zip(weights, panels)],
+        "ours blocks": lambda: [op(xs[w.shape[1]], p, w.shape[0]) for w, (op, p) in zip(weights, mixed)],
     }
     if libs.get("oneDNN packed", "absent") is None:
         dnn = [torch.ops.mkldnn._reorder_linear_weight(w, rows) for w in weights]

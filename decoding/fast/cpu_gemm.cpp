@@ -9,11 +9,23 @@
 //
 // Every output element is one sequential FMA chain over k, whichever tile it falls in: a row's result does
 // not depend on how many other rows share the call (bitwise), which MKL does not promise.
+//
+// Block panels (block_linear): a weight that is exactly de-quantised ggml Q4_1 / Q8_0 blocks (blocks.py) is
+// stored as those blocks, 5 / 8.5 bits a weight instead of 32, in the same 16-column panels. Per panel and
+// per 32-k block, one record: d[16] (float16), for Q4_1 m[16] (float16), then the codes, 16 columns per k:
+// Q4_1 one byte per column for each pair of k (low nibble k, high nibble k + 1), Q8_0 one int8 per column.
+// The panels of a matrix are one sequential stream. The kernel de-quantises w = d * q + m in registers (d * q
+// is exact in fp32, so this is the fp32 weight bit for bit) and runs the very FMA chain of the fp32 kernel,
+// so its results equal packed_linear's on the de-quantised weight bitwise, for every row count.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
+#include <string>
 
 constexpr int64_t PANEL = 16;
 
@@ -35,6 +47,47 @@ static inline void store(float* o, __m256 lo, __m256 hi, int64_t ncols) {
   for (int64_t c = 0; c < ncols; ++c) o[c] = tmp[c];
 }
 
+constexpr int64_t QK = 32;                                      // ggml's block length along k
+constexpr int64_t Q4_1_BYTES = 2 * PANEL * 2 + QK / 2 * PANEL;  // d, m, nibbles: 320
+constexpr int64_t Q8_0_BYTES = PANEL * 2 + QK * PANEL;          // d, int8 codes: 544
+
+// q [N, K] codes (uint8 0..15 for Q4_1, int8 for Q8_0), d and m [N, K/32] float16 -> [ceil(N/16), K/32, bytes]
+torch::Tensor pack_blocks(const torch::Tensor& q_in, const torch::Tensor& d_in, const std::optional<torch::Tensor>& m_in) {
+  const bool q4 = m_in.has_value();
+  TORCH_CHECK(q_in.dim() == 2 && q_in.size(1) % QK == 0 && q_in.scalar_type() == (q4 ? torch::kUInt8 : torch::kInt8),
+              "pack_blocks: codes [N, K] (uint8 with m, int8 without), K a multiple of 32");
+  const int64_t N = q_in.size(0), K = q_in.size(1), nb = K / QK, np = (N + PANEL - 1) / PANEL;
+  TORCH_CHECK(d_in.scalar_type() == torch::kHalf && d_in.dim() == 2 && d_in.size(0) == N && d_in.size(1) == nb,
+              "pack_blocks: d [N, K/32] float16");
+  TORCH_CHECK(!q4 || (m_in->scalar_type() == torch::kHalf && m_in->sizes() == d_in.sizes()), "pack_blocks: m like d");
+  TORCH_CHECK(!q4 || q_in.numel() == 0 || q_in.max().item<uint8_t>() <= 15, "pack_blocks: Q4_1 codes are 0..15");
+  const auto q = q_in.contiguous(), d = d_in.contiguous();
+  const auto m = q4 ? m_in->contiguous() : d;
+  const int64_t B = q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  auto P = torch::zeros({np, nb, B}, q.options().dtype(torch::kUInt8));
+  const uint8_t* qp = static_cast<const uint8_t*>(q.data_ptr());
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
+  const uint16_t* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
+  uint8_t* out = P.data_ptr<uint8_t>();
+  for (int64_t p = 0; p < np; ++p) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* rec = out + (p * nb + b) * B;
+      for (int64_t c = 0; c < PANEL && p * PANEL + c < N; ++c) {
+        const int64_t n = p * PANEL + c;
+        std::memcpy(rec + 2 * c, dp + n * nb + b, 2);
+        const uint8_t* qs = qp + n * K + b * QK;
+        if (q4) {
+          std::memcpy(rec + 2 * PANEL + 2 * c, mp + n * nb + b, 2);
+          for (int64_t t = 0; t < QK / 2; ++t) rec[4 * PANEL + t * PANEL + c] = (qs[2 * t] & 15) | (qs[2 * t + 1] << 4);
+        } else {
+          for (int64_t t = 0; t < QK; ++t) rec[2 * PANEL + t * PANEL + c] = qs[t];
+        }
+      }
+    }
+  }
+  return P;
+}
+
 // Named locals, not an array: g++ 12 spilled an indexed __m256 array to the stack on every k (3x slower).
 #define ACC(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = _mm256_setzero_ps();
 #define FMA(r) if (R > r) { const __m256 b = _mm256_broadcast_ss(x + r * K + k); \
@@ -53,6 +106,425 @@ static void tile(const float* __restrict x, const float* __restrict panel, int64
   STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
+static inline __m256 half8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+static inline __m256i bytes8(const uint8_t* p, bool sign) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return sign ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+
+// The fp32 weights of k = b*32 .. b*32+31 of one panel (16 columns), handed two vectors per k to `use`:
+// exactly the values pack_panels would hold (w = d * q + m; d * q is exact in fp32, so fma == mul + add).
+template <bool Q4, typename F>
+static inline void dequant_block(const uint8_t* __restrict rec, F&& use) {
+  const __m256 d0 = half8(rec), d1 = half8(rec + 16);
+  if constexpr (Q4) {
+    const __m256 m0 = half8(rec + 32), m1 = half8(rec + 48);
+    const __m256i mask = _mm256_set1_epi32(15);
+    const uint8_t* qs = rec + 4 * PANEL;
+    for (int64_t t = 0; t < QK / 2; ++t) {
+      const __m256i c0 = bytes8(qs + t * PANEL, false), c1 = bytes8(qs + t * PANEL + 8, false);
+      use(2 * t, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(_mm256_and_si256(c0, mask)), m0),
+          _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(_mm256_and_si256(c1, mask)), m1));
+      use(2 * t + 1, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(_mm256_srli_epi32(c0, 4)), m0),
+          _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(_mm256_srli_epi32(c1, 4)), m1));
+    }
+  } else {
+    const uint8_t* qs = rec + 2 * PANEL;
+    for (int64_t t = 0; t < QK; ++t)
+      use(t, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(bytes8(qs + t * PANEL, true))),
+          _mm256_mul_ps(d1, _mm256_cvtepi32_ps(bytes8(qs + t * PANEL + 8, true))));
+  }
+}
+
+// tile<R> with the weights de-quantised in registers: the same chain of FMAs over k, per output.
+template <int R, bool Q4>
+static void block_tile(const float* __restrict x, const uint8_t* __restrict panel, int64_t K, float* __restrict out,
+                       int64_t N, int64_t ncols) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5)
+  for (int64_t b = 0; b < K / QK; ++b) {
+    _mm_prefetch(reinterpret_cast<const char*>(panel + (b + 2) * B), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(panel + (b + 2) * B + 256), _MM_HINT_T0);
+    const float* xb = x + b * QK;
+    dequant_block<Q4>(panel + b * B, [&](int64_t k, __m256 w0, __m256 w1) {
+      const float* x = xb;
+      FMA(0) FMA(1) FMA(2) FMA(3) FMA(4) FMA(5)
+    });
+  }
+  STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+}
+
+template <bool Q4>
+static void dequant_panel(const uint8_t* __restrict panel, int64_t K, float* __restrict w) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  for (int64_t b = 0; b < K / QK; ++b)
+    dequant_block<Q4>(panel + b * B, [&](int64_t k, __m256 w0, __m256 w1) {
+      _mm256_storeu_ps(w + (b * QK + k) * PANEL, w0); _mm256_storeu_ps(w + (b * QK + k) * PANEL + 8, w1);
+    });
+}
+
+// All row tiles of one panel: 6 rows at a time, then the rest. Every output is one FMA chain over k.
+static void panel_rows(const float* xp, const float* panel, int64_t M, int64_t K, float* o, int64_t N, int64_t nc) {
+  int64_t m = 0;
+  for (; m + 6 <= M; m += 6) tile<6>(xp + m * K, panel, K, o + m * N, N, nc);
+  const float* xr = xp + m * K;
+  float* orow = o + m * N;
+  switch (M - m) {
+    case 5: tile<5>(xr, panel, K, orow, N, nc); break;
+    case 4: tile<4>(xr, panel, K, orow, N, nc); break;
+    case 3: tile<3>(xr, panel, K, orow, N, nc); break;
+    case 2: tile<2>(xr, panel, K, orow, N, nc); break;
+    case 1: tile<1>(xr, panel, K, orow, N, nc); break;
+    default: break;
+  }
+}
+
+// One or two rows: two panels at once, so that 8 chains, not 4, hide the FMA latency (a 1-row tile of one
+// panel waits on it). Each output's chain is unchanged.
+#define FMA2(r) if (R > r) { const __m256 b = _mm256_broadcast_ss(x + r * K + k); \
+    a##r##0 = _mm256_fmadd_ps(b, w0, a##r##0); a##r##1 = _mm256_fmadd_ps(b, w1, a##r##1); \
+    c##r##0 = _mm256_fmadd_ps(b, v0, c##r##0); c##r##1 = _mm256_fmadd_ps(b, v1, c##r##1); }
+
+template <int R, bool Q4>
+static void block_tile2(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
+                        int64_t N, int64_t nc0, int64_t nc1) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  const int64_t nb = K / QK;
+  const __m256i mask = _mm256_set1_epi32(15);
+  ACC(0) ACC(1)
+  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* r0 = pan + b * B;
+    const uint8_t* r1 = pan + (nb + b) * B;
+    const __m256 d0 = half8(r0), d1 = half8(r0 + 16), e0 = half8(r1), e1 = half8(r1 + 16);
+    if constexpr (Q4) {
+      const __m256 m0 = half8(r0 + 32), m1 = half8(r0 + 48), n0 = half8(r1 + 32), n1 = half8(r1 + 48);
+      for (int64_t t = 0; t < QK / 2; ++t) {
+        const uint8_t* q0 = r0 + 4 * PANEL + t * PANEL;
+        const uint8_t* q1 = r1 + 4 * PANEL + t * PANEL;
+        const __m256i g0 = bytes8(q0, false), g1 = bytes8(q0 + 8, false), h0 = bytes8(q1, false), h1 = bytes8(q1 + 8, false);
+        {
+          const int64_t k = b * QK + 2 * t;
+          const __m256 w0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(_mm256_and_si256(g0, mask)), m0);
+          const __m256 w1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(_mm256_and_si256(g1, mask)), m1);
+          const __m256 v0 = _mm256_fmadd_ps(e0, _mm256_cvtepi32_ps(_mm256_and_si256(h0, mask)), n0);
+          const __m256 v1 = _mm256_fmadd_ps(e1, _mm256_cvtepi32_ps(_mm256_and_si256(h1, mask)), n1);
+          FMA2(0) FMA2(1)
+        }
+        {
+          const int64_t k = b * QK + 2 * t + 1;
+          const __m256 w0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(_mm256_srli_epi32(g0, 4)), m0);
+          const __m256 w1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(_mm256_srli_epi32(g1, 4)), m1);
+          const __m256 v0 = _mm256_fmadd_ps(e0, _mm256_cvtepi32_ps(_mm256_srli_epi32(h0, 4)), n0);
+          const __m256 v1 = _mm256_fmadd_ps(e1, _mm256_cvtepi32_ps(_mm256_srli_epi32(h1, 4)), n1);
+          FMA2(0) FMA2(1)
+        }
+      }
+    } else {
+      for (int64_t t = 0; t < QK; ++t) {
+        const int64_t k = b * QK + t;
+        const uint8_t* q0 = r0 + 2 * PANEL + t * PANEL;
+        const uint8_t* q1 = r1 + 2 * PANEL + t * PANEL;
+        const __m256 w0 = _mm256_mul_ps(d0, _mm256_cvtepi32_ps(bytes8(q0, true)));
+        const __m256 w1 = _mm256_mul_ps(d1, _mm256_cvtepi32_ps(bytes8(q0 + 8, true)));
+        const __m256 v0 = _mm256_mul_ps(e0, _mm256_cvtepi32_ps(bytes8(q1, true)));
+        const __m256 v1 = _mm256_mul_ps(e1, _mm256_cvtepi32_ps(bytes8(q1 + 8, true)));
+        FMA2(0) FMA2(1)
+      }
+    }
+  }
+  const int64_t ncols = nc0;
+  STORE(0) STORE(1)
+  if (R > 0) store(out + PANEL, c00, c01, nc1);
+  if (R > 1) store(out + N + PANEL, c10, c11, nc1);
+}
+
+// Up to 6 rows: one tile, de-quantising in registers. More: de-quantise the panel once into an fp32 panel
+// in L1/L2 and run the fp32 tiles on it (the same values, the same chains), not once per row tile.
+template <bool Q4>
+static void block_panel_rows(const float* xp, const uint8_t* panel, int64_t M, int64_t K, float* o, int64_t N,
+                             int64_t nc, float* scratch) {
+  switch (M) {
+    case 6: block_tile<6, Q4>(xp, panel, K, o, N, nc); return;
+    case 5: block_tile<5, Q4>(xp, panel, K, o, N, nc); return;
+    case 4: block_tile<4, Q4>(xp, panel, K, o, N, nc); return;
+    case 3: block_tile<3, Q4>(xp, panel, K, o, N, nc); return;
+    case 2: block_tile<2, Q4>(xp, panel, K, o, N, nc); return;
+    case 1: block_tile<1, Q4>(xp, panel, K, o, N, nc); return;
+    default: dequant_panel<Q4>(panel, K, scratch); panel_rows(xp, scratch, M, K, o, N, nc);
+  }
+}
+
+// AVX-512 (run-time choice: select_isa): one 16-column panel is one zmm, so a k costs half the instructions,
+// and with 32 registers two panels are interleaved for 1..6 rows (the FMA latency is then hidden even for one
+// row), block panels are de-quantised once for up to 12 rows, and fp32 tiles take 12 rows. The same chains
+// over k, lane by lane, so the results equal the AVX2 kernels' bitwise (packed_linear's and block_linear's).
+static bool g_avx512 = false;
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+
+static inline __m512 zhalf16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+static inline __m512i zcodes(const uint8_t* p, bool sign) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return sign ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+static inline void zstore(float* o, __m512 v, int64_t nc) {
+  if (nc == PANEL) _mm512_storeu_ps(o, v);
+  else _mm512_mask_storeu_ps(o, static_cast<__mmask16>((1u << nc) - 1), v);
+}
+
+#define ZACC(r) __m512 z##r##0 = _mm512_setzero_ps(), z##r##1 = _mm512_setzero_ps();
+#define ZFMA(r) if (R > r) { const __m512 xb = _mm512_set1_ps(x[r * K + k]); \
+    z##r##0 = _mm512_fmadd_ps(xb, w0, z##r##0); if (NP > 1) z##r##1 = _mm512_fmadd_ps(xb, w1, z##r##1); }
+#define ZSTORE(r) if (R > r) { zstore(out + r * N, z##r##0, nc0); if (NP > 1) zstore(out + r * N + PANEL, z##r##1, nc1); }
+#define ZFMAS ZFMA(0) ZFMA(1) ZFMA(2) ZFMA(3) ZFMA(4) ZFMA(5)
+
+// R rows x NP (1 or 2) consecutive block panels, de-quantised in registers.
+template <int R, int NP, bool Q4>
+static void zblock_tile(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
+                        int64_t N, int64_t nc0, int64_t nc1) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  const int64_t nb = K / QK;
+  const uint8_t* pan1 = pan + nb * B;
+  const __m512i mask = _mm512_set1_epi32(15);
+  ZACC(0) ZACC(1) ZACC(2) ZACC(3) ZACC(4) ZACC(5)
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* r0 = pan + b * B;
+    const uint8_t* r1 = pan1 + b * B;
+    for (int64_t off = 0; off < B; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(r0 + 2 * B + off), _MM_HINT_T0);
+      if (NP > 1) _mm_prefetch(reinterpret_cast<const char*>(r1 + 2 * B + off), _MM_HINT_T0);
+    }
+    const __m512 d0 = zhalf16(r0), d1 = NP > 1 ? zhalf16(r1) : d0;
+    if constexpr (Q4) {
+      const __m512 m0 = zhalf16(r0 + 2 * PANEL), m1 = NP > 1 ? zhalf16(r1 + 2 * PANEL) : m0;
+      for (int64_t t = 0; t < QK / 2; ++t) {
+        const __m512i c0 = zcodes(r0 + 4 * PANEL + t * PANEL, false);
+        const __m512i c1 = NP > 1 ? zcodes(r1 + 4 * PANEL + t * PANEL, false) : c0;
+        {
+          const int64_t k = b * QK + 2 * t;
+          const __m512 w0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_and_si512(c0, mask)), m0);
+          const __m512 w1 = NP > 1 ? _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_and_si512(c1, mask)), m1) : w0;
+          ZFMAS
+        }
+        {
+          const int64_t k = b * QK + 2 * t + 1;
+          const __m512 w0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 4)), m0);
+          const __m512 w1 = NP > 1 ? _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_srli_epi32(c1, 4)), m1) : w0;
+          ZFMAS
+        }
+      }
+    } else {
+      for (int64_t t = 0; t < QK; ++t) {
+        const int64_t k = b * QK + t;
+        const __m512 w0 = _mm512_mul_ps(d0, _mm512_cvtepi32_ps(zcodes(r0 + 2 * PANEL + t * PANEL, true)));
+        const __m512 w1 = NP > 1 ? _mm512_mul_ps(d1, _mm512_cvtepi32_ps(zcodes(r1 + 2 * PANEL + t * PANEL, true))) : w0;
+        ZFMAS
+      }
+    }
+  }
+  ZSTORE(0) ZSTORE(1) ZSTORE(2) ZSTORE(3) ZSTORE(4) ZSTORE(5)
+}
+
+#define YACC(r) __m512 y##r = _mm512_setzero_ps();
+#define YFMA(r) if (R > r) y##r = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), w, y##r);
+#define YFMAS YFMA(0) YFMA(1) YFMA(2) YFMA(3) YFMA(4) YFMA(5) YFMA(6) YFMA(7) YFMA(8) YFMA(9) YFMA(10) YFMA(11)
+#define YSTORE(r) if (R > r) zstore(out + r * N, y##r, nc);
+
+// 7..12 rows x one block panel, de-quantised in registers once for all of them.
+template <int R, bool Q4>
+static void zblock_tile12(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
+                          int64_t N, int64_t nc) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  const __m512i mask = _mm512_set1_epi32(15);
+  YACC(0) YACC(1) YACC(2) YACC(3) YACC(4) YACC(5) YACC(6) YACC(7) YACC(8) YACC(9) YACC(10) YACC(11)
+  for (int64_t b = 0; b < K / QK; ++b) {
+    const uint8_t* r0 = pan + b * B;
+    const __m512 d0 = zhalf16(r0);
+    if constexpr (Q4) {
+      const __m512 m0 = zhalf16(r0 + 2 * PANEL);
+      for (int64_t t = 0; t < QK / 2; ++t) {
+        const __m512i c0 = zcodes(r0 + 4 * PANEL + t * PANEL, false);
+        { const int64_t k = b * QK + 2 * t;
+          const __m512 w = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_and_si512(c0, mask)), m0); YFMAS }
+        { const int64_t k = b * QK + 2 * t + 1;
+          const __m512 w = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 4)), m0); YFMAS }
+      }
+    } else {
+      for (int64_t t = 0; t < QK; ++t) {
+        const int64_t k = b * QK + t;
+        const __m512 w = _mm512_mul_ps(d0, _mm512_cvtepi32_ps(zcodes(r0 + 2 * PANEL + t * PANEL, true)));
+        YFMAS
+      }
+    }
+  }
+  YSTORE(0) YSTORE(1) YSTORE(2) YSTORE(3) YSTORE(4) YSTORE(5) YSTORE(6) YSTORE(7) YSTORE(8) YSTORE(9) YSTORE(10)
+  YSTORE(11)
+}
+
+// R <= 6 rows x NP (1 or 2) consecutive fp32 panels: packed_linear's tile with 16-wide vectors.
+template <int R, int NP>
+static void zf32_tile(const float* __restrict x, const float* __restrict pan, int64_t K, float* __restrict out,
+                      int64_t N, int64_t nc0, int64_t nc1) {
+  const float* pan1 = pan + K * PANEL;
+  ZACC(0) ZACC(1) ZACC(2) ZACC(3) ZACC(4) ZACC(5)
+  for (int64_t k = 0; k < K; ++k) {
+    _mm_prefetch(reinterpret_cast<const char*>(pan + (k + 16) * PANEL), _MM_HINT_T0);
+    if (NP > 1) _mm_prefetch(reinterpret_cast<const char*>(pan1 + (k + 16) * PANEL), _MM_HINT_T0);
+    const __m512 w0 = _mm512_loadu_ps(pan + k * PANEL), w1 = NP > 1 ? _mm512_loadu_ps(pan1 + k * PANEL) : w0;
+    ZFMAS
+  }
+  ZSTORE(0) ZSTORE(1) ZSTORE(2) ZSTORE(3) ZSTORE(4) ZSTORE(5)
+}
+
+static void zpanel_rows(const float* xp, const float* panel, int64_t M, int64_t K, float* o, int64_t N, int64_t nc);
+
+#define ZF32(r) case r: if (NP > 1) zf32_tile<r, 2>(xp, pan, K, o, N, nc0, nc1); \
+                        else zf32_tile<r, 1>(xp, pan, K, o, N, nc0, 0); break;
+
+// packed_linear's panels [p0, p1) with AVX-512: pairs of panels for up to 6 rows, 12-row tiles beyond.
+static void zf32_panels(const float* xp, const float* pp, int64_t p0, int64_t p1, int64_t M, int64_t K, float* op,
+                        int64_t N) {
+  for (int64_t p = p0; p < p1;) {
+    const float* pan = pp + p * K * PANEL;
+    const int64_t nc0 = std::min(PANEL, N - p * PANEL);
+    const int NP = M <= 6 && p + 1 < p1 ? 2 : 1;
+    const int64_t nc1 = NP > 1 ? std::min(PANEL, N - (p + 1) * PANEL) : 0;
+    float* o = op + p * PANEL;
+    if (M > 6) zpanel_rows(xp, pan, M, K, o, N, nc0);
+    else switch (M) { ZF32(1) ZF32(2) ZF32(3) ZF32(4) ZF32(5) ZF32(6) default: break; }
+    p += NP;
+  }
+}
+
+template <bool Q4>
+static void zdequant_panel(const uint8_t* __restrict panel, int64_t K, float* __restrict w) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  const __m512i mask = _mm512_set1_epi32(15);
+  for (int64_t b = 0; b < K / QK; ++b) {
+    const uint8_t* r = panel + b * B;
+    float* wb = w + b * QK * PANEL;
+    const __m512 d = zhalf16(r);
+    if constexpr (Q4) {
+      const __m512 m = zhalf16(r + 2 * PANEL);
+      for (int64_t t = 0; t < QK / 2; ++t) {
+        const __m512i c = zcodes(r + 4 * PANEL + t * PANEL, false);
+        _mm512_storeu_ps(wb + 2 * t * PANEL, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(c, mask)), m));
+        _mm512_storeu_ps(wb + (2 * t + 1) * PANEL, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(c, 4)), m));
+      }
+    } else {
+      for (int64_t t = 0; t < QK; ++t)
+        _mm512_storeu_ps(wb + t * PANEL, _mm512_mul_ps(d, _mm512_cvtepi32_ps(zcodes(r + 2 * PANEL + t * PANEL, true))));
+    }
+  }
+}
+
+#define FACC(r) __m512 f##r = _mm512_setzero_ps();
+#define FFMA(r) if (R > r) f##r = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), w, f##r);
+#define FSTORE(r) if (R > r) zstore(out + r * N, f##r, nc);
+
+// R <= 12 rows x one fp32 panel (from L1/L2): the fp32 tile with 16-wide vectors.
+template <int R>
+static void ztile(const float* __restrict x, const float* __restrict panel, int64_t K, float* __restrict out,
+                  int64_t N, int64_t nc) {
+  FACC(0) FACC(1) FACC(2) FACC(3) FACC(4) FACC(5) FACC(6) FACC(7) FACC(8) FACC(9) FACC(10) FACC(11)
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 w = _mm512_loadu_ps(panel + k * PANEL);
+    FFMA(0) FFMA(1) FFMA(2) FFMA(3) FFMA(4) FFMA(5) FFMA(6) FFMA(7) FFMA(8) FFMA(9) FFMA(10) FFMA(11)
+  }
+  FSTORE(0) FSTORE(1) FSTORE(2) FSTORE(3) FSTORE(4) FSTORE(5) FSTORE(6) FSTORE(7) FSTORE(8) FSTORE(9) FSTORE(10)
+  FSTORE(11)
+}
+
+static void zpanel_rows(const float* xp, const float* panel, int64_t M, int64_t K, float* o, int64_t N, int64_t nc) {
+  int64_t m = 0;
+  for (; m + 12 <= M; m += 12) ztile<12>(xp + m * K, panel, K, o + m * N, N, nc);
+  const float* xr = xp + m * K;
+  float* orow = o + m * N;
+  switch (M - m) {
+    case 11: ztile<11>(xr, panel, K, orow, N, nc); break;
+    case 10: ztile<10>(xr, panel, K, orow, N, nc); break;
+    case 9: ztile<9>(xr, panel, K, orow, N, nc); break;
+    case 8: ztile<8>(xr, panel, K, orow, N, nc); break;
+    case 7: ztile<7>(xr, panel, K, orow, N, nc); break;
+    case 6: ztile<6>(xr, panel, K, orow, N, nc); break;
+    case 5: ztile<5>(xr, panel, K, orow, N, nc); break;
+    case 4: ztile<4>(xr, panel, K, orow, N, nc); break;
+    case 3: ztile<3>(xr, panel, K, orow, N, nc); break;
+    case 2: ztile<2>(xr, panel, K, orow, N, nc); break;
+    case 1: ztile<1>(xr, panel, K, orow, N, nc); break;
+    default: break;
+  }
+}
+
+template <int NP, bool Q4>
+static void zblock_rows(const float* x, const uint8_t* pan, int64_t M, int64_t K, float* o, int64_t N,
+                        int64_t nc0, int64_t nc1) {
+  switch (M) {
+    case 6: zblock_tile<6, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    case 5: zblock_tile<5, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    case 4: zblock_tile<4, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    case 3: zblock_tile<3, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    case 2: zblock_tile<2, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    case 1: zblock_tile<1, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    default: break;
+  }
+}
+
+// Panels [p0, p1) of a block matrix: pairs of panels de-quantised in registers for up to 6 rows, else each panel
+// de-quantised once into `scratch` and multiplied by 12-row fp32 tiles.
+template <bool Q4>
+static void zblock_panels(const float* xp, const uint8_t* pp, int64_t p0, int64_t p1, int64_t M, int64_t K,
+                          float* op, int64_t N, float* scratch) {
+  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  const int64_t stride = K / QK * B;
+  for (int64_t p = p0; p < p1;) {
+    const int64_t nc0 = std::min(PANEL, N - p * PANEL);
+    if (M > 6 && M <= 12) {
+      const uint8_t* pan = pp + p * stride;
+      float* o = op + p * PANEL;
+      switch (M) {
+        case 7: zblock_tile12<7, Q4>(xp, pan, K, o, N, nc0); break;
+        case 8: zblock_tile12<8, Q4>(xp, pan, K, o, N, nc0); break;
+        case 9: zblock_tile12<9, Q4>(xp, pan, K, o, N, nc0); break;
+        case 10: zblock_tile12<10, Q4>(xp, pan, K, o, N, nc0); break;
+        case 11: zblock_tile12<11, Q4>(xp, pan, K, o, N, nc0); break;
+        default: zblock_tile12<12, Q4>(xp, pan, K, o, N, nc0); break;
+      }
+      p += 1;
+    } else if (M > 6) {
+      zdequant_panel<Q4>(pp + p * stride, K, scratch);
+      zpanel_rows(xp, scratch, M, K, op + p * PANEL, N, nc0);
+      p += 1;
+    } else if (p + 1 < p1) {
+      zblock_rows<2, Q4>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, std::min(PANEL, N - (p + 1) * PANEL));
+      p += 2;
+    } else {
+      zblock_rows<1, Q4>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, 0);
+      p += 1;
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+// "AVX512" (taken only where this CPU and its OS support it) or anything else (AVX2); returns the one in use.
+std::string select_isa(const std::string& isa) {
+  g_avx512 = isa == "AVX512" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return g_avx512 ? "AVX512" : "AVX2";
+}
+
+static torch::Tensor finish(torch::Tensor out, const torch::Tensor& x_in, int64_t N, const std::optional<torch::Tensor>& bias) {
+  if (bias.has_value()) out.add_(*bias);
+  auto shape = x_in.sizes().vec();
+  shape.back() = N;
+  return out.view(shape);
+}
+
 // x [..., K] (any leading shape) -> [..., N]; + bias when given. The reshape, bias and view are done here, not
 // in Python: a decoding step makes ~40 of these calls, and each Python tensor op costs microseconds.
 torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
@@ -68,27 +540,53 @@ torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, i
   const float* pp = P.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const float* panel = pp + p * K * PANEL;
-      const int64_t n0 = p * PANEL, nc = std::min(PANEL, N - n0);
-      int64_t m = 0;
-      for (; m + 6 <= M; m += 6) tile<6>(xp + m * K, panel, K, op + m * N + n0, N, nc);
-      const float* xr = xp + m * K;
-      float* o = op + m * N + n0;
-      switch (M - m) {
-        case 5: tile<5>(xr, panel, K, o, N, nc); break;
-        case 4: tile<4>(xr, panel, K, o, N, nc); break;
-        case 3: tile<3>(xr, panel, K, o, N, nc); break;
-        case 2: tile<2>(xr, panel, K, o, N, nc); break;
-        case 1: tile<1>(xr, panel, K, o, N, nc); break;
-        default: break;
-      }
+    if (g_avx512) return zf32_panels(xp, pp, p0, p1, M, K, op, N);
+    for (int64_t p = p0; p < p1; ++p)
+      panel_rows(xp, pp + p * K * PANEL, M, K, op + p * PANEL, N, std::min(PANEL, N - p * PANEL));
+  });
+  return finish(out, x_in, N, bias);
+}
+
+// packed_linear on block panels (pack_blocks); the record size tells Q4_1 from Q8_0.
+torch::Tensor block_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
+                           const std::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "block_linear: a float32 x");
+  const int64_t K = x_in.size(-1);
+  TORCH_CHECK(P.dim() == 3 && P.scalar_type() == torch::kUInt8 && P.is_contiguous() && P.size(1) * QK == K &&
+              (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES) && P.size(0) * PANEL >= N,
+              "block_linear: block panels of x's width");
+  const bool q4 = P.size(2) == Q4_1_BYTES;
+  const auto x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0), np = P.size(0), B = P.size(2);
+  auto out = torch::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const uint8_t* pp = P.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
+    std::unique_ptr<float[]> buf(M > 6 ? new float[K * PANEL + 16] : nullptr);  // one panel, 64-byte aligned:
+    float* scratch = M > 6 ? reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63))
+                           : nullptr;  // zmm loads of an unaligned panel would each span two cache lines
+    if (g_avx512) {
+      if (q4) zblock_panels<true>(xp, pp, p0, p1, M, K, op, N, scratch);
+      else zblock_panels<false>(xp, pp, p0, p1, M, K, op, N, scratch);
+      return;
+    }
+    int64_t p = p0;
+    for (; M <= 2 && p + 1 < p1; p += 2) {
+      const uint8_t* panel = pp + p * (K / QK) * B;
+      const int64_t nc0 = std::min(PANEL, N - p * PANEL), nc1 = std::min(PANEL, N - (p + 1) * PANEL);
+      float* o = op + p * PANEL;
+      if (M == 1) { if (q4) block_tile2<1, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<1, false>(xp, panel, K, o, N, nc0, nc1); }
+      else { if (q4) block_tile2<2, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<2, false>(xp, panel, K, o, N, nc0, nc1); }
+    }
+    for (; p < p1; ++p) {
+      const uint8_t* panel = pp + p * (K / QK) * B;
+      const int64_t nc = std::min(PANEL, N - p * PANEL);
+      if (q4) block_panel_rows<true>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+      else block_panel_rows<false>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
     }
   });
-  if (bias.has_value()) out.add_(*bias);
-  auto shape = x_in.sizes().vec();
-  shape.back() = N;
-  return out.view(shape);
+  return finish(out, x_in, N, bias);
 }
 
 // Registered as torch operators (not a pybind function): the profiler's traces name them
@@ -96,9 +594,14 @@ torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, i
 TORCH_LIBRARY(decodescope, m) {
   m.def("pack_panels(Tensor w) -> Tensor");
   m.def("packed_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
+  m.def("pack_blocks(Tensor q, Tensor d, Tensor? m=None) -> Tensor");
+  m.def("block_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
+  m.def("select_isa(str isa) -> str", &select_isa);  // no tensor to dispatch on: one kernel for all
 }
 
 TORCH_LIBRARY_IMPL(decodescope, CPU, m) {
   m.impl("pack_panels", &pack_panels);
   m.impl("packed_linear", &packed_linear);
+  m.impl("pack_blocks", &pack_blocks);
+  m.impl("block_linear", &block_linear);
 }

@@ -15,6 +15,13 @@ installed copy and a checkout with the same source share one build, built once p
 is None and load() keeps the column layout. Values: a different summation order from MKL's (relative
 difference ~5e-7, like MKL's own between row counts); every output is one FMA chain over k, so a row's
 result is bitwise the same whatever other rows share the call.
+
+Block storage: a weight that is exactly de-quantised ggml Q4_1 / Q8_0 blocks (blocks.py; the default model,
+converted from a GGUF file, is all blocks) is packed as those blocks and de-quantised in registers: bitwise the
+same weights and the same FMA chains, so block_linear's results equal packed_linear's bit for bit, while a
+step reads ~96 MB instead of 538 MB for SmolLM2-135M (docs/cpu-kernel.md: a 1-row step 2-3x cheaper on the
+AVX-512 Intel box). DECODESCOPE_CPU_BLOCKS=0 keeps fp32 panels. AVX2+FMA+F16C is the baseline; where torch
+reports AVX-512 the kernel runs its AVX-512 variant (select_isa; measured faster there at every row count).
 """
 from __future__ import annotations
 
@@ -30,9 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
+from . import blocks
+
 NAME = "decodescope_cpu_gemm"  # the stem of the extension's name (and its build folder under torch_extensions)
 SOURCE = Path(__file__).with_suffix(".cpp")
-CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp")
 LDFLAGS = ("-fopenmp",)  # OpenMP: parallel_for
 BUILDING = "building the CPU kernel (once, ~30 s)..."
 
@@ -74,13 +83,21 @@ def kernel():
         print(f"decodescope: CPU GEMM kernel unavailable: {_FAILED[-1]}", file=sys.stderr)
         return None
     ops = torch.ops.decodescope
-    torch.library.register_fake("decodescope::packed_linear")(
-        lambda x, panels, n, bias=None: x.new_empty(*x.shape[:-1], n))
-    register_flop_formula(ops.packed_linear)(lambda x, panels, n, *a, **k: 2 * math.prod(x) * n)
+    ISA[:] = [ops.select_isa(isa_wanted())]
+    for op in ("packed_linear", "block_linear"):
+        torch.library.register_fake(f"decodescope::{op}")(lambda x, panels, n, bias=None: x.new_empty(*x.shape[:-1], n))
+        register_flop_formula(getattr(ops, op))(lambda x, panels, n, *a, **k: 2 * math.prod(x) * n)
     return ops
 
 
 _FAILED: list[str] = []
+ISA: list[str] = []  # the instruction set the kernel runs with, once loaded ("AVX512" or "AVX2")
+
+
+def isa_wanted() -> str:
+    """AVX-512 where torch finds it usable (CPU and OS; ATEN_CPU_CAPABILITY=avx2 lowers it), measured faster
+    here for the block kernel (docs/cpu-kernel.md); else AVX2. The kernel checks the CPU once more itself."""
+    return "AVX512" if torch.backends.cpu.get_cpu_capability() == "AVX512" else "AVX2"
 
 
 def why_not() -> str | None:
@@ -96,18 +113,28 @@ def why_not() -> str | None:
 
 class PackedLinear(torch.nn.Linear):
     """nn.Linear with the same Parameters (tied weights stay tied) whose fp32 CPU forward of up to ROWS_MAX
-    rows runs the packed kernel; anything else (autograd, other dtypes, long prefills) runs F.linear."""
+    rows runs the packed kernel; anything else (autograd, other dtypes, long prefills) runs F.linear.
+    A weight that is exactly de-quantised ggml blocks (blocks.py) is packed as those blocks (`storage` says
+    "q4_1" / "q8_0", else "fp32"): bitwise the same weights, 5 / 8.5 bits each to read instead of 32."""
 
-    def __init__(self, linear: torch.nn.Linear):
+    def __init__(self, linear: torch.nn.Linear, use_blocks: bool | None = None):
         torch.nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        self._op = kernel().packed_linear.default  # the overload itself: the cheapest call from Python
         self._max_numel = ROWS_MAX * self.in_features
+        # False: fp32 panels whatever the weight (the benches' "before"); None: DECODESCOPE_CPU_BLOCKS (default on)
+        self._use_blocks = os.environ.get("DECODESCOPE_CPU_BLOCKS", "1") != "0" if use_blocks is None else use_blocks
         self._repack()
 
     def _repack(self) -> None:
-        self.register_buffer("panels", kernel().pack_panels(self.weight.detach()), persistent=False)
+        w = self.weight.detach()
+        b = blocks.recover(w) if self._use_blocks else None
+        if b is None:
+            self.storage, panels, op = "fp32", kernel().pack_panels(w), kernel().packed_linear
+        else:
+            self.storage, panels, op = b.kind, kernel().pack_blocks(b.q, b.d, b.m), kernel().block_linear
+        self._op = op.default  # the overload itself: the cheapest call from Python
+        self.register_buffer("panels", panels, persistent=False)
         self._packed_at = self.weight._version  # an in-place weight update re-packs (load_state_dict, copy_)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,8 +165,29 @@ def fits_in_memory(model: torch.nn.Module) -> bool:
     return panel_bytes(model) <= MEMORY_SHARE * ram
 
 
+def storage_counts(model: torch.nn.Module) -> dict[str, int]:
+    """How many packed weights (each shared module once) are stored as q4_1 / q8_0 blocks or fp32 panels."""
+    counts = {"q4_1": 0, "q8_0": 0, "fp32": 0}
+    for m in {id(m): m for m in model.modules() if isinstance(m, PackedLinear)}.values():
+        counts[m.storage] += 1
+    return counts
+
+
+def storage_report(model: torch.nn.Module) -> str:
+    """e.g. "q4_1 210, q8_0 1, fp32 0": what the packed layout stored, for the CLI and the benches."""
+    return ", ".join(f"{k} {v}" for k, v in storage_counts(model).items())
+
+
+def bytes_read(model: torch.nn.Module) -> int:
+    """The weight bytes one forward pass reads, as gpt-fast counts them (every parameter once), but with each
+    packed weight counted as the panels the kernel streams (blocks: ~5 / 8.5 bits a weight, not 32)."""
+    packed = {id(m.weight): m.panels for m in model.modules() if isinstance(m, PackedLinear)}
+    return (sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in packed)
+            + sum(t.numel() * t.element_size() for t in packed.values()))
+
+
 @torch.no_grad()
-def pack_linears(model: torch.nn.Module) -> int:
+def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None) -> int:
     """Replace every plain fp32 CPU nn.Linear of `model` by a PackedLinear (one per shared module); returns
     how many were replaced. Needs kernel()."""
     done: dict[int, PackedLinear] = {}
@@ -147,6 +195,6 @@ def pack_linears(model: torch.nn.Module) -> int:
         for name, child in list(parent.named_children()):
             if packable(child):
                 if id(child) not in done:
-                    done[id(child)] = PackedLinear(child)
+                    done[id(child)] = PackedLinear(child, use_blocks)
                 setattr(parent, name, done[id(child)])
     return len(done)

@@ -13,7 +13,9 @@ On GPUs cuBLAS is indifferent to the transposition, so the stock layout is kept 
 "packed" goes further where decoding/fast/cpu_gemm.py's kernel builds: the weights keep their stock storage and
 each nn.Linear also holds its weight as 16-column panels for a kernel whose cost hardly grows from 1 to 8
 rows (MKL's nearly triples). auto picks it on CPU float32 when the kernel is available and the panels fit
-in memory, else "column".
+in memory, else "column". A weight that is exactly de-quantised ggml Q4_1 / Q8_0 blocks (a model converted
+from a GGUF file) is packed as those blocks instead (blocks.py), bitwise the same values at 5 / 8.5 bits a
+weight; `model.weight_storage_` then says how many of each, e.g. "q4_1 210, q8_0 1, fp32 0".
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def apply_layout(model: torch.nn.Module, layout: str = "auto") -> str:
         if cpu_gemm.kernel() is None:
             raise ValueError(f"the packed layout's CPU kernel cannot run here: {cpu_gemm.why_not()}")
         cpu_gemm.pack_linears(model)
+        model.weight_storage_ = cpu_gemm.storage_report(model)  # "q4_1 210, q8_0 1, fp32 0" (blocks.py)
     if layout == "column":
         column_major_linears(model)
     return layout
