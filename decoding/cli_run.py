@@ -186,11 +186,13 @@ def cut_at_stop(tok, ids: list[int], stops: list[str]) -> list[int]:
 
 def timing_line(tr: Trace, model) -> str:
     """TTFT (the prefill step), time per output token after it, and gpt-fast's achieved bandwidth: the
-    target's weight bytes read once per forward pass, over the wall time (KV reads not counted)."""
+    target's weight bytes read once per forward pass, over the wall time (KV reads not counted). Weights the
+    CPU kernel streams in its own storage count as what it reads (exact Q4_1 / Q8_0 blocks: ~1/6 of fp32)."""
+    from .fast.cpu_gemm import bytes_read
     n, wall_ms = len(tr.output_ids), tr.wall_s * 1e3
     ttft = tr.steps[0].wall_ms if tr.steps else 0.0
     tpot = (wall_ms - ttft) / (n - 1) if n > 1 else 0.0
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    weights = bytes_read(model)
     gbs = weights * len(tr.steps) / tr.wall_s / 1e9 if tr.wall_s > 0 else 0.0
     return (f"[timing] time to first token {ttft:.1f} ms, {tpot:.2f} ms per output token after it, "
             f"achieved bandwidth {gbs:.2f} GB/s ({weights / 1e6:.1f} MB of weights x {len(tr.steps)} forward passes "
