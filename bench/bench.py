@@ -139,6 +139,8 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             from decoding.tune import label
             c[f"ours speculative auto ({label(spec_auto)})"] = spec(**spec_auto)
     for name, method, p in (("ours self-speculative", "self_speculative", {}),
+                            ("ours self-speculative tree 2x2 d6 b12", "self_speculative",
+                             {"branch": 2, "beam": 2, "depth": 6, "stop": 0.3, "budget": 12}),
                             ("ours retrieval (suffix cache)", "retrieval", {}),
                             ("ours retrieval (shipped datastore)", "retrieval",
                              {"datastore": str(ROOT / "assets" / "datastore" / "smollm2")})):
@@ -146,8 +148,8 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             c[name] = ours_runner(model, tok, method, **p)
     for kind in ("medusa", "eagle"):  # self-drafting heads: rows only where heads for it exist
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
-            c[f"ours {kind} budget {HEADS_BUDGET}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind),
-                                                                   budget=HEADS_BUDGET)
+            for b in (HEADS_BUDGET, 2 * HEADS_BUDGET) if kind == "eagle" else (HEADS_BUDGET,):
+                c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
     return c
 
 
