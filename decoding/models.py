@@ -340,12 +340,15 @@ def count_params(config: PretrainedConfig, trust_remote_code: bool = False) -> i
 
 def describe(model) -> dict:
     """What a trace records about the model, so a replay can say what produced it."""
+    from .fast.cpu_gemm import block_linear_bytes
     cfg = model.config
     p = next(model.parameters())
+    blocks = block_linear_bytes(model)  # the CPU kernel's exact blocks: what a step really reads (profiling)
     return {"name": getattr(model, "name_or_path_", getattr(cfg, "_name_or_path", "")),
             "model_type": cfg.model_type, "n_params": sum(x.numel() for x in model.parameters()),
             "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device),
             "weight_layout": getattr(model, "weight_layout_", "stock"),
+            **({"linear_weight_bytes": blocks} if blocks is not None else {}),
             "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
 
 

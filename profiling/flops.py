@@ -102,11 +102,16 @@ def attention_flops(a: Arch, q: int, kv_len: int) -> int:
     return a.layers * 2 * (2 * q * a.heads * a.head_dim * keys)
 
 
-def weight_bytes(a: Arch, q: int, nbytes: int) -> int:
-    """Weights read once per forward: every layer's matrices, the LM head, and q embedding rows."""
+def weight_bytes(a: Arch, q: int, nbytes: int, linear_bytes: int | None = None) -> int:
+    """Weights read once per forward: every layer's matrices, the LM head, and q embedding rows.
+    linear_bytes: what the matrices and the LM head really take when not nbytes a weight (the CPU kernel's
+    exact Q4_1 / Q8_0 blocks, recorded by the trace as model["linear_weight_bytes"]); the norms and the
+    embedding rows stay at nbytes."""
     h, hd = a.hidden, a.head_dim
     layer = h * (a.heads + 2 * a.kv_heads) * hd + a.heads * hd * h + (3 if a.gated_mlp else 2) * h * a.intermediate
     embed_rows = q * h  # the embedding lookup reads only the rows of the step's tokens
+    if linear_bytes is not None:
+        return linear_bytes + nbytes * (a.layers * 2 * h + embed_rows)
     return nbytes * (a.layers * (layer + 2 * h) + a.vocab * h + embed_rows)
 
 
@@ -124,12 +129,13 @@ def activation_bytes(a: Arch, q: int) -> int:
     return q * (a.layers * per_layer + a.vocab)
 
 
-def step_cost(a: Arch, n_query: int, kv_len: int, nbytes: int = 4) -> dict:
-    """FLOPs and bytes of one forward of n_query tokens against kv_len cached tokens."""
+def step_cost(a: Arch, n_query: int, kv_len: int, nbytes: int = 4, linear_bytes: int | None = None) -> dict:
+    """FLOPs and bytes of one forward of n_query tokens against kv_len cached tokens (linear_bytes: see
+    weight_bytes)."""
     lin = linear_flops(a, n_query)
     attn = attention_flops(a, n_query, kv_len)
     kv_row = a.layers * 2 * a.kv_heads * a.head_dim * nbytes  # K and V of one token, all layers
-    w = weight_bytes(a, n_query, nbytes)
+    w = weight_bytes(a, n_query, nbytes, linear_bytes)
     kv_read, kv_write = kv_len * kv_row, n_query * kv_row
     act = activation_bytes(a, n_query) * nbytes
     linear = sum(lin.values())
@@ -141,13 +147,21 @@ def step_cost(a: Arch, n_query: int, kv_len: int, nbytes: int = 4) -> dict:
 
 
 def trace_costs(trace: Any, config: Any = None, dtype: Any = None) -> list[dict]:
-    """step_cost for every step of a Trace (or its dict); config/dtype default to what the trace recorded."""
+    """step_cost for every step of a Trace (or its dict); config/dtype default to what the trace recorded.
+    A run whose Linears read exact blocks (model["linear_weight_bytes"]) is costed with those bytes, unless
+    another dtype is asked for (a what-if)."""
     d = trace if isinstance(trace, dict) else trace.to_dict()
     model = d.get("model") or {}
     a = arch_of(config if config is not None else model.get("config", {}))
     nb = dtype_bytes(dtype if dtype is not None else model.get("dtype", "float32"))
+    lb = model.get("linear_weight_bytes")
+    same_dtype = dtype is None or dtype_bytes(dtype) == dtype_bytes(model.get("dtype", "float32"))
+    lb = lb if same_dtype and type(lb) is int and 0 < lb <= MAX_RECORDED_BYTES else None  # untrusted: a number or nothing
     return [{"index": s["index"], "kind": s["kind"], "n_query": s["n_query"], "kv_len": s["kv_len"],
-             **step_cost(a, s["n_query"], s["kv_len"], nb)} for s in d["steps"]]
+             **step_cost(a, s["n_query"], s["kv_len"], nb, lb)} for s in d["steps"]]
+
+
+MAX_RECORDED_BYTES = 10 ** 13  # a recorded weight size above 10 TB is not a real model: ignored
 
 
 def draft_cost(a: Arch, nodes: int, forwards: int, kv_len: int, nbytes: int = 4) -> dict:

@@ -205,3 +205,29 @@ def test_tied_weights_stay_tied_with_block_storage():
     apply_layout(model, "packed")
     assert isinstance(model.lm_head, PackedLinear) and model.lm_head.weight is model.transformer.wte.weight
     assert model.lm_head.storage == "q4_1"
+
+
+def test_the_roofline_counts_the_bytes_the_blocks_stream():
+    """A block-packed run records what its Linears read (model["linear_weight_bytes"]) and the analytic step
+    costs use it: the same FLOPs, ~1/6 of the fp32 weight bytes; a stock run records nothing; a crafted value
+    (not a positive int, or absurdly large) is ignored, and a what-if in another dtype ignores it too."""
+    from decoding import run
+    from profiling import trace_costs
+    stock = quantize_model(tiny("llama", seed=5), lambda name: "q8_0" if name == "lm_head" else "q4_1")
+    packed = copy.deepcopy(stock)
+    apply_layout(packed, "packed")
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7]
+    tp, ts = (run(m, None, prompt, "greedy", max_new_tokens=4) for m in (packed, stock))
+    assert "linear_weight_bytes" not in ts.model
+    lb = tp.model["linear_weight_bytes"]
+    linears = {id(m.weight): m.weight for m in stock.modules() if type(m) is torch.nn.Linear}
+    assert 0 < lb < 0.3 * sum(w.numel() * 4 for w in linears.values())
+    cp, cs = trace_costs(tp), trace_costs(ts)
+    assert [c["flops"] for c in cp] == [c["flops"] for c in cs]
+    assert all(a["weight_bytes"] - lb == b["weight_bytes"] - sum(w.numel() * 4 for w in linears.values())
+               for a, b in zip(cp, cs))
+    d = tp.to_dict()
+    for bad in ("9", -1, True, 10 ** 14, 1.5):
+        d["model"]["linear_weight_bytes"] = bad
+        assert [c["weight_bytes"] for c in trace_costs(d)] == [c["weight_bytes"] for c in cs]
+    assert trace_costs(tp, dtype="bfloat16")[1]["weight_bytes"] == trace_costs(ts, dtype="bfloat16")[1]["weight_bytes"]

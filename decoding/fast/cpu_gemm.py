@@ -178,6 +178,17 @@ def storage_report(model: torch.nn.Module) -> str:
     return ", ".join(f"{k} {v}" for k, v in storage_counts(model).items())
 
 
+def block_linear_bytes(model: torch.nn.Module) -> int | None:
+    """Bytes the Linears read per forward (each weight once; block-packed ones as their blocks), where some
+    weights are block-packed, so that a roofline counts what the kernel streams; None otherwise (every
+    weight is read at its dtype's size, which the analytic model already counts)."""
+    mods = {id(m.weight): m for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    if not any(getattr(m, "storage", "fp32") != "fp32" for m in mods.values()):
+        return None
+    return sum(m.panels.numel() * m.panels.element_size() if getattr(m, "storage", "fp32") != "fp32"
+               else m.weight.numel() * m.weight.element_size() for m in mods.values())
+
+
 def bytes_read(model: torch.nn.Module) -> int:
     """The weight bytes one forward pass reads, as gpt-fast counts them (every parameter once), but with each
     packed weight counted as the panels the kernel streams (blocks: ~5 / 8.5 bits a weight, not 32)."""
