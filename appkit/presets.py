@@ -31,12 +31,16 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
                "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1},
                "retrieval": {}}  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
-# The default model (SmolLM2-135M-Instruct) on a CPU: the rows measured on held-out chat requests
-# (bench/results/cpu-smollm2-135m-instruct-heldout_chat.md). It has no draft model offline, so no speculative row.
-SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
+# The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
+# page's own tuners (tune() below, on pilots(): the page's example chat requests, never the held-out bench ones)
+# chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
+# pays here, bench/results/cpu-smollm2-135m-instruct-heldout_chat.md), Jacobi block 1, EAGLE budget 4 with cut
+# 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. No draft model offline,
+# so no speculative entry.
+SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 1},
                        "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-                       "jacobi": {"block": 2},
-                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1}}
+                       "jacobi": {"block": 1},
+                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 4, "confidence": 0.1}}
 _lock = threading.Lock()
 
 
@@ -95,7 +99,7 @@ def cached(model_name: str, model, method: str) -> dict | None:
     if model_name == EMBEDDED_TARGET and cpu:
         return {"params": SHIPPED_CPU[method], "source": "measured on a 2-core CPU (shipped)"}
     if is_default(model_name) and cpu and method in SHIPPED_CPU_DEFAULT:
-        return {"params": SHIPPED_CPU_DEFAULT[method], "source": "measured on a 2-core CPU on held-out chat (shipped)"}
+        return {"params": SHIPPED_CPU_DEFAULT[method], "source": "tuned on a 2-core CPU on the page's examples (shipped)"}
     return None
 
 
