@@ -27,15 +27,7 @@ from decoding import load, run  # noqa: E402
 from decoding.api import eos_of  # noqa: E402
 from decoding.exactness import measure  # noqa: E402
 from decoding.methods.suffix_cache import HISTORY  # noqa: E402
-
-
-def value(v: str):
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return v
+from heads_acceptance import _value as value  # noqa: E402 - the same k=v reading as the heads script
 
 
 def main() -> None:
