@@ -31,6 +31,8 @@ import transformers  # noqa: E402
 
 from decoding import load, run  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, resolve  # noqa: E402
+from decoding.api import load_draft  # noqa: E402
+from decoding.methods import shipped_draft  # noqa: E402
 
 # (W, N, G, text_span): None = the engine's default span; N - 1 = the paper's pool; (15, 5, 15) = its GPU setting
 LOOKAHEAD = [(1, 3, 2, None), (1, 4, 1, None), (1, 5, 2, None), (1, 5, 2, 4), (2, 5, 2, None), (5, 4, 5, None),
@@ -353,6 +355,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if a.draft or embedded:
             draft = load(a.draft or EMBEDDED_DRAFT, dtype=a.dtype, threads=a.threads)[0]
             hf_draft = load(a.draft or EMBEDDED_DRAFT, dtype=a.dtype, threads=a.threads, layout="stock")[0]
+        elif shipped_draft.fits(model):  # the distilled draft shipped for the default model: its own layers on
+            draft = load_draft(model, "auto")[0]  # each target's embedding and head (the HF rows: stock)
+            hf_draft = load_draft(hf_model, "auto")[0]
         prompts = load_prompts(a.prompts.split(","), tok)
         name = (f"{'cuda' if torch.cuda.is_available() else 'cpu'}-{'embedded' if embedded else Path(a.model).name}-"
                 f"{a.prompts.replace(',', '+')}")

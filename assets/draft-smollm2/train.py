@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--val", type=int, default=40, help="transcripts kept out for validation")
     ap.add_argument("--out", default=str(HERE))
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--init", default=None, help="a draft folder to go on training from")
+    ap.add_argument("--storage", default="q8_0", choices=("q4_1", "q8_0"), help="how the layers are stored")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -108,6 +110,9 @@ def main() -> None:
     draft.load_state_dict(sd, strict=False)
     draft.model.embed_tokens = target.model.embed_tokens  # shared and frozen, as at run time
     draft.lm_head = target.lm_head
+    if a.init:  # go on from a saved draft (its de-quantised weights)
+        from decoding.methods.shipped_draft import load_draft_folder
+        draft.load_state_dict(load_draft_folder(target, a.init).state_dict())
     for p in target.parameters():
         p.requires_grad_(False)
     params = [p for n, p in draft.named_parameters() if p.requires_grad]
@@ -146,7 +151,7 @@ def main() -> None:
             "data": "chat transcripts of assets/datastore/smollm2 (the target's greedy answers)",
             "train_transcripts": len(train), "val_transcripts": len(val), "epochs": epoch + 1, "batch": a.batch,
             "lr": a.lr, "seed": a.seed, "minutes": round((time.time() - t0) / 60, 1),
-            "val_loss": round(vl, 4), "val_top1_agreement": round(acc, 4)})
+            "val_loss": round(vl, 4), "val_top1_agreement": round(acc, 4)}, storage=a.storage)
     print(f"[done] {(time.time() - t0) / 60:.1f} min -> {a.out}", flush=True)
 
 

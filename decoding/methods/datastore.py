@@ -7,7 +7,8 @@ followed it", is a binary search over a suffix array, and a suffix array over a 
 Files in the datastore folder:
   tokens.bin      the corpus, token ids as big-endian uint16 (uint32 for vocabularies over 65,535), documents
                   separated by the all-ones id (SEP). Big-endian, so comparing bytes compares token sequences.
-  sa.bin          the suffix array: little-endian uint32 token positions, sorted by the suffix starting there.
+  sa.bin          the suffix array: little-endian uint32 token positions, sorted by the suffix starting there
+                  (optional up to 8M tokens: rebuilt at load and checked against the recorded CRC-32).
   datastore.json  format, tokenizer fingerprint, token count, widths, the source files (name, first token,
                   tokens), and the CRC-32 of both binary files (checked on load: a truncated or corrupt file
                   is one clear error, never a wrong draft).
@@ -32,6 +33,7 @@ MAX_META_BYTES = 4 * 2**20          # datastore.json: the file list is the only 
 MAX_FILES = 200_000                 # source files recorded (and read when building)
 MAX_FILE_BYTES = 64 * 2**20         # one source file
 MAX_TOKENS = 2**31 - 2              # positions fit uint32 with room for SEP
+MAX_TOKENS_WITHOUT_SA = 8_000_000   # a datastore without sa.bin gets its suffix array at load up to this size
 TEXT_SUFFIXES = {".txt", ".md", ".py", ".rst", ".json", ".jsonl", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs",
                  ".toml", ".yaml", ".yml", ".cfg", ".ini", ".sh", ".html", ".css", ".tex", ""}
 
@@ -209,7 +211,7 @@ class Datastore:
         self.sep = (1 << (8 * self.w)) - 1
         self._maps = []
         self.data = self._map(TOKENS, self.n * self.w)
-        self.sa_buf = self._map(SA, self.n * 4)
+        self.sa_buf = self._map(SA, self.n * 4) if (p / SA).exists() else self._suffix_array()
         self.tokens = np.frombuffer(self.data, dtype=">u2" if self.w == 2 else ">u4")
         self.sa = np.frombuffer(self.sa_buf, dtype="<u4")
         self.file_starts = np.array([f["start"] for f in meta["files"]], dtype=np.int64)
@@ -235,6 +237,22 @@ class Datastore:
             raise DatastoreError(f"{self.path.name}: {name} is corrupt (its CRC-32 differs from {META})")
         self._maps.append(m)
         return m
+
+    def _suffix_array(self) -> bytes:
+        """The suffix array built now from tokens.bin, for a datastore shipped without sa.bin (the shipped one
+        for the default model: the working tree must fit the 64 MiB a GPU machine receives; 0.66M tokens take
+        about half a second). Bounded, and checked against the CRC-32 that datastore.json records for sa.bin."""
+        from pydivsufsort import divsufsort
+        if self.n > MAX_TOKENS_WITHOUT_SA:
+            raise DatastoreError(f"{self.path.name}: {SA} is missing (it is rebuilt at load only for datastores "
+                                 f"up to {MAX_TOKENS_WITHOUT_SA:,} tokens)")
+        raw = np.frombuffer(self.data, dtype=np.uint8).copy()  # writable: divsufsort refuses read-only buffers
+        sa = divsufsort(raw)
+        sa = (sa[sa % self.w == 0] // self.w).astype("<u4").tobytes()
+        if zlib.crc32(sa) != self.meta["crc32"][SA]:
+            raise DatastoreError(f"{self.path.name}: the suffix array rebuilt from {TOKENS} differs from the one "
+                                 f"{META} records")
+        return sa
 
     def _bound(self, key: bytes, upper: bool) -> int:
         """First suffix-array index whose suffix is >= key (upper: > key as a prefix): a binary search of

@@ -47,8 +47,8 @@ def open_datastore(path: str | Path, tokenizer=None) -> Datastore:
     """A datastore, opened once per process per file version; the tokenizer check runs every call."""
     p = Path(path).expanduser()
     try:
-        key = (str(p.resolve()),) + tuple((st.st_size, st.st_mtime_ns) for st in
-                                          (f.stat() for f in (p / "datastore.json", p / "tokens.bin", p / "sa.bin")))
+        key = (str(p.resolve()),) + tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None
+                                          for f in (p / "datastore.json", p / "tokens.bin", p / "sa.bin"))
     except OSError:
         key = None
     ds = _OPEN.get(key) if key else None
