@@ -41,6 +41,7 @@ from decoding import ModelError  # noqa: E402
 from decoding.api import HEADS_METHODS  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.fetch_model import MODEL_NAME  # noqa: E402
+from decoding.fast.cpu_gemm import build_in_background  # noqa: E402
 from appkit.default_model import DefaultModel  # noqa: E402
 from appkit.examples import examples_for  # noqa: E402
 
@@ -178,6 +179,7 @@ def launch_kwargs() -> dict:
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
     port = int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
+    build_in_background()  # the CPU kernel builds while the page starts and the model downloads, not on a first click
     demo = build_demo()
     if spaces is not None and os.environ.get("SPACES_ZERO_GPU"):
         # ZeroGPU: weights are placed at start-up (spaces defers the real CUDA move to each GPU call), so
