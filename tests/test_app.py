@@ -362,6 +362,17 @@ def test_auto_preset_is_tuned_once_and_cached_outside_the_repo(client, dirs, cac
     assert not list(Path(app_module.__file__).parent.glob("**/presets.json"))
 
 
+def test_auto_preset_of_a_method_without_tuner_is_its_defaults(dirs, cache_dir):
+    """Self-speculative, retrieval and prompt lookup have no tuner: "auto" runs their defaults (was a KeyError)."""
+    from appkit import presets
+    from decoding.models import DEFAULT_MODEL
+    model, tok = load(dirs["target"])
+    for name in (DEFAULT_MODEL, dirs["target"]):
+        for m in ("self_speculative", "retrieval", "prompt_lookup"):
+            pr = presets.resolve(name, model, tok, m)
+            assert pr["params"] == presets.SHIPPED_CPU[m] and presets.describe(m, pr["params"]), (name, m)
+
+
 def test_tune_button_sets_the_auto_preset(client, dirs, cache_dir):
     msg, line, W, N, G, preset = client.predict(*settings(dirs, method="lookahead"), api_name="/tune")
     assert msg == "" and preset == "auto" and 1 <= W <= 64 and 2 <= N <= 16 and 0 <= G <= 64
