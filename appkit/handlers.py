@@ -15,7 +15,7 @@ from pathlib import Path
 import gradio as gr
 
 import viz
-from decoding import make_drafter, make_sampling, run
+from decoding import ModelError, make_drafter, make_sampling, run
 from decoding.api import HEADS_METHODS, vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
@@ -23,6 +23,7 @@ from decoding.methods.reference_text import tokenize_references
 
 from . import presets
 from .costs import run_costs
+from .drafts import no_draft
 from .errors import reported
 from .limits import Limits
 from .model_cache import ModelCache
@@ -73,6 +74,17 @@ class Prepared:
                    drafter=self.drafter(method), on_step=on_step, **kw)
 
 
+
+
+def check_draft(model, tok, dmodel, dtok, target: str, draft: str) -> None:
+    """Before a speculative run: a draft that does not share the target's tokenizer is refused in one line
+    that says what to pick instead (not the engine's error from the middle of the run)."""
+    from decoding.methods.speculative import _vocab_size, check_compatible
+    try:
+        check_compatible(model, dmodel, tok, dtok)
+    except ModelError:
+        raise InputError(no_draft(target, draft, len(tok) if tok is not None else _vocab_size(model),
+                                  len(dtok) if dtok is not None else _vocab_size(dmodel))) from None
 
 
 def heads_folder(name: str, method: str, model=None) -> str:
@@ -200,6 +212,8 @@ class Handlers:
         raise_if(problems)
         model, tok = self.cache.get(target, device, s.dtype)
         dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
+        if dmodel is not None:
+            check_draft(model, tok, dmodel, dtok, str(s.target), str(s.draft))
         p = Prepared(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
                  model, tok, dmodel, dtok, params, cutoff=cutoff, reference=reference)
