@@ -36,7 +36,7 @@ from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name  # noqa: E402
-from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
+from appkit.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.api import HEADS_METHODS  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
@@ -75,6 +75,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         shown[display_name(EMBEDDED_TARGET)] = EMBEDDED_TARGET
     h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
     h.max_trace_bytes = max_trace_bytes
+    if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it
+        h.fetching = lambda: dm.stage if dm.pending else None
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
     t0, d0 = display_name(target0), display_name(draft0)
     targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
@@ -199,7 +201,7 @@ def _positions(name: str) -> int | None:
 
 def launch_kwargs() -> dict:
     """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS."""
-    return {"head": viz.head_html(), "css": CSS, "max_file_size": "25mb"}
+    return {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -51,6 +52,7 @@ class Prepared:
     notes: dict = field(default_factory=dict)
     cutoff: float | None = None  # the speculative draft cutoff (with every preset)
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
+    threads: dict | None = None  # the measured CPU thread count (threads_for), None where not measured
 
     def drafter(self, method: str):
         """A fresh drafter (they keep per-run state)."""
@@ -149,10 +151,56 @@ def tmpdir() -> Path:
     return Path(tempfile.mkdtemp(dir=TMP))
 
 
+_THREADS: list[int] = []  # the CPU thread count measured for the model of the event now running
+
+
 def thread_setup() -> None:
-    """The worker thread inherits nothing from torch's per-thread state; keep grad off."""
+    """The worker thread inherits nothing from torch's per-thread state; keep grad off and use the thread
+    count measured for the model (threads_for)."""
     import torch
     torch.set_grad_enabled(False)
+    if _THREADS:
+        torch.set_num_threads(_THREADS[0])
+
+
+def needs_thread_timing(model) -> bool:
+    """A CPU model whose thread count the engine's rule leaves to torch (decoding.models.set_cpu_threads gives
+    small models one thread on <= 2 cores, measured; anything else gets measured here, once per model)."""
+    import os
+    p = next(model.parameters())
+    return (p.device.type == "cpu" and getattr(model, "decodescope_threads", None) is None
+            and not ((os.cpu_count() or 1) <= 2 and sum(x.numel() for x in model.parameters()) < 1e8))
+
+
+def threads_for(model, tok) -> dict | None:
+    """The model's measured thread count ({"threads", "tokens_per_s"}; measured now if not yet), set for
+    this event; None where nothing was measured (GPU, or a small model on a small machine: one thread)."""
+    import torch
+    from decoding.tune import tune_threads
+    if needs_thread_timing(model):
+        model.decodescope_threads = tune_threads(model, tok, presets.pilots(tok)[:1])
+    r = getattr(model, "decodescope_threads", None)
+    _THREADS[:] = [r["threads"]] if r else []
+    if r:
+        torch.set_num_threads(r["threads"])
+    return r
+
+
+def threads_note(r: dict | None) -> str:
+    """'2 CPU threads (measured: 1 → 21.0, 2 → 30.5 tokens/s greedy)', or '' where nothing was measured."""
+    if not r or not r.get("tokens_per_s"):
+        return ""
+    rates = ", ".join(f"{n} → {v:.1f}" for n, v in sorted(r["tokens_per_s"].items()))
+    return f"{r['threads']} CPU thread{'s' if r['threads'] > 1 else ''} (measured: {rates} tokens/s greedy)"
+
+
+def speed_note(method: str, tps: float, greedy: float | None) -> str:
+    """The run's speed against greedy's on the same prompt, settings and model, or says it was not measured."""
+    if method == "greedy":
+        return ""
+    if not greedy:
+        return "speed vs greedy: **not measured** (run greedy on this prompt, or race)"
+    return f"**{tps / greedy:.2f}x** greedy's speed (greedy measured on this prompt: {greedy:.1f} tokens/s)"
 
 
 def step_views(trace, costs: dict | None, initial_step: int) -> str:
@@ -166,6 +214,8 @@ class Handlers:
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
+        self.greedy_rates: dict[tuple, float] = {}  # what greedy measured (tokens/s) per run_key: "x greedy"
+        self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
 
     def model_name(self, name, role: str) -> str:
@@ -179,8 +229,18 @@ class Handlers:
         (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
         rest = [gr.skip()] * (n_outputs - 2)
         yield (CLEAR, "loading model…", *rest)
+        shown = None
+        default = self.aliases.get(str(s.target), str(s.target)) == self.lim.default_target
+        while default and self.fetching is not None and (line := self.fetching()):
+            if line != shown:  # what the run waits for, stage by stage, instead of a silent "loading"
+                yield (gr.skip(), f"waiting for the default model's fetch (once): {line}", *rest)
+                shown = line
+            time.sleep(0.5)
         p = self.plan(s, methods, presets_too=False)
         target = self.model_name(s.target, "target")
+        if needs_thread_timing(p.model):
+            yield (gr.skip(), "timing greedy at each CPU thread count for this model (once, a few seconds)…", *rest)
+        p.threads = threads_for(p.model, p.tok)
         if s.preset == "auto" and any(presets.cached(target, p.model, m) is None for m in methods if m != "greedy"):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
@@ -288,7 +348,8 @@ class Handlers:
                 return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
                            drafter=drafter, on_step=on_step)
 
-            note = p.notes.get(s.method, "")
+            note = " · ".join(x for x in (p.notes.get(s.method, ""), threads_note(p.threads)) if x)
+            key = self.run_key(p)
             for kind, result in Job(work, stop, thread_setup).updates():
                 if kind == "progress":
                     tr = rec.trace
@@ -298,12 +359,24 @@ class Handlers:
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                note_run = f"{note}\n\n{graphs}" if graphs else note
+                tps = tr.stats()["tokens_per_s"]
+                if kind == "done" and s.method == "greedy" and tps > 0:
+                    self.greedy_rates[key] = tps
+                speed = speed_note(s.method, tps, self.greedy_rates.get(key))
+                note_run = " · ".join(x for x in (speed, note) if x)
+                note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")
                 yield CLEAR, stats_md(tr, head, note_run), text, html, path, d
         finally:
             self.sessions.end(session, stop)
+
+    def run_key(self, p: Prepared) -> tuple:
+        """What makes two runs' speeds comparable: the model as loaded, the thread count, prompt and settings."""
+        import torch
+        param = next(p.model.parameters())
+        return (id(p.model), str(param.device), str(param.dtype), torch.get_num_threads(), p.prompt, p.max_new,
+                repr(p.sampling))
 
     def stop(self, request: gr.Request = None) -> None:
         """Stop this session's run, race, sweep or profile: it ends after its current step and keeps

@@ -70,6 +70,9 @@ class Tabs(Handlers):
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
+                if kind == "done" and runs.get("greedy"):  # a later Run on this prompt shows its speed against it
+                    rates = sorted(t.stats()["tokens_per_s"] for t in runs["greedy"])
+                    self.greedy_rates[self.run_key(p)] = rates[len(rates) // 2]
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":

@@ -75,14 +75,18 @@ def pick(page, label: str) -> None:
     page.get_by_role("radio", name=label, exact=True).check()
 
 
-def run_once(page, method: str, preset_word: str, timeout_ms: int = 240000) -> tuple[str, str]:
+def run_once(page, method: str, preset_word: str, timeout_ms: int = 180000) -> tuple[str, str]:
     """Click Run and wait for this run's end: its stats line (method, done, the preset's word) or a message."""
     page.locator("#ds-run").click()
     done = (f"(() => {{ const s = (document.querySelector('{STATS}') || {{}}).innerText || ''; "
             f"const m = (document.querySelector('{MSG}') || {{}}).innerText || ''; "
             f"return (s.includes('{method} · done') && s.includes({preset_word!r})) || "
-            f"(m.trim() !== '' && !s.includes('loading model')); }})()")
-    page.wait_for_function(done, polling=200, timeout=timeout_ms)
+            f"(s.includes('Not run') && m.trim() !== ''); }})()")
+    try:
+        page.wait_for_function(done, polling=200, timeout=timeout_ms)
+    except Exception:  # noqa: BLE001 - say what the page showed instead
+        raise AssertionError(f"{method}: no end after {timeout_ms / 1e3:.0f} s; the status line reads "
+                             f"{page.locator(STATS).inner_text()!r}, the message {page.locator(MSG).inner_text()!r}")
     return page.locator(STATS).inner_text(), page.locator(MSG).inner_text().strip()
 
 
@@ -100,8 +104,8 @@ def test_every_method_runs_with_every_preset_on_the_default_model(browser, defau
             pick(page, method_label)
             if preset != "auto":  # a method's own fields show; picking a method may not switch the preset
                 pick(page, preset_label)
-            page.locator(MSG).evaluate("e => e.innerHTML = ''")  # the previous run's message is not this one's
             stats, msg = run_once(page, method, word if method != "greedy" else "done")
+            print(f"{preset} {method}: {msg or stats.splitlines()[0]}", flush=True)
             if method == "speculative" and not speculative_runs:
                 if not ("needs a draft model that shares the target's tokenizer" in msg and "\n" not in msg
                         and "embedded target" in msg):

@@ -66,9 +66,10 @@ table.ds-pooltab td.ds-gram.ds-w{border-style:dashed}
 @media (max-width:700px){.ds-stepper.ds-sided{display:block}.ds-sided>.ds-side{position:static;max-height:none;
   border-right:none;border-bottom:3px solid #3182bd;margin-bottom:6px}}
 @media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}
-  .ds-controls{flex-wrap:nowrap;overflow-x:auto;gap:4px;scrollbar-width:thin}
-  .ds-controls>*{flex:0 0 auto}.ds-controls .ds-slider{flex:0 0 110px}
-  .ds-controls>span:not(.ds-label),.ds-controls .ds-svg,.ds-controls .ds-png,.ds-controls .ds-slides{display:none}}
+  .ds-controls{flex-wrap:wrap;gap:3px 4px;padding:2px 0}
+  .ds-controls>*{flex:0 0 auto}.ds-controls button{padding:2px 6px;font-size:12px}
+  .ds-controls .ds-slider{flex:1 1 90px;min-width:90px}.ds-controls .ds-label{font-size:12px}
+  .ds-controls>span:not(.ds-label){display:none}}
 """
 # the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)
 CSS = _CSS.replace("MATCHED", STATE_COLORS["matched"]).replace("SELECT", SELECT_COLOR).replace("CURRENT", CURRENT_COLOR)
