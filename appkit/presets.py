@@ -102,6 +102,9 @@ def cached(model_name: str, model, method: str) -> dict | None:
                 if method in SHIPPED_CPU else None)
     if is_default(model_name) and cpu and method in SHIPPED_CPU_DEFAULT:
         return {"params": SHIPPED_CPU_DEFAULT[method], "source": "tuned on a 2-core CPU on the page's examples (shipped)"}
+    from decoding.tune import TUNERS
+    if method not in TUNERS and method != "greedy":  # nothing to tune (prompt lookup, retrieval, self-speculative)
+        return {"params": dict(SHIPPED_CPU.get(method, {})), "source": "the method's defaults: it has no tuner"}
     return None
 
 

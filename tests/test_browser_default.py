@@ -77,17 +77,19 @@ def pick(page, label: str) -> None:
 
 def run_once(page, method: str, preset_word: str, timeout_ms: int = 180000) -> tuple[str, str]:
     """Click Run and wait for this run's end: its stats line (method, done, the preset's word) or a message."""
+    before = page.locator(STATS).inner_text()
     page.locator("#ds-run").click()
     done = (f"(() => {{ const s = (document.querySelector('{STATS}') || {{}}).innerText || ''; "
             f"const m = (document.querySelector('{MSG}') || {{}}).innerText || ''; "
-            f"return (s.includes('{method} · done') && s.includes({preset_word!r})) || "
-            f"(s.includes('Not run') && m.trim() !== ''); }})()")
+            f"return s !== {before!r} && ((s.includes('{method} · done') && s.includes({preset_word!r})) || "
+            f"(s.includes('Not run') && m.includes('⚠'))); }})()")
     try:
         page.wait_for_function(done, polling=200, timeout=timeout_ms)
     except Exception:  # noqa: BLE001 - say what the page showed instead
         raise AssertionError(f"{method}: no end after {timeout_ms / 1e3:.0f} s; the status line reads "
                              f"{page.locator(STATS).inner_text()!r}, the message {page.locator(MSG).inner_text()!r}")
-    return page.locator(STATS).inner_text(), page.locator(MSG).inner_text().strip()
+    msg = page.locator(MSG).inner_text()
+    return page.locator(STATS).inner_text(), msg[msg.index("⚠"):].strip() if "⚠" in msg else ""
 
 
 def test_every_method_runs_with_every_preset_on_the_default_model(browser, default_served):
