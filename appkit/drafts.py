@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from decoding import ModelError
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT
+
+from .settings import InputError
 
 SHIPPED_DRAFTS = ASSETS / "drafts"
 KNOWN_VOCAB = {DEFAULT_MODEL: 49152}  # the default model's vocabulary, known before its fetch ends (model_card.py)
@@ -54,9 +57,19 @@ def race_default(methods: list[str], target: str | None, draft: str | None) -> l
     return [m for m in methods if m != "speculative" or fits(target, draft)]
 
 
-def no_draft(target: str, draft: str, target_vocab: int, draft_vocab: int) -> str:
-    """One line for a speculative run whose draft does not share the target's tokenizer: what to do instead."""
-    return (f"**speculative** needs a draft model that shares the target's tokenizer: the draft {draft} has "
-            f"{draft_vocab:,} tokens, the target {target} {target_vocab:,}. Pick the embedded target (the embedded "
-            "draft is its draft) or, under Model, a draft model that shares this target's tokenizer (a smaller "
-            "model of its family); lookahead, prompt lookup and the self-drafting methods need no draft")
+def no_draft(target: str, draft: str, why: str) -> str:
+    """One line for a speculative run whose draft does not share the target's tokenizer: why, what instead."""
+    return (f"**speculative** needs a draft model that shares the target's tokenizer; the draft {draft} does not "
+            f"fit the target {target} ({why.rstrip('.')}). Pick the embedded target (the embedded draft is its draft) "
+            "or, under Model, a draft model that shares this target's tokenizer (a smaller model of its family); "
+            "lookahead, prompt lookup and the self-drafting methods need no draft")
+
+
+def check_draft(model, tok, dmodel, dtok, target: str, draft: str) -> None:
+    """Before a speculative run: a draft that does not share the target's tokenizer is refused in one line
+    that says what to pick instead (not the engine's error from the middle of the run)."""
+    from decoding.methods.speculative import check_compatible
+    try:
+        check_compatible(model, dmodel, tok, dtok)
+    except ModelError as e:
+        raise InputError(no_draft(target, draft, str(e).strip().splitlines()[0])) from None

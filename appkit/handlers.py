@@ -16,7 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 import viz
-from decoding import ModelError, make_drafter, make_sampling, run
+from decoding import make_drafter, make_sampling, run
 from decoding.api import HEADS_METHODS, vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
@@ -24,7 +24,10 @@ from decoding.methods.reference_text import tokenize_references
 
 from . import presets
 from .costs import run_costs
-from .drafts import no_draft
+from . import threads
+from .default_model import fetch_waits
+from .drafts import check_draft
+from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
 from .errors import reported
 from .limits import Limits
 from .model_cache import ModelCache
@@ -52,7 +55,7 @@ class Prepared:
     notes: dict = field(default_factory=dict)
     cutoff: float | None = None  # the speculative draft cutoff (with every preset)
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
-    threads: dict | None = None  # the measured CPU thread count (threads_for), None where not measured
+    threads: dict | None = None  # the measured CPU thread count (appkit/threads.py), None where not measured
 
     def drafter(self, method: str):
         """A fresh drafter (they keep per-run state)."""
@@ -74,19 +77,6 @@ class Prepared:
     def run(self, method: str, on_step=None, **kw):
         return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
                    drafter=self.drafter(method), on_step=on_step, **kw)
-
-
-
-
-def check_draft(model, tok, dmodel, dtok, target: str, draft: str) -> None:
-    """Before a speculative run: a draft that does not share the target's tokenizer is refused in one line
-    that says what to pick instead (not the engine's error from the middle of the run)."""
-    from decoding.methods.speculative import _vocab_size, check_compatible
-    try:
-        check_compatible(model, dmodel, tok, dtok)
-    except ModelError:
-        raise InputError(no_draft(target, draft, len(tok) if tok is not None else _vocab_size(model),
-                                  len(dtok) if dtok is not None else _vocab_size(dmodel))) from None
 
 
 def heads_folder(name: str, method: str, model=None) -> str:
@@ -151,56 +141,13 @@ def tmpdir() -> Path:
     return Path(tempfile.mkdtemp(dir=TMP))
 
 
-_THREADS: list[int] = []  # the CPU thread count measured for the model of the event now running
-
-
 def thread_setup() -> None:
     """The worker thread inherits nothing from torch's per-thread state; keep grad off and use the thread
-    count measured for the model (threads_for)."""
+    count measured for the model (appkit/threads.py)."""
     import torch
     torch.set_grad_enabled(False)
-    if _THREADS:
-        torch.set_num_threads(_THREADS[0])
-
-
-def needs_thread_timing(model) -> bool:
-    """A CPU model whose thread count the engine's rule leaves to torch (decoding.models.set_cpu_threads gives
-    small models one thread on <= 2 cores, measured; anything else gets measured here, once per model)."""
-    import os
-    p = next(model.parameters())
-    return (p.device.type == "cpu" and getattr(model, "decodescope_threads", None) is None
-            and not ((os.cpu_count() or 1) <= 2 and sum(x.numel() for x in model.parameters()) < 1e8))
-
-
-def threads_for(model, tok) -> dict | None:
-    """The model's measured thread count ({"threads", "tokens_per_s"}; measured now if not yet), set for
-    this event; None where nothing was measured (GPU, or a small model on a small machine: one thread)."""
-    import torch
-    from decoding.tune import tune_threads
-    if needs_thread_timing(model):
-        model.decodescope_threads = tune_threads(model, tok, presets.pilots(tok)[:1])
-    r = getattr(model, "decodescope_threads", None)
-    _THREADS[:] = [r["threads"]] if r else []
-    if r:
-        torch.set_num_threads(r["threads"])
-    return r
-
-
-def threads_note(r: dict | None) -> str:
-    """'2 CPU threads (measured: 1 → 21.0, 2 → 30.5 tokens/s greedy)', or '' where nothing was measured."""
-    if not r or not r.get("tokens_per_s"):
-        return ""
-    rates = ", ".join(f"{n} → {v:.1f}" for n, v in sorted(r["tokens_per_s"].items()))
-    return f"{r['threads']} CPU thread{'s' if r['threads'] > 1 else ''} (measured: {rates} tokens/s greedy)"
-
-
-def speed_note(method: str, tps: float, greedy: float | None) -> str:
-    """The run's speed against greedy's on the same prompt, settings and model, or says it was not measured."""
-    if method == "greedy":
-        return ""
-    if not greedy:
-        return "speed vs greedy: **not measured** (run greedy on this prompt, or race)"
-    return f"**{tps / greedy:.2f}x** greedy's speed (greedy measured on this prompt: {greedy:.1f} tokens/s)"
+    if threads.CURRENT:
+        torch.set_num_threads(threads.CURRENT[0])
 
 
 def step_views(trace, costs: dict | None, initial_step: int) -> str:
@@ -229,13 +176,8 @@ class Handlers:
         (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
         rest = [gr.skip()] * (n_outputs - 2)
         yield (CLEAR, "loading model…", *rest)
-        shown = None
-        default = self.aliases.get(str(s.target), str(s.target)) == self.lim.default_target
-        while default and self.fetching is not None and (line := self.fetching()):
-            if line != shown:  # what the run waits for, stage by stage, instead of a silent "loading"
-                yield (gr.skip(), f"waiting for the default model's fetch (once): {line}", *rest)
-                shown = line
-            time.sleep(0.5)
+        if self.fetching and self.aliases.get(str(s.target), str(s.target)) == self.lim.default_target:
+            yield from fetch_waits(self.fetching, rest)  # the fetch's stage, not a silent "loading"
         p = self.plan(s, methods, presets_too=False)
         target = self.model_name(s.target, "target")
         if needs_thread_timing(p.model):
@@ -349,7 +291,7 @@ class Handlers:
                            drafter=drafter, on_step=on_step)
 
             note = " · ".join(x for x in (p.notes.get(s.method, ""), threads_note(p.threads)) if x)
-            key = self.run_key(p)
+            key = run_key(p)
             for kind, result in Job(work, stop, thread_setup).updates():
                 if kind == "progress":
                     tr = rec.trace
@@ -359,24 +301,13 @@ class Handlers:
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                tps = tr.stats()["tokens_per_s"]
-                if kind == "done" and s.method == "greedy" and tps > 0:
-                    self.greedy_rates[key] = tps
-                speed = speed_note(s.method, tps, self.greedy_rates.get(key))
-                note_run = " · ".join(x for x in (speed, note) if x)
+                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, key, tr, kind == "done"), note) if x)
                 note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")
                 yield CLEAR, stats_md(tr, head, note_run), text, html, path, d
         finally:
             self.sessions.end(session, stop)
-
-    def run_key(self, p: Prepared) -> tuple:
-        """What makes two runs' speeds comparable: the model as loaded, the thread count, prompt and settings."""
-        import torch
-        param = next(p.model.parameters())
-        return (id(p.model), str(param.device), str(param.dtype), torch.get_num_threads(), p.prompt, p.max_new,
-                repr(p.sampling))
 
     def stop(self, request: gr.Request = None) -> None:
         """Stop this session's run, race, sweep or profile: it ends after its current step and keeps

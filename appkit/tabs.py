@@ -22,6 +22,7 @@ from .model_cache import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
 from .stream import Job
+from .threads import run_key
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
 RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
@@ -72,7 +73,7 @@ class Tabs(Handlers):
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
                 if kind == "done" and runs.get("greedy"):  # a later Run on this prompt shows its speed against it
                     rates = sorted(t.stats()["tokens_per_s"] for t in runs["greedy"])
-                    self.greedy_rates[self.run_key(p)] = rates[len(rates) // 2]
+                    self.greedy_rates[run_key(p)] = rates[len(rates) // 2]
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":

@@ -24,6 +24,7 @@ from .race import MAX_REPEATS, REPEATS
 from .replay import shipped
 from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES, RACE_DEFAULT
+from .run_status import RUN_STATUS_CSS, RUN_STATUS_HEAD  # noqa: F401 - the head script: app.launch_kwargs
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
                   ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi"),
@@ -52,36 +53,6 @@ CSS = """
   display:block;background:#fff4d6;border-left:4px solid #e6a700;padding:4px 8px;margin-bottom:4px;font-size:13px}
 @media (pointer:coarse),(max-width:700px){.js-plotly-plot .modebar-container{display:none !important}}
 """ + lesson.CSS
-# Beside the Run button, where the user looks after a click: what the run waits for (the model's fetch or
-# load, the thread timing, the tuner), then its live line and its newest tokens, then where the results are.
-# It reads the status line and the output box (far below on a first visit), so no handler sends anything twice.
-RUN_STATUS_HEAD = """<script>(() => {
-  const BUSY = /loading model|waiting for|tuning|timing|running…/;
-  let armed = false;
-  document.addEventListener("click", (e) => { if (e.target.closest && e.target.closest("#ds-run")) armed = true; }, true);
-  setInterval(() => {
-    const box = document.querySelector("#ds-run-status");
-    if (!box || !armed) return;
-    const st = document.querySelector("#ds-stats"), out = document.querySelector("#ds-output textarea");
-    const s = st ? st.innerText.trim().split("\n")[0] : "", text = out ? out.value : "";
-    let html;
-    if (BUSY.test(s)) {
-      const tail = text ? "<div class='ds-rs-tail'>…" + esc(text.slice(-160)) + "</div>" : "";
-      html = "<span class='ds-rs-busy'>⏳ " + esc(s) + "</span>" + tail;
-    } else if (/ done|Stopped|Not run/.test(s)) {
-      html = "<a href='#ds-stats' class='ds-rs-done'>" + (/Not run/.test(s) ? "⚠ " : "✓ ") + esc(s) +
-        " — the results are below ↓</a>";
-    } else return;
-    if (box.dataset.last !== html) { box.innerHTML = html; box.dataset.last = html; }
-  }, 250);
-  function esc(t) { return t.replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";"); }
-})();</script>"""
-RUN_STATUS_CSS = """
-#ds-run-status{font-size:13px;min-height:1.2em;margin:2px 0 6px;overflow-wrap:anywhere}
-#ds-run-status .ds-rs-busy{color:#7a5a00}
-#ds-run-status .ds-rs-tail{font-family:ui-monospace,monospace;font-size:12px;color:#333;white-space:pre-wrap;
-  max-height:4.5em;overflow:hidden;background:#f7f7f7;border-radius:3px;padding:2px 6px;margin-top:2px}
-"""
 CSS += RUN_STATUS_CSS
 # run on the click in the browser: the step view on the page now belongs to the previous run
 UNMARK_STALE_ON_ERROR = ("(m) => { const e = document.querySelector('#ds-stepview'); if (m && e) "

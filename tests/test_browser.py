@@ -524,6 +524,7 @@ def test_a_lesson_stop_shows_narration_beside_the_full_width_step_view(browser, 
     assert side["x"] + side["width"] <= pic["x"] + 1, (side, pic)  # beside, not above
     expect(page.locator(f"{stepper} .ds-side")).to_contain_text("Stop 1 of")
     expect(page.locator(f"{stepper} .ds-pick")).to_be_visible()
+    expect(page.locator("#ds-lesson")).to_be_hidden()  # the narration is said once: beside the view, not above too
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "app_lesson_1280x900.png"))
     page.set_viewport_size({"width": 400, "height": 800})

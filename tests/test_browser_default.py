@@ -75,10 +75,24 @@ def pick(page, label: str) -> None:
     page.get_by_role("radio", name=label, exact=True).check()
 
 
-def run_once(page, method: str, preset_word: str, timeout_ms: int = 180000) -> tuple[str, str]:
-    """Click Run and wait for this run's end: its stats line (method, done, the preset's word) or a message."""
+def run_once(page, method: str, preset_word: str, timeout_ms: int = 180000, first: bool = False) -> tuple[str, str]:
+    """Click Run and wait for this run's end: its stats line (method, done, the preset's word) or a message.
+    first: the page's first run, which waits (model load, thread timing): said beside the button at once."""
     before = page.locator(STATS).inner_text()
-    page.locator("#ds-run").click()
+    changed = f"(document.querySelector('{STATS}') || {{}}).innerText !== {before!r}"
+    for attempt in range(3):  # a click while the page still settles the last run's field updates can be lost
+        page.locator("#ds-run").click()
+        try:
+            page.wait_for_function(changed, polling=100, timeout=20000)
+            break
+        except Exception:  # noqa: BLE001
+            print(f"{method}: the Run click started nothing in 20 s (attempt {attempt + 1})", flush=True)
+    if first:
+        status = page.locator("#ds-run-status")
+        expect(status).to_contain_text("⏳", timeout=15000)
+        run_box, box = page.locator("#ds-run").bounding_box(), status.bounding_box()
+        assert 0 <= box["y"] - run_box["y"] <= 150, (run_box, box)  # where the user looks after the click
+        expect(status).to_contain_text("results are below", timeout=timeout_ms)
     done = (f"(() => {{ const s = (document.querySelector('{STATS}') || {{}}).innerText || ''; "
             f"const m = (document.querySelector('{MSG}') || {{}}).innerText || ''; "
             f"return s !== {before!r} && ((s.includes('{method} · done') && s.includes({preset_word!r})) || "
@@ -106,7 +120,8 @@ def test_every_method_runs_with_every_preset_on_the_default_model(browser, defau
             pick(page, method_label)
             if preset != "auto":  # a method's own fields show; picking a method may not switch the preset
                 pick(page, preset_label)
-            stats, msg = run_once(page, method, word if method != "greedy" else "done")
+            stats, msg = run_once(page, method, word if method != "greedy" else "done",
+                                  first=(preset, method) == ("auto", "greedy"))
             print(f"{preset} {method}: {msg or stats.splitlines()[0]}", flush=True)
             if method == "speculative" and not speculative_runs:
                 if not ("needs a draft model that shares the target's tokenizer" in msg and "\n" not in msg
@@ -175,8 +190,13 @@ def test_the_page_follows_the_default_model_when_its_fetch_ends(browser, fetchin
     url, go = fetching_served
     early, _ = open_page(browser, url)  # open during the fetch: the embedded model's code examples for now
     expect(early.locator("#default-model-status")).to_contain_text("Fetching the default model", timeout=30000)
-    assert "code model" in early.locator("body").inner_text()
+    expect(early.locator("body")).to_contain_text("code model", timeout=30000)
+    set_number(early, "ds-max-new", MAX_NEW)
+    early.locator("#ds-run").click()  # a run clicked now says what it waits for, beside the button
+    expect(early.locator("#ds-run-status")).to_contain_text("waiting for the default model's fetch", timeout=30000)
     go.set()
+    expect(early.locator("#ds-run-status")).to_contain_text("results are below", timeout=120000)
+    assert "⚠" not in early.locator(MSG).inner_text() and "· done" in early.locator(STATS).inner_text()
     expect(early.locator("#default-model-status")).to_be_hidden(timeout=120000)  # the open page follows it
     config = json_config(fm.model_dir())
     for page in (early, open_page(browser, url)[0]):  # and a page opened after the fetch
