@@ -75,39 +75,64 @@ def pick(page, label: str) -> None:
     page.get_by_role("radio", name=label, exact=True).check()
 
 
-def run_once(page, method: str, preset_word: str, timeout_ms: int = 180000, first: bool = False) -> tuple[str, str]:
-    """Click Run and wait for this run's end: its stats line (method, done, the preset's word) or a message.
+class Events:
+    """Counts the server's model events as they start and end (the handlers' session bookkeeping), so a run is
+    known to have started and ended whatever the page's text shows in between."""
+
+    def __init__(self, demo):
+        self.started = self.ended = 0
+        sessions = demo.decodescope["handlers"].sessions
+        start, end = sessions.start, sessions.end
+
+        def counted_start(*a, **k):
+            self.started += 1
+            return start(*a, **k)
+
+        def counted_end(*a, **k):
+            try:
+                return end(*a, **k)
+            finally:
+                self.ended += 1
+        sessions.start, sessions.end = counted_start, counted_end
+
+
+def run_once(page, events: Events, method: str, preset_word: str, timeout_s: float = 180,
+             first: bool = False) -> tuple[str, str]:
+    """Click Run, wait until the server has started and ended that run, then read its stats line and message.
     first: the page's first run, which waits (model load, thread timing): said beside the button at once."""
-    before = page.locator(STATS).inner_text()
-    changed = f"(document.querySelector('{STATS}') || {{}}).innerText !== {before!r}"
+    import time
+    started, ended = events.started, events.ended
     for attempt in range(3):  # a click while the page still settles the last run's field updates can be lost
         page.locator("#ds-run").click()
-        try:
-            page.wait_for_function(changed, polling=100, timeout=20000)
+        t0 = time.monotonic()
+        while events.started == started and time.monotonic() - t0 < 20:
+            page.wait_for_timeout(100)
+        if events.started > started:
             break
-        except Exception:  # noqa: BLE001
-            print(f"{method}: the Run click started nothing in 20 s (attempt {attempt + 1})", flush=True)
+        print(f"{method}: the Run click started nothing in 20 s (attempt {attempt + 1})", flush=True)
+    assert events.started > started, f"{method}: three Run clicks started no run"
     if first:
         status = page.locator("#ds-run-status")
         expect(status).to_contain_text("⏳", timeout=15000)
         run_box, box = page.locator("#ds-run").bounding_box(), status.bounding_box()
         assert 0 <= box["y"] - run_box["y"] <= 150, (run_box, box)  # where the user looks after the click
-        expect(status).to_contain_text("results are below", timeout=timeout_ms)
-    done = (f"(() => {{ const s = (document.querySelector('{STATS}') || {{}}).innerText || ''; "
-            f"const m = (document.querySelector('{MSG}') || {{}}).innerText || ''; "
-            f"return s !== {before!r} && ((s.includes('{method} · done') && s.includes({preset_word!r})) || "
-            f"(s.includes('Not run') && m.includes('⚠'))); }})()")
-    try:
-        page.wait_for_function(done, polling=200, timeout=timeout_ms)
-    except Exception:  # noqa: BLE001 - say what the page showed instead
-        raise AssertionError(f"{method}: no end after {timeout_ms / 1e3:.0f} s; the status line reads "
-                             f"{page.locator(STATS).inner_text()!r}, the message {page.locator(MSG).inner_text()!r}")
+    t0 = time.monotonic()
+    while events.ended == ended:
+        assert time.monotonic() - t0 < timeout_s, (f"{method}: not ended after {timeout_s:.0f} s; the status line "
+                                                   f"reads {page.locator(STATS).inner_text()!r}")
+        page.wait_for_timeout(200)
+    end = (f"(() => {{ const s = (document.querySelector('{STATS}') || {{}}).innerText || ''; "
+           f"return (s.includes('{method} · done') && s.includes({preset_word!r})) || s.includes('Not run'); }})()")
+    page.wait_for_function(end, polling=200, timeout=30000)
+    if first:
+        expect(page.locator("#ds-run-status")).to_contain_text("results are below", timeout=30000)
     msg = page.locator(MSG).inner_text()
     return page.locator(STATS).inner_text(), msg[msg.index("⚠"):].strip() if "⚠" in msg else ""
 
 
 def test_every_method_runs_with_every_preset_on_the_default_model(browser, default_served):
     url, demo = default_served
+    events = Events(demo)
     page, watch = open_page(browser, url)
     expect(page.locator("#ds-prompt textarea")).to_have_value(re.compile("<\\|im_start\\|>"))  # a chat request
     set_number(page, "ds-max-new", MAX_NEW)
@@ -120,7 +145,7 @@ def test_every_method_runs_with_every_preset_on_the_default_model(browser, defau
             pick(page, method_label)
             if preset != "auto":  # a method's own fields show; picking a method may not switch the preset
                 pick(page, preset_label)
-            stats, msg = run_once(page, method, word if method != "greedy" else "done",
+            stats, msg = run_once(page, events, method, word if method != "greedy" else "done",
                                   first=(preset, method) == ("auto", "greedy"))
             print(f"{preset} {method}: {msg or stats.splitlines()[0]}", flush=True)
             if method == "speculative" and not speculative_runs:

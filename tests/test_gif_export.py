@@ -30,3 +30,11 @@ def test_cli_picks_steps_and_refuses_bad_ones(tmp_path, capsys):
     assert main([str(TRACE), "-o", str(tmp_path / "b.gif"), "--steps", "1,999"]) == 2
     assert "steps not in this run: [999]" in capsys.readouterr().err
     assert main([str(TRACE), "--steps", "x"]) == 2
+
+
+def test_without_playwright_the_command_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # as where it is not installed
+    assert main([str(TRACE), "-o", str(tmp_path / "c.gif")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install playwright" in err and len(err.splitlines()) == 1, err

@@ -32,7 +32,11 @@ def chromium() -> str:
 
 def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) -> list[bytes]:
     """PNG screenshots of the step view's caption and pictures, one per step index in `steps`."""
-    from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # a dev dependency: the command says so in one line, not a traceback
+        raise OSError("the GIF export drives Chromium with playwright, which is not installed: "
+                      "pip install playwright (requirements-dev.txt; it uses the system chromium)") from None
 
     from .report import write_report
     tr = as_trace(trace)
