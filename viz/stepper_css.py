@@ -67,8 +67,10 @@ table.ds-pooltab td.ds-gram.ds-w{border-style:dashed}
   border-right:none;border-bottom:3px solid #3182bd;margin-bottom:6px}}
 @media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}
   .ds-controls{flex-wrap:wrap;gap:3px 4px;padding:2px 0}
-  .ds-controls>*{flex:0 0 auto}.ds-controls button{padding:2px 6px;font-size:12px}
-  .ds-controls .ds-slider{flex:1 1 90px;min-width:90px}.ds-controls .ds-label{font-size:12px}
+  .ds-controls>*{flex:0 0 auto}
+  .ds-stepper:not(.ds-present) .ds-controls button{padding:2px 6px !important;font-size:12px !important;font-weight:normal !important;
+    min-width:0 !important;line-height:1.5 !important}
+  .ds-controls .ds-slider{flex:1 1 80px;min-width:80px}.ds-controls .ds-label{font-size:12px}
   .ds-controls>span:not(.ds-label){display:none}}
 """
 # the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)
