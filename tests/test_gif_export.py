@@ -38,3 +38,14 @@ def test_without_playwright_the_command_says_so_in_one_line(tmp_path, capsys, mo
     assert main([str(TRACE), "-o", str(tmp_path / "c.gif")]) == 2
     err = capsys.readouterr().err.strip()
     assert "pip install playwright" in err and len(err.splitlines()) == 1, err
+
+
+def test_frames_draw_wide_panels_whole_without_a_scroll_cue():
+    """At a narrow width the page scrolls a wide panel and says "scroll →"; a GIF frame cannot scroll, so it
+    draws every panel whole: the frame is wider than the page width asked for, and says nothing of scrolling."""
+    from viz.gif import frames
+    tr = as_trace(TRACE)
+    import io
+    shots = frames(tr, [tr.steps[slide_steps(tr)[0]].index], width=360)
+    im = Image.open(io.BytesIO(shots[0]))
+    assert im.width > 360, im.size  # the old frames were cut at the page's width
