@@ -18,9 +18,10 @@ RUN_STATUS_HEAD = """<script>(() => {
     let html;
     if (BUSY.test(s)) {
       const tail = text ? "<div class='ds-rs-tail'>…" + esc(text.slice(-160)) + "</div>" : "";
-      html = "<span class='ds-rs-busy'>⏳ " + esc(s) + "</span>" + tail;
+      html = "<span class='ds-rs-busy'><i class='ds-rs-spin'></i>" + esc(s) + "</span>" + tail;
     } else if (/ done|Stopped|Not run/.test(s)) {
-      html = "<a href='#ds-stats' class='ds-rs-done'>" + (/Not run/.test(s) ? "⚠ " : "✓ ") + esc(s) +
+      const parts = s.split(" · "), short = parts.slice(0, 2).concat(parts.filter((x) => /greedy's speed|not measured/.test(x)));
+      html = "<a href='#ds-stats' class='ds-rs-done'>" + (/Not run/.test(s) ? "⚠ " : "✓ ") + esc(short.join(" · ")) +
         " — the results are below ↓</a>";
     } else return;
     if (box.dataset.last !== html) { box.innerHTML = html; box.dataset.last = html; }
@@ -30,6 +31,9 @@ RUN_STATUS_HEAD = """<script>(() => {
 RUN_STATUS_CSS = """
 #ds-run-status{font-size:13px;min-height:1.2em;margin:2px 0 6px;overflow-wrap:anywhere}
 #ds-run-status .ds-rs-busy{color:#7a5a00}
+#ds-run-status .ds-rs-spin{display:inline-block;width:.8em;height:.8em;margin-right:6px;vertical-align:-1px;
+  border:2px solid #e6a700;border-top-color:transparent;border-radius:50%;animation:ds-rs-turn 1s linear infinite}
+@keyframes ds-rs-turn{to{transform:rotate(360deg)}}
 #ds-run-status .ds-rs-tail{font-family:ui-monospace,monospace;font-size:12px;color:#333;white-space:pre-wrap;
   max-height:4.5em;overflow:hidden;background:#f7f7f7;border-radius:3px;padding:2px 6px;margin-top:2px}
 """

@@ -113,7 +113,7 @@ def run_once(page, events: Events, method: str, preset_word: str, timeout_s: flo
     assert events.started > started, f"{method}: three Run clicks started no run"
     if first:
         status = page.locator("#ds-run-status")
-        expect(status).to_contain_text("⏳", timeout=15000)
+        expect(status.locator(".ds-rs-busy")).to_be_visible(timeout=15000)
         run_box, box = page.locator("#ds-run").bounding_box(), status.bounding_box()
         assert 0 <= box["y"] - run_box["y"] <= 150, (run_box, box)  # where the user looks after the click
     t0 = time.monotonic()
