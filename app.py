@@ -162,12 +162,14 @@ def follower(dm: DefaultModel, built_from: str, prompt0: str, target: str):
     while the fetch runs, and every later page load: the page's first values are fixed when it is built):
     the fetch line, the examples and their label, the prompt box's positions, and the prompt itself
     where it still holds the first example (an edited prompt is kept)."""
+    seen: dict[str, tuple] = {}  # the arrived model's examples, read once (a tokenizer load), not per page load
+
     def follow(prompt: str):
         line = gr.update(value=dm.line(), visible=bool(dm.line()))
         now = dm.resolve_now()
         if now == built_from:
             return line, gr.skip(), gr.skip()
-        rows, label = examples_for(now)
+        rows, label = seen.get(now) or seen.setdefault(now, examples_for(now))
         box = gr.update(info=prompt_info(_positions(now), target),
                         **({"value": rows[0][0]} if prompt in (prompt0, None, "") else {}))
         return line, box, gr.Dataset(samples=rows, sample_labels=example_labels(rows), label=label)

@@ -230,3 +230,16 @@ def test_the_kernel_can_be_built_ahead_of_time():
     import subprocess
     r = subprocess.run([sys.executable, "-m", "decoding.fast.cpu_gemm"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "CPU kernel ready" in r.stdout, r.stderr
+
+
+def test_a_build_folder_that_cannot_be_written_means_mkl_not_a_crash(monkeypatch, tmp_path):
+    import os
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro, os.W_OK):  # root ignores the mode: make the folder's parent a file instead
+        ro = tmp_path / "a_file"
+        ro.write_text("")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ro))
+    monkeypatch.setattr(cpu_gemm, "_FAILED", [])
+    assert cpu_gemm.kernel.__wrapped__() is None and "build failed" in cpu_gemm.why_not()

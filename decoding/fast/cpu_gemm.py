@@ -176,21 +176,21 @@ def _kernel():
     from torch.utils.cpp_extension import load
     name = build_name()
     folder = build_root() / name
-    with build_lock(folder) as held:
-        if not held:
-            _FAILED.append(_WAITED[-1])
-            _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
-            return None
-        if sys.stderr.isatty() and not built(name, folder.parent):  # a piped stderr keeps its one-line errors
-            _say(BUILDING)
-        try:
+    try:
+        with build_lock(folder) as held:
+            if not held:
+                _FAILED.append(_WAITED[-1])
+                _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
+                return None
+            if sys.stderr.isatty() and not built(name, folder.parent):  # a piped stderr keeps its one-line errors
+                _say(BUILDING)
             load(name, [str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
                  build_directory=str(folder), is_python_module=False, verbose=False)
-        except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: all mean "use MKL"
-            first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-            _FAILED.append(f"its build failed ({type(e).__name__}: {first})")
-            _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
-            return None
+    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build, no writable folder: "use MKL"
+        first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        _FAILED.append(f"its build failed ({type(e).__name__}: {first})")
+        _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
+        return None
     ops = torch.ops.decodescope
     ISA[:] = [ops.select_isa(isa_wanted())]
     if not _REGISTERED:
