@@ -12,6 +12,7 @@ import gradio as gr
 import viz
 from decoding import ModelError, run
 from viz.counts import run_counts
+from viz.teach import teaching_step
 
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
@@ -268,8 +269,8 @@ class Tabs(Handlers):
             tr = Trace.from_dict(last)
         else:
             raise ValueError("upload a trace JSON, pick a recorded trace, or run something first")
-        try:
-            html = viz.step_view_html(tr)
+        try:  # it opens on the step that shows the method's point (viz/teach.py), not on the empty prefill
+            html = viz.step_view_html(tr, initial_step=teaching_step(tr)["k"])
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None
         if len(html) > MAX_REPLAY_HTML_BYTES:
