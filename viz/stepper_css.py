@@ -51,6 +51,7 @@ svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !importan
 .ds-present .ds-controls button{font-size:20px;padding:6px 14px}.ds-present .ds-caption{font-size:26px;line-height:1.35}
 .ds-present .ds-text{font-size:22px;max-height:28vh}.ds-present table.ds-tab{font-size:20px}
 .ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:13px}
+.ds-present .ds-plot svg{zoom:1.7}  /* the tree's and the mask's 12 px labels read at ~20 px on a projector */
 .ds-present .ds-vt{font-size:22px}.ds-present .ds-prof,.ds-present .ds-run{display:none}
 .ds-present .ds-svg,.ds-present .ds-png,.ds-present .ds-slides{display:none}
 details.ds-poolbrowse{margin-top:6px;font-size:12px}details.ds-poolbrowse summary{cursor:pointer;color:#333}
