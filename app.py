@@ -73,6 +73,9 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     if target0 == DEFAULT_MODEL:  # the embedded target stays one pick away (and on a public Space's allow list)
         lim.allowed.append(EMBEDDED_TARGET)
         shown[display_name(EMBEDDED_TARGET)] = EMBEDDED_TARGET
+    if draft0 != EMBEDDED_DRAFT and default_draft is None:  # a shipped draft preselected: the embedded one stays
+        lim.allowed.append(EMBEDDED_DRAFT)
+        shown[display_name(EMBEDDED_DRAFT)] = EMBEDDED_DRAFT
     h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
     h.max_trace_bytes = max_trace_bytes
     if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it
@@ -82,8 +85,10 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
                                                    display_name(EMBEDDED_TARGET))] if target0 == DEFAULT_MODEL
                else [(f"embedded target ({t0})", t0)]) + [(hub_label(m), m) for m in hub if m != EMBEDDED_TARGET]
-    drafts_shown = [(f"embedded draft ({d0})" if draft0 == EMBEDDED_DRAFT else f"shipped draft ({d0})", d0)] + \
-        [(hub_label(m), m) for m in hub]
+    drafts_shown = ([(f"embedded draft ({d0})", d0)] if draft0 == EMBEDDED_DRAFT else
+                    [(f"shipped draft ({d0})", d0), (f"embedded draft ({display_name(EMBEDDED_DRAFT)})",
+                                                     display_name(EMBEDDED_DRAFT))]) + \
+        [(hub_label(m), m) for m in hub if m != EMBEDDED_DRAFT]
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         status = gr.Markdown(dm.line() if dm else "", visible=bool(dm and dm.line()), elem_id="default-model-status")
         race0 = drafts.race_default(RACE_DEFAULT, target0 if dm and dm.pending else local, draft0)

@@ -412,6 +412,24 @@ def test_cpu_threads_are_picked_by_measurement(dirs, monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_draft_shipped_for_the_default_model_is_found_and_races(tmp_path, monkeypatch):
+    """Until a draft shares SmolLM2's tokenizer, the Race's default leaves speculative out (it cannot run);
+    a draft folder shipped under assets/drafts/ with the same vocabulary is picked with no other change."""
+    import json as _json
+    from appkit import drafts
+    from appkit.tabs import RACE_DEFAULT
+    from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
+    monkeypatch.setattr(drafts, "SHIPPED_DRAFTS", tmp_path / "drafts")
+    assert drafts.draft_for(DEFAULT_MODEL) is None and drafts.draft_for(EMBEDDED_TARGET) == EMBEDDED_DRAFT
+    assert "speculative" not in drafts.race_default(RACE_DEFAULT, DEFAULT_MODEL, EMBEDDED_DRAFT)
+    assert "speculative" in drafts.race_default(RACE_DEFAULT, EMBEDDED_TARGET, EMBEDDED_DRAFT)
+    smol = tmp_path / "drafts" / "smollm2-draft"
+    smol.mkdir(parents=True)
+    (smol / "config.json").write_text(_json.dumps({"vocab_size": 49152}))
+    assert drafts.draft_for(DEFAULT_MODEL) == str(smol)
+    assert "speculative" in drafts.race_default(RACE_DEFAULT, DEFAULT_MODEL, str(smol))
+
+
 def test_tune_button_sets_the_auto_preset(client, dirs, cache_dir):
     msg, line, W, N, G, preset = client.predict(*settings(dirs, method="lookahead"), api_name="/tune")
     assert msg == "" and preset == "auto" and 1 <= W <= 64 and 2 <= N <= 16 and 0 <= G <= 64
