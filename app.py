@@ -28,7 +28,7 @@ import viz  # noqa: E402
 from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
 from appkit import autofields, lesson  # noqa: E402
 from appkit.explain import explain  # noqa: E402
-from appkit.hints import hub_label, prompt_hint  # noqa: E402
+from appkit.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
 from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
 from appkit.model_cache import ModelCache  # noqa: E402
@@ -36,13 +36,16 @@ from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name  # noqa: E402
-from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
+from appkit.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.api import HEADS_METHODS  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.fetch_model import MODEL_NAME  # noqa: E402
+from decoding.fast.cpu_gemm import build_in_background  # noqa: E402
 from appkit.default_model import DefaultModel  # noqa: E402
-from appkit.examples import examples_for  # noqa: E402
+from appkit.examples import example_labels, examples_for  # noqa: E402
+from appkit import drafts  # noqa: E402
+from appkit.tabs import RACE_DEFAULT  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
@@ -62,28 +65,42 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     """The whole app. default_target/default_draft: the models preselected; by default SmolLM2-135M-Instruct
     (fetched in the background on a first start, appkit/default_model.py) and the embedded draft."""
     dm = DefaultModel().start() if default_target is None else None
-    target0, draft0 = default_target or dm.name, default_draft or EMBEDDED_DRAFT
+    target0 = default_target or dm.name
+    local = dm.resolve_now() if dm else target0  # a folder to read the config and chat template from
+    draft0 = default_draft or drafts.draft_for(target0 if dm and dm.pending else local) or EMBEDDED_DRAFT
     lim = Limits(public, target0, draft0)
     shown = {display_name(target0): target0, display_name(draft0): draft0}  # the page never carries server paths
     if target0 == DEFAULT_MODEL:  # the embedded target stays one pick away (and on a public Space's allow list)
         lim.allowed.append(EMBEDDED_TARGET)
         shown[display_name(EMBEDDED_TARGET)] = EMBEDDED_TARGET
+    if draft0 != EMBEDDED_DRAFT and default_draft is None:  # a shipped draft preselected: the embedded one stays
+        lim.allowed.append(EMBEDDED_DRAFT)
+        shown[display_name(EMBEDDED_DRAFT)] = EMBEDDED_DRAFT
     h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
     h.max_trace_bytes = max_trace_bytes
+    if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it
+        h.fetching = lambda: dm.stage if dm.pending else None
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
     t0, d0 = display_name(target0), display_name(draft0)
     targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
                                                    display_name(EMBEDDED_TARGET))] if target0 == DEFAULT_MODEL
                else [(f"embedded target ({t0})", t0)]) + [(hub_label(m), m) for m in hub if m != EMBEDDED_TARGET]
-    drafts = [(f"embedded draft ({d0})", d0)] + [(hub_label(m), m) for m in hub]
+    drafts_shown = ([(f"embedded draft ({d0})", d0)] if draft0 == EMBEDDED_DRAFT else
+                    [(f"shipped draft ({d0})", d0), (f"embedded draft ({display_name(EMBEDDED_DRAFT)})",
+                                                     display_name(EMBEDDED_DRAFT))]) + \
+        [(hub_label(m), m) for m in hub if m != EMBEDDED_DRAFT]
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         status = gr.Markdown(dm.line() if dm else "", visible=bool(dm and dm.line()), elem_id="default-model-status")
-        local = dm.resolve_now() if dm else target0  # a folder to read the config and chat template from
-        p = layout(Page(), lim, t0, d0, targets, drafts, _positions(local), examples_for(local))
+        race0 = drafts.race_default(RACE_DEFAULT, target0 if dm and dm.pending else local, draft0)
+        p = layout(Page(), lim, t0, d0, targets, drafts_shown, _positions(local), examples_for(local), race0)
+        if dm is not None:  # the page follows the default model when its fetch ends (examples, prompt, positions)
+            follow = follower(dm, local, p.prompt.value, t0)
+            outs = [status, p.prompt, p.examples.dataset]
+            demo.load(follow, [p.prompt], outs, queue=False, show_progress="hidden", api_visibility="private")
         if dm is not None and dm.pending:  # the fetch's stages on the page, polled until it ends
             timer = gr.Timer(1.0)
-            timer.tick(lambda: (gr.update(value=dm.line(), visible=bool(dm.line())), gr.Timer(active=dm.pending)),
-                       None, [status, timer], queue=False, show_progress="hidden")
+            timer.tick(lambda prompt: (*follow(prompt), gr.Timer(active=dm.pending)), [p.prompt], [*outs, timer],
+                       queue=False, show_progress="hidden", api_visibility="private")
         wire(p, h)
         label_outputs(p)  # the API's returns are named, not value_55
         preset_from_page(demo, p)  # no preset in an API call = the values it sends
@@ -145,6 +162,25 @@ def wire(p: Page, h: Tabs) -> None:
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
 
 
+def follower(dm: DefaultModel, built_from: str, prompt0: str, target: str):
+    """The update a page needs once the default model has arrived, for a page built before (a timer tick
+    while the fetch runs, and every later page load: the page's first values are fixed when it is built):
+    the fetch line, the examples and their label, the prompt box's positions, and the prompt itself
+    where it still holds the first example (an edited prompt is kept)."""
+    seen: dict[str, tuple] = {}  # the arrived model's examples, read once (a tokenizer load), not per page load
+
+    def follow(prompt: str):
+        line = gr.update(value=dm.line(), visible=bool(dm.line()))
+        now = dm.resolve_now()
+        if now == built_from:
+            return line, gr.skip(), gr.skip()
+        rows, label = seen.get(now) or seen.setdefault(now, examples_for(now))
+        box = gr.update(info=prompt_info(_positions(now), target),
+                        **({"value": rows[0][0]} if prompt in (prompt0, None, "") else {}))
+        return line, box, gr.Dataset(samples=rows, sample_labels=example_labels(rows), label=label)
+    return follow
+
+
 def lesson_step(delta: int | None, default: str):
     """The handler of a lesson button: None starts at the first stop, -1/+1 move; default: the page's default
     target (the lesson teaches on the default model, or on the embedded pair when that is the default)."""
@@ -172,12 +208,13 @@ def _positions(name: str) -> int | None:
 
 def launch_kwargs() -> dict:
     """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS."""
-    return {"head": viz.head_html(), "css": CSS, "max_file_size": "25mb"}
+    return {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
     port = int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
+    build_in_background()  # the CPU kernel builds while the page starts and the model downloads, not on a first click
     demo = build_demo()
     if spaces is not None and os.environ.get("SPACES_ZERO_GPU"):
         # ZeroGPU: weights are placed at start-up (spaces defers the real CUDA move to each GPU call), so

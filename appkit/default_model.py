@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from typing import Callable
+
+import gradio as gr
 
 from decoding import load
 from decoding.fetch_model import MODEL_NAME, STAGES, FetchError, default_or_fallback, fetch_default
@@ -80,3 +84,14 @@ class DefaultModel:
         if self.why:
             return f"**Default model unavailable, running on the embedded model:** {self.why}"
         return f"**Fetching the default model {MODEL_NAME}** (once; runs wait for it): {self.stage}"
+
+
+def fetch_waits(line_of: Callable[[], str | None], rest: list):
+    """Status updates (message, status, skips) for a run that waits for the default model's first fetch: each
+    stage once, until line_of() (the fetch's stage while it runs) returns None."""
+    shown = None
+    while line := line_of():
+        if line != shown:
+            yield (gr.skip(), f"waiting for the default model's fetch (once): {line}", *rest)
+        shown = line
+        time.sleep(0.5)

@@ -64,3 +64,15 @@ def examples_for(folder: str | None) -> tuple[list[list[str]], str]:
                                          tokenize=False) for r in CHAT]
         return [[t] for t in shown] + [[VECTOR]], "examples: chat requests (chat template applied), then code"
     return EXAMPLES, "examples: code with repetition (this model is a code model, not a chat model)"
+
+
+def example_labels(rows: list[list[str]]) -> list[str]:
+    """What each example button reads: a chat example's user request (every templated example starts with
+    the same system line, so the buttons looked alike), a code example's first line."""
+    out = []
+    for row in rows:
+        text = str(row[0])
+        request = next((r for r in CHAT if r in text), None)
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        out.append(request or (first if len(first) <= 60 else first[:59] + "…") + (" …" if "\n" in text else ""))
+    return out

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -23,6 +24,10 @@ from decoding.methods.reference_text import tokenize_references
 
 from . import presets
 from .costs import run_costs
+from . import threads
+from .default_model import fetch_waits
+from .drafts import check_draft
+from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
 from .errors import reported
 from .limits import Limits
 from .model_cache import ModelCache
@@ -50,6 +55,7 @@ class Prepared:
     notes: dict = field(default_factory=dict)
     cutoff: float | None = None  # the speculative draft cutoff (with every preset)
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
+    threads: dict | None = None  # the measured CPU thread count (appkit/threads.py), None where not measured
 
     def drafter(self, method: str):
         """A fresh drafter (they keep per-run state)."""
@@ -71,8 +77,6 @@ class Prepared:
     def run(self, method: str, on_step=None, **kw):
         return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
                    drafter=self.drafter(method), on_step=on_step, **kw)
-
-
 
 
 def heads_folder(name: str, method: str, model=None) -> str:
@@ -138,9 +142,12 @@ def tmpdir() -> Path:
 
 
 def thread_setup() -> None:
-    """The worker thread inherits nothing from torch's per-thread state; keep grad off."""
+    """The worker thread inherits nothing from torch's per-thread state; keep grad off and use the thread
+    count measured for the model (appkit/threads.py)."""
     import torch
     torch.set_grad_enabled(False)
+    if threads.CURRENT:
+        torch.set_num_threads(threads.CURRENT[0])
 
 
 def step_views(trace, costs: dict | None, initial_step: int) -> str:
@@ -154,6 +161,8 @@ class Handlers:
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
+        self.greedy_rates: dict[tuple, float] = {}  # what greedy measured (tokens/s) per run_key: "x greedy"
+        self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
 
     def model_name(self, name, role: str) -> str:
@@ -167,8 +176,13 @@ class Handlers:
         (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
         rest = [gr.skip()] * (n_outputs - 2)
         yield (CLEAR, "loading model…", *rest)
+        if self.fetching and self.aliases.get(str(s.target), str(s.target)) == self.lim.default_target:
+            yield from fetch_waits(self.fetching, rest)  # the fetch's stage, not a silent "loading"
         p = self.plan(s, methods, presets_too=False)
         target = self.model_name(s.target, "target")
+        if needs_thread_timing(p.model):
+            yield (gr.skip(), "timing greedy at each CPU thread count for this model (once, a few seconds)…", *rest)
+        p.threads = threads_for(p.model, p.tok)
         if s.preset == "auto" and any(presets.cached(target, p.model, m) is None for m in methods if m != "greedy"):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
@@ -200,6 +214,8 @@ class Handlers:
         raise_if(problems)
         model, tok = self.cache.get(target, device, s.dtype)
         dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
+        if dmodel is not None:
+            check_draft(model, tok, dmodel, dtok, str(s.target), str(s.draft))
         p = Prepared(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
                  model, tok, dmodel, dtok, params, cutoff=cutoff, reference=reference)
@@ -274,7 +290,8 @@ class Handlers:
                 return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
                            drafter=drafter, on_step=on_step)
 
-            note = p.notes.get(s.method, "")
+            note = " · ".join(x for x in (p.notes.get(s.method, ""), threads_note(p.threads)) if x)
+            key = run_key(p)
             for kind, result in Job(work, stop, thread_setup).updates():
                 if kind == "progress":
                     tr = rec.trace
@@ -284,7 +301,8 @@ class Handlers:
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                note_run = f"{note}\n\n{graphs}" if graphs else note
+                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, key, tr, kind == "done"), note) if x)
+                note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")
                 yield CLEAR, stats_md(tr, head, note_run), text, html, path, d

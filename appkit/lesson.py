@@ -263,4 +263,5 @@ CSS = """
 body.ds-lesson-on #ds-run-right{order:-1;flex:1 1 100% !important;min-width:100% !important;max-width:100%}
 body.ds-lesson-on #ds-run-left{flex:1 1 100% !important;min-width:100% !important}
 body.ds-lesson-on #ds-step-intro{display:none}
+body.ds-lesson-on.ds-narration-beside #ds-lesson{display:none}
 """

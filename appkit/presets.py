@@ -30,7 +30,8 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
                "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
                # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
                "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1},
-               "retrieval": {}}  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
+               "retrieval": {},  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
+               "self_speculative": {}}  # the shipped adapter's depth and stop (decoding/methods/self_speculative.py)
 # The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
 # page's own tuners (tune() below, on pilots(): the page's example chat requests, never the held-out bench ones)
 # chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
@@ -97,9 +98,13 @@ def cached(model_name: str, model, method: str) -> dict | None:
         return {"params": entry, "source": "tuned on this device"}
     cpu = next(model.parameters()).device.type == "cpu"
     if model_name == EMBEDDED_TARGET and cpu:
-        return {"params": SHIPPED_CPU[method], "source": "measured on a 2-core CPU (shipped)"}
+        return ({"params": SHIPPED_CPU[method], "source": "measured on a 2-core CPU (shipped)"}
+                if method in SHIPPED_CPU else None)
     if is_default(model_name) and cpu and method in SHIPPED_CPU_DEFAULT:
         return {"params": SHIPPED_CPU_DEFAULT[method], "source": "tuned on a 2-core CPU on the page's examples (shipped)"}
+    from decoding.tune import TUNERS
+    if method not in TUNERS and method != "greedy":  # nothing to tune (prompt lookup, retrieval, self-speculative)
+        return {"params": dict(SHIPPED_CPU.get(method, {})), "source": "the method's defaults: it has no tuner"}
     return None
 
 
@@ -117,7 +122,7 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
         measured = {"lookahead": measured_lookahead, "speculative": measured_speculative, "medusa": measured_heads,
                     "eagle": measured_heads}.get(method, lambda r: "")(res)
     else:
-        params = dict(SHIPPED_CPU[method])  # prompt lookup has no tuner; its defaults copy freely
+        params = dict(SHIPPED_CPU.get(method, {}))  # no tuner (prompt lookup, retrieval, self-speculative): its defaults
     with _lock:
         stored = _read()
         stored.setdefault(f"{model_name}|{device_key(model)}", {})[method] = params
@@ -166,6 +171,8 @@ def describe(method: str, params: dict) -> str:
         return f"block {params['block']}"
     if method == "retrieval":
         return f"budget {params.get('budget', 64)}"
+    if method == "self_speculative":
+        return f"depth {params.get('depth', 6)}" + (f", stop {params['stop']}" if "stop" in params else "")
     if method in HEADS_METHODS:
         from decoding.tune import heads_label
         return f"tree {heads_label(params)}"  # the words --auto prints

@@ -12,6 +12,7 @@ import gradio as gr
 import viz
 from decoding import ModelError, run
 from viz.counts import run_counts
+from viz.teach import teaching_step
 
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
@@ -22,6 +23,7 @@ from .model_cache import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
 from .stream import Job
+from .threads import run_key
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
 RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
@@ -70,6 +72,9 @@ class Tabs(Handlers):
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
+                if kind == "done" and runs.get("greedy"):  # a later Run on this prompt shows its speed against it
+                    rates = sorted(t.stats()["tokens_per_s"] for t in runs["greedy"])
+                    self.greedy_rates[run_key(p)] = rates[len(rates) // 2]
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
@@ -264,8 +269,8 @@ class Tabs(Handlers):
             tr = Trace.from_dict(last)
         else:
             raise ValueError("upload a trace JSON, pick a recorded trace, or run something first")
-        try:
-            html = viz.step_view_html(tr)
+        try:  # it opens on the step that shows the method's point (viz/teach.py), not on the empty prefill
+            html = viz.step_view_html(tr, initial_step=teaching_step(tr)["k"])
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None
         if len(html) > MAX_REPLAY_HTML_BYTES:

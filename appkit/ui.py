@@ -14,7 +14,7 @@ from decoding.params import DEFAULT_CONFIDENCE
 
 from . import lesson
 from .autofields import field_values
-from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR  # noqa: F401 - VECTOR: the tests' code prompt
+from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR, example_labels  # noqa: F401 - VECTOR: the tests' code prompt
 from .explain import explain
 from .hints import CONTROL_INFO, DTYPE_INFO, prompt_info
 from .model_card import card_md
@@ -24,6 +24,7 @@ from .race import MAX_REPEATS, REPEATS
 from .replay import shipped
 from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES, RACE_DEFAULT
+from .run_status import RUN_STATUS_CSS, RUN_STATUS_HEAD  # noqa: F401 - the head script: app.launch_kwargs
 
 METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
                   ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi"),
@@ -52,6 +53,7 @@ CSS = """
   display:block;background:#fff4d6;border-left:4px solid #e6a700;padding:4px 8px;margin-bottom:4px;font-size:13px}
 @media (pointer:coarse),(max-width:700px){.js-plotly-plot .modebar-container{display:none !important}}
 """ + lesson.CSS
+CSS += RUN_STATUS_CSS
 # run on the click in the browser: the step view on the page now belongs to the previous run
 UNMARK_STALE_ON_ERROR = ("(m) => { const e = document.querySelector('#ds-stepview'); if (m && e) "
                          "e.classList.remove('ds-stale'); }")
@@ -92,8 +94,10 @@ def Int(value, label: str, lim: Limits | None = None, key: str = "", info: str =
 
 
 def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list,
-           positions: int | None, examples: tuple[list, str] | None = None) -> Page:
-    """Build the page inside an open gr.Blocks; examples: (rows, label) for the default model (examples.py)."""
+           positions: int | None, examples: tuple[list, str] | None = None,
+           race_methods: list[str] | None = None) -> Page:
+    """Build the page inside an open gr.Blocks; examples: (rows, label) for the default model (examples.py);
+    race_methods: the Race's default selection (RACE_DEFAULT less what cannot run on the default target)."""
     shown, shown_label = examples or (EXAMPLES, "examples: code with repetition")
     p = page
     gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
@@ -131,7 +135,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             with gr.Row():  # under the prompt: above the fold at 1280x900 (a run shows in the Run tab, selected on click)
                 p.run_btn = gr.Button("Run", variant="primary", elem_id="ds-run", min_width=100)
                 p.stop_btn = gr.Button("Stop", variant="stop", elem_id="ds-stop", min_width=100)
-            gr.Examples(shown, inputs=[p.prompt], label=shown_label)
+            gr.HTML("<div id='ds-run-status' role='status' aria-live='polite'></div>", padding=False)
+            p.examples = gr.Examples(shown, inputs=[p.prompt], label=shown_label, example_labels=example_labels(shown))
             p.reference = Text("", label="reference text (prompt lookup also copies from it)", lines=3,
                                      max_lines=10, elem_id="ds-reference",
                                      info="reference lookup (LLMA); the input of an edit = aggressive decoding. "
@@ -199,7 +204,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     p.msg = gr.Markdown("", elem_id="ds-msg")  # the persistent message of the last failed event
     with gr.Tabs() as p.tabs:
         run_tab(p)
-        race_tab(p)
+        race_tab(p, RACE_DEFAULT if race_methods is None else race_methods)
         profile_tab(p, lim)
         sweep_tab(p, lim)
         replay_tab(p)
@@ -224,12 +229,12 @@ def run_tab(p: Page) -> None:
                 p.step_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-stepview")
 
 
-def race_tab(p: Page) -> None:
+def race_tab(p: Page, selected: list[str]) -> None:
     with gr.Tab("Race", id="race"):
         gr.Markdown("The same prompt and settings through greedy and the methods you pick. In greedy "
                     "mode (temperature 0) every method must give **identical tokens**: checked here.")
         with gr.Row():
-            p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(RACE_DEFAULT), scale=3,
+            p.race_methods = gr.CheckboxGroup(RACE_CHOICES, value=list(selected), scale=3,
                                               label="accelerated methods", elem_id="ds-race-methods")
             p.race_repeats = Int(REPEATS, "repeats", elem_id="ds-race-repeats", min_width=120, scale=1,
                                  info=f"1–{MAX_REPEATS}: each repeat runs every method once, interleaved; "

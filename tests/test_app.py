@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -362,6 +363,73 @@ def test_auto_preset_is_tuned_once_and_cached_outside_the_repo(client, dirs, cac
     assert not list(Path(app_module.__file__).parent.glob("**/presets.json"))
 
 
+def test_auto_preset_of_a_method_without_tuner_is_its_defaults(dirs, cache_dir):
+    """Self-speculative, retrieval and prompt lookup have no tuner: "auto" runs their defaults (was a KeyError)."""
+    from appkit import presets
+    from decoding.models import DEFAULT_MODEL
+    model, tok = load(dirs["target"])
+    for name in (DEFAULT_MODEL, dirs["target"]):
+        for m in ("self_speculative", "retrieval", "prompt_lookup"):
+            pr = presets.resolve(name, model, tok, m)
+            assert pr["params"] == presets.SHIPPED_CPU[m] and presets.describe(m, pr["params"]), (name, m)
+
+
+def test_every_run_shows_its_speed_against_greedy_or_says_it_was_not_measured(client, dirs):
+    prompt = PROMPT + " # speed"
+    first = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=8), api_name="/run")
+    assert "speed vs greedy: **not measured**" in first[1], first[1]
+    client.predict(*settings(dirs, method="greedy", prompt=prompt, max_new=8), api_name="/run")
+    after = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=8), api_name="/run")
+    ratio = re.search(r"\*\*([0-9.]+)x\*\* greedy's speed \(greedy measured on this prompt: ([0-9.]+) tokens/s\)", after[1])
+    tps = float(re.search(r"\*\*([0-9.]+)\*\* tokens/s", after[1]).group(1))
+    assert ratio and abs(float(ratio.group(1)) - tps / float(ratio.group(2))) < 0.02 + 0.01 * tps, after[1]
+    other = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=9), api_name="/run")
+    assert "not measured" in other[1]  # another length is another measurement
+
+
+def test_cpu_threads_are_picked_by_measurement(dirs, monkeypatch):
+    """The thread count is what decodes fastest here (as W/N/G are picked), measured once per model; a model
+    the engine's one-thread rule covers (small, <= 2 cores) is not measured."""
+    import torch
+    from appkit import handlers
+    from decoding.tune import tune_threads
+    model, tok = load(dirs["target"])
+    before = torch.get_num_threads()
+    try:
+        for slow in (1, 2):  # a forward costs 20 ms more at `slow` threads: the other count must win
+            hook = model.register_forward_pre_hook(lambda *a, s=slow: time.sleep(0.02 if torch.get_num_threads() == s else 0))
+            r = tune_threads(model, tok, PROMPT, candidates=[1, 2], pilot_tokens=3)
+            hook.remove()
+            assert r["threads"] == 3 - slow and torch.get_num_threads() == 3 - slow and set(r["tokens_per_s"]) == {1, 2}
+        assert not handlers.needs_thread_timing(model)  # small on 2 cores: one thread, not measured
+        monkeypatch.setattr(os, "cpu_count", lambda: 4)
+        assert handlers.needs_thread_timing(model)
+        r = handlers.threads_for(model, tok)
+        assert model.decodescope_threads is r and torch.get_num_threads() == r["threads"]
+        assert handlers.threads_note(r).startswith(f"{r['threads']} CPU thread") and "measured: 1 → " in handlers.threads_note(r)
+        assert not handlers.needs_thread_timing(model)  # once per model
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_draft_shipped_for_the_default_model_is_found_and_races(tmp_path, monkeypatch):
+    """Until a draft shares SmolLM2's tokenizer, the Race's default leaves speculative out (it cannot run);
+    a draft folder shipped under assets/drafts/ with the same vocabulary is picked with no other change."""
+    import json as _json
+    from appkit import drafts
+    from appkit.tabs import RACE_DEFAULT
+    from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
+    monkeypatch.setattr(drafts, "SHIPPED_DRAFTS", tmp_path / "drafts")
+    assert drafts.draft_for(DEFAULT_MODEL) is None and drafts.draft_for(EMBEDDED_TARGET) == EMBEDDED_DRAFT
+    assert "speculative" not in drafts.race_default(RACE_DEFAULT, DEFAULT_MODEL, EMBEDDED_DRAFT)
+    assert "speculative" in drafts.race_default(RACE_DEFAULT, EMBEDDED_TARGET, EMBEDDED_DRAFT)
+    smol = tmp_path / "drafts" / "smollm2-draft"
+    smol.mkdir(parents=True)
+    (smol / "config.json").write_text(_json.dumps({"vocab_size": 49152}))
+    assert drafts.draft_for(DEFAULT_MODEL) == str(smol)
+    assert "speculative" in drafts.race_default(RACE_DEFAULT, DEFAULT_MODEL, str(smol))
+
+
 def test_tune_button_sets_the_auto_preset(client, dirs, cache_dir):
     msg, line, W, N, G, preset = client.predict(*settings(dirs, method="lookahead"), api_name="/tune")
     assert msg == "" and preset == "auto" and 1 <= W <= 64 and 2 <= N <= 16 and 0 <= G <= 64
@@ -427,6 +495,9 @@ def test_replay_recorded_and_uploaded_traces(client):
         assert p.stat().st_size <= 1_000_000, f"{p.name} is larger than 1 MB"
         msg, stats, html, _ = client.predict(None, p.name, api_name="/replay")
         assert msg == "" and "ds-stepper" in html and Trace.load(p).method in stats
+        from viz.teach import teaching_step
+        opens = int(re.search(r'data-initial="(\d+)"', html).group(1))
+        assert opens == teaching_step(Trace.load(p))["k"] > 0, (p.name, opens)  # a step that shows its point, not the prefill
 
 
 MODEL_EVENTS = ("/run", "/race", "/profile", "/sweep", "/tune")

@@ -295,9 +295,18 @@ def test_narrow_viewport_has_no_horizontal_overflow(browser, url):
     assert overflow(page) <= 0, f"{overflow(page)} px of horizontal overflow at 400 px after a run"
     assert_headline_visible(page, 400)
     assert_scroll_cues(page, "#ds-stepview")
-    # the sticky step controls collapse to one row at 400 px instead of wrapping over the window
+    # the sticky step controls wrap into at most three compact rows at 400 px: every one of them on screen
+    # (first/last step, slider, step counter, present, the exports), none in a box that must be scrolled
     bar = page.locator("#ds-stepview .ds-controls").bounding_box()
-    assert bar["height"] <= 60, f"the sticky control bar is {bar['height']:.0f} px tall at 400 px"
+    assert bar["height"] <= 100, f"the sticky control bar is {bar['height']:.0f} px tall at 400 px"
+    off = page.evaluate("[...document.querySelectorAll('#ds-stepview .ds-controls > button, #ds-stepview .ds-controls"
+                        " > input, #ds-stepview .ds-controls > .ds-label')].filter(e => { const r = e.getBoundingClientRect();"
+                        " return r.width === 0 || r.left < 0 || r.right > document.documentElement.clientWidth + 0.5; })"
+                        ".map(e => e.className || e.textContent)")
+    assert not off, f"step controls off-screen or hidden at 400 px: {off}"
+    clip = page.evaluate("(() => { const c = document.querySelector('#ds-stepview .ds-controls');"
+                         " return c.scrollWidth - c.clientWidth; })()")
+    assert clip <= 0, f"the control row scrolls sideways by {clip} px at 400 px"
     page.screenshot(path=str(SHOTS / "app_narrow.png"), full_page=True)
     assert not watch.external, watch.external
     page.close()
@@ -515,6 +524,7 @@ def test_a_lesson_stop_shows_narration_beside_the_full_width_step_view(browser, 
     assert side["x"] + side["width"] <= pic["x"] + 1, (side, pic)  # beside, not above
     expect(page.locator(f"{stepper} .ds-side")).to_contain_text("Stop 1 of")
     expect(page.locator(f"{stepper} .ds-pick")).to_be_visible()
+    expect(page.locator("#ds-lesson")).to_be_hidden()  # the narration is said once: beside the view, not above too
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "app_lesson_1280x900.png"))
     page.set_viewport_size({"width": 400, "height": 800})

@@ -139,7 +139,107 @@ def test_kernel_builds_under_the_hashed_name_and_says_so_once(monkeypatch, tmp_p
     assert cpu_gemm.kernel.__wrapped__() is None
     assert calls == [(cpu_gemm.build_name(), [str(cpu_gemm.SOURCE)])]
     assert cpu_gemm.BUILDING in capsys.readouterr().err
-    (tmp_path / calls[0][0]).mkdir()
+    (tmp_path / calls[0][0]).mkdir(exist_ok=True)
     (tmp_path / calls[0][0] / f"{calls[0][0]}.so").write_bytes(b"")
     cpu_gemm.kernel.__wrapped__()
     assert cpu_gemm.BUILDING not in capsys.readouterr().err  # built already: no note
+
+
+def test_build_name_keys_the_compiler_the_python_abi_and_the_environment():
+    """Each venv (prefix) builds its own; a new compiler or Python ABI gets a new build, never another's binary."""
+    src = cpu_gemm.SOURCE.read_bytes()
+    base = dict(compiler="g++ 12.2.0", abi="cpython-311-x86_64", prefix="/venvs/a")
+    name = cpu_gemm.build_name(src, **base)
+    assert cpu_gemm.build_name(src, **base) == name
+    for k, other in (("compiler", "clang++ 17"), ("abi", "cpython-312-x86_64"), ("prefix", "/venvs/b")):
+        assert cpu_gemm.build_name(src, **{**base, k: other}) != name, k
+    import os
+    assert cpu_gemm.build_name() == cpu_gemm.build_name(prefix=os.path.realpath(sys.prefix),
+                                                         compiler=cpu_gemm.compiler_id(), abi=cpu_gemm.python_abi())
+
+
+def _torch_like_load(waits: list):
+    """A stand-in for cpp_extension.load that takes its build folder's `lock` the way torch does, but gives up
+    after 3 s where torch would wait forever (a test must fail, not hang)."""
+    import os
+    import time
+    from torch.utils.cpp_extension import _get_build_directory
+
+    def load(name, sources, build_directory=None, **kw):
+        lock = os.path.join(build_directory or _get_build_directory(name, False), "lock")
+        start = time.monotonic()
+        while os.path.exists(lock):
+            if time.monotonic() - start > 3:
+                raise TimeoutError(f"{lock} is there: torch would wait for it forever")
+            time.sleep(0.1)
+        waits.append(name)
+    return load
+
+
+def _in_thread(fn, timeout: float = 60):
+    import threading
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "the kernel's load still waits"
+    return out[0]
+
+
+def test_a_stale_lock_left_by_a_killed_build_is_removed_not_waited_on(monkeypatch, tmp_path, capsys):
+    import torch.utils.cpp_extension as ext
+    assert kernel() is not None  # the real kernel, loaded in this process (its ops are what a load returns)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_gemm, "_FAILED", [])
+    loads: list = []
+    monkeypatch.setattr(ext, "load", _torch_like_load(loads))
+    folder = tmp_path / cpu_gemm.build_name()
+    folder.mkdir()
+    (folder / "lock").write_bytes(b"")  # what a build killed half-way (Ctrl-C, kill -9) leaves behind
+    assert _in_thread(cpu_gemm.kernel.__wrapped__) is not None
+    assert loads == [cpu_gemm.build_name()] and not (folder / "lock").exists()
+    assert "stopped half-way" in capsys.readouterr().err
+
+
+def test_a_live_build_elsewhere_is_waited_for_within_a_bound_saying_for_whom(monkeypatch, tmp_path, capsys):
+    import subprocess
+    import torch.utils.cpp_extension as ext
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("DECODESCOPE_KERNEL_WAIT_S", "2")
+    monkeypatch.setattr(cpu_gemm, "_FAILED", [])
+    monkeypatch.setattr(ext, "load", _torch_like_load([]))
+    folder = tmp_path / cpu_gemm.build_name()
+    holder = subprocess.Popen(  # another process in the middle of its build: it holds the lock and torch's file
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from decoding.fast.cpu_gemm import "
+         "build_lock\nwith build_lock(Path(sys.argv[1])) as held:\n    assert held\n    (Path(sys.argv[1]) / 'lock')"
+         ".write_bytes(b'')\n    print('ready', flush=True)\n    time.sleep(120)", str(folder)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert _in_thread(cpu_gemm.kernel.__wrapped__) is None  # gave up after the bound: MKL
+        err = capsys.readouterr().err
+        assert f"waiting for process {holder.pid}" in err and str(folder) in err and "unavailable" in err
+        assert (folder / "lock").exists()  # a live build's file is left alone
+        assert "waited" in cpu_gemm.why_not()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_kernel_can_be_built_ahead_of_time():
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "decoding.fast.cpu_gemm"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "CPU kernel ready" in r.stdout, r.stderr
+
+
+def test_a_build_folder_that_cannot_be_written_means_mkl_not_a_crash(monkeypatch, tmp_path):
+    import os
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro, os.W_OK):  # root ignores the mode: make the folder's parent a file instead
+        ro = tmp_path / "a_file"
+        ro.write_text("")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ro))
+    monkeypatch.setattr(cpu_gemm, "_FAILED", [])
+    assert cpu_gemm.kernel.__wrapped__() is None and "build failed" in cpu_gemm.why_not()

@@ -30,3 +30,43 @@ def test_cli_picks_steps_and_refuses_bad_ones(tmp_path, capsys):
     assert main([str(TRACE), "-o", str(tmp_path / "b.gif"), "--steps", "1,999"]) == 2
     assert "steps not in this run: [999]" in capsys.readouterr().err
     assert main([str(TRACE), "--steps", "x"]) == 2
+
+
+def test_without_playwright_the_command_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # as where it is not installed
+    assert main([str(TRACE), "-o", str(tmp_path / "c.gif")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install playwright" in err and len(err.splitlines()) == 1, err
+
+
+def test_frames_draw_wide_panels_whole_without_a_scroll_cue():
+    """At a narrow width the page scrolls a wide panel and says "scroll →"; a GIF frame cannot scroll, so it
+    draws every panel whole: the frame is wider than the page width asked for, and says nothing of scrolling."""
+    from viz.gif import frames
+    tr = as_trace(TRACE)
+    import io
+    shots = frames(tr, [tr.steps[slide_steps(tr)[0]].index], width=360)
+    im = Image.open(io.BytesIO(shots[0]))
+    assert im.width > 360, im.size  # the old frames were cut at the page's width
+
+
+def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
+    """In presentation mode (and the slide deck, which uses its style) a tree or mask label is read from the
+    back of a room: at least 18 px tall on screen, where the page draws 12 px."""
+    from playwright.sync_api import sync_playwright
+    from viz.gif import CHROMIUM_ARGS, chromium
+    from viz.report import write_report
+    tr = as_trace(TRACE)
+    page_file = write_report(tr, tmp_path / "run.html")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
+        page = b.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(page_file.as_uri() + "#step=2")
+        page.locator(".ds-stepper .ds-plot svg text").first.wait_for(timeout=30000)
+        size = "Math.min(...[...document.querySelectorAll('.ds-stepper .ds-plot svg text')].map(t => t.getBoundingClientRect().height).filter(h => h > 0))"
+        plain = page.evaluate(size)
+        page.evaluate("document.querySelector('.ds-stepper').classList.add('ds-present')")
+        shown = page.evaluate(size)
+        b.close()
+    assert plain < 18 <= shown, (plain, shown)

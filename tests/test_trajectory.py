@@ -71,6 +71,34 @@ def test_lookahead_window_gives_the_same_picture(runs):
     assert not trajectory.has_trajectory(runs["greedy"])
 
 
+def test_only_the_guesses_a_step_accepted_are_outlined(runs):
+    """A cell is outlined when its own query row is on the step's accepted path: every guess of a Jacobi
+    step's accepted prefix; never a lookahead window guess (a lookahead step accepts a verified pool n-gram,
+    whatever the window guessed at those positions), whose row names the pool tokens instead."""
+    jac = trajectory.data(runs["jacobi"])
+    for r in jac["rows"]:
+        s = runs["jacobi"].steps[r["step"]]
+        assert r["accepted_cells"] == [s.kv_len + i for i in range(1, len(s.accepted))] and not r["from_pool"]
+    tr = runs["lookahead"]
+    d = trajectory.data(tr)
+    pool_steps = [r for r in d["rows"] if len(tr.steps[r["step"]].accepted) > 1]
+    assert pool_steps, "the fixture's lookahead run accepts n-grams"
+    for r in d["rows"]:
+        s = tr.steps[r["step"]]
+        assert r["accepted_cells"] == []
+        assert len(r["from_pool"]) == s.origins.count("candidate")
+        assert all(s.roles[q] != "window" for q in s.kept[1:])
+    assert d["accepted_guesses"] == 0 and d["from_pool"] == sum(tr.steps[r["step"]].origins.count("candidate")
+                                                                for r in d["rows"]) > 0
+    fig = trajectory.figure(tr)
+    assert all(sh.line.width == 1 for sh in fig.layout.shapes)  # nothing outlined in the window
+    assert "from the pool" in fig.layout.title.text
+    html = viz.step_view_html(tr)
+    blob = json.loads(re.search(r'<div class="ds-data" hidden style="display:none">(.*?)</div>', html, re.S).group(1))
+    assert all(row["a"] == [] for row in blob["trajectory"]["rows"])
+    assert [len(row["p"]) for row in blob["trajectory"]["rows"]] == [len(r["from_pool"]) for r in d["rows"]]
+
+
 def test_step_view_adds_the_trajectory_for_jacobi_and_lookahead(runs):
     for name, tr in runs.items():
         html = viz.step_view_html(tr)

@@ -651,3 +651,36 @@ def test_side_by_side_page_links_two_step_views_by_output_position(tmp_path, cap
         assert pg.evaluate(steps) == [greedy_step + 1, want]
         b.close()
     assert not errors, errors
+
+
+def _rgb01(c: str) -> tuple[float, ...]:
+    return tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+
+
+def _luminance(c: str) -> float:
+    lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in _rgb01(c)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def test_red_means_only_rejected_and_token_text_stays_readable():
+    """Red is "rejected": the current-step marker and no accepted token's origin may look like it; every origin
+    fill keeps the dark token text readable (WCAG 4.5:1); every origin a method records has a legend entry."""
+    import colorsys
+    hue = lambda c: colorsys.rgb_to_hsv(*_rgb01(c))  # noqa: E731
+    red = hue(palette.STATE_COLORS["rejected"])[0]
+
+    def near_red(c: str) -> bool:  # a saturated colour within 15 degrees of red's hue reads as red
+        h, sat, _ = hue(c)
+        return sat > 0.35 and min(abs(h - red), 1 - abs(h - red)) * 360 < 15
+    assert not near_red(palette.CURRENT_COLOR)
+    assert not [k for k, c in palette.ORIGIN_COLORS.items() if near_red(c)]
+    text = _luminance("#222222")
+    dim = {k: round((_luminance(c) + 0.05) / (text + 0.05), 2) for k, c in palette.ORIGIN_COLORS.items()
+           if (_luminance(c) + 0.05) / (text + 0.05) < 4.5}
+    assert not dim, dim
+    named = {palette.ORIGIN_COLORS[k] for k in palette.ORIGIN_LABELS}  # an alias (prompt_lookup) shares a colour
+    unnamed = [k for k in palette.ORIGIN_COLORS if palette._origin_key(k) not in palette.ORIGIN_LABELS
+               and palette.ORIGIN_COLORS[k] not in named]
+    assert not unnamed, unnamed
+    for src in ("datastore", "suffix"):  # retrieval's origins (decoding/methods/retrieval.py)
+        assert src in palette.ORIGIN_LABELS and dict(palette.origin_legend({src}))

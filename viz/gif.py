@@ -23,6 +23,18 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
 MAX_FRAMES = 60  # a GIF for a slide: a minute at one frame a second
 
 
+# A frame is a picture, not a page: no controls, and every panel at its full width (a GIF cannot scroll, so a
+# wide window or tree is drawn whole, stacked, without the page's "scroll →" cue).
+def frame_css(width: int) -> str:
+    """The frame's style: the words wrap at `width`, the pictures take the width they need."""
+    return (".ds-controls,.ds-run,.ds-prof,.ds-text,.ds-selinfo{display:none !important}"
+            f".ds-stepper{{width:max-content !important;min-width:{width - 20}px;max-width:none !important}}"
+            f".ds-head,.ds-caption,.ds-pick,.ds-legend{{max-width:{width - 20}px}}"
+            ".ds-grid{display:block !important}.ds-plot{width:max-content !important;max-width:none !important;"
+            "margin-bottom:8px}.ds-scroll{overflow:visible !important;max-width:none !important}"
+            ".ds-plot.ds-overflows>.ds-vt::after{content:none !important}")
+
+
 def chromium() -> str:
     exe = shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(exe).exists():
@@ -32,7 +44,11 @@ def chromium() -> str:
 
 def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) -> list[bytes]:
     """PNG screenshots of the step view's caption and pictures, one per step index in `steps`."""
-    from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # a dev dependency: the command says so in one line, not a traceback
+        raise OSError("the GIF export drives Chromium with playwright, which is not installed: "
+                      "pip install playwright (requirements-dev.txt; it uses the system chromium)") from None
 
     from .report import write_report
     tr = as_trace(trace)
@@ -50,7 +66,7 @@ def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) 
         page = b.new_page(viewport={"width": width, "height": 900})
         page.goto(page_file.as_uri())
         page.locator(".ds-stepper .ds-caption").first.wait_for(timeout=30000)
-        page.add_style_tag(content=".ds-controls,.ds-run,.ds-prof,.ds-text,.ds-selinfo{display:none !important}")
+        page.add_style_tag(content=frame_css(width))
         root = page.locator(".ds-stepper").first
         for i in want:
             root.evaluate("(r, i) => r.__ds_goto(i)", i)

@@ -23,16 +23,21 @@ ORIGIN_COLORS = {
     "stage2": "#b4a7d6",          # a stage-2 (n-gram table) draft token the target accepted
     "reference": "#5fc7c7",       # copied from a reference text the user supplied (reference lookup)
     "jacobi": "#74c476",          # a Jacobi-decoding guess the target confirmed (plain Jacobi, no pool)
-    "eagle draft": "#d6616b",     # an EAGLE head's draft token the target accepted
+    "eagle draft": "#c49a6c",     # an EAGLE head's draft token the target accepted (brown: red means "rejected")
+    "datastore": "#a1a99b",       # retrieval: copied from the datastore (REST)
+    "suffix": "#e7b5e9",          # retrieval: copied from the suffix cache (this prompt, this run, earlier runs)
     # Medusa head k's token (k tokens after x0): one teal, darker for the nearer heads
-    **{f"head {k}": c for k, c in enumerate(("#00695c", "#00897b", "#26a69a", "#4db6ac", "#80cbc4",
-                                             "#a7d8d3", "#c5e6e2", "#dff2f0"), start=1)},
+    # (light enough for the dark token text: the darkest is #26a69a)
+    **{f"head {k}": c for k, c in enumerate(("#26a69a", "#4db6ac", "#67c2b8", "#80cbc4", "#99d5ce",
+                                             "#b2dfdb", "#c5e6e2", "#dff2f0"), start=1)},
 }
 ORIGIN_LABELS = {
     "prompt": "prompt", "target": "model's own next token", "candidate": "lookahead window n-gram",
     "text_ngram": "text n-gram (prompt/output)", "draft": "draft model token", "stage2": "stage-2 n-gram token",
     "reference": "reference text copy", "jacobi": "Jacobi guess",
     "head 1": "Medusa head k (k after x0; darker = nearer)", "eagle draft": "EAGLE head token",
+    "datastore": "retrieved from the datastore (REST)",
+    "suffix": "retrieved from the suffix cache (this prompt, this run, earlier runs)",
 }
 # Roles of query tokens inside one step (what the mask and the tree label).
 ROLE_COLORS = {
@@ -52,13 +57,13 @@ STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0
 TRAJECTORY_COLORS = {"wrong": "#f0f0f0", "converges": "#31a354", "converged": "#c7e9c0", "fresh": "#ffffff"}
 MASK_COLORS = ["#f7f7f7", "#2171b5", "#9ecae1"]  # masked, may attend, cache column
 SELECT_COLOR = "#e7298a"          # the selected token's outline in every view
-CURRENT_COLOR = "#d62728"         # the current step's marker on run charts
+CURRENT_COLOR = "#08519c"         # the current step's marker on run charts (blue: red means "rejected")
 # One colour per method, by name (race, sweep, latency, FLOPs, step profile): a dark shade of the origin
 # the method is known for (lookahead green, prompt lookup pink, speculative orange, staged purple).
 METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#c51b7d",
                  "speculative": "#d94801", "speculative_chain": "#d94801", "speculative_tree": "#a63603",
                  "speculative_staged": "#6a51a3", "jacobi": "#6b8e23",
-                 "medusa": "#00695c", "eagle": "#ad494a"}
+                 "medusa": "#00695c", "eagle": "#8c510a"}
 EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#17becf", "#999999"]
 STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]  # text coloured by step
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}

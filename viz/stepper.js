@@ -197,6 +197,7 @@
         side.appendChild(src.cloneNode(true)).removeAttribute("id");
         root.insertBefore(side, root.firstChild);
         root.classList.add("ds-sided");
+        document.body.classList.add("ds-narration-beside");  // the host hides its own copy: said once, beside the view
       }
       if (want === "best" && D.pick && steps[D.pick.k]) {  // the step the narration points at (viz/teach.py)
         start = D.pick.k;

@@ -51,6 +51,7 @@ svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !importan
 .ds-present .ds-controls button{font-size:20px;padding:6px 14px}.ds-present .ds-caption{font-size:26px;line-height:1.35}
 .ds-present .ds-text{font-size:22px;max-height:28vh}.ds-present table.ds-tab{font-size:20px}
 .ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:13px}
+.ds-present .ds-plot svg{zoom:1.7}  /* the tree's and the mask's 12 px labels read at ~20 px on a projector */
 .ds-present .ds-vt{font-size:22px}.ds-present .ds-prof,.ds-present .ds-run{display:none}
 .ds-present .ds-svg,.ds-present .ds-png,.ds-present .ds-slides{display:none}
 details.ds-poolbrowse{margin-top:6px;font-size:12px}details.ds-poolbrowse summary{cursor:pointer;color:#333}
@@ -66,9 +67,12 @@ table.ds-pooltab td.ds-gram.ds-w{border-style:dashed}
 @media (max-width:700px){.ds-stepper.ds-sided{display:block}.ds-sided>.ds-side{position:static;max-height:none;
   border-right:none;border-bottom:3px solid #3182bd;margin-bottom:6px}}
 @media (max-width:700px){.ds-plot,.ds-run-plot{flex-basis:100%}.ds-label{min-width:0}
-  .ds-controls{flex-wrap:nowrap;overflow-x:auto;gap:4px;scrollbar-width:thin}
-  .ds-controls>*{flex:0 0 auto}.ds-controls .ds-slider{flex:0 0 110px}
-  .ds-controls>span:not(.ds-label),.ds-controls .ds-svg,.ds-controls .ds-png,.ds-controls .ds-slides{display:none}}
+  .ds-controls{flex-wrap:wrap;gap:3px 4px;padding:2px 0}
+  .ds-controls>*{flex:0 0 auto}
+  .ds-stepper:not(.ds-present) .ds-controls button{padding:2px 6px !important;font-size:12px !important;font-weight:normal !important;
+    min-width:0 !important;line-height:1.5 !important}
+  .ds-controls .ds-slider{flex:1 1 80px;min-width:80px}.ds-controls .ds-label{font-size:12px}
+  .ds-controls>span:not(.ds-label){display:none}}
 """
 # the outline colours are the palette's (one meaning, one colour in Python figures, script and CSS)
 CSS = _CSS.replace("MATCHED", STATE_COLORS["matched"]).replace("SELECT", SELECT_COLOR).replace("CURRENT", CURRENT_COLOR)

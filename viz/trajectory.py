@@ -7,7 +7,8 @@ position per step, while lookahead keeps the n-grams its trajectories produce an
 
 A cell is green when the guess equals the position's final token (the text the run produced): dark at
 the iteration from which it stays equal ("converges here"), pale after that; grey while it differs. The
-tokens a step accepted are outlined. Rows are steps (iterations), columns absolute positions, so every
+guesses a step accepted are outlined: only those (a Jacobi step accepts its block's prefix; a lookahead step
+accepts a verified pool n-gram, not its window's guesses, so its row names the pool tokens instead). Rows are steps (iterations), columns absolute positions, so every
 cell links to the token strip by its position like every other view.
 
 Where the guesses come from: jacobi → step.info["jacobi"]["guesses"] at positions kv_len + 1 ...;
@@ -26,18 +27,33 @@ from .window import _empty
 def guesses(step) -> dict[int, int]:
     """{absolute position: guessed token} a decode step fed the model, {} when it has no trajectory.
     Positions, levels and a kv_len that are not integers (a crafted trace) place no guess."""
+    return {p: t for p, (t, _) in _cells(step).items()}
+
+
+def _cells(step) -> dict[int, tuple[int, int]]:
+    """{position: (guessed token, its query row)}: the row says whether the step accepted that very guess."""
     jac = step.info.get("jacobi")
     if not _int(step.kv_len):
         return {}
     if jac:
-        return {step.kv_len + 1 + i: t for i, t in enumerate(jac["guesses"])}
-    out: dict[int, tuple[int, int]] = {}
-    for r, sl, p, t in zip(step.roles, step.slots, step.positions, step.tokens):
+        return {step.kv_len + 1 + i: (t, i + 1) for i, t in enumerate(jac["guesses"])}
+    out: dict[int, tuple[int, int, int]] = {}
+    for q, (r, sl, p, t) in enumerate(zip(step.roles, step.slots, step.positions, step.tokens)):
         if r != "window" or not _int(p) or not isinstance(sl, (list, tuple)) or not sl or not _int(sl[0]):
             continue
         if p not in out or sl[0] >= out[p][0]:
-            out[p] = (sl[0], t)
-    return {p: t for p, (_, t) in out.items()}
+            out[p] = (sl[0], t, q)
+    return {p: (t, q) for p, (_, t, q) in out.items()}
+
+
+def accepted_rows(step) -> list[int]:
+    """The query rows whose guesses the step accepted (the path it kept, less the last token x0 it started
+    from). A lookahead step accepts a verified pool n-gram: those rows are candidates, never window cells,
+    so no window guess is marked accepted. A trace without `kept`: a Jacobi step's accepted prefix."""
+    kept = [q for q in (step.kept or []) if _int(q)]
+    if kept:  # kept[i] made accepted[i - 1]; a run cut at max new tokens keeps more rows than it accepts
+        return kept[1:1 + len(step.accepted)]
+    return list(range(1, len(step.accepted))) if step.info.get("jacobi") else []
 
 
 def _int(v: object) -> bool:
@@ -58,12 +74,16 @@ def data(trace: TraceLike) -> dict:
     for s in tr.steps:
         if s.kind != "decode":
             continue
-        g = guesses(s)
+        g = _cells(s)
         if not g:
             continue
+        took = set(accepted_rows(s))
+        mine = {q for _, q in g.values()}
+        pool = [text_of(tr, s.tokens[q]) for q in sorted(took - mine) if 0 <= q < len(s.tokens)]
         rows.append({"step": s.index, "x0": s.kv_len, "accepted": [s.kv_len + 1, s.kv_len + len(s.accepted)],
+                     "accepted_cells": sorted(p for p, (_, q) in g.items() if q in took), "from_pool": pool,
                      "cells": [{"pos": p, "token": t, "text": text_of(tr, t),
-                                "final": final[p] if p < len(final) else None} for p, t in sorted(g.items())]})
+                                "final": final[p] if p < len(final) else None} for p, (t, _) in sorted(g.items())]})
     history: dict[int, list[tuple[int, bool]]] = {}  # position -> (row, guess == final) in row order
     for k, row in enumerate(rows):
         for c in row["cells"]:
@@ -84,7 +104,8 @@ def data(trace: TraceLike) -> dict:
     n = sum(len(r["cells"]) for r in rows)
     right = sum(c["state"] != "wrong" for r in rows for c in r["cells"])
     return {"method": tr.method, "rows": rows, "cells": n, "right": right,
-            "accepted_guesses": sum(max(r["accepted"][1] - r["accepted"][0], 0) for r in rows)}
+            "accepted_guesses": sum(len(r["accepted_cells"]) for r in rows),
+            "from_pool": sum(len(r["from_pool"]) for r in rows)}
 
 
 @drawn
@@ -99,10 +120,9 @@ def figure(trace: TraceLike, step_index: int | None = None, last: int = 16) -> g
     hi = max(c["pos"] for r in rows for c in r["cells"])
     xs, ys, labels, hover, shapes, meta = [], [], [], [], [], []
     for y, r in enumerate(rows):
-        a0, a1 = r["accepted"]
         for c in r["cells"]:
             x = c["pos"]
-            acc = a0 <= x < a1  # the guesses accepted this step (the last accepted token is the model's own)
+            acc = x in r["accepted_cells"]  # this very guess was accepted (a lookahead step accepts pool n-grams)
             shapes.append(dict(type="rect", x0=x - .46, x1=x + .46, y0=y - .42, y1=y + .42, layer="below",
                                fillcolor=TRAJECTORY_COLORS[c["state"]],
                                line=dict(color=STATE_COLORS["matched"] if acc else "#999", width=3 if acc else 1)))
@@ -116,13 +136,20 @@ def figure(trace: TraceLike, step_index: int | None = None, last: int = 16) -> g
                       height=140 + 34 * len(rows), margin=dict(l=70, r=20, t=50, b=40),
                       title=dict(text=_title(tr, d), font=dict(size=13)),
                       xaxis=dict(title="position", range=[lo - .6, hi + .6], showgrid=False, zeroline=False),
-                      yaxis=dict(tickvals=list(range(len(rows))), ticktext=[f"step {esc(r['step'])}" for r in rows],
+                      yaxis=dict(tickvals=list(range(len(rows))), ticktext=[_tick(r) for r in rows],
                                  range=[len(rows) - .4, -.6], showgrid=False, zeroline=False))
     return fig
+
+
+def _tick(r: dict) -> str:
+    """A row's label: its step, and what it accepted from the pool where that is not the window's guesses."""
+    pool = f" · pool ✓{len(r['from_pool'])}" if r["from_pool"] else ""
+    return f"step {esc(r['step'])}{pool}"
 
 
 def _title(tr, d: dict) -> str:
     share = d["right"] / d["cells"] if d["cells"] else 0.0
     what = "Jacobi block" if tr.method == "jacobi" else "lookahead window (newest level per position)"
     return (f"Trajectory of the {what}: {share:.0%} of guesses equal their final token; "
-            f"{d['accepted_guesses']} guesses accepted")
+            f"{d['accepted_guesses']} guesses accepted"
+            + (f"; {d['from_pool']} tokens accepted from the pool (not outlined: no window guess)" if d["from_pool"] else ""))

@@ -272,15 +272,16 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       for (let p = lo; p <= hi; p++) {
         const c = at[p];
         if (!c) { cells.push("<td class='ds-empty' style='border:none'></td>"); continue; }
-        const acc = p >= r.a[0] && p < r.a[1];
+        const acc = r.a.includes(p);  // this very guess was accepted (lookahead accepts pool n-grams instead)
         cells.push(cell(D, c[1], p, P.trajectory[STATE[c[2]]], acc ? "ds-hv" : "",
           `step ${r.s}, position ${p}: ${WHY[c[2]]}` + (acc ? "; accepted this step" : "")));
       }
       return `<tr class="${r.s === s.i ? "ds-chosen" : ""}"><th>${r.s === s.i ? "▶ " : ""}step ${esc(r.s)}</th>${cells.join("")}</tr>`;
     });
-    const here = rows[rows.length - 1], n = Math.max(here.a[1] - here.a[0], 0);
+    const here = rows[rows.length - 1], n = here.a.length, pool = here.p || [];
     const what = D.method === "jacobi" ? "Jacobi block" : "window (newest level per position)";
-    return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined); ` +
+    const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool, not the window: ${esc(pool.join(""))}` : "";
+    return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined)${fromPool}; ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];
   }
 

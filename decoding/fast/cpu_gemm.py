@@ -9,10 +9,16 @@ streams each weight once, from panels packed at load time, and keeps the rows' s
 1.7 / 2.1 against 2.6 / 4.7 / 5.0 (bench/results/cpu-gemm.md, `python bench/bench_cpu_gemm.py
 [--threads 2]`). Calls with more rows than ROWS_MAX (long prefills) stay with MKL.
 
-The kernel is built from source on first use (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s,
-then cached under a name made from a hash of the source, the flags and torch's version — build_name() — so an
-installed copy and a checkout with the same source share one build, built once per machine and version): on a machine without AVX2+FMA, without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()`
-is None and load() keeps the column layout. Values: a different summation order from MKL's (relative
+The kernel is built from source once (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s): ahead of
+time by `python -m decoding.fast.cpu_gemm` or the app's start (build_in_background), else on first use. The
+build is cached under a name made from a hash of everything that changes the binary or may not share it —
+the source, the flags, torch's version, the compiler, the Python ABI and the interpreter's prefix (a venv):
+build_name() — so an installed copy and a checkout of the same source in one environment share one build,
+and another venv never waits on this one's. A build holds an OS lock (released by the kernel when its
+process dies, however it dies): whoever holds it knows that a torch `lock` file left in the folder is stale
+(a build killed half-way) and removes it, and a second process waits for a live build at most
+DECODESCOPE_KERNEL_WAIT_S seconds (default 300), saying whom it waits for. On a machine without AVX2+FMA,
+without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()` is None and load() keeps the column layout. Values: a different summation order from MKL's (relative
 difference ~5e-7, like MKL's own between row counts); every output is one FMA chain over k, so a row's
 result is bitwise the same whatever other rows share the call.
 
@@ -25,12 +31,18 @@ reports AVX-512 the kernel runs its AVX-512 variant (select_isa; measured faster
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import math
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -44,52 +56,165 @@ SOURCE = Path(__file__).with_suffix(".cpp")
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp")
 LDFLAGS = ("-fopenmp",)  # OpenMP: parallel_for
 BUILDING = "building the CPU kernel (once, ~30 s)..."
+ROWS_MAX = 256  # rows per call up to which the kernel was measured faster than MKL (1-2 threads); more: MKL
+MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear weights) fit in this share of RAM
+OWNER = "decodescope.owner"  # in the build folder: flock'd by the process building, which writes its pid there
+WAIT_S = 300.0  # the longest a process waits for another's build (DECODESCOPE_KERNEL_WAIT_S) before using MKL
+SAY_AFTER_S = 2.0  # a wait longer than this says whom it waits for
 
 
-def build_name(source: bytes | str | Path = SOURCE, torch_version: str | None = None) -> str:
-    """NAME + a hash of the source text, the compiler flags and torch's version: the same source from any
-    path (an installed copy, a checkout) gives the same name, so one build serves both; an edit or a new
-    torch gives a new name (a new build) instead of rebuilding the old one back and forth."""
+@functools.lru_cache(maxsize=1)
+def compiler_id() -> str:
+    """The C++ compiler torch builds with ($CXX or c++): its resolved path and its --version line, so a new
+    compiler gets a new build. '' where it cannot be run (the build will fail and say why)."""
+    from torch.utils.cpp_extension import get_cxx_compiler
+    cxx = get_cxx_compiler()
+    path = shutil.which(cxx) or cxx
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return path
+    return f"{os.path.realpath(path)} {out.strip().splitlines()[0] if out.strip() else ''}"
+
+
+def python_abi() -> str:
+    """What a compiled module is tied to on the Python side: implementation, version, ABI flags, machine."""
+    return f"{sys.implementation.cache_tag}{getattr(sys, 'abiflags', '')}-{platform.machine()}"
+
+
+def build_name(source: bytes | str | Path = SOURCE, torch_version: str | None = None, *,
+               compiler: str | None = None, abi: str | None = None, prefix: str | None = None) -> str:
+    """NAME + a hash of everything that changes the binary or who may share it: the source text, the compiler
+    flags, torch's version, the compiler, the Python ABI and the interpreter's prefix (each venv builds its
+    own, since the build folder is per user, not per environment). The same source from any path (an
+    installed copy, a checkout) in one environment gives the same name, so one build serves both; an edit,
+    a new torch or compiler gives a new name (a new build) instead of rebuilding the old one back and forth."""
     text = source if isinstance(source, bytes) else Path(source).read_bytes() if isinstance(source, Path) \
         else source.encode()
     h = hashlib.sha256(text)
     h.update(f"|{' '.join(CFLAGS)}|{' '.join(LDFLAGS)}|torch={torch_version or torch.__version__}".encode())
+    h.update(f"|cxx={compiler if compiler is not None else compiler_id()}".encode())
+    h.update(f"|abi={abi or python_abi()}|prefix={prefix or os.path.realpath(sys.prefix)}".encode())
     return f"{NAME}_{h.hexdigest()[:16]}"
+
+
+def build_root() -> Path:
+    """Where builds go: $TORCH_EXTENSIONS_DIR, else torch's per-user cache folder."""
+    from torch.utils.cpp_extension import get_default_build_root
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
 
 
 def built(name: str, root: Path) -> bool:
     return any((root / name).glob(f"{name}*.so"))
-ROWS_MAX = 256  # rows per call up to which the kernel was measured faster than MKL (1-2 threads); more: MKL
-MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear weights) fit in this share of RAM
 
 
-@functools.lru_cache(maxsize=1)
+def _say(text: str) -> None:
+    print(f"decodescope: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def build_lock(folder: Path, wait_s: float | None = None):
+    """Hold the build folder's OS lock (flock: the kernel drops it when the holder dies, however it dies).
+    Yields True once held, after removing a torch `lock` file found there: only a holder of this lock runs a
+    build, so such a file is left by a build that was killed half-way, and torch would wait on it forever.
+    Yields False after waiting wait_s (DECODESCOPE_KERNEL_WAIT_S, default WAIT_S) for a live holder, having
+    said on stderr whom it waits for."""
+    if wait_s is None:
+        wait_s = float(os.environ.get("DECODESCOPE_KERNEL_WAIT_S") or WAIT_S)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / OWNER, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        start, said = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited >= wait_s:
+                    _WAITED.append(f"waited {waited:.0f} s for {_owner(fd)}, which is building it in {folder}")
+                    yield False
+                    return
+                if not said and waited >= min(SAY_AFTER_S, wait_s / 2):
+                    _say(f"waiting for {_owner(fd)}, which is building the CPU kernel in {folder} "
+                         f"(at most {wait_s:.0f} s more; DECODESCOPE_KERNEL_WAIT_S)...")
+                    said = True
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        stale = folder / "lock"
+        if stale.exists():
+            stale.unlink(missing_ok=True)
+            _say(f"removed {stale}, left by a build of the CPU kernel that was stopped half-way; building again")
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
+def _owner(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except OSError:
+        pid = ""
+    return f"process {pid}" if pid.isdigit() else "another process"
+
+
+_KERNEL_LOCK = threading.Lock()  # one build per process (the app's background build and a first run)
+
+
 def kernel():
     """torch.ops.decodescope (pack_panels, packed_linear) once built and loaded, or None where it cannot run
     here (why_not() says why)."""
+    with _KERNEL_LOCK:
+        return _kernel()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel():
     if why_not():
         return None
-    from torch.utils.cpp_extension import get_default_build_root, load
+    from torch.utils.cpp_extension import load
     name = build_name()
-    root = Path(get_default_build_root())  # a note on a terminal only: a piped stderr keeps its one-line errors
-    if sys.stderr.isatty() and not built(name, root):
-        print(f"decodescope: {BUILDING}", file=sys.stderr, flush=True)
+    folder = build_root() / name
     try:
-        load(name, [str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
-             is_python_module=False, verbose=False)
-    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: all mean "use MKL"
+        with build_lock(folder) as held:
+            if not held:
+                _FAILED.append(_WAITED[-1])
+                _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
+                return None
+            if sys.stderr.isatty() and not built(name, folder.parent):  # a piped stderr keeps its one-line errors
+                _say(BUILDING)
+            load(name, [str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+                 build_directory=str(folder), is_python_module=False, verbose=False)
+    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build, no writable folder: "use MKL"
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
         _FAILED.append(f"its build failed ({type(e).__name__}: {first})")
-        print(f"decodescope: CPU GEMM kernel unavailable: {_FAILED[-1]}", file=sys.stderr)
+        _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
         return None
     ops = torch.ops.decodescope
     ISA[:] = [ops.select_isa(isa_wanted())]
-    for op in ("packed_linear", "block_linear"):
-        torch.library.register_fake(f"decodescope::{op}")(lambda x, panels, n, bias=None: x.new_empty(*x.shape[:-1], n))
-        register_flop_formula(getattr(ops, op))(lambda x, panels, n, *a, **k: 2 * math.prod(x) * n)
+    if not _REGISTERED:
+        for op in ("packed_linear", "block_linear"):
+            torch.library.register_fake(f"decodescope::{op}")(
+                lambda x, panels, n, bias=None: x.new_empty(*x.shape[:-1], n))
+            register_flop_formula(getattr(ops, op))(lambda x, panels, n, *a, **k: 2 * math.prod(x) * n)
+        _REGISTERED.append(True)
     return ops
 
 
+kernel.cache_clear = _kernel.cache_clear  # type: ignore[attr-defined]
+kernel.__wrapped__ = _kernel.__wrapped__  # type: ignore[attr-defined]  # tests: one more try, uncached
+
+
+def build_in_background() -> threading.Thread:
+    """Start building (or loading) the kernel now, so that the first run does not wait for it (the app's start)."""
+    t = threading.Thread(target=kernel, name="build-cpu-kernel", daemon=True)
+    t.start()
+    return t
+
+
+_REGISTERED: list[bool] = []
+_WAITED: list[str] = []
 _FAILED: list[str] = []
 ISA: list[str] = []  # the instruction set the kernel runs with, once loaded ("AVX512" or "AVX2")
 
@@ -209,3 +334,17 @@ def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None) -> int:
                     done[id(child)] = PackedLinear(child, use_blocks)
                 setattr(parent, name, done[id(child)])
     return len(done)
+
+
+def main() -> int:
+    """`python -m decoding.fast.cpu_gemm`: build the kernel now (after installing), so no run waits for it."""
+    ops = kernel()
+    if ops is None:
+        print(f"decodescope: the CPU kernel is not used here: {why_not()}", file=sys.stderr)
+        return 1
+    print(f"decodescope: CPU kernel ready ({ISA[0]}) in {build_root() / build_name()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

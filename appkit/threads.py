@@ -1,0 +1,68 @@
+"""The CPU thread count, picked by measurement like the tuners pick W/N/G, and each run's speed against greedy.
+
+Why: on a 2-core machine a second thread is worth a little on a quiet machine and costs many times over when
+another process is busy, so a rule cannot know; greedy timed at each count, once per model, does. A run's
+tokens/s alone says little, so every run says how it compares with greedy measured on the same prompt and
+settings, or that greedy was not measured.
+"""
+from __future__ import annotations
+
+from . import presets
+
+CURRENT: list[int] = []  # the CPU thread count measured for the model of the event now running
+
+
+def needs_thread_timing(model) -> bool:
+    """A CPU model whose thread count the engine's rule leaves to torch (decoding.models.set_cpu_threads gives
+    small models one thread on <= 2 cores, measured; anything else gets measured here, once per model)."""
+    import os
+    p = next(model.parameters())
+    return (p.device.type == "cpu" and getattr(model, "decodescope_threads", None) is None
+            and not ((os.cpu_count() or 1) <= 2 and sum(x.numel() for x in model.parameters()) < 1e8))
+
+
+def threads_for(model, tok) -> dict | None:
+    """The model's measured thread count ({"threads", "tokens_per_s"}; measured now if not yet), set for
+    this event; None where nothing was measured (GPU, or a small model on a small machine: one thread)."""
+    import torch
+    from decoding.tune import tune_threads
+    if needs_thread_timing(model):
+        model.decodescope_threads = tune_threads(model, tok, presets.pilots(tok)[:1])
+    r = getattr(model, "decodescope_threads", None)
+    CURRENT[:] = [r["threads"]] if r else []
+    if r:
+        torch.set_num_threads(r["threads"])
+    return r
+
+
+def threads_note(r: dict | None) -> str:
+    """'2 CPU threads (measured: 1 → 21.0, 2 → 30.5 tokens/s greedy)', or '' where nothing was measured."""
+    if not r or not r.get("tokens_per_s"):
+        return ""
+    rates = ", ".join(f"{n} → {v:.1f}" for n, v in sorted(r["tokens_per_s"].items()))
+    return f"{r['threads']} CPU thread{'s' if r['threads'] > 1 else ''} (measured: {rates} tokens/s greedy)"
+
+
+def speed_note(method: str, tps: float, greedy: float | None) -> str:
+    """The run's speed against greedy's on the same prompt, settings and model, or says it was not measured."""
+    if method == "greedy":
+        return ""
+    if not greedy:
+        return "speed vs greedy: **not measured** (run greedy on this prompt, or race)"
+    return f"**{tps / greedy:.2f}x** greedy's speed (greedy measured on this prompt: {greedy:.1f} tokens/s)"
+
+
+def run_key(p) -> tuple:
+    """What makes two runs' speeds comparable: the model as loaded, the thread count, prompt and settings."""
+    import torch
+    param = next(p.model.parameters())
+    return (id(p.model), str(param.device), str(param.dtype), torch.get_num_threads(), p.prompt, p.max_new,
+            repr(p.sampling))
+
+
+def speed_of(rates: dict, key: tuple, tr, done: bool) -> str:
+    """A finished greedy run records its rate under `key`; any other run gets its speed against it."""
+    tps = tr.stats()["tokens_per_s"]
+    if done and tr.method == "greedy" and tps > 0:
+        rates[key] = tps
+    return speed_note(tr.method, tps, rates.get(key))
