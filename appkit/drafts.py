@@ -1,10 +1,11 @@
 """Which draft model the page offers for a target, so the speculative option follows the target.
 
 A draft must share the target's tokenizer. The embedded draft fits the embedded target only. A draft shipped
-for another target lives in assets/drafts/<name>/ (a model folder: its config.json gives its vocabulary); the
-page preselects the first shipped draft whose vocabulary matches the target's, so a draft shipped for the
-default model is found without another change. Until a target has one, the Race's default selection leaves
-speculative out (it cannot run) and a speculative run says in one line what to pick instead.
+for another target lives in assets/drafts/<name>/: a model folder (its config.json gives its vocabulary) or a
+layers-only draft (draft.json; assets/drafts/smollm2, distilled for the default model, borrows the target's
+embedding and LM head and fits that model alone). The page preselects the first shipped draft that fits the
+target. For a target without one, the Race's default selection leaves speculative out (it cannot run) and a
+speculative run says in one line what to pick instead.
 """
 from __future__ import annotations
 
@@ -24,23 +25,40 @@ def vocab_size(name: str | None) -> int | None:
     """A local model folder's vocabulary size from its config.json (nothing loaded); None where unknown."""
     if not name:
         return None
-    try:
-        cfg = json.loads((Path(name) / "config.json").read_text())
+    try:  # a model folder's config.json, or a layers-only draft's card (decoding/methods/shipped_draft.py)
+        folder = Path(name)
+        cfg = json.loads((folder / ("draft.json" if layers_only(name) else "config.json")).read_text())
     except (OSError, ValueError):
         return KNOWN_VOCAB.get(str(name)) or KNOWN_VOCAB.get(Path(str(name)).name)
     return cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
 
 
+def layers_only(name: str | None) -> bool:
+    """A draft folder that ships only its own layers (draft.json): it is built on the loaded target, whose
+    embedding and LM head it shares (ModelCache.draft)."""
+    return bool(name) and (Path(name) / "draft.json").is_file()
+
+
 def shipped() -> list[str]:
-    """Every draft shipped with the app: the embedded one, then assets/drafts/* in name order."""
-    extra = sorted(str(d) for d in SHIPPED_DRAFTS.glob("*") if (d / "config.json").is_file()) \
+    """Every draft shipped with the app: the embedded one, then assets/drafts/* in name order (model folders
+    and layers-only drafts)."""
+    extra = sorted(str(d) for d in SHIPPED_DRAFTS.glob("*") if (d / "config.json").is_file() or layers_only(str(d))) \
         if SHIPPED_DRAFTS.is_dir() else []
     return [EMBEDDED_DRAFT, *extra]
 
 
+def default_model(name: str | None) -> bool:
+    """The default model, by name or as its cached folder."""
+    from decoding.fetch_model import FOLDER
+    return bool(name) and (str(name) == DEFAULT_MODEL or Path(str(name)).name == FOLDER)
+
+
 def fits(target: str | None, draft: str | None) -> bool:
-    """Whether `draft` can draft for `target` as far as their configs tell (equal vocabularies); True where
-    one of them is unknown (a hub id: the run itself checks the tokenizers)."""
+    """Whether `draft` can draft for `target` as far as their configs tell (equal vocabularies; a layers-only
+    draft was distilled for the default model and fits it alone); True where one of them is unknown (a hub
+    id: the run itself checks the tokenizers)."""
+    if layers_only(draft):
+        return default_model(target)
     tv, dv = vocab_size(target), vocab_size(draft)
     return tv is None or dv is None or tv == dv
 
@@ -49,7 +67,7 @@ def draft_for(target: str | None) -> str | None:
     """The first shipped draft that fits `target` (a local folder or the default model's name), else None."""
     if vocab_size(target) is None:
         return None
-    return next((d for d in shipped() if vocab_size(d) == vocab_size(target)), None)
+    return next((d for d in shipped() if vocab_size(d) == vocab_size(target) and fits(target, d)), None)
 
 
 def race_default(methods: list[str], target: str | None, draft: str | None) -> list[str]:

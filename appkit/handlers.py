@@ -213,7 +213,7 @@ class Handlers:
             problems.append(str(e))
         raise_if(problems)
         model, tok = self.cache.get(target, device, s.dtype)
-        dmodel, dtok = self.cache.get(draft, device, s.dtype) if draft else (None, None)
+        dmodel, dtok = self.cache.draft(draft, model, tok, device, s.dtype) if draft else (None, None)
         if dmodel is not None:
             check_draft(model, tok, dmodel, dtok, str(s.target), str(s.draft))
         p = Prepared(s, common["prompt"], common["max_new"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 from decoding import load
@@ -23,6 +24,7 @@ class ModelCache:
         self._models: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
+        self._drafts: dict[str, tuple] = {}  # layers-only draft folder -> (its target, weakly; (draft, tok))
 
     @staticmethod
     def key(name: str, device: str | None, dtype: str | None) -> tuple:
@@ -60,6 +62,27 @@ class ModelCache:
                 while len(self._models) > self.capacity:
                     self._models.popitem(last=False)
             return pair
+
+
+    def draft(self, name: str, model, tok, device: str | None = None, dtype: str | None = None):
+        """(draft, tokenizer) for a speculative run on `model`: a layers-only draft folder (draft.json: the
+        one shipped for the default model) is built on the loaded target, sharing its embedding, LM head and
+        tokenizer, and kept while the target is; any other draft loads like a model (get)."""
+        from .drafts import layers_only
+        if not layers_only(name):
+            return self.get(name, device, dtype)
+        with self._lock:
+            ref, pair = self._drafts.get(name, (None, None))
+            if ref is not None and ref() is model:
+                return pair
+        from decoding.api import load_draft
+        try:
+            pair = (load_draft(model, name)[0], tok)
+        except ValueError as e:
+            raise ModelError(str(e).strip().splitlines()[0]) from None
+        with self._lock:  # one per draft folder: a run on another target replaces it
+            self._drafts[name] = (weakref.ref(model), pair)
+        return pair
 
 
 def precapture_graphs(model) -> None:

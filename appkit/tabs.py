@@ -226,7 +226,8 @@ class Tabs(Handlers):
         note = f"lookahead {presets.describe('lookahead', la)}"
         facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":
-            dmodel = self.cache.get(self.model_name(s.draft, "draft"), self.lim.device(s.device), s.dtype)[0]
+            dmodel = self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok, self.lim.device(s.device),
+                                      s.dtype)[0]
             sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
             note += f", speculative {presets.describe('speculative', sp['params'])}"
             facts.append(f"speculative — {sp['measured']}")
@@ -245,7 +246,7 @@ class Tabs(Handlers):
         model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
         lines = [model_line("target", model, tok)]
         try:
-            dmodel, dtok = self.cache.get(self.model_name(draft, "draft"), device, dtype)
+            dmodel, dtok = self.cache.draft(self.model_name(draft, "draft"), model, tok, device, dtype)
             lines.append(model_line("draft", dmodel, dtok))
         except (ValueError, ModelError) as e:
             lines.append(f"draft: not loaded — {one_line(e)}")

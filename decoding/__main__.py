@@ -295,18 +295,28 @@ def setup(args: argparse.Namespace):
         params["adapter"] = args.adapter or default_adapter(model)
         drafter = make_drafter(args.method, **params)
     if args.method == "speculative":
-        from .models import EMBEDDED_DRAFT, EMBEDDED_TARGET
         from .methods.stage2 import load_table
         try:
             table = load_table(args.ngram_table) if args.ngram_table else None
         except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
             raise ValueError(f"cannot read n-gram table {args.ngram_table}: {type(e).__name__}: {one_line(e, 200)}") \
                 from None
-        if args.draft is None and Path(args.model).expanduser().resolve() != Path(EMBEDDED_TARGET).resolve():
-            raise ValueError("--method speculative needs --draft: a smaller model with the target's tokenizer (the "
-                             "embedded draft fits only the embedded target, --model " + EMBEDDED_TARGET + ")")
-        draft, dtok = load(args.draft or EMBEDDED_DRAFT, device=args.device, dtype=args.dtype,
-                           trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
+        from .api import load_draft
+        from .methods.shipped_draft import CARD
+        if args.draft is None or (Path(args.draft).expanduser() / CARD).is_file():
+            # the draft shipped for this target (the default model's distilled layers, the embedded pair), or
+            # a layers-only draft folder: built on the target, sharing its embedding, head and tokenizer
+            try:
+                draft, dtok = load_draft(model, args.draft)
+            except ValueError as e:
+                raise ValueError(f"--method speculative: {one_line(e, 300)}") from None
+            dtok = dtok or tok
+            if args.draft is None:
+                print(f"[draft] {getattr(draft, 'name_or_path_', None) or 'assets/drafts/smollm2'} (shipped for "
+                      "this model)", file=sys.stderr)
+        else:
+            draft, dtok = load(args.draft, device=args.device, dtype=args.dtype,
+                               trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
         shape = dict(draft_tokens=args.draft_tokens, tree=args.tree, tree_budget=args.tree_budget,
                      staged=args.staged)
         if args.auto:

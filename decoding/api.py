@@ -130,7 +130,7 @@ AUTO_DRAFT = "auto"  # draft_model="auto" (or None through run/build_drafter): t
 
 
 def default_draft(model):
-    """(draft model, None) shipped for `model`: the distilled SmolLM2 draft (assets/draft-smollm2, sharing the
+    """(draft model, None) shipped for `model`: the distilled SmolLM2 draft (assets/drafts/smollm2, sharing the
     target's embedding and LM head) when the base-model fingerprint fits, the embedded draft for the embedded
     target; else a ValueError that says how to get one."""
     from .methods import shipped_draft

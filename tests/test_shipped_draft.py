@@ -1,4 +1,4 @@
-"""A draft that ships only its own layers (assets/draft-smollm2 for the default model): saved as Q8_0 blocks,
+"""A draft that ships only its own layers (assets/drafts/smollm2 for the default model): saved as Q8_0 blocks,
 loaded onto the target's embedding and head, picked for the target it was distilled for, exact under greedy,
 and refused with one line when its folder does not fit."""
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The draft model shipped for the default target (SmolLM2-135M-Instruct): its own layers only, the rest borrowed.
 
 Why: speculative decoding needs a draft with the target's tokenizer, and the SmolLM2 family has no member
-smaller than the default model. assets/draft-smollm2 holds a 2-layer Llama of the target's width, distilled
-from the target's own greedy answers (assets/draft-smollm2/train.py). It shares the target's input embedding
+smaller than the default model. assets/drafts/smollm2 holds a 2-layer Llama of the target's width, distilled
+from the target's own greedy answers (assets/drafts/smollm2/train.py). It shares the target's input embedding
 and tied LM head (the same modules, on the target's device, dtype and weight layout), so only its layers and
 final norm ship, as ggml blocks (Q8_0: int8 codes and a float16 scale per 32 inputs; or Q4_1, the target's
 own format: 4-bit codes, a float16 scale and minimum per 32 inputs), a few MB instead of 113 MB.
@@ -20,7 +20,7 @@ import torch
 
 from .checkpoint import check_fingerprint, read_card, require_files
 
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "draft-smollm2"
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "drafts" / "smollm2"
 CARD, WEIGHTS = "draft.json", "layers.safetensors"
 FORMAT = "decodescope.draft/1"
 LAYERS_FROM = (0, 1)  # the target's layers the draft's layers start from (train.py)
@@ -92,7 +92,8 @@ def save_draft(draft, out: Path, target, trained_with: dict, storage: str = "q8_
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS))
     card = {"format": FORMAT, "base_model": "SmolLM2-135M-Instruct (decodescope fetch-model)",
-            "base_fingerprint": base_fingerprint(target), "layers": draft.config.num_hidden_layers,
+            "base_fingerprint": base_fingerprint(target), "vocab_size": int(draft.config.vocab_size),
+            "hidden_size": int(draft.config.hidden_size), "layers": draft.config.num_hidden_layers,
             "layers_from": list(LAYERS_FROM), "storage": storage, "trained_with": trained_with}
     (out / CARD).write_text(json.dumps(card, indent=1) + "\n")
 

@@ -1,4 +1,4 @@
-"""Distil the draft model shipped for SmolLM2-135M-Instruct (assets/draft-smollm2): 2 decoder layers of the
+"""Distil the draft model shipped for SmolLM2-135M-Instruct (assets/drafts/smollm2): 2 decoder layers of the
 target's own shape, trained on the target's own greedy chat answers.
 
 Why this shape: speculative decoding needs a draft that shares the target's tokenizer; the smallest member
@@ -12,7 +12,7 @@ each a chat request of our own and the target's greedy answer; the held-out benc
 Only answer tokens are labels: greedy verification accepts exactly what the target says, and the answers are
 the target's argmax given their prefix, so cross-entropy on them distils the target's greedy choice.
 
-    python assets/draft-smollm2/train.py [--epochs 4] [--threads 2]       # ~30 min on 2 CPU cores
+    python assets/drafts/smollm2/train.py [--epochs 4] [--threads 2]       # ~30 min on 2 CPU cores
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 
 from decoding.methods.shipped_draft import LAYERS_FROM, draft_config, save_draft  # noqa: E402
