@@ -20,11 +20,12 @@ from decoding.api import HEADS_METHODS, vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
 from decoding.methods.reference_text import tokenize_references
+from decoding.methods.suffix_cache import Histories
 
 from . import presets
 from .costs import run_costs
 from .errors import reported
-from .limits import Limits
+from .limits import PUBLIC_HISTORY, Limits
 from .model_cache import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
 from .stream import Job, Recorder, Sessions
@@ -50,9 +51,13 @@ class Prepared:
     notes: dict = field(default_factory=dict)
     cutoff: float | None = None  # the speculative draft cutoff (with every preset)
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
+    # the suffix cache's earlier runs: this session's History, or None (no earlier runs)
+    history: object = None
 
-    def drafter(self, method: str):
-        """A fresh drafter (they keep per-run state)."""
+    def drafter(self, method: str, join_history: bool = False):
+        """A fresh drafter (they keep per-run state). Retrieval reads this session's earlier runs; only a Run
+        tab's run (join_history) joins them: a race's or a profile's runs each get a frozen copy, so every
+        repeat of every method starts from the same state and none drafts from another's output."""
         kw = dict(self.params.get(method, {}))
         if method == "prompt_lookup" and self.reference:  # with any preset: the text is the user's
             kw["reference_ids"] = tokenize_references(self.tok, self.reference)
@@ -60,7 +65,9 @@ class Prepared:
             kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
                       confidence=self.cutoff)
         if method == "retrieval":  # the menu's source: the suffix cache, or the shipped datastore
-            kw.update(datastore=retrieval_source(self.settings.datastore), tokenizer=self.tok)
+            kw.update(datastore=retrieval_source(self.settings.datastore), tokenizer=self.tok,
+                      history=False if self.history is None else
+                      self.history if join_history else self.history.copy())  # never the process's
         if method in HEADS_METHODS:
             kw["heads"] = heads_folder(self.settings.heads, method, self.model)
             kw["acceptance"] = "typical" if self.settings.typical else "exact"
@@ -154,6 +161,9 @@ class Handlers:
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
+        # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
+        # the suffix cache's earlier runs
+        self.histories = Histories(**(PUBLIC_HISTORY if lim.public else {}))
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
 
     def model_name(self, name, role: str) -> str:
@@ -262,7 +272,8 @@ class Handlers:
         stop = self.sessions.start(session)
         try:
             p = yield from self.prepare(s, [s.method], 6)
-            drafter = p.drafter(s.method)
+            p.history = self.histories.get(session)  # this run drafts from, and joins, this session's runs only
+            drafter = p.drafter(s.method, join_history=True)
             rec = Recorder(s.method, p.tok(p.prompt)["input_ids"],
                            {**drafter.config(), "max_new_tokens": p.max_new, "sampling": p.sampling.to_dict()})
 

@@ -33,6 +33,9 @@ MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused
 PUBLIC_HEADS = ("", "medusa", "eagle", "assets/heads", "assets/heads/medusa", "assets/heads/eagle")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_PROMPT_CHARS = 20000
+# The suffix cache's per-session histories on a public Space: at most this many sessions (least recently used
+# dropped first) of at most this many tokens each (~0.8 MB each as int64): bounded memory, whoever visits.
+PUBLIC_HISTORY = {"sessions": 64, "limit": 100_000}
 
 
 def public_mode() -> bool:

@@ -54,19 +54,10 @@ class Tabs(Handlers):
         stop = self.sessions.start(session)
         try:
             p = yield from self.prepare(s, ["greedy", *methods], 6)
+            p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
 
             def work(job: Job):
-                run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
-                runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
-                for r in range(repeats):
-                    for m in racekit.order(["greedy", *methods], r):
-                        job.report((done(runs), f"{m} (run {r + 1} of {repeats})"))
-                        runs[m].append(p.run(m, on_step=job.check))
-                job.report((done(runs), None))
-                return done(runs)
-
-            def done(runs: dict) -> dict:
-                return {m: list(t) for m, t in runs.items() if t}
+                return race_runs(p, methods, repeats, job)
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
@@ -111,6 +102,7 @@ class Tabs(Handlers):
         stop = self.sessions.start(session)
         try:
             p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 7)
+            p.history = self.histories.get(session)  # read, never joined (a frozen copy, Prepared.drafter)
             out = tmpdir()
 
             def work(job: Job):
@@ -273,6 +265,25 @@ class Tabs(Handlers):
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
+
+
+def race_runs(p: Prepared, methods: list[str], repeats: int, job: Job) -> dict[str, list]:
+    """Greedy and each method `repeats` times, interleaved (repeat r runs them rotated by r); progress goes to
+    job.report as ({method: [trace, ...]}, what runs now). Every run starts from the same state: a fresh drafter,
+    and for retrieval a frozen copy of the session's earlier runs (Prepared.drafter), so no repeat drafts from
+    an earlier repeat's or another contender's output."""
+    run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
+    runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
+
+    def done() -> dict:
+        return {m: list(t) for m, t in runs.items() if t}
+
+    for r in range(repeats):
+        for m in racekit.order(["greedy", *methods], r):
+            job.report((done(), f"{m} (run {r + 1} of {repeats})"))
+            runs[m].append(p.run(m, on_step=job.check))
+    job.report((done(), None))
+    return done()
 
 
 def model_line(role: str, model, tok) -> str:
