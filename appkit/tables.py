@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from viz.escape import md_text
+from viz.escape import md_text, one_line
 
 from .race import mean_accepted
 
@@ -50,8 +50,9 @@ def public_trace(tr):
 
 
 def code(value: object) -> str:
-    """A value as a markdown code span: shown literally; a backtick in it cannot end the span."""
-    return "`" + str(value).replace("`", "'") + "`"
+    """A value as a markdown code span: shown literally, on one line (a blank line would end the span and its
+    paragraph); a backtick in it cannot end the span."""
+    return "`" + one_line(value).replace("`", "'") + "`"
 
 
 def stats_md(tr, head: str = "", note: str = "") -> str:
