@@ -35,7 +35,7 @@ from appkit.model_cache import ModelCache  # noqa: E402
 from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
-from appkit.tables import display_name  # noqa: E402
+from appkit.tables import display_name, no_server_paths  # noqa: E402
 from appkit.ui import CSS, MARK_STALE, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.api import HEADS_METHODS  # noqa: E402
@@ -76,13 +76,15 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                                                    display_name(EMBEDDED_TARGET))] if target0 == DEFAULT_MODEL
                else [(f"embedded target ({t0})", t0)]) + [(hub_label(m), m) for m in hub if m != EMBEDDED_TARGET]
     drafts = [(f"embedded draft ({d0})", d0)] + [(hub_label(m), m) for m in hub]
+    # the default model's status line: a public page shows no server path (the cache folder is named, not placed)
+    line = (lambda: no_server_paths(dm.line()) if lim.public else dm.line()) if dm else (lambda: "")
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
-        status = gr.Markdown(dm.line() if dm else "", visible=bool(dm and dm.line()), elem_id="default-model-status")
+        status = gr.Markdown(line(), visible=bool(line()), elem_id="default-model-status")
         local = dm.resolve_now() if dm else target0  # a folder to read the config and chat template from
         p = layout(Page(), lim, t0, d0, targets, drafts, _positions(local), examples_for(local))
         if dm is not None and dm.pending:  # the fetch's stages on the page, polled until it ends
             timer = gr.Timer(1.0)
-            timer.tick(lambda: (gr.update(value=dm.line(), visible=bool(dm.line())), gr.Timer(active=dm.pending)),
+            timer.tick(lambda: (gr.update(value=line(), visible=bool(line())), gr.Timer(active=dm.pending)),
                        None, [status, timer], queue=False, show_progress="hidden")
         wire(p, h)
         label_outputs(p)  # the API's returns are named, not value_55

@@ -7,7 +7,6 @@ appkit/settings.py (all problems at once, nothing clamped); appkit/errors.py sho
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from decoding.params import LIMITS
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
@@ -77,11 +76,10 @@ class Limits:
         if not name:
             raise ValueError(f"no {role} model given: pick one from the list or type a hub id")
         if self.public and name not in self.allowed:
-            local = name.startswith((".", "/", "~")) or Path(name).exists()
-            if local:
-                raise ValueError(f"local model paths are disabled in public mode; choose an allow-listed {role} "
-                                 f"model: {', '.join(self.allowed_labels())}")
-            raise ValueError(f"{name!r} is not on this Space's allow list; choose one of "
+            # one message for every name off the list, before any file is looked at: an answer that differed
+            # for a path that exists would tell a visitor which server files exist
+            raise ValueError(f"this Space loads only the models on its allow list (local model paths are disabled "
+                             f"in public mode, as are other hub ids); choose a {role} model from: "
                              f"{', '.join(self.allowed_labels())}")
         return name
 

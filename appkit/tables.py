@@ -6,6 +6,7 @@ reaches a user (model names are repo-relative or the hub id).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +28,16 @@ def display_name(name) -> str:
     if os.path.isabs(name):
         return Path(name).name
     return name
+
+
+_ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:/|~/|[A-Za-z]:\\)[^\s()'\"`,;]*")
+
+
+def no_server_paths(text: str) -> str:
+    """A message with every absolute path (/..., ~/..., C:\\...) replaced by its display name (the last folder's
+    name, or repo-relative): a public page shows no server path. URLs are kept (their // follows a colon)."""
+    return _ABS_PATH.sub(lambda m: display_name(m.group(0).rstrip(".")) + ("." if m.group(0).endswith(".") else ""),
+                         str(text))
 
 
 def _public_model(m: dict) -> dict:

@@ -1,0 +1,76 @@
+"""Public mode's limits, as a visitor meets them: names off the allow list (the same answer whether a path
+exists or not, before any file is looked at), no server path in /config, profile files bounded on disk, one
+running and one queued job per session, and a work budget per request."""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import httpx
+import pytest
+from gradio_client import Client
+
+import app as app_module
+from appkit.limits import Limits
+from test_app import cache_dir, expect_msg, free_port  # noqa: F401
+from test_public_sessions import args
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated:Warning")]
+ROOT = Path(__file__).resolve().parent.parent
+EXISTING = ["assets/../../../../etc/passwd", "/etc/passwd", str(ROOT / "assets" / "heads"), "./assets/target", "/"]
+MISSING = ["assets/../../../../etc/no-such-file", "/etc/no-such-file", str(ROOT / "no-such-model"), "./no/such", "/nope"]
+
+
+def test_names_off_the_allow_list_get_one_answer_and_no_file_is_looked_at(monkeypatch):
+    lim = Limits(public=True)
+    looked: list[str] = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: (looked.append(str(p)), real_stat(p, *a, **k))[1])
+    answers = set()
+    for name in EXISTING + MISSING + ["someone/secret-model"]:
+        with pytest.raises(ValueError) as e:
+            lim.model_name(name, "target")
+        answers.add(str(e.value))
+    assert len(answers) == 1, answers
+    assert looked == [], looked
+    assert "allow list" in answers.pop()
+
+
+def test_existing_and_missing_paths_are_refused_alike_through_the_api():
+    demo = app_module.build_demo(app_module.EMBEDDED_TARGET, app_module.EMBEDDED_DRAFT, public=True)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
+                            **app_module.launch_kwargs())
+    try:
+        c = Client(url, verbose=False)
+        msgs = {expect_msg(c, args("def f():", "greedy", target=name), "/run", "allow list")
+                for name in ("assets/../../../../etc/passwd", "assets/../../../../etc/no-such-file")}
+        assert len(msgs) == 1, msgs
+        loaded = {c.predict(name, "assets/draft", "cpu", "fp32", api_name="/load_models")[0]
+                  for name in ("/etc/passwd", "/etc/no-such-file")}
+        assert len(loaded) == 1, loaded
+    finally:
+        demo.close()
+
+
+def absolute_paths(text: str) -> list[str]:
+    """Server paths in a page's config: this checkout, the cache, the temp folder, the home folder."""
+    needles = {str(ROOT), os.environ["DECODESCOPE_CACHE"], tempfile.gettempdir() + "/", str(Path.home()) + "/"}
+    return [text[max(0, m.start() - 60):m.end() + 40] for n in needles for m in re.finditer(re.escape(n), text)]
+
+
+def test_config_of_a_public_page_shows_no_server_path(monkeypatch, tmp_path):
+    """The default model is not cached (its status names the cache folder): the page says so without the path."""
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DECODESCOPE_NO_FETCH", "1")
+    demo = app_module.build_demo(public=True)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
+                            **app_module.launch_kwargs())
+    try:
+        cfg = httpx.get(url.rstrip("/") + "/config", timeout=60).text
+    finally:
+        demo.close()
+    assert "not in the cache" in cfg  # the status line is there
+    assert absolute_paths(cfg) == []
