@@ -87,6 +87,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
             timer.tick(lambda: (gr.update(value=line(), visible=bool(line())), gr.Timer(active=dm.pending)),
                        None, [status, timer], queue=False, show_progress="hidden")
         wire(p, h)
+        h.downloads.others = [Path(demo.GRADIO_CACHE)]  # Gradio's copies of our downloads count against the cap
         label_outputs(p)  # the API's returns are named, not value_55
         preset_from_page(demo, p)  # no preset in an API call = the values it sends
     demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),

@@ -6,9 +6,6 @@ and the tuner are in appkit/tabs.py and use the same `Prepared` and the same str
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from decoding.methods.suffix_cache import Histories
 
 from . import presets
 from .costs import run_costs
+from .disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
 from .errors import reported
 from .limits import PUBLIC_HISTORY, Limits
 from .model_cache import ModelCache
@@ -31,8 +29,6 @@ from .settings import InputError, Settings, check_common, draft_cutoff, method_p
 from .stream import Job, Recorder, Sessions
 from .tables import live_line, public_trace, stats_md
 
-TMP = Path(tempfile.gettempdir()) / "decodescope-app"
-TMP_MAX_AGE_S = 3600
 CLEAR = ""  # the message output when an event starts: the last error goes away
 
 
@@ -131,19 +127,6 @@ def check_heads(p, methods: list[str]) -> None:
                 raise InputError(f"**heads**: {e}") from None
 
 
-def tmpdir() -> Path:
-    """A fresh folder for one request's downloads; folders older than an hour are removed."""
-    TMP.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in TMP.iterdir():
-        try:
-            if now - old.stat().st_mtime > TMP_MAX_AGE_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError:
-            pass
-    return Path(tempfile.mkdtemp(dir=TMP))
-
-
 def thread_setup() -> None:
     """The worker thread inherits nothing from torch's per-thread state; keep grad off."""
     import torch
@@ -164,6 +147,8 @@ class Handlers:
         # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
         # the suffix cache's earlier runs
         self.histories = Histories(**(PUBLIC_HISTORY if lim.public else {}))
+        # downloads (traces, profiles, reports): one folder per request, a total cap on disk, oldest deleted first
+        self.downloads = Downloads(TMP, disk_cap(lim.public))
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
 
     def model_name(self, name, role: str) -> str:
@@ -259,8 +244,10 @@ class Handlers:
             tr.model = describe(p.model)
         public_trace(tr)  # no server path in the download
         costs = run_costs(tr, p.model)
-        path = tmpdir() / f"{tr.method}-trace.json"
+        out = self.downloads.folder()
+        path = out / f"{tr.method}-trace.json"
         tr.save(path)
+        self.downloads.prune(keep=out)
         return step_views(tr, costs, len(tr.steps) - 1), str(path), tr.to_dict()
 
     # ------------------------------------------------------------------ Run tab

@@ -16,7 +16,7 @@ from viz.counts import run_counts
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
 from .errors import one_line, reported
-from .handlers import CLEAR, HEADS_METHODS, Handlers, Prepared, heads_folder, thread_setup, tmpdir
+from .handlers import CLEAR, HEADS_METHODS, Handlers, Prepared, heads_folder, thread_setup
 from .limits import MAX_REPLAY_HTML_BYTES
 from .model_cache import describe as describe_model, human
 from .replay import load_trace, shipped_path
@@ -103,7 +103,7 @@ class Tabs(Handlers):
         try:
             p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 7)
             p.history = self.histories.get(session)  # read, never joined (a frozen copy, Prepared.drafter)
-            out = tmpdir()
+            out = self.downloads.folder()
 
             def work(job: Job):
                 runs = {}
@@ -121,7 +121,9 @@ class Tabs(Handlers):
                 elif kind == "stopped":
                     yield gr.skip(), "Stopped: profile not finished.", *[gr.skip()] * 5
                 else:
-                    yield (gr.skip(), *self._profile_view(s.method, result, out))
+                    view = self._profile_view(s.method, result, out)
+                    self.downloads.prune(keep=out)  # this request's files stay; older ones make room
+                    yield (gr.skip(), *view)
         finally:
             self.sessions.end(session, stop)
 

@@ -74,3 +74,32 @@ def test_config_of_a_public_page_shows_no_server_path(monkeypatch, tmp_path):
         demo.close()
     assert "not in the cache" in cfg  # the status line is there
     assert absolute_paths(cfg) == []
+
+
+def test_profile_downloads_stay_under_the_disk_cap_after_20_profiles(monkeypatch, tmp_path):
+    """Each profile writes its Perfetto files, traces and report, and Gradio keeps a copy: after 20 profiles
+    the bytes on disk (ours + Gradio's cache) are at most the cap plus the newest request's files (twice: ours
+    and Gradio's copy), the oldest having gone first, and the newest downloads are still there."""
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    demo = app_module.build_demo(app_module.EMBEDDED_TARGET, app_module.EMBEDDED_DRAFT, public=True)
+    dl = demo.decodescope["handlers"].downloads
+    dl.root = tmp_path / "downloads"
+    assert dl.others == [tmp_path / "gradio"]
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
+                            **app_module.launch_kwargs())
+    try:
+        c = Client(url, verbose=False)
+        first = c.predict(*args("def f(x):\n    return x\n", "lookahead", max_new=16), api_name="/profile")
+        one = dl.used()  # one profile: our files and Gradio's copy
+        assert one > 0 and len(first[5]) >= 4
+        dl.cap = 3 * one
+        written = one
+        for i in range(19):
+            out = c.predict(*args(f"def f{i}(x):\n    return x + {i}\n", "lookahead", max_new=16), api_name="/profile")
+            written += one
+            assert not out[0] or isinstance(out[0], dict), out[0]  # no message (an update without a value)
+            assert dl.used() <= dl.cap + one * 1.5, (i, dl.used(), dl.cap)
+        assert written > 6 * dl.cap  # without the cap the disk would hold all of it
+        assert all(Path(f).is_file() for f in out[5])  # the newest downloads are kept
+    finally:
+        demo.close()
