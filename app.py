@@ -30,7 +30,7 @@ from appkit import autofields, lesson  # noqa: E402
 from appkit.explain import explain  # noqa: E402
 from appkit.hints import hub_label, prompt_hint  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
-from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
+from appkit.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
 from appkit.model_cache import ModelCache  # noqa: E402
 from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
@@ -46,6 +46,7 @@ from appkit.examples import examples_for  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
+PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/fair.py)
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -69,7 +70,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         lim.allowed.append(EMBEDDED_TARGET)
         shown[display_name(EMBEDDED_TARGET)] = EMBEDDED_TARGET
     h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
-    h.max_trace_bytes = max_trace_bytes
+    # a public Space replays smaller traces: parsing and drawing one costs the shared CPU ~0.6 s per MB
+    h.max_trace_bytes = min(max_trace_bytes, PUBLIC_MAX_TRACE_BYTES) if lim.public else max_trace_bytes
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
     t0, d0 = display_name(target0), display_name(draft0)
     targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
@@ -98,7 +100,11 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 
 def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
-    model = dict(concurrency_id=GPU, concurrency_limit=1)
+    # public mode: several events in flight, so a session's job can be refused at once and the model's turns
+    # (appkit/fair.py: one unit of work at a time, the least-served session first) decide who runs next;
+    # ZeroGPU and local mode: one event at a time, as the queue serves them
+    slots = PUBLIC_SLOTS if h.lim.public and spaces is None else 1
+    model = dict(concurrency_id=GPU, concurrency_limit=slots)
     local = dict(api_visibility="private", queue=False)
     run_out = [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last]
     run_ev = p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), run_out,
@@ -115,7 +121,7 @@ def wire(p: Page, h: Tabs) -> None:
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune, request=False)), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
+    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune)), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
                      api_name="tune", **model)
     load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)

@@ -6,6 +6,7 @@ and the tuner are in appkit/tabs.py and use the same `Prepared` and the same str
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,10 +24,11 @@ from . import presets
 from .costs import run_costs
 from .disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
 from .errors import reported
+from .fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from .limits import PUBLIC_HISTORY, Limits
 from .model_cache import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
-from .stream import Job, Recorder, Sessions
+from .stream import Job, Recorder, Sessions, Stopped
 from .tables import live_line, public_trace, stats_md
 
 CLEAR = ""  # the message output when an event starts: the last error goes away
@@ -49,6 +51,8 @@ class Prepared:
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
     # the suffix cache's earlier runs: this session's History, or None (no earlier runs)
     history: object = None
+    session: str | None = None
+    turn: object = nullcontext  # () -> a context holding the model for one run (Handlers.turn_for)
 
     def drafter(self, method: str, join_history: bool = False):
         """A fresh drafter (they keep per-run state). Retrieval reads this session's earlier runs; only a Run
@@ -72,6 +76,10 @@ class Prepared:
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):
+        with self.turn():
+            return self._run(method, on_step, **kw)
+
+    def _run(self, method: str, on_step=None, **kw):
         return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
                    drafter=self.drafter(method), on_step=on_step, **kw)
 
@@ -127,6 +135,11 @@ def check_heads(p, methods: list[str]) -> None:
                 raise InputError(f"**heads**: {e}") from None
 
 
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def thread_setup() -> None:
     """The worker thread inherits nothing from torch's per-thread state; keep grad off."""
     import torch
@@ -149,7 +162,23 @@ class Handlers:
         self.histories = Histories(**(PUBLIC_HISTORY if lim.public else {}))
         # downloads (traces, profiles, reports): one folder per request, a total cap on disk, oldest deleted first
         self.downloads = Downloads(TMP, disk_cap(lim.public))
+        # the model's turns (one unit of work at a time, the least-served session first); public mode: one
+        # running and one queued job per session, a work budget per request, tuning kept per session
+        self.turns = Turns(max_jobs=2 if lim.public else None)
+        self.work_limit = PUBLIC_WORK if lim.public else None
+        self.session_presets: dict[str, dict] = {}
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
+
+    def turn_for(self, session: str | None, stop):
+        """() -> a context holding the model for one unit of this session's work; a Stop ends the wait."""
+        @contextmanager
+        def turn():
+            try:
+                with self.turns.turn(session, stop.is_set):
+                    yield
+            except TurnCancelled:
+                raise Stopped() from None
+        return turn
 
     def model_name(self, name, role: str) -> str:
         """The model to load: the page's name for an embedded model is repo-relative, never a server path."""
@@ -157,23 +186,52 @@ class Handlers:
         return self.lim.model_name(self.aliases.get(name, name), role)
 
     # ------------------------------------------------------------------ shared
-    def prepare(self, s: Settings, methods: list[str], n_outputs: int):
+    def prepare(self, s: Settings, methods: list[str], n_outputs: int, session: str | None = None, stop=None,
+                runs: int = 1, what: str = "run"):
         """Generator for the model events: yields status updates (loading, tuning) and returns the Prepared
-        (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
+        (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load. Loading and
+        tuning take the model's turn like a run; `runs` decodes of max new tokens count against the budget."""
         rest = [gr.skip()] * (n_outputs - 2)
-        yield (CLEAR, "loading model…", *rest)
-        p = self.plan(s, methods, presets_too=False)
+        yield (CLEAR, "waiting for the model, then loading…" if self.lim.public else "loading model…", *rest)
+        turn = self.turn_for(session, stop) if stop is not None else nullcontext
+        try:
+            with turn():
+                p = self.plan(s, methods, presets_too=False, runs=runs, what=what)
+        except Stopped:
+            raise Refused("stopped while waiting for the model") from None
+        p.session, p.turn = session, turn
         target = self.model_name(s.target, "target")
-        if s.preset == "auto" and any(presets.cached(target, p.model, m) is None for m in methods if m != "greedy"):
+        if s.preset == "auto" and any(self._preset(p, target, m) is None for m in methods if m != "greedy"):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
-        self.apply_presets(p, methods)
+        try:
+            with turn():
+                self.apply_presets(p, methods)
+        except Stopped:
+            raise Refused("stopped while waiting for the model") from None
         return p
 
-    def plan(self, s: Settings, methods: list[str], presets_too: bool = True) -> Prepared:
+    def _preset(self, p: Prepared, target: str, method: str) -> dict | None:
+        """This session's own tuning (public mode keeps the Tune button's result per session), else the cached
+        or shipped preset."""
+        mine = self.session_presets.get(p.session or "", {}).get((target, method))
+        if mine is not None:
+            return {"params": mine, "source": "tuned in this session"}
+        return presets.cached(target, p.model, method)
+
+    def plan(self, s: Settings, methods: list[str], presets_too: bool = True, runs: int = 1,
+             what: str = "run") -> Prepared:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
         problems: list[str] = []
         common = check_common(s, self.lim, problems)
+        if isinstance(common.get("max_new"), int):
+            try:
+                check_work(common["max_new"], runs, self.work_limit, what)
+            except Refused as e:
+                problems.append(str(e))
+        if self.lim.public and str(s.dtype) in ("fp16", "bf16") and not _cuda():
+            problems.append(f"**dtype**: {s.dtype} on this Space's CPU is emulated, several times slower than fp32 "
+                            "for the same tokens, and the CPU is shared: pick fp32 (or auto)")
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         cutoff = draft_cutoff(s, problems) if "speculative" in methods else None
@@ -214,8 +272,9 @@ class Handlers:
         target = self.model_name(p.settings.target, "target")
         for m in methods:
             if p.settings.preset == "auto" and m != "greedy":
-                pr = presets.resolve(target, p.model, p.tok, m, p.dmodel,
-                                     heads_folder(p.settings.heads, m, p.model) if m in HEADS_METHODS else None)
+                pr = self._preset(p, target, m) or presets.resolve(
+                    target, p.model, p.tok, m, p.dmodel,
+                    heads_folder(p.settings.heads, m, p.model) if m in HEADS_METHODS else None)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
             if p.settings.typical and m in HEADS_METHODS:  # the stats line says this text is not the target's
@@ -256,9 +315,13 @@ class Handlers:
         """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
         s = Settings.from_values(values)
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._run_tab(s, session)
+
+    def _run_tab(self, s: Settings, session: str | None):
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, [s.method], 6)
+            p = yield from self.prepare(s, [s.method], 6, session, stop)
             p.history = self.histories.get(session)  # this run drafts from, and joins, this session's runs only
             drafter = p.drafter(s.method, join_history=True)
             rec = Recorder(s.method, p.tok(p.prompt)["input_ids"],
@@ -269,8 +332,9 @@ class Handlers:
                     rec.add(step, out)
                     job.report(len(rec.trace.steps))
                     job.check()
-                return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
-                           drafter=drafter, on_step=on_step)
+                with p.turn():
+                    return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
+                               drafter=drafter, on_step=on_step)
 
             note = p.notes.get(s.method, "")
             for kind, result in Job(work, stop, thread_setup).updates():

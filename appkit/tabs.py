@@ -21,6 +21,7 @@ from .limits import MAX_REPLAY_HTML_BYTES
 from .model_cache import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
+from .fair import PROFILE_COST, Refused
 from .stream import Job
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
@@ -51,9 +52,14 @@ class Tabs(Handlers):
             problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
         raise_if(problems)
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._race(s, methods, repeats, session)
+
+    def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, ["greedy", *methods], 6)
+            p = yield from self.prepare(s, ["greedy", *methods], 6, session, stop, runs=(len(methods) + 1) * repeats,
+                                        what="race")
             p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
 
             def work(job: Job):
@@ -96,12 +102,18 @@ class Tabs(Handlers):
     @reported(7, client_error=True)
     def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
-        from profiling import profile_run
         s = Settings.from_values(values)
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._profile(s, session)
+
+    def _profile(self, s: Settings, session: str | None):
+        from profiling import profile_run
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 7)
+            methods = sorted({"greedy", s.method}, key=lambda m: m != "greedy")
+            p = yield from self.prepare(s, methods, 7, session, stop, runs=len(methods) * PROFILE_COST,
+                                        what="profile")
             p.history = self.histories.get(session)  # read, never joined (a frozen copy, Prepared.drafter)
             out = self.downloads.folder()
 
@@ -109,9 +121,11 @@ class Tabs(Handlers):
                 runs = {}
                 for m in p.params:
                     job.report(f"profiling {m}…")
-                    tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
-                                           sampling=p.sampling, drafter=p.drafter(m),
-                                           draft_model=p.dmodel if m == "speculative" else None, perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
+                    with p.turn():
+                        tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
+                                               sampling=p.sampling, drafter=p.drafter(m),
+                                               draft_model=p.dmodel if m == "speculative" else None,
+                                               perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
                     runs[m] = (tr, for_viz(prof))
                 return runs
 
@@ -174,20 +188,27 @@ class Tabs(Handlers):
         raise_if(problems)
         s.max_new, s.preset = n_new, "manual"
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._sweep(s, cells, trees, heads, n_new, session)
+
+    def _sweep(self, s: Settings, cells: list, trees: list, heads: list, n_new: int, session: str | None):
         stop = self.sessions.start(session)
         total = len(cells) + len(trees)
         try:
-            p = yield from self.prepare(s, ["greedy", *heads], 4)
+            p = yield from self.prepare(s, ["greedy", *heads], 4, session, stop, runs=total + 1, what="sweep")
 
             def work(job: Job):
-                points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]
+                with p.turn():
+                    points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]
                 for n, w in cells:
                     job.report(list(points))
-                    points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
+                    with p.turn():
+                        points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
                 for m, b in trees:
                     job.report(list(points))
-                    points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m, p.model), b,
-                                                       n_new, on_step=job.check))
+                    with p.turn():
+                        points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m, p.model),
+                                                           b, n_new, on_step=job.check))
                 return points
 
             for kind, points in Job(work, stop, thread_setup).updates():
@@ -202,33 +223,51 @@ class Tabs(Handlers):
             self.sessions.end(session, stop)
 
     @reported(6, status=None, client_error=True)
-    def tune(self, *values):
+    def tune(self, request: gr.Request, *values):
         """Run the autotuner for this model and device now (lookahead, and speculative / medusa / eagle when
-        chosen) and
-        keep the result as the device's auto preset."""
+        chosen) and keep the result as the device's auto preset (public mode: this session's auto preset only,
+        so one visitor's tuning never rewrites another's)."""
         s = Settings.from_values(values)
+        session = getattr(request, "session_hash", None)
+        with self.turns.job(session), self.turns.turn(session):
+            return self._tune(s, session)
+
+    def _tune(self, s: Settings, session: str | None):
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
         name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
-        tuned = presets.tune(name, p.model, p.tok, "lookahead")
+        save = not self.lim.public
+        mine = self.session_presets.setdefault(session or "", {}) if not save else {}
+        if not save and len(self.session_presets) > 256:  # bounded: the oldest session's tuning goes first
+            self.session_presets.pop(next(iter(self.session_presets)))
+        tuned = presets.tune(name, p.model, p.tok, "lookahead", save=save)
+        mine[(name, "lookahead")] = tuned["params"]
         la = tuned["params"]
         note = f"lookahead {presets.describe('lookahead', la)}"
         facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":
             dmodel = self.cache.get(self.model_name(s.draft, "draft"), self.lim.device(s.device), s.dtype)[0]
-            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
+            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel, save=save)
+            mine[(name, "speculative")] = sp["params"]
             note += f", speculative {presets.describe('speculative', sp['params'])}"
             facts.append(f"speculative — {sp['measured']}")
         if s.method in HEADS_METHODS:  # the heads' tree budget, with the heads the Run tab names
-            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method, p.model))
+            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method, p.model), save=save)
+            mine[(name, s.method)] = hp["params"]
             note += f", {s.method} {presets.describe(s.method, hp['params'])}"
             facts.append(f"{s.method} — {hp['measured']}")
-        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset).\n\n"
+        kept = "saved as the auto preset" if save else "this session's auto preset; other visitors keep theirs"
+        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} ({kept}).\n\n"
                 "What it measured: " + "\n\n".join(facts))
         return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
 
     @reported(2, status=None)
-    def load_models(self, target, draft, device, dtype):
+    def load_models(self, target, draft, device, dtype, request: gr.Request = None):
+        session = getattr(request, "session_hash", None)
+        with self.turns.job(session), self.turns.turn(session):
+            return self._load_models(target, draft, device, dtype)
+
+    def _load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
         device = self.lim.device(device)  # public mode: "auto" for every model, whatever was sent
         model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
@@ -240,9 +279,15 @@ class Tabs(Handlers):
             lines.append(f"draft: not loaded — {one_line(e)}")
         return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
 
-    def replay(self, upload, shipped_name, last):
-        """A refused file clears the view: the page never shows the previous replay under a rejection."""
-        out = self._replay(upload, shipped_name, last)
+    def replay(self, upload, shipped_name, last, request: gr.Request = None):
+        """A refused file clears the view: the page never shows the previous replay under a rejection. A replay
+        takes the model's turn like a run (parsing and drawing a large trace costs seconds of the shared CPU)."""
+        session = getattr(request, "session_hash", None)
+        try:
+            with self.turns.job(session), self.turns.turn(session):
+                out = self._replay(upload, shipped_name, last)
+        except Refused as e:
+            out = (f"⚠️ {e}", "", "", "")
         if out[0]:
             return out[0], "Nothing replayed — see the message above.", "", ""
         return out
@@ -274,7 +319,8 @@ def race_runs(p: Prepared, methods: list[str], repeats: int, job: Job) -> dict[s
     job.report as ({method: [trace, ...]}, what runs now). Every run starts from the same state: a fresh drafter,
     and for retrieval a frozen copy of the session's earlier runs (Prepared.drafter), so no repeat drafts from
     an earlier repeat's or another contender's output."""
-    run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
+    with p.turn():
+        run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
     runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
 
     def done() -> dict:

@@ -103,3 +103,57 @@ def test_profile_downloads_stay_under_the_disk_cap_after_20_profiles(monkeypatch
         assert all(Path(f).is_file() for f in out[5])  # the newest downloads are kept
     finally:
         demo.close()
+
+
+LONG = ["lookahead", "prompt_lookup", "jacobi", "retrieval"]
+
+
+@pytest.fixture(scope="module")
+def public_url():
+    demo = app_module.build_demo(app_module.EMBEDDED_TARGET, app_module.EMBEDDED_DRAFT, public=True)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
+                            **app_module.launch_kwargs())
+    yield url
+    demo.close()
+
+
+def test_a_session_has_one_running_and_one_queued_job_and_a_third_is_refused(public_url):
+    """Three jobs from one session at once (two races, a run): one runs, one waits, the third is refused in
+    one line, whichever reached the server last; the other two finish and the session goes on."""
+    c = Client(public_url, verbose=False)
+    jobs = [c.submit(*args(f"def f{i}(x):\n", "greedy", max_new=128), LONG, 1, api_name="/race") for i in range(2)]
+    jobs.append(c.submit(*args("def g():\n", "greedy", max_new=8), api_name="/run"))
+    refused, done = [], []
+    for j in jobs:
+        try:
+            done.append(j.result(timeout=300))
+        except Exception as e:  # noqa: BLE001 - the refusal reaches the client as an error
+            refused.append(str(e))
+    assert len(refused) == 1 and "one job at a time" in refused[0], refused
+    assert len(done) == 2 and all(out[1] or out[2] for out in done)
+    assert c.predict(*args("def g():\n", "greedy", max_new=8), api_name="/run")[2]  # and the session goes on
+
+
+def test_a_new_visitors_short_run_goes_before_six_long_jobs_next_repeats(public_url):
+    """Six visitors queue a race each (5 runs of 128 tokens); a seventh asks for 8 tokens of greedy. Its run
+    gets the next turn on the model, not the end of the queue: at most one race has finished when it has."""
+    long = [Client(public_url, verbose=False) for _ in range(6)]
+    jobs = [c.submit(*args(f"def f{i}(x):\n", "greedy", max_new=128), LONG, 1, api_name="/race")
+            for i, c in enumerate(long)]
+    victim = Client(public_url, verbose=False)
+    out = victim.predict(*args("def short():\n", "greedy", max_new=8), api_name="/run")
+    finished = sum(j.done() for j in jobs)
+    assert out[2] and finished <= 1, finished
+    for j in jobs:
+        j.result(timeout=600)
+
+
+def test_work_budget_and_emulated_half_precision_are_refused_in_one_line(public_url):
+    c = Client(public_url, verbose=False)
+    methods = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
+    msg = expect_msg(c, args("def f():\n", "greedy", max_new=256) + [methods, 10], "/race", "work budget")
+    assert "256 new tokens x 80 runs" in msg and "4,096" in msg
+    assert c.predict(*args("def f():\n", "greedy", max_new=256), methods, 2, api_name="/race")[1]  # 4,096: allowed
+    import torch
+    if not torch.cuda.is_available():
+        expect_msg(c, args("def f():\n", "greedy", dtype="fp16"), "/run", "dtype", "fp32")
