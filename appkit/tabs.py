@@ -6,6 +6,7 @@ worker thread, one Stop). Every figure is drawn in viz/ (viz.race, viz.sweep, vi
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import gradio as gr
 
@@ -281,10 +282,13 @@ class Tabs(Handlers):
 
     def replay(self, upload, shipped_name, last, request: gr.Request = None):
         """A refused file clears the view: the page never shows the previous replay under a rejection. A replay
-        takes the model's turn like a run (parsing and drawing a large trace costs seconds of the shared CPU)."""
+        takes the model's turn like a run in public mode (parsing and drawing a large trace costs seconds of the
+        shared CPU)."""
         session = getattr(request, "session_hash", None)
         try:
-            with self.turns.job(session), self.turns.turn(session):
+            # public mode: it waits for the model's turn (it costs the shared CPU like a run); locally it never
+            # waits behind a run
+            with self.turns.job(session), (self.turns.turn(session) if self.lim.public else nullcontext()):
                 out = self._replay(upload, shipped_name, last)
         except Refused as e:
             out = (f"⚠️ {e}", "", "", "")
