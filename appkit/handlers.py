@@ -28,6 +28,7 @@ from .fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from .limits import PUBLIC_HISTORY, Limits
 from .model_cache import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
+from .sources import check_heads, check_retrieval, heads_folder, retrieval_source  # noqa: F401 - also imported from here
 from .stream import Job, Recorder, Sessions, Stopped
 from .tables import live_line, public_trace, stats_md
 
@@ -76,63 +77,10 @@ class Prepared:
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):
+        """One run, holding the model's turn (appkit/fair.py)."""
         with self.turn():
-            return self._run(method, on_step, **kw)
-
-    def _run(self, method: str, on_step=None, **kw):
-        return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
-                   drafter=self.drafter(method), on_step=on_step, **kw)
-
-
-
-
-def heads_folder(name: str, method: str, model=None) -> str:
-    """The heads folder a medusa/eagle run uses: the one named (or its <method>/ subfolder when it holds one,
-    as assets/heads does, so one folder serves a race of both), else the heads shipped for `model`
-    (decoding.api.default_heads: the embedded target's or the default model's), else assets/heads/<method>
-    (refused with a clear message for any other target)."""
-    from decoding.api import default_heads
-    from decoding.models import ASSETS
-    name = (name or "").strip()
-    if name and (Path(name) / method / "heads.json").is_file():
-        return str(Path(name) / method)
-    if not name and model is not None:
-        try:
-            return default_heads(model, method)
-        except ValueError:
-            pass
-    return name or str(ASSETS / "heads" / method)
-
-
-def retrieval_source(choice: str) -> str | None:
-    """The retrieval menu's value: "" = the suffix cache (None), "shipped" = the shipped datastore. Only these
-    two: a visitor never names a server path."""
-    if choice in ("", None):
-        return None
-    if choice == "shipped":
-        return str(Path(__file__).resolve().parent.parent / "assets" / "datastore" / "smollm2")
-    raise InputError(f"**retrieval source**: choose the suffix cache or the shipped datastore, not {choice!r}")
-
-
-def check_retrieval(p, methods: list[str]) -> None:
-    """A datastore built with another tokenizer (the shipped one is SmolLM2's): one input error, before any run."""
-    if "retrieval" in methods and retrieval_source(p.settings.datastore):
-        from decoding.methods.retrieval import open_datastore
-        try:
-            open_datastore(retrieval_source(p.settings.datastore), p.tok)
-        except ValueError as e:
-            raise InputError(f"**retrieval source**: {e}") from None
-
-
-def check_heads(p, methods: list[str]) -> None:
-    """Heads trained for another model, or a missing/corrupt heads file: one input error, before any run."""
-    from decoding.methods.heads import HeadsError, load_heads
-    for m in methods:
-        if m in HEADS_METHODS:
-            try:
-                load_heads(heads_folder(p.settings.heads, m, p.model), p.model, m)
-            except HeadsError as e:
-                raise InputError(f"**heads**: {e}") from None
+            return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
+                       drafter=self.drafter(method), on_step=on_step, **kw)
 
 
 def _cuda() -> bool:
@@ -168,6 +116,13 @@ class Handlers:
         self.work_limit = PUBLIC_WORK if lim.public else None
         self.session_presets: dict[str, dict] = {}
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
+
+    @contextmanager
+    def held(self, request, turn: bool = True):
+        """One job of the request's session (refused past the limit) holding the model's turn for all of it."""
+        session = getattr(request, "session_hash", None)
+        with self.turns.job(session), (self.turns.turn(session) if turn else nullcontext()):
+            yield
 
     def turn_for(self, session: str | None, stop):
         """() -> a context holding the model for one unit of this session's work; a Stop ends the wait."""

@@ -6,12 +6,11 @@ worker thread, one Stop). Every figure is drawn in viz/ (viz.race, viz.sweep, vi
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 
 import gradio as gr
 
 import viz
-from decoding import ModelError, run
+from decoding import ModelError
 from viz.counts import run_counts
 
 from . import presets, race as racekit, sweep as sweepkit
@@ -64,7 +63,7 @@ class Tabs(Handlers):
             p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
 
             def work(job: Job):
-                return race_runs(p, methods, repeats, job)
+                return racekit.race_runs(p, methods, repeats, job)
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
@@ -225,21 +224,18 @@ class Tabs(Handlers):
 
     @reported(6, status=None, client_error=True)
     def tune(self, request: gr.Request, *values):
-        """Run the autotuner for this model and device now (lookahead, and speculative / medusa / eagle when
-        chosen) and keep the result as the device's auto preset (public mode: this session's auto preset only,
-        so one visitor's tuning never rewrites another's)."""
-        s = Settings.from_values(values)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session), self.turns.turn(session):
-            return self._tune(s, session)
+        """Tune lookahead (and speculative / medusa / eagle when chosen) now: the device's auto preset, or in
+        public mode this session's only (one visitor's tuning never rewrites another's)."""
+        with self.held(request):
+            return self._tune(Settings.from_values(values), getattr(request, "session_hash", None))
 
     def _tune(self, s: Settings, session: str | None):
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
         name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
-        save = not self.lim.public
-        mine = self.session_presets.setdefault(session or "", {}) if not save else {}
-        if not save and len(self.session_presets) > 256:  # bounded: the oldest session's tuning goes first
+        save = not self.lim.public  # public: kept for at most 256 sessions, the oldest session's dropped first
+        mine = {} if save else self.session_presets.setdefault(session or "", {})
+        while len(self.session_presets) > 256:
             self.session_presets.pop(next(iter(self.session_presets)))
         tuned = presets.tune(name, p.model, p.tok, "lookahead", save=save)
         mine[(name, "lookahead")] = tuned["params"]
@@ -264,8 +260,7 @@ class Tabs(Handlers):
 
     @reported(2, status=None)
     def load_models(self, target, draft, device, dtype, request: gr.Request = None):
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session), self.turns.turn(session):
+        with self.held(request):
             return self._load_models(target, draft, device, dtype)
 
     def _load_models(self, target, draft, device, dtype):
@@ -281,14 +276,9 @@ class Tabs(Handlers):
         return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
 
     def replay(self, upload, shipped_name, last, request: gr.Request = None):
-        """A refused file clears the view: the page never shows the previous replay under a rejection. A replay
-        takes the model's turn like a run in public mode (parsing and drawing a large trace costs seconds of the
-        shared CPU)."""
-        session = getattr(request, "session_hash", None)
-        try:
-            # public mode: it waits for the model's turn (it costs the shared CPU like a run); locally it never
-            # waits behind a run
-            with self.turns.job(session), (self.turns.turn(session) if self.lim.public else nullcontext()):
+        """A refused file clears the view: the page never shows the previous replay under a rejection."""
+        try:  # public mode: it waits for the model's turn (it costs the CPU like a run); locally it never waits
+            with self.held(request, turn=self.lim.public):
                 out = self._replay(upload, shipped_name, last)
         except Refused as e:
             out = (f"⚠️ {e}", "", "", "")
@@ -316,26 +306,6 @@ class Tabs(Handlers):
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
-
-
-def race_runs(p: Prepared, methods: list[str], repeats: int, job: Job) -> dict[str, list]:
-    """Greedy and each method `repeats` times, interleaved (repeat r runs them rotated by r); progress goes to
-    job.report as ({method: [trace, ...]}, what runs now). Every run starts from the same state: a fresh drafter,
-    and for retrieval a frozen copy of the session's earlier runs (Prepared.drafter), so no repeat drafts from
-    an earlier repeat's or another contender's output."""
-    with p.turn():
-        run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
-    runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
-
-    def done() -> dict:
-        return {m: list(t) for m, t in runs.items() if t}
-
-    for r in range(repeats):
-        for m in racekit.order(["greedy", *methods], r):
-            job.report((done(), f"{m} (run {r + 1} of {repeats})"))
-            runs[m].append(p.run(m, on_step=job.check))
-    job.report((done(), None))
-    return done()
 
 
 def model_line(role: str, model, tok) -> str:

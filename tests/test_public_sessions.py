@@ -99,7 +99,7 @@ def test_every_repeat_of_a_race_starts_from_the_same_state(tok):
     """race_runs: retrieval's repeats draft the same trees (none from an earlier repeat's output), after a
     session's Run tab run (which they all read, frozen)."""
     from appkit.handlers import Prepared
-    from appkit.tabs import race_runs
+    from appkit.race import race_runs
     from decoding import make_sampling
     from decoding.methods.suffix_cache import History
 
