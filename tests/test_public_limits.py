@@ -157,3 +157,15 @@ def test_work_budget_and_emulated_half_precision_are_refused_in_one_line(public_
     import torch
     if not torch.cuda.is_available():
         expect_msg(c, args("def f():\n", "greedy", dtype="fp16"), "/run", "dtype", "fp32")
+
+
+def test_a_visitors_tuning_stays_in_that_visitors_session(public_url, cache_dir):  # noqa: F811
+    """Tune in session A: A's auto runs use it; B's keep the shipped preset, and nothing is written for the device."""
+    from appkit import presets
+    a, b = Client(public_url, verbose=False), Client(public_url, verbose=False)
+    line = a.predict(*args("def f(x):\n", "lookahead"), api_name="/tune")[1]
+    assert "this session's auto preset" in line, line
+    assert not presets._path().exists() or "lookahead" not in presets._path().read_text()
+    mine = a.predict(*args("def f(x):\n", "lookahead", preset="auto"), api_name="/run")[1]
+    theirs = b.predict(*args("def f(x):\n", "lookahead", preset="auto"), api_name="/run")[1]
+    assert "tuned in this session" in mine and "tuned in this session" not in theirs, (mine, theirs)
