@@ -30,12 +30,12 @@ from appkit import autofields, lesson  # noqa: E402
 from appkit.explain import explain  # noqa: E402
 from appkit.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
 from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
-from appkit.limits import MAX_TRACE_BYTES, Limits  # noqa: E402
+from appkit.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
 from appkit.model_cache import ModelCache  # noqa: E402
 from appkit.settings import Settings, budget_line  # noqa: E402
 from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
-from appkit.tables import display_name  # noqa: E402
+from appkit.tables import display_name, no_server_paths  # noqa: E402
 from appkit.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.api import HEADS_METHODS  # noqa: E402
@@ -49,6 +49,7 @@ from appkit.tabs import RACE_DEFAULT  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
+PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/fair.py)
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -77,7 +78,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         lim.allowed.append(EMBEDDED_DRAFT)
         shown[display_name(EMBEDDED_DRAFT)] = EMBEDDED_DRAFT
     h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
-    h.max_trace_bytes = max_trace_bytes
+    # a public Space replays smaller traces: parsing and drawing one costs the shared CPU ~0.6 s per MB
+    h.max_trace_bytes = min(max_trace_bytes, PUBLIC_MAX_TRACE_BYTES) if lim.public else max_trace_bytes
     if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it
         h.fetching = lambda: dm.stage if dm.pending else None
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
@@ -89,12 +91,14 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                     [(f"shipped draft ({d0})", d0), (f"embedded draft ({display_name(EMBEDDED_DRAFT)})",
                                                      display_name(EMBEDDED_DRAFT))]) + \
         [(hub_label(m), m) for m in hub if m != EMBEDDED_DRAFT]
+    # the default model's status line: a public page shows no server path (the cache folder is named, not placed)
+    line = (lambda: no_server_paths(dm.line()) if lim.public else dm.line()) if dm else (lambda: "")
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
-        status = gr.Markdown(dm.line() if dm else "", visible=bool(dm and dm.line()), elem_id="default-model-status")
+        status = gr.Markdown(line(), visible=bool(line()), elem_id="default-model-status")
         race0 = drafts.race_default(RACE_DEFAULT, target0 if dm and dm.pending else local, draft0)
         p = layout(Page(), lim, t0, d0, targets, drafts_shown, _positions(local), examples_for(local), race0)
         if dm is not None:  # the page follows the default model when its fetch ends (examples, prompt, positions)
-            follow = follower(dm, local, p.prompt.value, t0)
+            follow = follower(dm, local, p.prompt.value, t0, line)
             outs = [status, p.prompt, p.examples.dataset]
             demo.load(follow, [p.prompt], outs, queue=False, show_progress="hidden", api_visibility="private")
         if dm is not None and dm.pending:  # the fetch's stages on the page, polled until it ends
@@ -102,6 +106,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
             timer.tick(lambda prompt: (*follow(prompt), gr.Timer(active=dm.pending)), [p.prompt], [*outs, timer],
                        queue=False, show_progress="hidden", api_visibility="private")
         wire(p, h)
+        h.downloads.others = [Path(demo.GRADIO_CACHE)]  # Gradio's copies of our downloads count against the cap
         label_outputs(p)  # the API's returns are named, not value_55
         preset_from_page(demo, p)  # no preset in an API call = the values it sends
     demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),
@@ -112,7 +117,11 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 
 def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
-    model = dict(concurrency_id=GPU, concurrency_limit=1)
+    # public mode: several events in flight, so a session's job can be refused at once and the model's turns
+    # (appkit/fair.py: one unit of work at a time, the least-served session first) decide who runs next;
+    # ZeroGPU and local mode: one event at a time, as the queue serves them
+    slots = PUBLIC_SLOTS if h.lim.public and spaces is None else 1
+    model = dict(concurrency_id=GPU, concurrency_limit=slots)
     local = dict(api_visibility="private", queue=False)
     run_out = [p.msg, p.stats, p.output, p.step_view, p.trace_file, p.last]
     run_ev = p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), run_out,
@@ -129,7 +138,7 @@ def wire(p: Page, h: Tabs) -> None:
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune, request=False)), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
+    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune)), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
                      api_name="tune", **model)
     load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)
@@ -162,15 +171,17 @@ def wire(p: Page, h: Tabs) -> None:
     p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
 
 
-def follower(dm: DefaultModel, built_from: str, prompt0: str, target: str):
+def follower(dm: DefaultModel, built_from: str, prompt0: str, target: str, status=None):
     """The update a page needs once the default model has arrived, for a page built before (a timer tick
     while the fetch runs, and every later page load: the page's first values are fixed when it is built):
     the fetch line, the examples and their label, the prompt box's positions, and the prompt itself
     where it still holds the first example (an edited prompt is kept)."""
     seen: dict[str, tuple] = {}  # the arrived model's examples, read once (a tokenizer load), not per page load
 
+    status = status or dm.line  # the fetch line as the page shows it (public: without server paths)
+
     def follow(prompt: str):
-        line = gr.update(value=dm.line(), visible=bool(dm.line()))
+        line = gr.update(value=status(), visible=bool(status()))
         now = dm.resolve_now()
         if now == built_from:
             return line, gr.skip(), gr.skip()

@@ -6,9 +6,7 @@ and the tuner are in appkit/tabs.py and use the same `Prepared` and the same str
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 from pathlib import Path
@@ -21,22 +19,24 @@ from decoding.api import HEADS_METHODS, vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
 from decoding.methods.reference_text import tokenize_references
+from decoding.methods.suffix_cache import Histories
 
 from . import presets
 from .costs import run_costs
 from . import threads
 from .default_model import fetch_waits
+from .disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
 from .drafts import check_draft
 from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
 from .errors import reported
-from .limits import Limits
+from .fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
+from .limits import PUBLIC_HISTORY, Limits
 from .model_cache import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
-from .stream import Job, Recorder, Sessions
+from .sources import check_heads, check_retrieval, heads_folder, retrieval_source  # noqa: F401 - also imported from here
+from .stream import Job, Recorder, Sessions, Stopped
 from .tables import live_line, public_trace, stats_md
 
-TMP = Path(tempfile.gettempdir()) / "decodescope-app"
-TMP_MAX_AGE_S = 3600
 CLEAR = ""  # the message output when an event starts: the last error goes away
 
 
@@ -56,9 +56,15 @@ class Prepared:
     cutoff: float | None = None  # the speculative draft cutoff (with every preset)
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
     threads: dict | None = None  # the measured CPU thread count (appkit/threads.py), None where not measured
+    # the suffix cache's earlier runs: this session's History, or None (no earlier runs)
+    history: object = None
+    session: str | None = None
+    turn: object = nullcontext  # () -> a context holding the model for one run (Handlers.turn_for)
 
-    def drafter(self, method: str):
-        """A fresh drafter (they keep per-run state)."""
+    def drafter(self, method: str, join_history: bool = False):
+        """A fresh drafter (they keep per-run state). Retrieval reads this session's earlier runs; only a Run
+        tab's run (join_history) joins them: a race's or a profile's runs each get a frozen copy, so every
+        repeat of every method starts from the same state and none drafts from another's output."""
         kw = dict(self.params.get(method, {}))
         if method == "prompt_lookup" and self.reference:  # with any preset: the text is the user's
             kw["reference_ids"] = tokenize_references(self.tok, self.reference)
@@ -66,7 +72,9 @@ class Prepared:
             kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
                       confidence=self.cutoff)
         if method == "retrieval":  # the menu's source: the suffix cache, or the shipped datastore
-            kw.update(datastore=retrieval_source(self.settings.datastore), tokenizer=self.tok)
+            kw.update(datastore=retrieval_source(self.settings.datastore), tokenizer=self.tok,
+                      history=False if self.history is None else
+                      self.history if join_history else self.history.copy())  # never the process's
         if method in HEADS_METHODS:
             kw["heads"] = heads_folder(self.settings.heads, method, self.model)
             kw["acceptance"] = "typical" if self.settings.typical else "exact"
@@ -75,70 +83,15 @@ class Prepared:
         return make_drafter(method, **kw)
 
     def run(self, method: str, on_step=None, **kw):
-        return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
-                   drafter=self.drafter(method), on_step=on_step, **kw)
+        """One run, holding the model's turn (appkit/fair.py)."""
+        with self.turn():
+            return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
+                       drafter=self.drafter(method), on_step=on_step, **kw)
 
 
-def heads_folder(name: str, method: str, model=None) -> str:
-    """The heads folder a medusa/eagle run uses: the one named (or its <method>/ subfolder when it holds one,
-    as assets/heads does, so one folder serves a race of both), else the heads shipped for `model`
-    (decoding.api.default_heads: the embedded target's or the default model's), else assets/heads/<method>
-    (refused with a clear message for any other target)."""
-    from decoding.api import default_heads
-    from decoding.models import ASSETS
-    name = (name or "").strip()
-    if name and (Path(name) / method / "heads.json").is_file():
-        return str(Path(name) / method)
-    if not name and model is not None:
-        try:
-            return default_heads(model, method)
-        except ValueError:
-            pass
-    return name or str(ASSETS / "heads" / method)
-
-
-def retrieval_source(choice: str) -> str | None:
-    """The retrieval menu's value: "" = the suffix cache (None), "shipped" = the shipped datastore. Only these
-    two: a visitor never names a server path."""
-    if choice in ("", None):
-        return None
-    if choice == "shipped":
-        return str(Path(__file__).resolve().parent.parent / "assets" / "datastore" / "smollm2")
-    raise InputError(f"**retrieval source**: choose the suffix cache or the shipped datastore, not {choice!r}")
-
-
-def check_retrieval(p, methods: list[str]) -> None:
-    """A datastore built with another tokenizer (the shipped one is SmolLM2's): one input error, before any run."""
-    if "retrieval" in methods and retrieval_source(p.settings.datastore):
-        from decoding.methods.retrieval import open_datastore
-        try:
-            open_datastore(retrieval_source(p.settings.datastore), p.tok)
-        except ValueError as e:
-            raise InputError(f"**retrieval source**: {e}") from None
-
-
-def check_heads(p, methods: list[str]) -> None:
-    """Heads trained for another model, or a missing/corrupt heads file: one input error, before any run."""
-    from decoding.methods.heads import HeadsError, load_heads
-    for m in methods:
-        if m in HEADS_METHODS:
-            try:
-                load_heads(heads_folder(p.settings.heads, m, p.model), p.model, m)
-            except HeadsError as e:
-                raise InputError(f"**heads**: {e}") from None
-
-
-def tmpdir() -> Path:
-    """A fresh folder for one request's downloads; folders older than an hour are removed."""
-    TMP.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in TMP.iterdir():
-        try:
-            if now - old.stat().st_mtime > TMP_MAX_AGE_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError:
-            pass
-    return Path(tempfile.mkdtemp(dir=TMP))
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def thread_setup() -> None:
@@ -163,7 +116,35 @@ class Handlers:
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
         self.greedy_rates: dict[tuple, float] = {}  # what greedy measured (tokens/s) per run_key: "x greedy"
         self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
+        # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
+        # the suffix cache's earlier runs
+        self.histories = Histories(**(PUBLIC_HISTORY if lim.public else {}))
+        # downloads (traces, profiles, reports): one folder per request, a total cap on disk, oldest deleted first
+        self.downloads = Downloads(TMP, disk_cap(lim.public))
+        # the model's turns (one unit of work at a time, the least-served session first); public mode: one
+        # running and one queued job per session, a work budget per request, tuning kept per session
+        self.turns = Turns(max_jobs=2 if lim.public else None)
+        self.work_limit = PUBLIC_WORK if lim.public else None
+        self.session_presets: dict[str, dict] = {}
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
+
+    @contextmanager
+    def held(self, request, turn: bool = True):
+        """One job of the request's session (refused past the limit) holding the model's turn for all of it."""
+        session = getattr(request, "session_hash", None)
+        with self.turns.job(session), (self.turns.turn(session) if turn else nullcontext()):
+            yield
+
+    def turn_for(self, session: str | None, stop):
+        """() -> a context holding the model for one unit of this session's work; a Stop ends the wait."""
+        @contextmanager
+        def turn():
+            try:
+                with self.turns.turn(session, stop.is_set):
+                    yield
+            except TurnCancelled:
+                raise Stopped() from None
+        return turn
 
     def model_name(self, name, role: str) -> str:
         """The model to load: the page's name for an embedded model is repo-relative, never a server path."""
@@ -171,28 +152,58 @@ class Handlers:
         return self.lim.model_name(self.aliases.get(name, name), role)
 
     # ------------------------------------------------------------------ shared
-    def prepare(self, s: Settings, methods: list[str], n_outputs: int):
+    def prepare(self, s: Settings, methods: list[str], n_outputs: int, session: str | None = None, stop=None,
+                runs: int = 1, what: str = "run"):
         """Generator for the model events: yields status updates (loading, tuning) and returns the Prepared
-        (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load."""
+        (`p = yield from self.prepare(...)`), so a first-time tuning never looks like a stuck load. Loading and
+        tuning take the model's turn like a run; `runs` decodes of max new tokens count against the budget."""
         rest = [gr.skip()] * (n_outputs - 2)
-        yield (CLEAR, "loading model…", *rest)
+        yield (CLEAR, "waiting for the model, then loading…" if self.lim.public else "loading model…", *rest)
         if self.fetching and self.aliases.get(str(s.target), str(s.target)) == self.lim.default_target:
             yield from fetch_waits(self.fetching, rest)  # the fetch's stage, not a silent "loading"
-        p = self.plan(s, methods, presets_too=False)
+        turn = self.turn_for(session, stop) if stop is not None else nullcontext
+        try:
+            with turn():
+                p = self.plan(s, methods, presets_too=False, runs=runs, what=what)
+        except Stopped:
+            raise Refused("stopped while waiting for the model") from None
+        p.session, p.turn = session, turn
         target = self.model_name(s.target, "target")
         if needs_thread_timing(p.model):
             yield (gr.skip(), "timing greedy at each CPU thread count for this model (once, a few seconds)…", *rest)
-        p.threads = threads_for(p.model, p.tok)
-        if s.preset == "auto" and any(presets.cached(target, p.model, m) is None for m in methods if m != "greedy"):
+        with turn():
+            p.threads = threads_for(p.model, p.tok)
+        if s.preset == "auto" and any(self._preset(p, target, m) is None for m in methods if m != "greedy"):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
-        self.apply_presets(p, methods)
+        try:
+            with turn():
+                self.apply_presets(p, methods)
+        except Stopped:
+            raise Refused("stopped while waiting for the model") from None
         return p
 
-    def plan(self, s: Settings, methods: list[str], presets_too: bool = True) -> Prepared:
+    def _preset(self, p: Prepared, target: str, method: str) -> dict | None:
+        """This session's own tuning (public mode keeps the Tune button's result per session), else the cached
+        or shipped preset."""
+        mine = self.session_presets.get(p.session or "", {}).get((target, method))
+        if mine is not None:
+            return {"params": mine, "source": "tuned in this session"}
+        return presets.cached(target, p.model, method)
+
+    def plan(self, s: Settings, methods: list[str], presets_too: bool = True, runs: int = 1,
+             what: str = "run") -> Prepared:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
         problems: list[str] = []
         common = check_common(s, self.lim, problems)
+        if isinstance(common.get("max_new"), int):
+            try:
+                check_work(common["max_new"], runs, self.work_limit, what)
+            except Refused as e:
+                problems.append(str(e))
+        if self.lim.public and str(s.dtype) in ("fp16", "bf16") and not _cuda():
+            problems.append(f"**dtype**: {s.dtype} on this Space's CPU is emulated, several times slower than fp32 "
+                            "for the same tokens, and the CPU is shared: pick fp32 (or auto)")
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         cutoff = draft_cutoff(s, problems) if "speculative" in methods else None
@@ -235,8 +246,9 @@ class Handlers:
         target = self.model_name(p.settings.target, "target")
         for m in methods:
             if p.settings.preset == "auto" and m != "greedy":
-                pr = presets.resolve(target, p.model, p.tok, m, p.dmodel,
-                                     heads_folder(p.settings.heads, m, p.model) if m in HEADS_METHODS else None)
+                pr = self._preset(p, target, m) or presets.resolve(
+                    target, p.model, p.tok, m, p.dmodel,
+                    heads_folder(p.settings.heads, m, p.model) if m in HEADS_METHODS else None)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
             if p.settings.typical and m in HEADS_METHODS:  # the stats line says this text is not the target's
@@ -265,8 +277,10 @@ class Handlers:
             tr.model = describe(p.model)
         public_trace(tr)  # no server path in the download
         costs = run_costs(tr, p.model)
-        path = tmpdir() / f"{tr.method}-trace.json"
+        out = self.downloads.folder()
+        path = out / f"{tr.method}-trace.json"
         tr.save(path)
+        self.downloads.prune(keep=out)
         return step_views(tr, costs, len(tr.steps) - 1), str(path), tr.to_dict()
 
     # ------------------------------------------------------------------ Run tab
@@ -275,10 +289,15 @@ class Handlers:
         """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
         s = Settings.from_values(values)
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._run_tab(s, session)
+
+    def _run_tab(self, s: Settings, session: str | None):
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, [s.method], 6)
-            drafter = p.drafter(s.method)
+            p = yield from self.prepare(s, [s.method], 6, session, stop)
+            p.history = self.histories.get(session)  # this run drafts from, and joins, this session's runs only
+            drafter = p.drafter(s.method, join_history=True)
             rec = Recorder(s.method, p.tok(p.prompt)["input_ids"],
                            {**drafter.config(), "max_new_tokens": p.max_new, "sampling": p.sampling.to_dict()})
 
@@ -287,8 +306,9 @@ class Handlers:
                     rec.add(step, out)
                     job.report(len(rec.trace.steps))
                     job.check()
-                return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
-                           drafter=drafter, on_step=on_step)
+                with p.turn():
+                    return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
+                               drafter=drafter, on_step=on_step)
 
             note = " · ".join(x for x in (p.notes.get(s.method, ""), threads_note(p.threads)) if x)
             key = run_key(p)

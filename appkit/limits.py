@@ -7,7 +7,6 @@ appkit/settings.py (all problems at once, nothing clamped); appkit/errors.py sho
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from decoding.params import LIMITS
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
@@ -28,11 +27,15 @@ PUBLIC_HUB_MODELS = ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolL
                      "Qwen/Qwen2.5-0.5B",
                      "Qwen/Qwen2.5-Coder-0.5B", "openai-community/gpt2", "distilbert/distilgpt2")
 MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused (decoding.trace_check.CAPS["bytes"])
+PUBLIC_MAX_TRACE_BYTES = 5 * 2**20  # public mode: a 19 MB trace took 11.6 s of the shared CPU to replay
 MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused (docs/trace.md: measured sizes)
 # Heads a public Space may use: the shipped folders by name ("" = the shipped heads of the chosen method).
 PUBLIC_HEADS = ("", "medusa", "eagle", "assets/heads", "assets/heads/medusa", "assets/heads/eagle")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_PROMPT_CHARS = 20000
+# The suffix cache's per-session histories on a public Space: at most this many sessions (least recently used
+# dropped first) of at most this many tokens each (~0.8 MB each as int64): bounded memory, whoever visits.
+PUBLIC_HISTORY = {"sessions": 64, "limit": 100_000}
 
 
 def public_mode() -> bool:
@@ -74,11 +77,10 @@ class Limits:
         if not name:
             raise ValueError(f"no {role} model given: pick one from the list or type a hub id")
         if self.public and name not in self.allowed:
-            local = name.startswith((".", "/", "~")) or Path(name).exists()
-            if local:
-                raise ValueError(f"local model paths are disabled in public mode; choose an allow-listed {role} "
-                                 f"model: {', '.join(self.allowed_labels())}")
-            raise ValueError(f"{name!r} is not on this Space's allow list; choose one of "
+            # one message for every name off the list, before any file is looked at: an answer that differed
+            # for a path that exists would tell a visitor which server files exist
+            raise ValueError(f"this Space loads only the models on its allow list (local model paths are disabled "
+                             f"in public mode, as are other hub ids); choose a {role} model from: "
                              f"{', '.join(self.allowed_labels())}")
         return name
 

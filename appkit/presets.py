@@ -108,9 +108,11 @@ def cached(model_name: str, model, method: str) -> dict | None:
     return None
 
 
-def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, heads: str | None = None) -> dict:
+def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, heads: str | None = None,
+         save: bool = True) -> dict:
     """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}.
-    heads: the medusa / eagle heads folder the budget is tuned with (default: the shipped heads)."""
+    heads: the medusa / eagle heads folder the budget is tuned with (default: the shipped heads); save=False:
+    return it only (a public Space keeps a visitor's tuning in that visitor's session)."""
     from decoding.models import ASSETS
     from decoding.tune import TUNERS, tune as run_tuner
 
@@ -123,6 +125,8 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
                     "eagle": measured_heads}.get(method, lambda r: "")(res)
     else:
         params = dict(SHIPPED_CPU.get(method, {}))  # no tuner (prompt lookup, retrieval, self-speculative): its defaults
+    if not save:
+        return {"params": params, "source": "tuned in this session", "measured": measured}
     with _lock:
         stored = _read()
         stored.setdefault(f"{model_name}|{device_key(model)}", {})[method] = params

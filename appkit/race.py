@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from statistics import median
 
+from decoding import run
 from viz.escape import esc, md_text
 
 WIN = 1.2  # at or above this speed-up a method "pays"; below, the line says what it would need
@@ -171,3 +172,23 @@ def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str
     lines = [head + (" " + preset_note if preset_note else ""), winner(rows), *parts, drift_note(rows, dtype),
              *[r for r in reasons if r]]
     return "\n\n".join(x for x in lines if x)
+
+
+def race_runs(p, methods: list[str], repeats: int, job) -> dict[str, list]:
+    """Greedy and each method `repeats` times, interleaved (repeat r runs them rotated by r); progress goes to
+    job.report as ({method: [trace, ...]}, what runs now). Every run starts from the same state: a fresh drafter,
+    and for retrieval a frozen copy of the session's earlier runs (Prepared.drafter), so no repeat drafts from
+    an earlier repeat's or another contender's output."""
+    with p.turn():
+        run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
+    runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
+
+    def done() -> dict:
+        return {m: list(t) for m, t in runs.items() if t}
+
+    for r in range(repeats):
+        for m in order(["greedy", *methods], r):
+            job.report((done(), f"{m} (run {r + 1} of {repeats})"))
+            runs[m].append(p.run(m, on_step=job.check))
+    job.report((done(), None))
+    return done()

@@ -6,11 +6,12 @@ reaches a user (model names are repo-relative or the hub id).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
 
-from viz.escape import md_text
+from viz.escape import md_text, one_line
 
 from .race import mean_accepted
 
@@ -27,6 +28,16 @@ def display_name(name) -> str:
     if os.path.isabs(name):
         return Path(name).name
     return name
+
+
+_ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:/|~/|[A-Za-z]:\\)[^\s()'\"`,;]*")
+
+
+def no_server_paths(text: str) -> str:
+    """A message with every absolute path (/..., ~/..., C:\\...) replaced by its display name (the last folder's
+    name, or repo-relative): a public page shows no server path. URLs are kept (their // follows a colon)."""
+    return _ABS_PATH.sub(lambda m: display_name(m.group(0).rstrip(".")) + ("." if m.group(0).endswith(".") else ""),
+                         str(text))
 
 
 def _public_model(m: dict) -> dict:
@@ -50,8 +61,9 @@ def public_trace(tr):
 
 
 def code(value: object) -> str:
-    """A value as a markdown code span: shown literally; a backtick in it cannot end the span."""
-    return "`" + str(value).replace("`", "'") + "`"
+    """A value as a markdown code span: shown literally, on one line (a blank line would end the span and its
+    paragraph); a backtick in it cannot end the span."""
+    return "`" + one_line(value).replace("`", "'") + "`"
 
 
 def stats_md(tr, head: str = "", note: str = "") -> str:

@@ -10,18 +10,19 @@ import time
 import gradio as gr
 
 import viz
-from decoding import ModelError, run
+from decoding import ModelError
 from viz.counts import run_counts
 from viz.teach import teaching_step
 
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz
 from .errors import one_line, reported
-from .handlers import CLEAR, HEADS_METHODS, Handlers, Prepared, heads_folder, thread_setup, tmpdir
+from .handlers import CLEAR, HEADS_METHODS, Handlers, Prepared, heads_folder, thread_setup
 from .limits import MAX_REPLAY_HTML_BYTES
 from .model_cache import describe as describe_model, human
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
+from .fair import PROFILE_COST, Refused
 from .stream import Job
 from .threads import run_key
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
@@ -53,22 +54,18 @@ class Tabs(Handlers):
             problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
         raise_if(problems)
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._race(s, methods, repeats, session)
+
+    def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, ["greedy", *methods], 6)
+            p = yield from self.prepare(s, ["greedy", *methods], 6, session, stop, runs=(len(methods) + 1) * repeats,
+                                        what="race")
+            p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
 
             def work(job: Job):
-                run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
-                runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
-                for r in range(repeats):
-                    for m in racekit.order(["greedy", *methods], r):
-                        job.report((done(runs), f"{m} (run {r + 1} of {repeats})"))
-                        runs[m].append(p.run(m, on_step=job.check))
-                job.report((done(runs), None))
-                return done(runs)
-
-            def done(runs: dict) -> dict:
-                return {m: list(t) for m, t in runs.items() if t}
+                return racekit.race_runs(p, methods, repeats, job)
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
@@ -110,21 +107,30 @@ class Tabs(Handlers):
     @reported(7, client_error=True)
     def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
-        from profiling import profile_run
         s = Settings.from_values(values)
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._profile(s, session)
+
+    def _profile(self, s: Settings, session: str | None):
+        from profiling import profile_run
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, sorted({"greedy", s.method}, key=lambda m: m != "greedy"), 7)
-            out = tmpdir()
+            methods = sorted({"greedy", s.method}, key=lambda m: m != "greedy")
+            p = yield from self.prepare(s, methods, 7, session, stop, runs=len(methods) * PROFILE_COST,
+                                        what="profile")
+            p.history = self.histories.get(session)  # read, never joined (a frozen copy, Prepared.drafter)
+            out = self.downloads.folder()
 
             def work(job: Job):
                 runs = {}
                 for m in p.params:
                     job.report(f"profiling {m}…")
-                    tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
-                                           sampling=p.sampling, drafter=p.drafter(m),
-                                           draft_model=p.dmodel if m == "speculative" else None, perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
+                    with p.turn():
+                        tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
+                                               sampling=p.sampling, drafter=p.drafter(m),
+                                               draft_model=p.dmodel if m == "speculative" else None,
+                                               perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
                     runs[m] = (tr, for_viz(prof))
                 return runs
 
@@ -134,7 +140,9 @@ class Tabs(Handlers):
                 elif kind == "stopped":
                     yield gr.skip(), "Stopped: profile not finished.", *[gr.skip()] * 5
                 else:
-                    yield (gr.skip(), *self._profile_view(s.method, result, out))
+                    view = self._profile_view(s.method, result, out)
+                    self.downloads.prune(keep=out)  # this request's files stay; older ones make room
+                    yield (gr.skip(), *view)
         finally:
             self.sessions.end(session, stop)
 
@@ -185,20 +193,27 @@ class Tabs(Handlers):
         raise_if(problems)
         s.max_new, s.preset = n_new, "manual"
         session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            yield from self._sweep(s, cells, trees, heads, n_new, session)
+
+    def _sweep(self, s: Settings, cells: list, trees: list, heads: list, n_new: int, session: str | None):
         stop = self.sessions.start(session)
         total = len(cells) + len(trees)
         try:
-            p = yield from self.prepare(s, ["greedy", *heads], 4)
+            p = yield from self.prepare(s, ["greedy", *heads], 4, session, stop, runs=total + 1, what="sweep")
 
             def work(job: Job):
-                points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]
+                with p.turn():
+                    points = [sweepkit.baseline(p.model, p.tok, p.prompt, n_new, on_step=job.check)]
                 for n, w in cells:
                     job.report(list(points))
-                    points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
+                    with p.turn():
+                        points.append(sweepkit.point(p.model, p.tok, p.prompt, n, w, n_new, on_step=job.check))
                 for m, b in trees:
                     job.report(list(points))
-                    points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m, p.model), b,
-                                                       n_new, on_step=job.check))
+                    with p.turn():
+                        points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m, p.model),
+                                                           b, n_new, on_step=job.check))
                 return points
 
             for kind, points in Job(work, stop, thread_setup).updates():
@@ -213,34 +228,48 @@ class Tabs(Handlers):
             self.sessions.end(session, stop)
 
     @reported(6, status=None, client_error=True)
-    def tune(self, *values):
-        """Run the autotuner for this model and device now (lookahead, and speculative / medusa / eagle when
-        chosen) and
-        keep the result as the device's auto preset."""
-        s = Settings.from_values(values)
+    def tune(self, request: gr.Request, *values):
+        """Tune lookahead (and speculative / medusa / eagle when chosen) now: the device's auto preset, or in
+        public mode this session's only (one visitor's tuning never rewrites another's)."""
+        with self.held(request):
+            return self._tune(Settings.from_values(values), getattr(request, "session_hash", None))
+
+    def _tune(self, s: Settings, session: str | None):
         p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
         name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
-        tuned = presets.tune(name, p.model, p.tok, "lookahead")
+        save = not self.lim.public  # public: kept for at most 256 sessions, the oldest session's dropped first
+        mine = {} if save else self.session_presets.setdefault(session or "", {})
+        while len(self.session_presets) > 256:
+            self.session_presets.pop(next(iter(self.session_presets)))
+        tuned = presets.tune(name, p.model, p.tok, "lookahead", save=save)
+        mine[(name, "lookahead")] = tuned["params"]
         la = tuned["params"]
         note = f"lookahead {presets.describe('lookahead', la)}"
         facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":
             dmodel = self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok, self.lim.device(s.device),
                                       s.dtype)[0]
-            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel)
+            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel, save=save)
+            mine[(name, "speculative")] = sp["params"]
             note += f", speculative {presets.describe('speculative', sp['params'])}"
             facts.append(f"speculative — {sp['measured']}")
         if s.method in HEADS_METHODS:  # the heads' tree budget, with the heads the Run tab names
-            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method, p.model))
+            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method, p.model), save=save)
+            mine[(name, s.method)] = hp["params"]
             note += f", {s.method} {presets.describe(s.method, hp['params'])}"
             facts.append(f"{s.method} — {hp['measured']}")
-        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} (saved as the auto preset).\n\n"
+        kept = "saved as the auto preset" if save else "this session's auto preset; other visitors keep theirs"
+        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} ({kept}).\n\n"
                 "What it measured: " + "\n\n".join(facts))
         return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
 
     @reported(2, status=None)
-    def load_models(self, target, draft, device, dtype):
+    def load_models(self, target, draft, device, dtype, request: gr.Request = None):
+        with self.held(request):
+            return self._load_models(target, draft, device, dtype)
+
+    def _load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
         device = self.lim.device(device)  # public mode: "auto" for every model, whatever was sent
         model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
@@ -252,9 +281,13 @@ class Tabs(Handlers):
             lines.append(f"draft: not loaded — {one_line(e)}")
         return CLEAR, "\n\n".join(lines) + f"\n\nloaded in {time.perf_counter() - t0:.1f} s"
 
-    def replay(self, upload, shipped_name, last):
+    def replay(self, upload, shipped_name, last, request: gr.Request = None):
         """A refused file clears the view: the page never shows the previous replay under a rejection."""
-        out = self._replay(upload, shipped_name, last)
+        try:  # public mode: it waits for the model's turn (it costs the CPU like a run); locally it never waits
+            with self.held(request, turn=self.lim.public):
+                out = self._replay(upload, shipped_name, last)
+        except Refused as e:
+            out = (f"⚠️ {e}", "", "", "")
         if out[0]:
             return out[0], "Nothing replayed — see the message above.", "", ""
         return out

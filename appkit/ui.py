@@ -304,6 +304,6 @@ def replay_tab(p: Page) -> None:
             p.rp_upload = gr.File(label="upload trace JSON", file_types=[".json"], type="filepath", elem_id="ds-rp-upload")
             p.rp_btn = gr.Button("Replay", variant="primary", min_width=100)
         p.rp_msg = gr.Markdown()
-        p.rp_stats = gr.Markdown()
+        p.rp_stats = gr.Markdown(elem_id="ds-rp-stats")
         p.rp_view = gr.HTML("", js_on_load=viz.stepper.JS_ON_LOAD, elem_id="ds-replay")
         p.rp_text = gr.Textbox(label="text of the replayed run", lines=4, interactive=False)

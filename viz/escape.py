@@ -24,14 +24,26 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True).replace("&quot;", "&#34;")
 
 
-_MD = re.compile(r"([\\\[\]()!])")  # what makes a link or an image; emphasis is only formatting
+_MD = re.compile(r"([\\\[\]()!#]|^[-+*])")  # a link, an image, a heading, a list; emphasis is only formatting
+
+
+_AUTOLINK = re.compile(r"(?i)(www)\.")
+
+
+def one_line(value: object) -> str:
+    """A value on one line: every run of whitespace, line breaks and control characters becomes one space (a
+    newline in a value would start a heading, a list or a new paragraph outside its span)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in str(value)).split())
 
 
 def md_text(value: object) -> str:
-    """Any value as markdown text (the app's status lines): link and image punctuation backslashed and
-    < > & as entities, so a crafted method or model name is shown as text, never as a link, image or tag."""
-    s = _MD.sub(r"\\\1", str(value))
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Any value as markdown text (the app's status lines), on one line: link and image punctuation
+    backslashed, < > & as entities, and what a renderer would turn into a link by itself (https://, www.,
+    an e-mail address) broken with an entity, so a crafted method or model name is shown as text, never as
+    a link, an image, a tag or a heading."""
+    s = _MD.sub(r"\\\1", one_line(value))
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _AUTOLINK.sub(r"\1&#46;", s.replace(":", "&#58;").replace("@", "&#64;"))
 
 
 def colour(value: object, default: str = "#cccccc") -> str:

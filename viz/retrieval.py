@@ -39,7 +39,23 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
             "suffix_text": "".join(text_of(tr, t) for t in rec.get("suffix") or []),
             "suffix_len": rec.get("suffix_len", 0), "occurrences": rec.get("occurrences", 0), "used": rec.get("used", 0),
             "draft_len": rec.get("draft_len", 0), "at": list(rec.get("at") or []), "accepted": rec.get("accepted"),
-            "nodes": nodes}
+            "drafted_from": sources(rec), "nodes": nodes}
+
+
+SOURCE_WORDS = {"datastore": "the datastore", "prompt": "this prompt", "output": "this run's output",
+                "earlier_run": "an earlier run of this session"}
+
+
+def sources(rec: dict) -> list[str]:
+    """Where the step's draft came from: the trace's `drafted_from`, or (older traces) read from `at`."""
+    got = rec.get("drafted_from")
+    if isinstance(got, list):
+        return [str(x) for x in got]
+    if rec.get("source") == "datastore":
+        return ["datastore"]
+    seen = {"earlier_run" if str(a.get("where", "")).startswith("run ") else str(a.get("where", ""))
+            for a in rec.get("at") or [] if isinstance(a, dict)}
+    return [x for x in SOURCE_WORDS if x in seen]
 
 
 def headline(d: dict) -> str:
@@ -48,6 +64,8 @@ def headline(d: dict) -> str:
         return "no suffix of the context occurs in the source: a plain target step"
     at = ", ".join(f"{a.get('where')} @{a.get('offset')}" for a in d["at"][:2])
     src = "datastore" if d["source"] == "datastore" else "suffix cache"
+    came = " + ".join(SOURCE_WORDS.get(x, x) for x in d.get("drafted_from") or [])
+    src += f" (from {came})" if came and d["source"] != "datastore" else ""
     return (f"{src}: suffix of {d['suffix_len']} tokens \u201c{d['suffix_text'][-40:]}\u201d found {d['occurrences']}x "
             f"({at}); {d['used']} continuations, trie of {len(d['nodes']) - 1} nodes (draft length {d['draft_len']}), "
             f"{d['accepted'] or 0} accepted")

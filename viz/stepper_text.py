@@ -47,8 +47,8 @@ def caption(trace: TraceLike, step_index: int) -> str:
         rej_s = ""
         if isinstance(rej, int) and 0 <= rej < len(s.tokens):
             rej_s = f", first rejected node {rej} ({_q(tr, [s.tokens[rej]])})"
-        return (f"{head}: the target checked {n} drafted token(s){_pruned(tr, t)}, {step_counts(s).words()}"
-                f"{rej_s} — {got}.")
+        return (f"{head}: the target checked {n} drafted token(s){_copied(info)}{_pruned(tr, t)}, "
+                f"{step_counts(s).words()}{rej_s} — {got}.")
     return f"{head} (plain next-token decoding) gave {got}."
 
 
@@ -60,6 +60,16 @@ def _verdict(s) -> str:
         return f"no candidate matched: {c.words()}"
     which = f"candidate {chosen}" if isinstance(chosen, int) else "a candidate"
     return f"{which} matched: {c.words()}"
+
+
+def _copied(info: dict) -> str:
+    """' copied from this prompt + this run's output' for a retrieval step: where its draft came from."""
+    rec = info.get("retrieval")
+    if not isinstance(rec, dict):
+        return ""
+    from .retrieval import SOURCE_WORDS, sources
+    came = [SOURCE_WORDS.get(x, x) for x in sources(rec)]
+    return f" copied from {' + '.join(came)}" if came else ""
 
 
 def _pruned(tr, tree: dict | None) -> str:

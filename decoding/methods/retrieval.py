@@ -5,7 +5,8 @@ Two sources, one drafter:
   up to 5,000 continuations of 10 tokens after the longest matching suffix and verifies the 64 most frequent
   prefixes as a trie.
 - no datastore: the suffix cache (SuffixDecoding, Oliaro et al., 2024, arXiv 2411.04975; suffix_cache.py): the
-  prompt, the output so far and the earlier runs of this process. The tree's node probabilities are the
+  prompt, the output so far and the earlier runs (of this process: suffix_cache.HISTORY; the app passes each
+  session's own History, so one visitor never drafts from another's runs). The tree's node probabilities are the
   continuations' frequencies, nodes below min_token_prob are dropped, and the draft is at most
   max_spec_factor x the match length (a long match is trusted with a long draft, a one-token match gets one).
 - both (a datastore with with_cache=True, the default): each step takes the longer of the two matches. Ours,
@@ -30,7 +31,7 @@ from ..engine.drafter import Abilities, Plan, tree_record
 from ..engine.verify import Verdict
 from .datastore import Datastore, DatastoreError, Match
 from .medusa import record_verdict
-from .suffix_cache import HISTORY, lookup as suffix_lookup
+from .suffix_cache import HISTORY, History, lookup as suffix_lookup
 
 # Defaults per source. REST's paper verifies 64 nodes and has no adaptive length (budget=64, max_spec_factor=64,
 # with_cache=False reproduce it); ArcticInference's suffix cache uses max_spec_factor 1.0. On the CPU every
@@ -41,6 +42,17 @@ REST = {"budget": 16, "continuations": 5000, "span": 10, "max_suffix": 16, "max_
         "min_token_prob": 0.0}
 SUFFIX = {"budget": 64, "max_spec_factor": 2.0, "min_token_prob": 0.1, "span": 16, "max_suffix": 32}
 _OPEN: dict[tuple, Datastore] = {}  # path, sizes, mtimes -> opened datastore (its CRC check runs once)
+# Where a step's draft came from (info.retrieval.drafted_from), in this order.
+SOURCES = ("datastore", "prompt", "output", "earlier_run")
+
+
+def drafted_from(src: str, where: list[tuple[str, int]]) -> list[str]:
+    """The step's sources: the datastore, or for the suffix cache the places its continuations were read from
+    (this prompt, this run's output so far, an earlier run of the history it was given)."""
+    if src == "datastore":
+        return ["datastore"]
+    seen = {"earlier_run" if str(w).startswith("run ") else str(w) for w, _ in where}
+    return [x for x in SOURCES if x in seen]
 
 
 def open_datastore(path: str | Path, tokenizer=None) -> Datastore:
@@ -116,7 +128,7 @@ class Retrieval:
     def __init__(self, datastore: str | Path | Datastore | None = None, tokenizer=None, budget: int | None = None,
                  max_spec_factor: float | None = None, min_token_prob: float | None = None,
                  max_suffix: int | None = None, span: int | None = None, continuations: int = 5000,
-                 history: bool = True, with_cache: bool = True, model_vocab: int | None = None):
+                 history: bool | History = True, with_cache: bool = True, model_vocab: int | None = None):
         rest = datastore is not None
         d = REST if rest else SUFFIX
         self.budget = int(budget if budget is not None else d["budget"])
@@ -124,7 +136,10 @@ class Retrieval:
         self.span = int(span if span is not None else d["span"])
         self.factor = float(max_spec_factor if max_spec_factor is not None else d["max_spec_factor"])
         self.min_prob = float(min_token_prob if min_token_prob is not None else d["min_token_prob"])
-        self.continuations, self.history = int(continuations), bool(history)
+        # history: True = the process's (HISTORY), False = none, a History = that one (the app: the session's)
+        self.continuations = int(continuations)
+        self.hist: History | None = history if isinstance(history, History) else (HISTORY if history else None)
+        self.history = self.hist is not None
         # with a datastore, also the suffix cache (the request's own text and earlier runs): the longer match
         # drafts. Ours, not REST's: a datastore cannot know what this answer repeats (with_cache=False: REST only)
         self.with_cache = bool(with_cache) and rest
@@ -151,14 +166,15 @@ class Retrieval:
         if self.ds is not None:
             c.update(datastore=self.ds.path.name, datastore_tokens=self.ds.n)
         if self.ds is None or self.with_cache:
-            c.update(history=self.history, history_runs=len(HISTORY.runs) if self.history else 0)
+            c.update(history=self.history, history_runs=len(self.hist.runs) if self.hist is not None else 0)
         return c
 
     def max_depth(self) -> int:
         return max(self.span, SUFFIX["span"] if self.with_cache else 0) + 1
 
     def start(self, prompt_ids: list[int]) -> None:
-        HISTORY.commit_pending()  # the previous run of this process joins the global history
+        if self.hist is not None:
+            self.hist.commit_pending()  # the previous run joins the history (of the process, or the session)
         self.prompt_len = len(prompt_ids)
 
     def _match(self, context: list[int]) -> tuple[str, Match | None, list[tuple[str, int]]]:
@@ -168,7 +184,7 @@ class Retrieval:
             out = "datastore", m, ([self.ds.where(int(x)) for x in m.starts[:3]] if m is not None else [])
             if not self.with_cache:
                 return out
-        hist = HISTORY if self.history else None
+        hist = self.hist
         span = self.span if self.ds is None else SUFFIX["span"]
         mc, where = suffix_lookup(context, hist, self.prompt_len, SUFFIX["max_suffix"] if self.ds is not None
                                   else self.max_suffix, span, self.continuations)
@@ -195,7 +211,8 @@ class Retrieval:
         prob = [None] + [c / max(1, cnt_of[p]) for c, p in zip(counts, parents[1:])]
         rec = {"source": src, "suffix": list(context[-m.length:]) if m else [], "suffix_len": m.length if m else 0,
                "occurrences": m.count if m else 0, "used": total, "draft_len": budget if m else 0,
-               "at": [{"where": str(w)[-200:], "offset": int(o)} for w, o in where[:3]]}
+               "at": [{"where": str(w)[-200:], "offset": int(o)} for w, o in where[:3]],
+               "drafted_from": drafted_from(src, where) if m is not None else []}
         if m is not None and src == "suffix":  # the suffix cache: where each node's first continuation came from
             rec["node_at"] = [str(where[r][0]) for r in t["row"].tolist()]
         info = {"tree": tree_record(toks, parents, depths, ["target"] + [src] * n, prob,
@@ -208,5 +225,5 @@ class Retrieval:
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         record_verdict(plan, verdict)
         plan.info["retrieval"]["accepted"] = len(verdict.path) - 1
-        if (self.ds is None or self.with_cache) and self.history:
-            HISTORY.pending = context  # the engine's list, appended in place: committed at the next start()
+        if (self.ds is None or self.with_cache) and self.hist is not None:
+            self.hist.pending = context  # the engine's list, appended in place: committed at the next start()

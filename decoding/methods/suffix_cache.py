@@ -8,10 +8,15 @@ app's history), bounded to HISTORY_TOKENS (oldest runs dropped first).
 
 The search is vectorised (numpy): the positions where the last context token occurs, narrowed one suffix
 length at a time (a loop over match length, at most max_suffix, never over positions), which at these sizes
-(a request plus ~1M history tokens) costs well under the 2 ms a lookup may take. A process-wide history is
-deliberate: it is SuffixDecoding's global tree; HISTORY.clear() empties it.
+(a request plus ~1M history tokens) costs well under the 2 ms a lookup may take. The CLI and the library share
+one process-wide history (HISTORY: SuffixDecoding's global tree, one user per process; HISTORY.clear() empties
+it). A server with several visitors must not: one visitor's prompt would be drafted into another's run. The app
+keeps one History per browser session (Histories below) and gives a race a frozen copy per run (History.copy).
 """
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -45,6 +50,15 @@ class History:
             self.runs.pop(0)
         self._flat = None
 
+    def copy(self) -> "History":
+        """A snapshot: the runs so far (the run in progress included), nothing pending. A run drafting from the
+        copy adds nothing to this history, so several runs (a race's repeats) all start from the same state."""
+        h = History(self.limit)
+        h.runs = list(self.runs)
+        if self.pending is not None and len(self.pending) >= 2:
+            h.add(list(self.pending))
+        return h
+
     def clear(self) -> None:
         self.runs.clear()
         self._flat, self.pending = None, None
@@ -58,7 +72,31 @@ class History:
         return self._flat, self._starts
 
 
-HISTORY = History()  # the process's global history (SuffixDecoding's global tree)
+HISTORY = History()  # the process's global history (SuffixDecoding's global tree): the CLI's and the library's
+
+
+class Histories:
+    """One History per session (a browser session of the app), so a run drafts only from its own session's
+    earlier runs. Bounded: at most `sessions` histories (the least recently used is dropped first) of at most
+    `limit` tokens each; an unknown session (None) gets an empty history of its own every time."""
+
+    def __init__(self, sessions: int = 64, limit: int = HISTORY_TOKENS):
+        self.sessions, self.limit = sessions, limit
+        self._by: OrderedDict[str, History] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session: str | None) -> History:
+        if not session:
+            return History(self.limit)
+        with self._lock:
+            h = self._by.pop(session, None) or History(self.limit)
+            self._by[session] = h  # most recently used last
+            while len(self._by) > self.sessions:
+                self._by.popitem(last=False)
+            return h
+
+    def __len__(self) -> int:
+        return len(self._by)
 
 
 def longest_suffix(buf: np.ndarray, context: np.ndarray, max_suffix: int, end: int | None = None) -> tuple[int, np.ndarray]:

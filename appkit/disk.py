@@ -1,0 +1,109 @@
+"""The app's downloads on disk, bounded: one folder per request, a total cap, oldest deleted first.
+
+Why: a profile at 256 tokens writes ~85 MB (its Perfetto files) and Gradio keeps a copy of every download in
+its own cache, so back-to-back requests on a shared server would fill the disk within hours. The cap counts
+both (this folder and Gradio's cache, where its copies of our files land) and, when a new request would pass
+it, deletes the oldest entries first; entries older than max_age_s go in any case. A download deleted this
+way answers 404 to a late click; the page says downloads are kept a while, not forever.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TMP = Path(tempfile.gettempdir()) / "decodescope-app"
+TMP_MAX_AGE_S = 3600
+# Total bytes of downloads (ours + Gradio's copies): a public Space shares one disk between all its visitors.
+DISK_CAP = {"public": 1 * 2**30, "local": 4 * 2**30}
+
+
+def disk_cap(public: bool) -> int:
+    """DECODESCOPE_DISK_CAP_MB if set (a positive number), else the mode's default."""
+    v = os.environ.get("DECODESCOPE_DISK_CAP_MB", "").strip()
+    try:
+        mb = float(v)
+        if mb > 0:
+            return int(mb * 2**20)
+    except ValueError:
+        pass
+    return DISK_CAP["public" if public else "local"]
+
+
+def _size(p: Path) -> int:
+    if p.is_file():
+        return p.stat().st_size
+    total = 0
+    for root, _, files in os.walk(p):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+class Downloads:
+    """Folders for requests' downloads under `root`; `others` (Gradio's cache) count against the same cap."""
+
+    def __init__(self, root: Path = TMP, cap: int = DISK_CAP["local"], max_age_s: float = TMP_MAX_AGE_S):
+        self.root, self.cap, self.max_age_s = Path(root), int(cap), max_age_s
+        self.others: list[Path] = []
+        self._lock = threading.Lock()
+
+    def entries(self) -> list[tuple[float, int, Path]]:
+        """(last change, bytes, path) of every top-level entry of the root and of the other folders."""
+        out = []
+        for d in [self.root, *self.others]:
+            try:
+                children = list(d.iterdir())
+            except OSError:
+                continue
+            for p in children:
+                try:
+                    out.append((p.stat().st_mtime, _size(p), p))
+                except OSError:
+                    pass
+        return out
+
+    def used(self) -> int:
+        return sum(b for _, b, _ in self.entries())
+
+    def prune(self, keep: Path | None = None) -> int:
+        """Delete entries older than max_age_s, then the oldest until the total fits the cap (never `keep`, the
+        folder a request is writing now). Returns the bytes left."""
+        with self._lock:
+            now = time.time()
+            live = []
+            for t, b, p in self.entries():
+                if now - t > self.max_age_s and p != keep:
+                    _remove(p)
+                else:
+                    live.append((t, b, p))
+            total = sum(b for _, b, _ in live)
+            for t, b, p in sorted(live, key=lambda e: e[0]):
+                if total <= self.cap:
+                    break
+                if p != keep:
+                    _remove(p)
+                    total -= b
+            return total
+
+    def folder(self) -> Path:
+        """A fresh folder for one request's downloads, after making room."""
+        self.prune()
+        self.root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=self.root))

@@ -1,0 +1,119 @@
+"""A visitor's fair share of the one model worker (public mode): turns, a per-session job limit, a work budget.
+
+Why: one worker serves every visitor. In Gradio's queue (first come, first served) one visitor's 10-repeat race
+held it for minutes and 16 clients x 2 jobs stretched a victim's 2-second run to over a minute. Here:
+- each session has at most one running and one queued job; a further one is refused in one line at once;
+- the model runs one unit of work at a time (a run, one repeat of one method of a race, a profile's method, a
+  replay's render), and the next turn goes to the waiting session that has had the least work recently: a short
+  job from a new visitor runs before a long job's next repeat;
+- a request's work (new tokens x runs) has a budget, and fp16/bf16 on a CPU (emulated: several times slower
+  than fp32) is refused in public mode.
+Locally the same turns keep one job at a time (the page's own events), with no budget and no job limit.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+# One request's work on a public Space: new tokens x decoding runs (a race: (methods + greedy) x repeats; a
+# profile: 2 runs, each profiled; a sweep: its runs + the baseline). 256 tokens x 8 runs x 2 repeats = 4,096: a
+# full race at the public token cap with 2 repeats, or 3 methods with 5 repeats.
+PUBLIC_WORK = 4096
+PROFILE_COST = 2  # a profiled run costs about twice a plain one (the profiler's records, the Perfetto file)
+RECENT_S = 300.0  # service older than this no longer counts against a session's next turn
+
+
+class Refused(ValueError):
+    """A request refused by the fair share (one line, shown as the event's message)."""
+
+
+class Turns:
+    """Who runs on the model next: one unit at a time, the least-served waiting session first."""
+
+    def __init__(self, max_jobs: int | None = None):
+        self.max_jobs = max_jobs  # per session: running + queued (None: no limit)
+        self._cv = threading.Condition()
+        self._busy = False
+        self._waiting: list[tuple[str, int]] = []  # (session, ticket) in arrival order
+        self._ticket = 0
+        self._served: OrderedDict[str, list[tuple[float, float]]] = OrderedDict()  # session -> [(end, seconds)]
+        self._jobs: dict[str, int] = {}
+
+    # ---- per-session jobs
+    @contextmanager
+    def job(self, session: str | None) -> Iterator[None]:
+        """One event of a session, from its start to its end: refused when the session already has a running
+        and a queued one."""
+        key = session or ""
+        with self._cv:
+            n = self._jobs.get(key, 0)
+            if self.max_jobs is not None and n >= self.max_jobs:
+                raise Refused(f"**one job at a time**: this session already has {n} job{'s' if n != 1 else ''} "
+                              "running or waiting; wait for it to finish (or press Stop), then try again")
+            self._jobs[key] = n + 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._jobs[key] -= 1
+                if not self._jobs[key]:
+                    del self._jobs[key]
+
+    # ---- turns on the model
+    def _recent(self, session: str, now: float) -> float:
+        return sum(s for end, s in self._served.get(session, []) if now - end < RECENT_S)
+
+    def _next(self) -> tuple[str, int] | None:
+        now = time.monotonic()
+        return min(self._waiting, key=lambda w: (self._recent(w[0], now), w[1]), default=None)
+
+    @contextmanager
+    def turn(self, session: str | None, stopped: Callable[[], bool] = lambda: False,
+             waiting: Callable[[int], None] | None = None) -> Iterator[None]:
+        """Hold the model for one unit of work. Waits for this session's turn; `stopped()` ends the wait
+        (raising whatever the caller's check raises is its business: here the wait just returns), `waiting(n)`
+        hears how many units run or wait before this one."""
+        key = session or ""
+        with self._cv:
+            self._ticket += 1
+            me = (key, self._ticket)
+            self._waiting.append(me)
+            try:
+                while self._busy or self._next() != me:
+                    if stopped():
+                        raise TurnCancelled()
+                    if waiting is not None:
+                        waiting(len(self._waiting) - 1 + int(self._busy))
+                    self._cv.wait(0.25)
+            finally:
+                self._waiting.remove(me)
+            self._busy = True
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cv:
+                end = time.monotonic()
+                self._served.setdefault(key, []).append((end, end - t0))
+                self._served.move_to_end(key)
+                self._served[key] = [x for x in self._served[key] if end - x[0] < RECENT_S]
+                while len(self._served) > 1024:
+                    self._served.popitem(last=False)
+                self._busy = False
+                self._cv.notify_all()
+
+
+class TurnCancelled(Exception):
+    """The wait for a turn ended because the job was stopped (the caller turns it into its own Stopped)."""
+
+
+def check_work(tokens: int, runs: int, limit: int | None, what: str) -> None:
+    """A request's work (tokens x runs) within the budget, else one line naming what to lower."""
+    if limit is None or tokens * runs <= limit:
+        return
+    raise Refused(f"**work budget**: this {what} asks for {tokens:,} new tokens x {runs} runs = {tokens * runs:,} "
+                  f"tokens; a request on this Space may decode at most {limit:,}: lower max new tokens, methods or "
+                  "repeats")
