@@ -58,13 +58,15 @@ ALLOWED = {
 }
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.abspath(__file__)
+_DEVICE = os.path.join(os.path.dirname(_HERE), "virtual_cuda.py")  # the CPU stand-in for CUDA: not a caller
 _ACTIVE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("decodescope_capture_check", default=None)
 
 
 def _where() -> str:
     """The innermost caller outside torch and this file: where the op came from."""
     f = sys._getframe(2)
-    while f is not None and (f.f_code.co_filename.startswith(_TORCH) or os.path.abspath(f.f_code.co_filename) == _HERE
+    while f is not None and (f.f_code.co_filename.startswith(_TORCH)
+                             or os.path.abspath(f.f_code.co_filename) in (_HERE, _DEVICE)
                              or "/torch/" in f.f_code.co_filename):
         f = f.f_back
     if f is None:
