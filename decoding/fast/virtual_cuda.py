@@ -143,22 +143,21 @@ class VirtualCuda:
 _STATE: list[VirtualCuda | None] = [None]
 
 
-class _IdSet:
-    """A weak set of tensors by identity (a WeakSet compares tensors with ==, elementwise)."""
+class _Pinned:
+    """Host memory made with pin_memory=True (a CPU build has none): storages by address, so a view of a
+    pinned staging buffer counts as pinned too."""
 
     def __init__(self):
-        self.refs: dict[int, weakref.ref] = {}
+        self.ptrs: set[int] = set()
 
     def add(self, t: torch.Tensor) -> None:
-        key = id(t)
-        self.refs[key] = weakref.ref(t, lambda _r, k=key, d=self.refs: d.pop(k, None))
+        self.ptrs.add(t.untyped_storage().data_ptr())
 
     def __contains__(self, t) -> bool:
-        r = self.refs.get(id(t))
-        return r is not None and r() is t
+        return isinstance(t, torch.Tensor) and not _is_v(t) and t.untyped_storage().data_ptr() in self.ptrs
 
 
-_PINNED = _IdSet()  # host tensors made with pin_memory=True (a CPU build has no pinned memory)
+_PINNED = _Pinned()
 
 
 class VirtualCudaTensor(torch.Tensor):
@@ -221,7 +220,7 @@ def _special(name: str, args, kwargs):
         raise TypeError(f"can't convert {DEVICE} device type tensor to numpy. Use Tensor.cpu() to copy "
                         f"the tensor to host memory first.")
     if name == "tolist":  # one device-to-host copy (counted there), then the host list
-        return self.to("cpu").tolist()
+        return _aten("_to_copy", self, device=torch.device("cpu")).tolist()
     if name == "__repr__":
         return self.__repr__()
     if name in SCALARS:  # read through the dispatcher (counted there)
