@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from decoding.fast import virtual_cuda as vc_mod
 from decoding.fast.graphs import emulated_graphs
 from decoding.fast.static_cache import StaticKV
 from decoding.fast.virtual_cuda import DeviceMismatch, virtual_cuda
-from gpu_cases import CASES, PROMPT, Models
+from gpu_cases import CASES, PROMPT, Models, heads_dir
 
 N = 12
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -37,17 +38,31 @@ READS.update({
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """CPU models per dtype and their virtual-CUDA copies (moved once, as a user's model.to("cuda"))."""
-    m = Models(tmp_path_factory.mktemp("vcuda"))
+    """CPU models per dtype and their virtual-CUDA copies (moved once, as a user's model.to("cuda")); heads
+    and adapters made for each dtype's target (their fingerprint names the weights). The CPU GEMM kernel is
+    off: its build is not what this file tests, and the CPU rows compare with the device's F.linear."""
+    from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+    tmp = tmp_path_factory.mktemp("vcuda")
+    gemm = os.environ.get("DECODESCOPE_CPU_GEMM")
+    os.environ["DECODESCOPE_CPU_GEMM"] = "0"
+    m = Models(tmp)
     out = {}
     for name, dtype in DTYPES.items():
         cpu = copy.copy(m)
         cpu.target, cpu.draft = copy.deepcopy(m.target).to(dtype), copy.deepcopy(m.draft).to(dtype)
-        dev = copy.copy(m)
+        cpu.heads = {k: heads_dir(cpu.target, k, tmp / name / k) for k in ("medusa", "eagle")}
+        layer, cfg = new_adapter(cpu.target, 1)
+        save_adapter(layer, cfg, tmp / name / "adapter")
+        cpu.adapter = str(tmp / name / "adapter")
+        dev = copy.copy(cpu)
         with virtual_cuda():
             dev.target, dev.draft = copy.deepcopy(cpu.target).to("cuda"), copy.deepcopy(cpu.draft).to("cuda")
         out[name] = (cpu, dev)
-    return out
+    yield out
+    if gemm is None:
+        os.environ.pop("DECODESCOPE_CPU_GEMM", None)
+    else:
+        os.environ["DECODESCOPE_CPU_GEMM"] = gemm
 
 
 def per_step_reads(vc, steps: list) -> object:
@@ -65,12 +80,17 @@ def per_step_reads(vc, steps: list) -> object:
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_method_runs_exact_on_the_virtual_cuda_device(models, case, dtype, sampled, record_property):
+    from decoding.methods.suffix_cache import HISTORY
     cpu, dev = models[dtype]
     sampling = SAMPLED if sampled else Sampling()
+    HISTORY.commit_pending()  # retrieval drafts from earlier runs of the process: both runs start from none
+    HISTORY.clear()
     with emulated_graphs():
         ref = generate(cpu.target, PROMPT, cpu.drafter(case), max_new_tokens=N, sampling=sampling, static=True,
                        trace=False)
     steps: list = []
+    HISTORY.commit_pending()
+    HISTORY.clear()
     with virtual_cuda() as vc:
         tr = generate(dev.target, PROMPT, dev.drafter(case), max_new_tokens=N, sampling=sampling, trace=False,
                       step_context=per_step_reads(vc, steps))
