@@ -151,6 +151,7 @@ def test_catches_an_arange_without_device(models, monkeypatch):
         mask[0, 0, 0].add_(cols, alpha=0)  # used
 
     monkeypatch.setattr(StaticKV, "_fill_mask", fill_mask)
+    monkeypatch.setitem(dev.target.__dict__, "_decodescope_static_pool", [])
     with virtual_cuda(), pytest.raises(DeviceMismatch) as e:
         generate(dev.target, PROMPT, max_new_tokens=4)
     assert _line(fill_mask, "# used") in str(e.value) and _line(fill_mask, "# made") in str(e.value)
@@ -169,6 +170,7 @@ def test_catches_a_mask_built_on_the_host(models, monkeypatch):
         return forward(self, io, host, kv, keep, fn, hid)
 
     monkeypatch.setattr(StaticKV, "_forward", host_mask_forward)
+    monkeypatch.setitem(dev.target.__dict__, "_decodescope_static_pool", [])  # no bucket captured earlier
     with virtual_cuda(), pytest.raises(DeviceMismatch) as e, pytest.warns(UserWarning, match="capture failed"):
         generate(dev.target, PROMPT, max_new_tokens=4)
     assert _line(host_mask_forward, "# the mask built on the host") in str(e.value)
@@ -184,6 +186,7 @@ def test_catches_an_item_inside_a_captured_region(models, monkeypatch):
         return forward(self, io, mask, kv, keep, fn, hid)
 
     monkeypatch.setattr(StaticKV, "_forward", reading_forward)
+    monkeypatch.setitem(dev.target.__dict__, "_decodescope_static_pool", [])  # no bucket captured earlier
     where = _line(reading_forward, "# a host read in the region")
     with virtual_cuda() as vc, pytest.warns(UserWarning, match="capture failed"):
         tr = generate(dev.target, PROMPT, max_new_tokens=4)
@@ -200,3 +203,17 @@ def test_numpy_of_a_device_tensor_is_refused_as_on_cuda():
             t.numpy()
         assert torch.cuda.is_available() and t.device.type == "cuda"
     assert vc_mod.active() is None and torch.cuda.is_available() is False
+
+
+def test_a_model_moved_to_cuda_after_a_cpu_run_gets_a_cache_on_its_device():
+    """The cache pool lives on the model: after a static run on the CPU, model.to("cuda") (or to bf16) must
+    not be handed the CPU (or fp32) cache it left behind."""
+    from conftest import tiny
+    model = tiny("llama", seed=4)
+    want = hf_greedy(model, PROMPT, 8)
+    with emulated_graphs():
+        assert generate(model, PROMPT, max_new_tokens=8, static=True).output_ids == want
+    with virtual_cuda():
+        model.to("cuda")
+        tr = generate(model, PROMPT, max_new_tokens=8)
+    assert tr.output_ids == want and tr.config["static"] and not tr.config["graphs"]["failed"]

@@ -349,7 +349,8 @@ def _dispatch(func, args, kwargs):
         kwargs["device"] = torch.device("cpu")
     if kwargs.get("pin_memory"):
         kwargs["pin_memory"] = False
-    if has_v and state is not None:
+    if has_v and state is not None and any(isinstance(a, torch.Tensor) and not _is_v(a) and a.dim() > 0
+                                           for a in flat):  # a host tensor among the inputs: is it allowed?
         _check(state, op, func, args, kwargs)
     # host reads
     if has_v and state is not None:
