@@ -217,3 +217,28 @@ def test_a_model_moved_to_cuda_after_a_cpu_run_gets_a_cache_on_its_device():
         model.to("cuda")
         tr = generate(model, PROMPT, max_new_tokens=8)
     assert tr.output_ids == want and tr.config["static"] and not tr.config["graphs"]["failed"]
+
+
+def test_the_apps_run_handler_runs_on_the_virtual_device(tiny_dir):
+    """The Run tab's handler with device "cuda" (its worker thread included): the model loads onto the
+    device, the run takes the graph path and gives the CPU run's ids."""
+    import types
+
+    import app as app_module
+    from appkit.settings import FIELDS, Settings
+    from decoding import load, make_drafter
+    s = Settings(target=tiny_dir, draft=tiny_dir, prompt="def x ( y ) :", method="lookahead", preset="manual",
+                 max_new=12, window=4, ngram=3, guesses=4, device="cuda", dtype="fp32")
+    with virtual_cuda() as vc:
+        h = app_module.build_demo(tiny_dir, tiny_dir, public=False).decodescope["handlers"]
+        outs = list(h.run(types.SimpleNamespace(session_hash="vcuda"), *[getattr(s, f) for f in FIELDS]))
+    trace = outs[-1][-1]
+    assert isinstance(trace, dict) and "on cuda:0" in outs[-1][1], outs[-1][:2]
+    model, tok = load(tiny_dir)
+    with emulated_graphs():
+        ref = generate(model, tok(s.prompt)["input_ids"], make_drafter("lookahead", window=4, ngram=3, guesses=4),
+                       max_new_tokens=12, static=True)
+    assert trace["output_ids"] == ref.output_ids
+    g = trace["config"]["graphs"]
+    assert g["on"] and not g["failed"] and set(g["used"]) <= set(g["captured"])
+    assert vc.syncs  # the worker thread's host reads were seen

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -535,6 +536,15 @@ def _runtime() -> dict:
     }
 
 
+def _in_new_thread(frame, event, arg) -> None:
+    """First event of a thread started inside virtual_cuda(): the device's modes for that thread's life
+    (torch keeps mode stacks per thread)."""
+    sys.setprofile(None)
+    if _STATE[0] is not None:
+        _Function().__enter__()
+        _Dispatch().__enter__()
+
+
 def active() -> VirtualCuda | None:
     """The running virtual device's record, or None outside virtual_cuda()."""
     return _STATE[0]
@@ -558,9 +568,11 @@ def virtual_cuda(graphs: bool = True):
         for k, v in _runtime().items():
             setattr(torch.cuda, k, v)
         torch.cuda._virtual = True
+        threading.setprofile(_in_new_thread)  # threads started in the block (the app's run worker) see it too
         with _Function(), _Dispatch(), (emulated_graphs() if graphs else contextlib.nullcontext()):
             yield state
     finally:
+        threading.setprofile(None)
         for k, v in saved.items():
             if v is None:
                 delattr(torch.cuda, k)
