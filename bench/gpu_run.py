@@ -228,7 +228,8 @@ def readme_lines(out: Path, state: dict) -> list[str]:
                                                                           and not r["unexplained"])]
         lines.append(f"- capture check: {len(doc['rows'])} runs (every method x fp32, bf16) on the graph path, "
                      + ("every bucket captured, no unsafe op, output = HF greedy" if not bad
-                        else f"problems in {', '.join(bad)}") + " (bf16: agreement with HF greedy in capture_check.json)")
+                        else f"problems in {', '.join(bad)}")
+                     + " (fp32 exact; bf16 agreement with HF greedy in capture_check.json)")
     gc = out / "gpu_check.json"
     if gc.exists():
         for g in json.loads(gc.read_text()).get("goals", []):
@@ -237,8 +238,8 @@ def readme_lines(out: Path, state: dict) -> list[str]:
     if sp.exists():
         rows = {r["method"]: r for r in json.loads(sp.read_text()).get("rows", [])}
         lines.append("- speed row (tokens/s, x HF greedy): " + ", ".join(
-            f"{k} {r['tokens_per_s']:.0f} ({r['vs_hf_greedy']:.2f}x{'' if r['same_as_hf_greedy'] else ', NOT same ids'})"
-            for k, r in rows.items()))
+            f"{k} {r['tokens_per_s']:.0f} ({r['vs_hf_greedy']:.2f}x"
+            f"{'' if r['same_as_hf_greedy'] else ', NOT same ids'})" for k, r in rows.items()))
     for name, rec in state["items"].items():
         if rec["status"] != "ok":
             lines.append(f"- item {name} ({rec['what']}): {rec['status']}")

@@ -10,7 +10,8 @@ a TorchDispatchMode that sees every aten op, and report what breaks or silently 
   host-data   a tensor made from Python data inside the region (torch.tensor -> aten.lift_fresh): its
               values are baked into the graph at capture
   host-tensor an op output on another device than the cache's (a CPU tensor on a CUDA path): a pageable
-              copy inside capture (only visible where the cache is not on the CPU)
+              copy inside capture (only visible where the cache is not on the CPU: on CUDA, or on the
+              virtual CUDA device of virtual_cuda.py in CI)
   rng         a random op: replay repeats the captured draws unless the generator is registered with
               the graph (the default CUDA generator is; an explicit one is not)
   foreign     a tensor read (or written) inside the region that is neither a fixed buffer (io, mask,

@@ -30,6 +30,10 @@ What it does, within the block:
   one does, so capture_check's CUDA branch runs too). Graph capture is decoding.fast.graphs' emulated
   backend (emulated_graphs()), which runs the region under the capture checker.
 
+Threads started inside the block (the app's run worker) get the device's modes too (torch keeps mode
+stacks per thread). Inference only: virtual-CUDA tensors never require grad (autograd's CUDA metadata
+needs a real device).
+
 What it cannot see: kernel-level behaviour (timing, stream ordering, allocator aliasing, the SDPA kernel
 CUDA would pick: the CPU kernels compute the values), and CUDA-only numerics (bf16 rounding of CUDA's
 kernels). The torch.cuda functions are swapped in for the block and restored after it; nothing of
