@@ -143,12 +143,17 @@ def exactness(quick: bool, device: str, n: int) -> dict:
     return {"device": device, "new_tokens": n, "prompt_source": source, "rows": rows}
 
 
-def speed(quick: bool, device: str, n: int, runs: int, dtype: str | None = None) -> dict:
+def speed(quick: bool, device: str, n: int, runs: int, dtype: str | None = None, only: tuple[str, ...] = (),
+          limit: int = 12) -> dict:
     """Tokens/s of every contender (dtype None = load()'s default for the device); a full untimed warm-up round first (HF's static
-    cache compiles there), then `runs` interleaved rounds; median of each contender's total time."""
-    texts, source = prompts(quick)
+    cache compiles there), then `runs` interleaved rounds; median of each contender's total time.
+    only: the contenders named (the runbook's one speed row: HF greedy, ours greedy and lookahead); limit: prompts."""
+    texts, source = prompts(quick, limit)
+    texts = texts[:limit]
     target, tok, draft = models(quick, device, dtype)
     contenders = {**hf_contenders(target, tok, draft), **our_contenders(target, tok, draft, device != "cpu")}
+    if only:
+        contenders = {k: v for k, v in contenders.items() if k in only}
     order = sorted(texts, key=len, reverse=True)  # longest first: a static cache sized once for all
     errors = {}
     for name, fn in list(contenders.items()):

@@ -1,24 +1,32 @@
 """The ONE command to run on a borrowed GPU: bench/GPU.md's runbook in order, each item with its own time
 budget, every report under bench/results/gpu-<device>/, a failed item never stopping the later ones.
 
-    python bench/gpu_run.py                 # on the GPU: run it again until it prints "runbook complete"
+    python bench/gpu_run.py                 # on the GPU: the proof of the CUDA path (< 8 minutes)
+    python bench/gpu_run.py                 # again, if device time remains: the 7B-shaped latency curve, ...
     python bench/gpu_run.py --files         # what the machine needs (the working tree; must be < 64 MiB)
-    python bench/gpu_run.py --rehearse      # CPU, emulated CUDA graphs, smoke sizes: the whole script end to end
+    python bench/gpu_run.py --rehearse      # CPU: the whole script end to end, the proof on the virtual CUDA device
 
-A device session allows 10 minutes per command and 30 in all, so one invocation runs the items that fit in
---budget seconds (default 570) and records each in gpu_run.json; the next invocation skips what is done
-(--redo NAME runs one again). Items (budget in seconds, in this order; ~30 minutes in all):
+A task gets 15 device-minutes in all (machine start included) and 10 per command, so the first invocation
+runs, within --budget (480 s), what proves the path; each invocation records what it ran in gpu_run.json
+and the next one skips it (--redo NAME runs one again). An item starts only when its budget fits in what
+is left. Items (budget in seconds, in this order):
 
-  capture   every method on the graph path (tiny models): capture checker (decoding/fast/capture_check.py)
-            under torch.cuda.set_sync_debug_mode("warn"), every bucket captured, HF-greedy output  (90)
-  a         python bench/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (300)
+  capture   every method (tiny models) on the graph path, fp32 and bf16: the capture checker
+            (decoding/fast/capture_check.py) under torch.cuda.set_sync_debug_mode("warn"), every bucket
+            captured, fp32 output = HF greedy, bf16 agreement with HF greedy reported  (120)
+  a         python bench/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (210)
+  speed     one speed row: ours greedy and lookahead W15 N5 G15 vs HF greedy, embedded target, 4 prompts  (120)
+  -- second invocation --
   c         python bench/gpu_check.py --items c   7B-shaped latency curve on the graph path  (300)
+  -- later invocations, on a task that gets more device time --
   b         python bench/gpu_check.py --items b   exactness vs HF greedy, fp32 + bf16  (240)
   d         python bench/gpu_check.py --items d --runs 3   speed rows vs HF  (360)
   memory    python bench/gpu_memory.py   memory after 100 mixed runs vs 10  (150)
   heads     python bench/bench_heads.py --budgets 8,16,32 --runs 3   Medusa / EAGLE  (180)
   heads-t07 python bench/bench_heads.py --temperature 0.7 --budgets 8,16 --runs 3  (180)
 
+The rehearsal runs the capture item on the virtual CUDA device (decoding/fast/virtual_cuda.py: cuda:0
+tensors with CPU values, CUDA's device rules, host reads counted), the other items at smoke sizes on CPU.
 After every item: gpu_run.md (item, status, seconds, log) and the lines to paste into the README's
 "On a GPU" section, printed at the end. Logs: <out>/logs/<item>.log. Imports no gradio / plotly.
 """
@@ -40,9 +48,11 @@ PY = "python"
 LIMIT_MIB = 64
 # name, budget (s), what, GPU argv (after python), rehearsal argv (in-process: module, args)
 ITEMS = [
-    ("capture", 90, "capture check + every bucket captured, every method",
+    ("capture", 120, "capture check + every method on the graph path, fp32 and bf16",
      ["bench/gpu_run.py", "--item", "capture"], ("gpu_run", ["--item", "capture"])),
-    ("a", 300, "CUDA test matrix", ["bench/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
+    ("a", 210, "CUDA test matrix", ["bench/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
+    ("speed", 120, "one speed row: ours greedy + lookahead vs HF greedy", ["bench/gpu_run.py", "--item", "speed"],
+     ("gpu_run", ["--item", "speed"])),
     ("c", 300, "latency curve (7B shape)", ["bench/gpu_check.py", "--items", "c"],
      ("gpu_check", ["--quick", "--items", "c"])),
     ("b", 240, "exactness vs HF greedy", ["bench/gpu_check.py", "--items", "b"],
@@ -99,41 +109,72 @@ def needed_files() -> dict:
 
 
 def capture_item(out: Path, rehearse: bool) -> dict:
-    """Every method on the graph path with the capture checker on (real graphs on CUDA, with
-    set_sync_debug_mode inside the checked region; emulated graphs on CPU)."""
+    """Every method on the graph path with the capture checker on, in fp32 and bf16: real graphs on CUDA
+    (set_sync_debug_mode inside the checked region); in the rehearsal, the virtual CUDA device with the
+    emulated graph (device rules enforced, host reads counted per decode step)."""
     sys.path.insert(0, str(ROOT / "tests"))
+    import copy
     import tempfile
 
     import torch
     from decoding import generate
-    from decoding.exactness import hf_greedy
+    from decoding.exactness import agreement, hf_greedy
     from decoding.fast.capture_check import checking, summary
-    from decoding.fast.graphs import emulated_graphs
-    from gpu_cases import CASES, PROMPT, Models
+    from decoding.fast.virtual_cuda import virtual_cuda
+    from gpu_cases import CASES, PROMPT, Models, heads_dir
 
-    device = "cuda" if torch.cuda.is_available() and not rehearse else "cpu"
+    real = torch.cuda.is_available() and not rehearse
+    n = 24 if real else 8
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        m = Models(Path(tmp))
-        m.target, m.draft = m.target.to(device), m.draft.to(device)
-        for case in CASES:
-            try:
-                with (emulated_graphs() if device == "cpu" else contextlib.nullcontext()), checking() as report:
-                    tr = generate(m.target, PROMPT * 2, m.drafter(case), max_new_tokens=24, static=True)
-                g = tr.config["graphs"]
-                s = summary(report)
-                rows[case] = {"exact": tr.output_ids == hf_greedy(m.target, PROMPT * 2, 24),
-                              "used": g["used"], "captured": g["captured"], "failed": g["failed"],
-                              "all_captured": set(g["used"]) <= set(g["captured"]),
-                              "unexplained": {b: v["unexplained"] for b, v in s.items() if v["unexplained"]},
-                              "allowed": sorted({a for v in s.values() for a in v["allowed"]})}
-            except Exception as e:  # noqa: BLE001 - one method's crash is its row, the rest still run
-                rows[case] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+        for dname, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            m = Models(Path(tmp) / dname)
+            m.target, m.draft = m.target.to(dtype), m.draft.to(dtype)
+            m.heads = {k: heads_dir(m.target, k, Path(tmp) / dname / k) for k in ("medusa", "eagle")}
+            from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+            layer, cfg = new_adapter(m.target, 1)
+            save_adapter(layer, cfg, Path(tmp) / dname / "adapter")
+            m.adapter = str(Path(tmp) / dname / "adapter")
+            ref = hf_greedy(m.target, PROMPT * 2, n) if not real else None  # CPU values = the device's
+            device_ctx = contextlib.nullcontext() if real else virtual_cuda()
+            with device_ctx:
+                m.target, m.draft = copy.deepcopy(m.target).to("cuda"), copy.deepcopy(m.draft).to("cuda")
+                ref = ref if ref is not None else hf_greedy(m.target, PROMPT * 2, n)
+            for case in CASES:
+                key = f"{case} {dname}"
+                try:
+                    with (contextlib.nullcontext() if real else virtual_cuda()) as vc, checking() as report:
+                        tr = generate(m.target, PROMPT * 2, m.drafter(case), max_new_tokens=n, static=True)
+                    g = tr.config["graphs"]
+                    s = summary(report)
+                    a = agreement(tr.output_ids, ref)
+                    rows[key] = {"exact": a["identical"] or dname == "bf16", "agreement": a,
+                                 "used": g["used"], "captured": g["captured"], "failed": g["failed"],
+                                 "all_captured": set(g["used"]) <= set(g["captured"]),
+                                 "unexplained": {b: v["unexplained"] for b, v in s.items() if v["unexplained"]},
+                                 "allowed": sorted({a for v in s.values() for a in v["allowed"]})}
+                    if vc is not None:
+                        rows[key]["virtual_host_reads"] = len(vc.syncs)
+                except Exception as e:  # noqa: BLE001 - one method's crash is its row, the rest still run
+                    rows[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
     ok = all("error" not in r and r["exact"] and r["all_captured"] and not r["failed"] and not r["unexplained"]
              for r in rows.values())
-    doc = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (emulated graphs)",
-           "ok": ok, "rows": rows}
+    doc = {"device": torch.cuda.get_device_name(0) if real else "virtual CUDA (CPU values, emulated graphs)",
+           "ok": ok, "new_tokens": n, "rows": rows}
     (out / "capture_check.json").write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def speed_item(out: Path, rehearse: bool) -> dict:
+    """The runbook's one speed row: ours greedy and lookahead W15 N5 G15 (the path a run takes: graphs on
+    CUDA) vs HF greedy, embedded target, 4 prompts x 96 tokens, 2 timed rounds (smoke size on CPU)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import torch
+    import gpu_rows
+    real = torch.cuda.is_available() and not rehearse
+    doc = gpu_rows.speed(not real, "cuda" if real else "cpu", 96 if real else 8, 2 if real else 1,
+                         only=("HF greedy", "ours greedy", "ours lookahead W15 N5 G15"), limit=4)
+    (out / "speed_row.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
 
 
@@ -145,7 +186,7 @@ def run_item(item, out: Path, rehearse: bool, timeout: float, log: Path) -> dict
         try:
             with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
                 if module == "gpu_run":
-                    capture_item(out, True)
+                    (capture_item if rargs[-1] == "capture" else speed_item)(out, True)
                 else:
                     sys.path.insert(0, str(ROOT / "bench"))
                     mod = __import__(module)
@@ -166,6 +207,9 @@ def run_item(item, out: Path, rehearse: bool, timeout: float, log: Path) -> dict
             log.write_text("".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
                                    for x in (e.stdout, e.stderr)))
             status = f"timeout after {timeout:.0f} s"
+    if name == "speed" and status == "ok" and (out / "speed_row.json").exists():
+        doc = json.loads((out / "speed_row.json").read_text())
+        status = "ok" if all(r["same_as_hf_greedy"] for r in doc["rows"]) else "failed: not HF greedy's ids"
     if name == "capture" and status == "ok":
         doc = json.loads((out / "capture_check.json").read_text())
         status = "ok" if doc["ok"] else "failed: see capture_check.json"
@@ -182,13 +226,20 @@ def readme_lines(out: Path, state: dict) -> list[str]:
         doc = json.loads(cap.read_text())
         bad = [k for k, r in doc["rows"].items() if "error" in r or not (r["exact"] and r["all_captured"]
                                                                           and not r["unexplained"])]
-        lines.append(f"- capture check: {len(doc['rows'])} methods on the graph path, "
+        lines.append(f"- capture check: {len(doc['rows'])} runs (every method x fp32, bf16) on the graph path, "
                      + ("every bucket captured, no unsafe op, output = HF greedy" if not bad
-                        else f"problems in {', '.join(bad)}"))
+                        else f"problems in {', '.join(bad)}")
+                     + " (fp32 exact; bf16 agreement with HF greedy in capture_check.json)")
     gc = out / "gpu_check.json"
     if gc.exists():
         for g in json.loads(gc.read_text()).get("goals", []):
             lines.append(f"- {g['goal']}: {g['value']} (**{g['status']}**, {g['dtype']})")
+    sp = out / "speed_row.json"
+    if sp.exists():
+        rows = {r["method"]: r for r in json.loads(sp.read_text()).get("rows", [])}
+        lines.append("- speed row (tokens/s, x HF greedy): " + ", ".join(
+            f"{k} {r['tokens_per_s']:.0f} ({r['vs_hf_greedy']:.2f}x"
+            f"{'' if r['same_as_hf_greedy'] else ', NOT same ids'})" for k, r in rows.items()))
     for name, rec in state["items"].items():
         if rec["status"] != "ok":
             lines.append(f"- item {name} ({rec['what']}): {rec['status']}")
@@ -213,7 +264,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None,
                     help="default bench/results/gpu-<device>/ (gpu-rehearse with --rehearse)")
-    ap.add_argument("--budget", type=float, default=570, help="seconds this invocation may use (a command: < 600)")
+    ap.add_argument("--budget", type=float, default=480,
+                    help="seconds this invocation may use (a command: < 600; the first one proves the path in 480)")
     ap.add_argument("--rehearse", action="store_true", help="CPU, emulated CUDA graphs, smoke sizes, in-process")
     ap.add_argument("--only", default="", help="comma-separated item names (default: all, in runbook order)")
     ap.add_argument("--redo", default="", help="comma-separated items to run again though recorded")
@@ -255,6 +307,10 @@ def _run(a, torch) -> dict:
     slug = "rehearse" if a.rehearse else device_slug()
     out = Path(a.out) if a.out else ROOT / "bench" / "results" / f"gpu-{slug}"
     out.mkdir(parents=True, exist_ok=True)
+    if a.item == "speed":
+        doc = speed_item(out, a.rehearse)
+        print(json.dumps(doc.get("rows"), indent=1, default=str))
+        raise SystemExit(0 if doc.get("rows") and not doc.get("errors") else 1)
     if a.item == "capture":
         doc = capture_item(out, a.rehearse)
         print(json.dumps({k: ("ok" if "error" not in r and r["exact"] and r["all_captured"] and not r["unexplained"]
@@ -279,7 +335,7 @@ def _run(a, torch) -> dict:
         if name not in only or (name in state["items"] and name not in redo):
             continue
         remaining = a.budget - (time.perf_counter() - t0)
-        if not a.rehearse and remaining < min(budget, 60):
+        if not a.rehearse and remaining < budget:  # only what fits: a killed item is device time lost
             left.append(name)
             continue
         rec = run_item(item, out, a.rehearse, min(budget, remaining), out / "logs" / f"{name}.log")

@@ -162,8 +162,8 @@ def profile_run(model, tokenizer, prompt: str | list[int], method: str = "greedy
     device, dtype = model_device_dtype(model)
     clock = StepClock(method, device)
     activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    if device.type == "cuda" and torch.profiler.ProfilerActivity.CUDA in torch.profiler.supported_activities():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)  # (a CPU build has none: minutes per op asked)
     with torch.profiler.profile(activities=activities) as prof:
         tr = run(model, tokenizer, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
                  trace=trace, step_context=clock, **params)

@@ -28,13 +28,16 @@ def acquire(model, capacity: int, compiled: bool = False, graphs: bool | None = 
     fits (its CUDA graphs are then already captured: a run after the first pays no capture), else new.
     At most twice the room needed: in graph mode attention reads the whole capacity."""
     need = size_class(max(capacity, 1))
+    w = model.get_input_embeddings().weight
     if graphs is None:  # the default a new cache would take: on CUDA, or where graphs are emulated
-        graphs = model.get_input_embeddings().weight.device.type == "cuda" or emulating()
+        graphs = w.device.type == "cuda" or emulating()
     with _POOL_LOCK:
         pool = _pool(model)
         for kv in pool:  # most recently used first
+            # a model moved (.to("cuda"), .to(bfloat16)) or copied since: its old caches do not fit it
             if (need <= kv.capacity <= 2 * need and kv.compiled == compiled and kv.fixed >= fixed
-                    and kv.graphs_on == graphs):
+                    and kv.graphs_on == graphs and kv._model() is model and kv.device == w.device
+                    and kv.dtype == w.dtype):
                 pool.remove(kv)
                 kv.used = set()
                 return kv

@@ -10,7 +10,8 @@ a TorchDispatchMode that sees every aten op, and report what breaks or silently 
   host-data   a tensor made from Python data inside the region (torch.tensor -> aten.lift_fresh): its
               values are baked into the graph at capture
   host-tensor an op output on another device than the cache's (a CPU tensor on a CUDA path): a pageable
-              copy inside capture (only visible where the cache is not on the CPU)
+              copy inside capture (only visible where the cache is not on the CPU: on CUDA, or on the
+              virtual CUDA device of virtual_cuda.py in CI)
   rng         a random op: replay repeats the captured draws unless the generator is registered with
               the graph (the default CUDA generator is; an explicit one is not)
   foreign     a tensor read (or written) inside the region that is neither a fixed buffer (io, mask,
@@ -58,13 +59,15 @@ ALLOWED = {
 }
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.abspath(__file__)
+_DEVICE = os.path.join(os.path.dirname(_HERE), "virtual_cuda.py")  # the CPU stand-in for CUDA: not a caller
 _ACTIVE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("decodescope_capture_check", default=None)
 
 
 def _where() -> str:
     """The innermost caller outside torch and this file: where the op came from."""
     f = sys._getframe(2)
-    while f is not None and (f.f_code.co_filename.startswith(_TORCH) or os.path.abspath(f.f_code.co_filename) == _HERE
+    while f is not None and (f.f_code.co_filename.startswith(_TORCH)
+                             or os.path.abspath(f.f_code.co_filename) in (_HERE, _DEVICE)
                              or "/torch/" in f.f_code.co_filename):
         f = f.f_back
     if f is None:

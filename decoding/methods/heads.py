@@ -271,7 +271,9 @@ class DraftLM:
         probs = self.logits(x).float().softmax(-1)
         top = torch.topk(probs, min(k, probs.shape[-1]))
         toks = top.indices if self.ids is None else self.ids[top.indices]
-        return top.values.tolist(), toks.tolist()
+        # ONE device-to-host transfer (not one per list): float32/bf16 values and token ids are exact in float64
+        vals, ids = torch.stack([top.values.double(), toks.double()]).tolist()
+        return vals, [[int(t) for t in row] for row in ids]
 
 
 class HeadsDrafter:
