@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 constexpr int64_t PANEL = 16;
 
@@ -518,6 +519,52 @@ std::string select_isa(const std::string& isa) {
   return g_avx512 ? "AVX512" : "AVX2";
 }
 
+// fp32 panels [p0, p1) of one matrix (pp: its first panel) into the output columns p*16.. of o [M, N].
+static void f32_range(const float* xp, const float* pp, int64_t p0, int64_t p1, int64_t M, int64_t K, float* op,
+                      int64_t N) {
+  if (g_avx512) return zf32_panels(xp, pp, p0, p1, M, K, op, N);
+  for (int64_t p = p0; p < p1; ++p)
+    panel_rows(xp, pp + p * K * PANEL, M, K, op + p * PANEL, N, std::min(PANEL, N - p * PANEL));
+}
+
+// Block panels [p0, p1) of one matrix (pp: its first panel) into o [M, N]; scratch: one aligned fp32 panel
+// where M > 6.
+static void block_range(const float* xp, const uint8_t* pp, int64_t p0, int64_t p1, int64_t M, int64_t K, float* op,
+                        int64_t N, bool q4, float* scratch) {
+  const int64_t B = q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  if (g_avx512) {
+    if (q4) zblock_panels<true>(xp, pp, p0, p1, M, K, op, N, scratch);
+    else zblock_panels<false>(xp, pp, p0, p1, M, K, op, N, scratch);
+    return;
+  }
+  int64_t p = p0;
+  for (; M <= 2 && p + 1 < p1; p += 2) {
+    const uint8_t* panel = pp + p * (K / QK) * B;
+    const int64_t nc0 = std::min(PANEL, N - p * PANEL), nc1 = std::min(PANEL, N - (p + 1) * PANEL);
+    float* o = op + p * PANEL;
+    if (M == 1) { if (q4) block_tile2<1, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<1, false>(xp, panel, K, o, N, nc0, nc1); }
+    else { if (q4) block_tile2<2, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<2, false>(xp, panel, K, o, N, nc0, nc1); }
+  }
+  for (; p < p1; ++p) {
+    const uint8_t* panel = pp + p * (K / QK) * B;
+    const int64_t nc = std::min(PANEL, N - p * PANEL);
+    if (q4) block_panel_rows<true>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+    else block_panel_rows<false>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+  }
+}
+
+// One 64-byte aligned fp32 panel per thread for M > 6 (zmm loads of an unaligned panel would each span two
+// cache lines); null otherwise.
+struct Scratch {
+  std::unique_ptr<float[]> buf;
+  float* p = nullptr;
+  Scratch(int64_t M, int64_t K) {
+    if (M <= 6) return;
+    buf.reset(new float[K * PANEL + 16]);
+    p = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63));
+  }
+};
+
 static torch::Tensor finish(torch::Tensor out, const torch::Tensor& x_in, int64_t N, const std::optional<torch::Tensor>& bias) {
   if (bias.has_value()) out.add_(*bias);
   auto shape = x_in.sizes().vec();
@@ -539,12 +586,13 @@ torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, i
   const float* xp = x.data_ptr<float>();
   const float* pp = P.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
-    if (g_avx512) return zf32_panels(xp, pp, p0, p1, M, K, op, N);
-    for (int64_t p = p0; p < p1; ++p)
-      panel_rows(xp, pp + p * K * PANEL, M, K, op + p * PANEL, N, std::min(PANEL, N - p * PANEL));
-  });
+  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) { f32_range(xp, pp, p0, p1, M, K, op, N); });
   return finish(out, x_in, N, bias);
+}
+
+static bool is_block_panels(const torch::Tensor& P, int64_t K) {
+  return P.dim() == 3 && P.scalar_type() == torch::kUInt8 && P.is_contiguous() && P.size(1) * QK == K &&
+         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES);
 }
 
 // packed_linear on block panels (pack_blocks); the record size tells Q4_1 from Q8_0.
@@ -552,41 +600,66 @@ torch::Tensor block_linear(const torch::Tensor& x_in, const torch::Tensor& P, in
                            const std::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "block_linear: a float32 x");
   const int64_t K = x_in.size(-1);
-  TORCH_CHECK(P.dim() == 3 && P.scalar_type() == torch::kUInt8 && P.is_contiguous() && P.size(1) * QK == K &&
-              (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES) && P.size(0) * PANEL >= N,
-              "block_linear: block panels of x's width");
+  TORCH_CHECK(is_block_panels(P, K) && P.size(0) * PANEL >= N, "block_linear: block panels of x's width");
   const bool q4 = P.size(2) == Q4_1_BYTES;
   const auto x = x_in.reshape({-1, K}).contiguous();
-  const int64_t M = x.size(0), np = P.size(0), B = P.size(2);
+  const int64_t M = x.size(0), np = P.size(0);
   auto out = torch::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
   const uint8_t* pp = P.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
-    std::unique_ptr<float[]> buf(M > 6 ? new float[K * PANEL + 16] : nullptr);  // one panel, 64-byte aligned:
-    float* scratch = M > 6 ? reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63))
-                           : nullptr;  // zmm loads of an unaligned panel would each span two cache lines
-    if (g_avx512) {
-      if (q4) zblock_panels<true>(xp, pp, p0, p1, M, K, op, N, scratch);
-      else zblock_panels<false>(xp, pp, p0, p1, M, K, op, N, scratch);
-      return;
-    }
-    int64_t p = p0;
-    for (; M <= 2 && p + 1 < p1; p += 2) {
-      const uint8_t* panel = pp + p * (K / QK) * B;
-      const int64_t nc0 = std::min(PANEL, N - p * PANEL), nc1 = std::min(PANEL, N - (p + 1) * PANEL);
-      float* o = op + p * PANEL;
-      if (M == 1) { if (q4) block_tile2<1, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<1, false>(xp, panel, K, o, N, nc0, nc1); }
-      else { if (q4) block_tile2<2, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<2, false>(xp, panel, K, o, N, nc0, nc1); }
-    }
-    for (; p < p1; ++p) {
-      const uint8_t* panel = pp + p * (K / QK) * B;
-      const int64_t nc = std::min(PANEL, N - p * PANEL);
-      if (q4) block_panel_rows<true>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
-      else block_panel_rows<false>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
-    }
+    Scratch s(M, K);
+    block_range(xp, pp, p0, p1, M, K, op, N, q4, s.p);
   });
   return finish(out, x_in, N, bias);
+}
+
+// Several Linears of the same input in one call (a layer's q/k/v, or gate/up): P is their panels (block or fp32)
+// concatenated along the panel axis, each matrix padded to whole panels, ns their output widths; returns one
+// tensor per matrix, [..., ns[j]]. Every output is the FMA chain it has in its own matrix's call, so each result
+// equals block_linear's / packed_linear's bitwise; one call instead of several saves the dispatch and a stream
+// that restarts per matrix.
+std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::Tensor& P, at::IntArrayRef ns,
+                                        const c10::List<std::optional<torch::Tensor>>& biases) {
+  TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "fused_linear: a float32 x");
+  TORCH_CHECK(!ns.empty() && (biases.size() == 0 || biases.size() == ns.size()),
+              "fused_linear: one width per matrix, and no biases or one (or None) per matrix");
+  const int64_t K = x_in.size(-1), J = static_cast<int64_t>(ns.size());
+  std::vector<int64_t> start(J + 1, 0);
+  for (int64_t j = 0; j < J; ++j) {
+    TORCH_CHECK(ns[j] > 0, "fused_linear: widths must be positive");
+    start[j + 1] = start[j] + (ns[j] + PANEL - 1) / PANEL;
+  }
+  const bool blocks = P.scalar_type() == torch::kUInt8;
+  TORCH_CHECK(blocks ? is_block_panels(P, K)
+                     : P.scalar_type() == torch::kFloat32 && P.is_contiguous() && P.dim() == 3 && P.size(1) == K &&
+                       P.size(2) == PANEL,
+              "fused_linear: block or fp32 panels of x's width");
+  TORCH_CHECK(P.size(0) == start[J], "fused_linear: the panels hold exactly the matrices of widths ns");
+  const bool q4 = blocks && P.size(2) == Q4_1_BYTES;
+  const int64_t stride = blocks ? P.size(1) * P.size(2) : K * PANEL;  // elements per panel
+  const auto x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0);
+  std::vector<torch::Tensor> outs;
+  std::vector<float*> ops;
+  for (int64_t j = 0; j < J; ++j) {
+    outs.push_back(torch::empty({M, ns[j]}, x.options()));
+    ops.push_back(outs.back().data_ptr<float>());
+  }
+  const float* xp = x.data_ptr<float>();
+  at::parallel_for(0, start[J], 4, [&](int64_t p0, int64_t p1) {
+    Scratch s(blocks ? M : 0, K);
+    for (int64_t j = 0; j < J; ++j) {
+      const int64_t lo = std::max(p0, start[j]) - start[j], hi = std::min(p1, start[j + 1]) - start[j];
+      if (lo >= hi) continue;
+      if (blocks) block_range(xp, P.data_ptr<uint8_t>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j], q4, s.p);
+      else f32_range(xp, P.data_ptr<float>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j]);
+    }
+  });
+  for (int64_t j = 0; j < J; ++j)
+    outs[j] = finish(outs[j], x_in, ns[j], biases.size() ? biases.get(j) : std::optional<torch::Tensor>());
+  return outs;
 }
 
 // Registered as torch operators (not a pybind function): the profiler's traces name them
@@ -596,6 +669,7 @@ TORCH_LIBRARY(decodescope, m) {
   m.def("packed_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
   m.def("pack_blocks(Tensor q, Tensor d, Tensor? m=None) -> Tensor");
   m.def("block_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
+  m.def("fused_linear(Tensor x, Tensor panels, int[] ns, Tensor?[] biases) -> Tensor[]");
   m.def("select_isa(str isa) -> str", &select_isa);  // no tensor to dispatch on: one kernel for all
 }
 
@@ -604,4 +678,5 @@ TORCH_LIBRARY_IMPL(decodescope, CPU, m) {
   m.impl("packed_linear", &packed_linear);
   m.impl("pack_blocks", &pack_blocks);
   m.impl("block_linear", &block_linear);
+  m.impl("fused_linear", &fused_linear);
 }
