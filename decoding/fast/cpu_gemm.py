@@ -22,6 +22,10 @@ same weights and the same FMA chains, so block_linear's results equal packed_lin
 step reads ~96 MB instead of 538 MB for SmolLM2-135M (docs/cpu-kernel.md: a 1-row step 2-3x cheaper on the
 AVX-512 Intel box). DECODESCOPE_CPU_BLOCKS=0 keeps fp32 panels. AVX2+FMA+F16C is the baseline; where torch
 reports AVX-512 the kernel runs its AVX-512 variant (select_isa; measured faster there at every row count).
+
+Fused siblings: the Linears a decoder layer calls on one tensor (q/k/v, gate/up) run as one fused_linear call
+on their concatenated panels (FusedLinears): one dispatch instead of 3 / 2, each output bitwise its own call's.
+DECODESCOPE_CPU_FUSE=0 keeps one call per Linear.
 """
 from __future__ import annotations
 
