@@ -111,6 +111,24 @@ def test_a_llama_layer_fuses_qkv_and_gate_up_and_keeps_its_bits():
     assert a.get_total_flops() == b.get_total_flops() > 0
 
 
+def test_qwen2_qkv_biases_stay_with_their_outputs():
+    """Qwen2's q/k/v carry biases: fused, each output still gets its own bias (bitwise the unfused logits),
+    and a bias replaced after fusing is the one used."""
+    stock = quantize_model(tiny("qwen2", seed=4))
+    fused, plain = copy.deepcopy(stock), copy.deepcopy(stock)
+    pack_linears(fused, fuse=True)
+    pack_linears(plain, fuse=False)
+    attn = fused.model.layers[0].self_attn
+    assert attn.q_proj._group is attn.v_proj._group is not None and attn.k_proj.bias is not None
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.inference_mode():
+        assert torch.equal(bits(fused(ids).logits), bits(plain(ids).logits))
+        new_bias = torch.nn.Parameter(torch.randn(attn.k_proj.out_features))
+        for model in (fused, plain):
+            model.model.layers[0].self_attn.k_proj.bias = new_bias
+        assert torch.equal(bits(fused(ids).logits), bits(plain(ids).logits))
+
+
 @pytest.mark.parametrize("method,params", [("greedy", {}), ("lookahead", dict(window=3, ngram=3, guesses=3))])
 def test_fused_model_decodes_hf_greedy_tokens(method, params):
     stock, fused = fused_llama(seed=6)

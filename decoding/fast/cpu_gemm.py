@@ -247,7 +247,7 @@ class FusedLinears:
 
     def __init__(self, members: list[PackedLinear]):
         self.members = members
-        self._kept: tuple[torch.Tensor, int, dict[int, torch.Tensor]] | None = None  # x, its version, outputs
+        self._kept: tuple[torch.Tensor, int, dict[PackedLinear, torch.Tensor]] | None = None  # x, version, outputs
         self._build()
 
     def _build(self) -> None:
@@ -258,21 +258,21 @@ class FusedLinears:
             m.panels = self.panels.narrow(0, at, n)  # a view: the buffer keeps its name, the storage is shared
             at += n
         self.ns = [m.out_features for m in self.members]
-        self.biases = [m.bias for m in self.members]
         self._kept = None
 
     def output(self, member: PackedLinear, x: torch.Tensor) -> torch.Tensor:
         kept = self._kept
-        i = self.members.index(member)
-        if kept is not None and kept[0] is x and kept[1] == _version(x) and i in kept[2]:
-            return kept[2].pop(i)
+        if kept is not None and kept[0] is x and kept[1] == _version(x):
+            out = kept[2].pop(member, None)
+            if out is not None:
+                return out
         if any(m.weight._version != m._packed_at for m in self.members):
             self._update()
             if member._group is None:
                 return member(x)
-        outs = fused_op()(x, self.panels, self.ns, self.biases)
-        self._kept = (x, _version(x), {j: o for j, o in enumerate(outs) if j != i})
-        return outs[i]
+        outs = fused_op()(x, self.panels, self.ns, [m.bias for m in self.members])  # biases as they are now
+        self._kept = (x, _version(x), {m: o for m, o in zip(self.members, outs) if m is not member})
+        return outs[self.members.index(member)]
 
     def _update(self) -> None:
         """A member's weight changed in place: re-pack it, and fuse again if the storages still agree."""
