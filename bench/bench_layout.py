@@ -9,7 +9,9 @@ cpu-layout-<M>.{md,json}).
 
 "packed" stores a weight that is exactly de-quantised ggml blocks as those blocks (decoding/fast/blocks.py);
 the "packed fp32" column is the same kernel on fp32 panels (the packed layout before block storage), and on
-an AVX-512 CPU "packed AVX2" is the block kernel restricted to AVX2 (select_isa), all in the same run.
+an AVX-512 CPU "packed AVX2" is the block kernel restricted to AVX2 (select_isa), and "packed unfused" the block
+storage without the step-level levers (each Linear its own kernel call instead of fused q/k/v and gate/up, and
+transformers' own attention with its repeat_kv copy instead of cpu_attention's), all in the same run.
 """
 from __future__ import annotations
 
@@ -79,6 +81,15 @@ def packed_fp32(name, threads: int):
     return model
 
 
+def packed_unfused(name, threads: int):
+    """Block storage with one kernel call per Linear and transformers' own attention: the packed step before
+    fused siblings (cpu_gemm.fuse_linears) and in-place GQA attention (cpu_attention)."""
+    model = load(name, device="cpu", layout="stock", threads=threads)[0]
+    cpu_gemm.pack_linears(model, fuse=False)
+    model.weight_layout_ = "packed"
+    return model
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="default: the embedded target")
@@ -96,6 +107,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
               "column": load(name, device="cpu", layout="column", threads=a.threads)[0],
               "packed": load(name, device="cpu", layout="packed", threads=a.threads)[0]}
     models["packed_fp32"] = packed_fp32(name, a.threads)
+    models["packed_unfused"] = packed_unfused(name, a.threads)
     if cpu_gemm.ISA == ["AVX512"] and not a.quick:
         models["packed_avx2"] = models["packed"]
     sizes = (1, 2, 4, 8) if a.quick else (1, 2, 4, 8, 12, 16, 24, 32)

@@ -42,7 +42,7 @@ def test_layout_bench_quick():
     import bench_layout
     rows = bench_layout.main(["--quick"])
     assert [r["n_query"] for r in rows] == [1, 2, 4, 8]
-    assert all(r["stock_ms"] > 0 and r["column_ms"] > 0 for r in rows)
+    assert all(r["stock_ms"] > 0 and r["column_ms"] > 0 and r["packed_unfused_ms"] > 0 for r in rows)
 
 
 def test_gpu_scaling_quick_runs_on_cpu():

@@ -231,3 +231,21 @@ def test_the_roofline_counts_the_bytes_the_blocks_stream():
         d["model"]["linear_weight_bytes"] = bad
         assert [c["weight_bytes"] for c in trace_costs(d)] == [c["weight_bytes"] for c in cs]
     assert trace_costs(tp, dtype="bfloat16")[1]["weight_bytes"] == trace_costs(ts, dtype="bfloat16")[1]["weight_bytes"]
+
+
+@pytest.mark.parametrize("isa", ISAS, indirect=True)
+@pytest.mark.parametrize("kind", ["q4_1", "q8_0", "fp32"])
+def test_every_row_tiling_gives_each_row_its_one_row_bits(isa, kind):
+    """Row tiles of every size and split (1..6 in pairs of panels, 7..16 in one tile, balanced tiles beyond,
+    e.g. 13 = 7 + 6 for fp32 panels): each row equals its own 1-row call bitwise, up to 64 rows."""
+    ops = kernel()
+    w = quantized(16 * 3 + 5, 96, "q8_0" if kind == "fp32" else kind, seed=11)
+    if kind == "fp32":
+        P, op = ops.pack_panels(w + 1e-3), ops.packed_linear
+    else:
+        b = blocks.recover(w)
+        P, op = ops.pack_blocks(b.q, b.d, b.m), ops.block_linear
+    x = torch.randn(64, 96, generator=torch.Generator().manual_seed(2))
+    one = torch.cat([op(x[i:i + 1], P, w.shape[0]) for i in range(64)])
+    for m in range(1, 65):
+        assert torch.equal(bits(op(x[:m], P, w.shape[0])), bits(one[:m])), (isa, kind, m)

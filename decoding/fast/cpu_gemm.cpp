@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 constexpr int64_t PANEL = 16;
 
@@ -163,19 +164,18 @@ static void dequant_panel(const uint8_t* __restrict panel, int64_t K, float* __r
     });
 }
 
-// All row tiles of one panel: 6 rows at a time, then the rest. Every output is one FMA chain over k.
+#define T6(r) case r: tile<r>(xr, panel, K, orow, N, nc); break;
+
+// All row tiles of one panel: ceil(M / 6) tiles of balanced sizes (M = 7: 4 + 3, not 6 + 1, whose 1-row tile
+// waits on the FMA latency). Every output is one FMA chain over k, whichever tile holds its row.
 static void panel_rows(const float* xp, const float* panel, int64_t M, int64_t K, float* o, int64_t N, int64_t nc) {
-  int64_t m = 0;
-  for (; m + 6 <= M; m += 6) tile<6>(xp + m * K, panel, K, o + m * N, N, nc);
-  const float* xr = xp + m * K;
-  float* orow = o + m * N;
-  switch (M - m) {
-    case 5: tile<5>(xr, panel, K, orow, N, nc); break;
-    case 4: tile<4>(xr, panel, K, orow, N, nc); break;
-    case 3: tile<3>(xr, panel, K, orow, N, nc); break;
-    case 2: tile<2>(xr, panel, K, orow, N, nc); break;
-    case 1: tile<1>(xr, panel, K, orow, N, nc); break;
-    default: break;
+  const int64_t tiles = (M + 5) / 6;
+  for (int64_t t = 0, m = 0; t < tiles; ++t) {
+    const int64_t r = M / tiles + (t < M % tiles ? 1 : 0);
+    const float* xr = xp + m * K;
+    float* orow = o + m * N;
+    switch (r) { T6(1) T6(2) T6(3) T6(4) T6(5) T6(6) default: break; }
+    m += r;
   }
 }
 
@@ -257,7 +257,9 @@ static void block_panel_rows(const float* xp, const uint8_t* panel, int64_t M, i
 
 // AVX-512 (run-time choice: select_isa): one 16-column panel is one zmm, so a k costs half the instructions,
 // and with 32 registers two panels are interleaved for 1..6 rows (the FMA latency is then hidden even for one
-// row), block panels are de-quantised once for up to 12 rows, and fp32 tiles take 12 rows. The same chains
+// row), block panels are de-quantised once in registers for up to 16 rows, and fp32 tiles take up to 16 rows
+// (more rows: balanced tiles, e.g. 24 = 12 + 12, not 16 + 8, nor 12 + 1 for 13, whose 1-row tile waited on
+// the FMA latency: a 13-row pass over the default model's Linears cost 1.7x a 12-row one). The same chains
 // over k, lane by lane, so the results equal the AVX2 kernels' bitwise (packed_linear's and block_linear's).
 static bool g_avx512 = false;
 
@@ -331,16 +333,18 @@ static void zblock_tile(const float* __restrict x, const uint8_t* __restrict pan
 
 #define YACC(r) __m512 y##r = _mm512_setzero_ps();
 #define YFMA(r) if (R > r) y##r = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), w, y##r);
-#define YFMAS YFMA(0) YFMA(1) YFMA(2) YFMA(3) YFMA(4) YFMA(5) YFMA(6) YFMA(7) YFMA(8) YFMA(9) YFMA(10) YFMA(11)
+#define YFMAS YFMA(0) YFMA(1) YFMA(2) YFMA(3) YFMA(4) YFMA(5) YFMA(6) YFMA(7) YFMA(8) YFMA(9) YFMA(10) YFMA(11) \
+    YFMA(12) YFMA(13) YFMA(14) YFMA(15)
 #define YSTORE(r) if (R > r) zstore(out + r * N, y##r, nc);
 
-// 7..12 rows x one block panel, de-quantised in registers once for all of them.
+// 7..16 rows x one block panel, de-quantised in registers once for all of them (16 accumulators + 5 registers).
 template <int R, bool Q4>
-static void zblock_tile12(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
+static void zblock_tile16(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
                           int64_t N, int64_t nc) {
   constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
   const __m512i mask = _mm512_set1_epi32(15);
   YACC(0) YACC(1) YACC(2) YACC(3) YACC(4) YACC(5) YACC(6) YACC(7) YACC(8) YACC(9) YACC(10) YACC(11)
+  YACC(12) YACC(13) YACC(14) YACC(15)
   for (int64_t b = 0; b < K / QK; ++b) {
     const uint8_t* r0 = pan + b * B;
     const __m512 d0 = zhalf16(r0);
@@ -362,7 +366,7 @@ static void zblock_tile12(const float* __restrict x, const uint8_t* __restrict p
     }
   }
   YSTORE(0) YSTORE(1) YSTORE(2) YSTORE(3) YSTORE(4) YSTORE(5) YSTORE(6) YSTORE(7) YSTORE(8) YSTORE(9) YSTORE(10)
-  YSTORE(11)
+  YSTORE(11) YSTORE(12) YSTORE(13) YSTORE(14) YSTORE(15)
 }
 
 // R <= 6 rows x NP (1 or 2) consecutive fp32 panels: packed_linear's tile with 16-wide vectors.
@@ -400,63 +404,41 @@ static void zf32_panels(const float* xp, const float* pp, int64_t p0, int64_t p1
   }
 }
 
-template <bool Q4>
-static void zdequant_panel(const uint8_t* __restrict panel, int64_t K, float* __restrict w) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
-  const __m512i mask = _mm512_set1_epi32(15);
-  for (int64_t b = 0; b < K / QK; ++b) {
-    const uint8_t* r = panel + b * B;
-    float* wb = w + b * QK * PANEL;
-    const __m512 d = zhalf16(r);
-    if constexpr (Q4) {
-      const __m512 m = zhalf16(r + 2 * PANEL);
-      for (int64_t t = 0; t < QK / 2; ++t) {
-        const __m512i c = zcodes(r + 4 * PANEL + t * PANEL, false);
-        _mm512_storeu_ps(wb + 2 * t * PANEL, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(c, mask)), m));
-        _mm512_storeu_ps(wb + (2 * t + 1) * PANEL, _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_srli_epi32(c, 4)), m));
-      }
-    } else {
-      for (int64_t t = 0; t < QK; ++t)
-        _mm512_storeu_ps(wb + t * PANEL, _mm512_mul_ps(d, _mm512_cvtepi32_ps(zcodes(r + 2 * PANEL + t * PANEL, true))));
-    }
-  }
-}
-
 #define FACC(r) __m512 f##r = _mm512_setzero_ps();
 #define FFMA(r) if (R > r) f##r = _mm512_fmadd_ps(_mm512_set1_ps(x[r * K + k]), w, f##r);
 #define FSTORE(r) if (R > r) zstore(out + r * N, f##r, nc);
 
-// R <= 12 rows x one fp32 panel (from L1/L2): the fp32 tile with 16-wide vectors.
+// R <= 16 rows x one fp32 panel (from L1/L2): the fp32 tile with 16-wide vectors.
 template <int R>
 static void ztile(const float* __restrict x, const float* __restrict panel, int64_t K, float* __restrict out,
                   int64_t N, int64_t nc) {
   FACC(0) FACC(1) FACC(2) FACC(3) FACC(4) FACC(5) FACC(6) FACC(7) FACC(8) FACC(9) FACC(10) FACC(11)
+  FACC(12) FACC(13) FACC(14) FACC(15)
   for (int64_t k = 0; k < K; ++k) {
     const __m512 w = _mm512_loadu_ps(panel + k * PANEL);
     FFMA(0) FFMA(1) FFMA(2) FFMA(3) FFMA(4) FFMA(5) FFMA(6) FFMA(7) FFMA(8) FFMA(9) FFMA(10) FFMA(11)
+    FFMA(12) FFMA(13) FFMA(14) FFMA(15)
   }
   FSTORE(0) FSTORE(1) FSTORE(2) FSTORE(3) FSTORE(4) FSTORE(5) FSTORE(6) FSTORE(7) FSTORE(8) FSTORE(9) FSTORE(10)
-  FSTORE(11)
+  FSTORE(11) FSTORE(12) FSTORE(13) FSTORE(14) FSTORE(15)
 }
 
+#define ZT(r) case r: ztile<r>(xr, panel, K, orow, N, nc); break;
+
+// All rows of one fp32 panel: ceil(M / 12) tiles of balanced sizes (M = 13: 7 + 6), each with enough chains to
+// hide the FMA latency, where fixed 12-row tiles left a latency-bound remainder (13 = 12 + 1). 12, not 16: with
+// the panel in memory, not in registers, 16-row tiles measured slower (32 rows: 16 + 16 vs 11 + 11 + 10).
 static void zpanel_rows(const float* xp, const float* panel, int64_t M, int64_t K, float* o, int64_t N, int64_t nc) {
-  int64_t m = 0;
-  for (; m + 12 <= M; m += 12) ztile<12>(xp + m * K, panel, K, o + m * N, N, nc);
-  const float* xr = xp + m * K;
-  float* orow = o + m * N;
-  switch (M - m) {
-    case 11: ztile<11>(xr, panel, K, orow, N, nc); break;
-    case 10: ztile<10>(xr, panel, K, orow, N, nc); break;
-    case 9: ztile<9>(xr, panel, K, orow, N, nc); break;
-    case 8: ztile<8>(xr, panel, K, orow, N, nc); break;
-    case 7: ztile<7>(xr, panel, K, orow, N, nc); break;
-    case 6: ztile<6>(xr, panel, K, orow, N, nc); break;
-    case 5: ztile<5>(xr, panel, K, orow, N, nc); break;
-    case 4: ztile<4>(xr, panel, K, orow, N, nc); break;
-    case 3: ztile<3>(xr, panel, K, orow, N, nc); break;
-    case 2: ztile<2>(xr, panel, K, orow, N, nc); break;
-    case 1: ztile<1>(xr, panel, K, orow, N, nc); break;
-    default: break;
+  const int64_t tiles = (M + 11) / 12;
+  for (int64_t t = 0, m = 0; t < tiles; ++t) {
+    const int64_t r = M / tiles + (t < M % tiles ? 1 : 0);
+    const float* xr = xp + m * K;
+    float* orow = o + m * N;
+    switch (r) {
+      ZT(1) ZT(2) ZT(3) ZT(4) ZT(5) ZT(6) ZT(7) ZT(8) ZT(9) ZT(10) ZT(11) ZT(12) ZT(13) ZT(14) ZT(15) ZT(16)
+      default: break;
+    }
+    m += r;
   }
 }
 
@@ -474,30 +456,35 @@ static void zblock_rows(const float* x, const uint8_t* pan, int64_t M, int64_t K
   }
 }
 
-// Panels [p0, p1) of a block matrix: pairs of panels de-quantised in registers for up to 6 rows, else each panel
-// de-quantised once into `scratch` and multiplied by 12-row fp32 tiles.
+#define ZB16(r) case r: zblock_tile16<r, Q4>(xp, pan, K, o, N, nc0); break;
+#define ZB(r) case r: zblock_tile16<r, Q4>(x, pan, K, o, N, nc0); break;
+
+// Panels [p0, p1) of a block matrix: pairs of panels de-quantised in registers for up to 6 rows, one panel for
+// 7..16 rows; more rows in balanced tiles of <= 16 (M = 24: 12 + 12), each de-quantising the panel again from L1:
+// measured faster than de-quantising it once into an fp32 panel and running fp32 tiles on it (24 rows: 40 vs
+// 47 ms over the default model's Linears), and than fixed 16-row tiles, whose remainder waits on FMA latency.
 template <bool Q4>
 static void zblock_panels(const float* xp, const uint8_t* pp, int64_t p0, int64_t p1, int64_t M, int64_t K,
-                          float* op, int64_t N, float* scratch) {
+                          float* op, int64_t N) {
   constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
   const int64_t stride = K / QK * B;
   for (int64_t p = p0; p < p1;) {
     const int64_t nc0 = std::min(PANEL, N - p * PANEL);
-    if (M > 6 && M <= 12) {
+    if (M > 6 && M <= 16) {
       const uint8_t* pan = pp + p * stride;
       float* o = op + p * PANEL;
-      switch (M) {
-        case 7: zblock_tile12<7, Q4>(xp, pan, K, o, N, nc0); break;
-        case 8: zblock_tile12<8, Q4>(xp, pan, K, o, N, nc0); break;
-        case 9: zblock_tile12<9, Q4>(xp, pan, K, o, N, nc0); break;
-        case 10: zblock_tile12<10, Q4>(xp, pan, K, o, N, nc0); break;
-        case 11: zblock_tile12<11, Q4>(xp, pan, K, o, N, nc0); break;
-        default: zblock_tile12<12, Q4>(xp, pan, K, o, N, nc0); break;
-      }
+      switch (M) { ZB16(7) ZB16(8) ZB16(9) ZB16(10) ZB16(11) ZB16(12) ZB16(13) ZB16(14) ZB16(15) ZB16(16) default: break; }
       p += 1;
-    } else if (M > 6) {
-      zdequant_panel<Q4>(pp + p * stride, K, scratch);
-      zpanel_rows(xp, scratch, M, K, op + p * PANEL, N, nc0);
+    } else if (M > 6) {  // balanced tiles of <= 16 rows, each de-quantising the panel (from L1) in registers
+      const uint8_t* pan = pp + p * stride;
+      const int64_t tiles = (M + 15) / 16;
+      for (int64_t t = 0, m = 0; t < tiles; ++t) {
+        const int64_t r = M / tiles + (t < M % tiles ? 1 : 0);
+        const float* x = xp + m * K;
+        float* o = op + p * PANEL + m * N;
+        switch (r) { ZB(8) ZB(9) ZB(10) ZB(11) ZB(12) ZB(13) ZB(14) ZB(15) ZB(16) default: break; }
+        m += r;
+      }
       p += 1;
     } else if (p + 1 < p1) {
       zblock_rows<2, Q4>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, std::min(PANEL, N - (p + 1) * PANEL));
@@ -517,6 +504,52 @@ std::string select_isa(const std::string& isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return g_avx512 ? "AVX512" : "AVX2";
 }
+
+// fp32 panels [p0, p1) of one matrix (pp: its first panel) into the output columns p*16.. of o [M, N].
+static void f32_range(const float* xp, const float* pp, int64_t p0, int64_t p1, int64_t M, int64_t K, float* op,
+                      int64_t N) {
+  if (g_avx512) return zf32_panels(xp, pp, p0, p1, M, K, op, N);
+  for (int64_t p = p0; p < p1; ++p)
+    panel_rows(xp, pp + p * K * PANEL, M, K, op + p * PANEL, N, std::min(PANEL, N - p * PANEL));
+}
+
+// Block panels [p0, p1) of one matrix (pp: its first panel) into o [M, N]; scratch: one aligned fp32 panel
+// where M > 6.
+static void block_range(const float* xp, const uint8_t* pp, int64_t p0, int64_t p1, int64_t M, int64_t K, float* op,
+                        int64_t N, bool q4, float* scratch) {
+  const int64_t B = q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  if (g_avx512) {
+    if (q4) zblock_panels<true>(xp, pp, p0, p1, M, K, op, N);
+    else zblock_panels<false>(xp, pp, p0, p1, M, K, op, N);
+    return;
+  }
+  int64_t p = p0;
+  for (; M <= 2 && p + 1 < p1; p += 2) {
+    const uint8_t* panel = pp + p * (K / QK) * B;
+    const int64_t nc0 = std::min(PANEL, N - p * PANEL), nc1 = std::min(PANEL, N - (p + 1) * PANEL);
+    float* o = op + p * PANEL;
+    if (M == 1) { if (q4) block_tile2<1, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<1, false>(xp, panel, K, o, N, nc0, nc1); }
+    else { if (q4) block_tile2<2, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<2, false>(xp, panel, K, o, N, nc0, nc1); }
+  }
+  for (; p < p1; ++p) {
+    const uint8_t* panel = pp + p * (K / QK) * B;
+    const int64_t nc = std::min(PANEL, N - p * PANEL);
+    if (q4) block_panel_rows<true>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+    else block_panel_rows<false>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+  }
+}
+
+// One 64-byte aligned fp32 panel per thread for the AVX2 block kernel at M > 6 (loads from an unaligned panel
+// would span cache lines); null otherwise.
+struct Scratch {
+  std::unique_ptr<float[]> buf;
+  float* p = nullptr;
+  Scratch(int64_t M, int64_t K) {
+    if (M <= 6) return;
+    buf.reset(new float[K * PANEL + 16]);
+    p = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63));
+  }
+};
 
 static torch::Tensor finish(torch::Tensor out, const torch::Tensor& x_in, int64_t N, const std::optional<torch::Tensor>& bias) {
   if (bias.has_value()) out.add_(*bias);
@@ -539,12 +572,13 @@ torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, i
   const float* xp = x.data_ptr<float>();
   const float* pp = P.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
-    if (g_avx512) return zf32_panels(xp, pp, p0, p1, M, K, op, N);
-    for (int64_t p = p0; p < p1; ++p)
-      panel_rows(xp, pp + p * K * PANEL, M, K, op + p * PANEL, N, std::min(PANEL, N - p * PANEL));
-  });
+  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) { f32_range(xp, pp, p0, p1, M, K, op, N); });
   return finish(out, x_in, N, bias);
+}
+
+static bool is_block_panels(const torch::Tensor& P, int64_t K) {
+  return P.dim() == 3 && P.scalar_type() == torch::kUInt8 && P.is_contiguous() && P.size(1) * QK == K &&
+         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES);
 }
 
 // packed_linear on block panels (pack_blocks); the record size tells Q4_1 from Q8_0.
@@ -552,41 +586,66 @@ torch::Tensor block_linear(const torch::Tensor& x_in, const torch::Tensor& P, in
                            const std::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "block_linear: a float32 x");
   const int64_t K = x_in.size(-1);
-  TORCH_CHECK(P.dim() == 3 && P.scalar_type() == torch::kUInt8 && P.is_contiguous() && P.size(1) * QK == K &&
-              (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES) && P.size(0) * PANEL >= N,
-              "block_linear: block panels of x's width");
+  TORCH_CHECK(is_block_panels(P, K) && P.size(0) * PANEL >= N, "block_linear: block panels of x's width");
   const bool q4 = P.size(2) == Q4_1_BYTES;
   const auto x = x_in.reshape({-1, K}).contiguous();
-  const int64_t M = x.size(0), np = P.size(0), B = P.size(2);
+  const int64_t M = x.size(0), np = P.size(0);
   auto out = torch::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
   const uint8_t* pp = P.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
-    std::unique_ptr<float[]> buf(M > 6 ? new float[K * PANEL + 16] : nullptr);  // one panel, 64-byte aligned:
-    float* scratch = M > 6 ? reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63))
-                           : nullptr;  // zmm loads of an unaligned panel would each span two cache lines
-    if (g_avx512) {
-      if (q4) zblock_panels<true>(xp, pp, p0, p1, M, K, op, N, scratch);
-      else zblock_panels<false>(xp, pp, p0, p1, M, K, op, N, scratch);
-      return;
-    }
-    int64_t p = p0;
-    for (; M <= 2 && p + 1 < p1; p += 2) {
-      const uint8_t* panel = pp + p * (K / QK) * B;
-      const int64_t nc0 = std::min(PANEL, N - p * PANEL), nc1 = std::min(PANEL, N - (p + 1) * PANEL);
-      float* o = op + p * PANEL;
-      if (M == 1) { if (q4) block_tile2<1, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<1, false>(xp, panel, K, o, N, nc0, nc1); }
-      else { if (q4) block_tile2<2, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<2, false>(xp, panel, K, o, N, nc0, nc1); }
-    }
-    for (; p < p1; ++p) {
-      const uint8_t* panel = pp + p * (K / QK) * B;
-      const int64_t nc = std::min(PANEL, N - p * PANEL);
-      if (q4) block_panel_rows<true>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
-      else block_panel_rows<false>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
-    }
+    Scratch s(g_avx512 ? 0 : M, K);  // the AVX-512 block tiles de-quantise in registers only
+    block_range(xp, pp, p0, p1, M, K, op, N, q4, s.p);
   });
   return finish(out, x_in, N, bias);
+}
+
+// Several Linears of the same input in one call (a layer's q/k/v, or gate/up): P is their panels (block or fp32)
+// concatenated along the panel axis, each matrix padded to whole panels, ns their output widths; returns one
+// tensor per matrix, [..., ns[j]]. Every output is the FMA chain it has in its own matrix's call, so each result
+// equals block_linear's / packed_linear's bitwise; one call instead of several saves the dispatch and a stream
+// that restarts per matrix.
+std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::Tensor& P, at::IntArrayRef ns,
+                                        const c10::List<std::optional<torch::Tensor>>& biases) {
+  TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "fused_linear: a float32 x");
+  TORCH_CHECK(!ns.empty() && (biases.size() == 0 || biases.size() == ns.size()),
+              "fused_linear: one width per matrix, and no biases or one (or None) per matrix");
+  const int64_t K = x_in.size(-1), J = static_cast<int64_t>(ns.size());
+  std::vector<int64_t> start(J + 1, 0);
+  for (int64_t j = 0; j < J; ++j) {
+    TORCH_CHECK(ns[j] > 0, "fused_linear: widths must be positive");
+    start[j + 1] = start[j] + (ns[j] + PANEL - 1) / PANEL;
+  }
+  const bool blocks = P.scalar_type() == torch::kUInt8;
+  TORCH_CHECK(blocks ? is_block_panels(P, K)
+                     : P.scalar_type() == torch::kFloat32 && P.is_contiguous() && P.dim() == 3 && P.size(1) == K &&
+                       P.size(2) == PANEL,
+              "fused_linear: block or fp32 panels of x's width");
+  TORCH_CHECK(P.size(0) == start[J], "fused_linear: the panels hold exactly the matrices of widths ns");
+  const bool q4 = blocks && P.size(2) == Q4_1_BYTES;
+  const int64_t stride = blocks ? P.size(1) * P.size(2) : K * PANEL;  // elements per panel
+  const auto x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0);
+  std::vector<torch::Tensor> outs;
+  std::vector<float*> ops;
+  for (int64_t j = 0; j < J; ++j) {
+    outs.push_back(torch::empty({M, ns[j]}, x.options()));
+    ops.push_back(outs.back().data_ptr<float>());
+  }
+  const float* xp = x.data_ptr<float>();
+  at::parallel_for(0, start[J], 4, [&](int64_t p0, int64_t p1) {
+    Scratch s(blocks && !g_avx512 ? M : 0, K);
+    for (int64_t j = 0; j < J; ++j) {
+      const int64_t lo = std::max(p0, start[j]) - start[j], hi = std::min(p1, start[j + 1]) - start[j];
+      if (lo >= hi) continue;
+      if (blocks) block_range(xp, P.data_ptr<uint8_t>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j], q4, s.p);
+      else f32_range(xp, P.data_ptr<float>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j]);
+    }
+  });
+  for (int64_t j = 0; j < J; ++j)
+    outs[j] = finish(outs[j], x_in, ns[j], biases.size() ? biases.get(j) : std::optional<torch::Tensor>());
+  return outs;
 }
 
 // Registered as torch operators (not a pybind function): the profiler's traces name them
@@ -596,6 +655,7 @@ TORCH_LIBRARY(decodescope, m) {
   m.def("packed_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
   m.def("pack_blocks(Tensor q, Tensor d, Tensor? m=None) -> Tensor");
   m.def("block_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
+  m.def("fused_linear(Tensor x, Tensor panels, int[] ns, Tensor?[] biases) -> Tensor[]");
   m.def("select_isa(str isa) -> str", &select_isa);  // no tensor to dispatch on: one kernel for all
 }
 
@@ -604,4 +664,5 @@ TORCH_LIBRARY_IMPL(decodescope, CPU, m) {
   m.impl("packed_linear", &packed_linear);
   m.impl("pack_blocks", &pack_blocks);
   m.impl("block_linear", &block_linear);
+  m.impl("fused_linear", &fused_linear);
 }

@@ -28,6 +28,10 @@ same weights and the same FMA chains, so block_linear's results equal packed_lin
 step reads ~96 MB instead of 538 MB for SmolLM2-135M (docs/cpu-kernel.md: a 1-row step 2-3x cheaper on the
 AVX-512 Intel box). DECODESCOPE_CPU_BLOCKS=0 keeps fp32 panels. AVX2+FMA+F16C is the baseline; where torch
 reports AVX-512 the kernel runs its AVX-512 variant (select_isa; measured faster there at every row count).
+
+Fused siblings: the Linears a decoder layer calls on one tensor (q/k/v, gate/up) run as one fused_linear call
+on their concatenated panels (FusedLinears): one dispatch instead of 3 / 2, each output bitwise its own call's.
+DECODESCOPE_CPU_FUSE=0 keeps one call per Linear.
 """
 from __future__ import annotations
 
@@ -249,6 +253,7 @@ class PackedLinear(torch.nn.Linear):
         self._max_numel = ROWS_MAX * self.in_features
         # False: fp32 panels whatever the weight (the benches' "before"); None: DECODESCOPE_CPU_BLOCKS (default on)
         self._use_blocks = os.environ.get("DECODESCOPE_CPU_BLOCKS", "1") != "0" if use_blocks is None else use_blocks
+        self._group: FusedLinears | None = None  # set by fuse_linears: one kernel call for it and its siblings
         self._repack()
 
     def _repack(self) -> None:
@@ -266,6 +271,8 @@ class PackedLinear(torch.nn.Linear):
         if (x.dtype != torch.float32 or not x.is_cpu or x.numel() > self._max_numel
                 or torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
             return F.linear(x, self.weight, self.bias)
+        if self._group is not None:
+            return self._group.output(self, x)
         if self.weight._version != self._packed_at:
             self._repack()
         return self._op(x, self.panels, self.out_features, self.bias)
@@ -323,9 +330,10 @@ def bytes_read(model: torch.nn.Module) -> int:
 
 
 @torch.no_grad()
-def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None) -> int:
-    """Replace every plain fp32 CPU nn.Linear of `model` by a PackedLinear (one per shared module); returns
-    how many were replaced. Needs kernel()."""
+def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None, fuse: bool | None = None) -> int:
+    """Replace every plain fp32 CPU nn.Linear of `model` by a PackedLinear (one per shared module), then fuse
+    the siblings that read one input (fuse_linears; fuse None: DECODESCOPE_CPU_FUSE, default on); returns how
+    many were replaced. Needs kernel()."""
     done: dict[int, PackedLinear] = {}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -333,7 +341,102 @@ def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None) -> int:
                 if id(child) not in done:
                     done[id(child)] = PackedLinear(child, use_blocks)
                 setattr(parent, name, done[id(child)])
+    if os.environ.get("DECODESCOPE_CPU_FUSE", "1") != "0" if fuse is None else fuse:
+        fuse_linears(model)
     return len(done)
+
+
+# Sibling Linears that transformers' decoder layers call one after another on the very same tensor (attention's
+# q/k/v, the gated MLP's gate/up), under their usual names: fused, they are one kernel call a step, not 3 / 2.
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+@functools.lru_cache(maxsize=1)
+def fused_op():
+    """decodescope::fused_linear's overload, with the fake kernel and FLOP formula that the profiler's FLOP
+    counts and torch.compile need (its FLOPs: those of the separate Linears)."""
+    ops = kernel()
+    torch.library.register_fake("decodescope::fused_linear")(
+        lambda x, panels, ns, biases: [x.new_empty(*x.shape[:-1], n) for n in ns])
+    register_flop_formula(ops.fused_linear)(lambda x, panels, ns, *a, **k: 2 * math.prod(x) * sum(ns))
+    return ops.fused_linear.default
+
+
+class FusedLinears:
+    """PackedLinears of one input width and storage whose panels are concatenated into one tensor, so that
+    one decodescope::fused_linear call computes all their outputs: the first member called on a tensor x
+    computes every member's output and keeps the others' until they are called on that same x (same object,
+    unchanged since); a member called on anything else runs its own panels. Each member's `panels` is a view
+    of its slice of the fused panels (no second copy), and every output is the FMA chain of the member's own
+    call, bit for bit (tests/test_cpu_fused.py)."""
+
+    def __init__(self, members: list[PackedLinear]):
+        self.members = members
+        self._kept: tuple[torch.Tensor, int, dict[PackedLinear, torch.Tensor]] | None = None  # x, version, outputs
+        self._build()
+
+    def _build(self) -> None:
+        self.panels = torch.cat([m.panels for m in self.members])
+        at = 0
+        for m in self.members:
+            n = m.panels.shape[0]
+            m.panels = self.panels.narrow(0, at, n)  # a view: the buffer keeps its name, the storage is shared
+            at += n
+        self.ns = [m.out_features for m in self.members]
+        self._kept = None
+
+    def output(self, member: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+        kept = self._kept
+        if kept is not None and kept[0] is x and kept[1] == _version(x):
+            out = kept[2].pop(member, None)
+            if out is not None:
+                return out
+        if any(m.weight._version != m._packed_at for m in self.members):
+            self._update()
+            if member._group is None:
+                return member(x)
+        outs = fused_op()(x, self.panels, self.ns, [m.bias for m in self.members])  # biases as they are now
+        self._kept = (x, _version(x), {m: o for m, o in zip(self.members, outs) if m is not member})
+        return outs[self.members.index(member)]
+
+    def _update(self) -> None:
+        """A member's weight changed in place: re-pack it, and fuse again if the storages still agree."""
+        for m in self.members:
+            if m.weight._version != m._packed_at:
+                m._repack()
+        if len({m.storage for m in self.members}) == 1:
+            self._build()
+        else:
+            for m in self.members:
+                m._group = None
+                m.register_buffer("panels", m.panels.clone(), persistent=False)  # its own, not a view
+
+
+def _version(x: torch.Tensor) -> int:
+    """x's in-place update count; an inference tensor counts none (transformers' layers call the siblings on
+    the same tensor with nothing in between, so the identity check is what matters there)."""
+    return -1 if x.is_inference() else x._version
+
+
+def fuse_linears(model: torch.nn.Module) -> int:
+    """Group the SIBLINGS of every module into FusedLinears where they are distinct PackedLinears used only
+    there (no tied or shared weight), of one input width and storage; returns how many groups were made."""
+    uses: dict[int, int] = {}
+    for _, m in model.named_modules(remove_duplicate=False):  # a shared module counts each time
+        if isinstance(m, PackedLinear):
+            uses[id(m.weight)] = uses.get(id(m.weight), 0) + 1
+    made = 0
+    for parent in model.modules():
+        for names in SIBLINGS:
+            mods = [getattr(parent, n, None) for n in names]
+            if (all(isinstance(m, PackedLinear) and m._group is None and uses[id(m.weight)] == 1 for m in mods)
+                    and len({id(m) for m in mods}) == len(mods) and len({m.in_features for m in mods}) == 1
+                    and len({m.storage for m in mods}) == 1):
+                group = FusedLinears(mods)
+                for m in mods:
+                    m._group = group
+                made += 1
+    return made
 
 
 def main() -> int:

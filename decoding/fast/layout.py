@@ -16,10 +16,16 @@ rows (MKL's nearly triples). auto picks it on CPU float32 when the kernel is ava
 in memory, else "column". A weight that is exactly de-quantised ggml Q4_1 / Q8_0 blocks (a model converted
 from a GGUF file) is packed as those blocks instead (blocks.py), bitwise the same values at 5 / 8.5 bits a
 weight; `model.weight_storage_` then says how many of each, e.g. "q4_1 210, q8_0 1, fp32 0".
+Both CPU layouts also switch transformers' sdpa attention to cpu_attention's (no KV copy per query head in a
+verify step; bitwise the same; DECODESCOPE_CPU_GQA=0 keeps transformers' own).
 """
 from __future__ import annotations
 
+import os
+
 import torch
+
+from . import cpu_attention
 
 LAYOUTS = ("auto", "stock", "column", "packed")
 
@@ -63,4 +69,6 @@ def apply_layout(model: torch.nn.Module, layout: str = "auto") -> str:
         model.weight_storage_ = cpu_gemm.storage_report(model)  # "q4_1 210, q8_0 1, fp32 0" (blocks.py)
     if layout == "column":
         column_major_linears(model)
+    if layout in ("packed", "column") and os.environ.get("DECODESCOPE_CPU_GQA", "1") != "0":
+        cpu_attention.use_gqa_attention(model)  # a masked multi-row step reads the KV heads in place: same bits
     return layout
