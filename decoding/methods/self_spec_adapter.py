@@ -20,7 +20,7 @@ from torch import nn
 
 from ..engine.shallow import check_exit, decoder_parts
 from .checkpoint import check_fingerprint, load_weights, read_card, require_files
-from .heads import HeadsError, base_fingerprint
+from .heads import HeadsError, base_fingerprint, base_fingerprints
 
 KIND = "self_speculative"
 CONFIG, WEIGHTS = "adapter.json", "adapter.safetensors"
@@ -70,7 +70,7 @@ def load_adapter(path: str | Path, model) -> tuple[nn.Module, dict]:
     cfg = read_card(path / CONFIG, AdapterError)
     if not isinstance(cfg, dict) or cfg.get("kind") != KIND:
         raise AdapterError(f"{path / CONFIG} is not a {KIND} adapter (kind {cfg.get('kind') if isinstance(cfg, dict) else None!r})")
-    check_fingerprint(cfg, base_fingerprint(model), AdapterError, "this adapter was", f"train one with {train}")
+    check_fingerprint(cfg, base_fingerprints(model), AdapterError, "this adapter was", f"train one with {train}")
     n = len(decoder_parts(model).layers)
     k = cfg.get("exit_layer")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < n:
@@ -93,7 +93,7 @@ def default_adapter(model) -> str:
         cfg = json.loads((shipped / CONFIG).read_text())
     except (OSError, ValueError):
         cfg = {}
-    if isinstance(cfg, dict) and cfg.get("base_fingerprint") == base_fingerprint(model):
+    if isinstance(cfg, dict) and cfg.get("base_fingerprint") in base_fingerprints(model):
         return str(shipped)
     raise AdapterError(f"self_speculative needs an adapter: the shipped one ({shipped.name}) was trained for "
                        f"{cfg.get('base_model') or 'SmolLM2-135M-Instruct'}, not this model; train one with "
