@@ -40,7 +40,9 @@ def new_adapter(model, k: int, init: str = "identity") -> tuple[nn.Module, dict]
     k = check_exit(model, k)
     last = inner.layers[-1]
     layer = type(last)(model.config.get_text_config(), layer_idx=k)
-    layer.load_state_dict(last.state_dict())  # load_state_dict copies the values
+    # load_state_dict copies the values; under tensor parallelism the target's layer holds shards (DTensors):
+    # the adapter is gathered whole and runs unsharded, alike on every rank
+    layer.load_state_dict({n: v.full_tensor() if hasattr(v, "full_tensor") else v for n, v in last.state_dict().items()})
     if init == "identity":
         with torch.no_grad():
             for name, p in layer.named_parameters():
