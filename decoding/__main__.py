@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from .api import HEADS_METHODS, METHODS, default_heads, eos_of, heads_folder, make_drafter, make_sampling, run
-from .cli_run import (SEPARATOR, THREADS, OneLineParser, add_arguments, check_writable, compare_line, decode,
-                      float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
+from .cli_run import (SEPARATOR, THREADS, OneLineParser, add_arguments, check_writable, compare_line, cut_at_stop,
+                      decode, float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
                       output_file, parse_args, prompt_label, read_prompts, text_path, timing_line, with_template)
 from .models import ModelError, load
 from .exactness import measure
@@ -372,7 +372,7 @@ def generate(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) -> None:
     """Print the text and the run's lines; write the trace document to `out`."""
-    exactness(model, tok, tr, sampling, args.check_exact)
+    exactness(model, tok, tr, sampling, args.check_exact, args.stop)
     st = tr.stats()
     if not args.stream:  # streamed text is already on stdout
         print(tr.text)
@@ -493,7 +493,7 @@ def check_train_shape(args: argparse.Namespace) -> None:
                          f"({2 * args.seq} tokens)")
 
 
-def exactness(model, tok, tr, sampling, force: bool) -> None:
+def exactness(model, tok, tr, sampling, force: bool, stops: list[str] | None = None) -> None:
     """Say how the greedy output relates to HF greedy: fp32 is identical by construction; bf16/fp16 (or
     --check-exact) runs HF generate on the same model and record the measured agreement in the trace."""
     if not sampling.greedy:
@@ -503,7 +503,8 @@ def exactness(model, tok, tr, sampling, force: bool) -> None:
         print("[exactness] float32 greedy: identical to HF greedy by construction (--check-exact measures it)",
               file=sys.stderr)
         return
-    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok))
+    cut = (lambda ids: cut_at_stop(tok, ids, stops)) if stops else None  # HF greedy stopped where --stop stops
+    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
     note = "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
     print(f"[exactness] {tr.agreement['dtype']} vs HF greedy: {tr.agreement['text']}{note}", file=sys.stderr)
 

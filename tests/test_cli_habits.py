@@ -56,6 +56,22 @@ def test_stop_string_ends_the_run_where_the_text_appears(tiny_dir, tmp_path, ref
     assert [t for s in doc["steps"] for t in s["accepted"]] == doc["output_ids"]
 
 
+@pytest.mark.parametrize("method", ["greedy", "lookahead"])
+def test_stop_with_check_exact_compares_with_hf_greedy_stopped_there(tiny_dir, tmp_path, ref, capsys, method):
+    """--check-exact measures the stopped output against HF greedy stopped at the same string (as HF's
+    stop_strings stop it), not against the whole max-new-tokens reference."""
+    tok, model = ref
+    full = hf_greedy(model, tok(P1)["input_ids"], 12, eos=tok.eos_token_id)
+    word = tok.decode(full[5:6]).strip()
+    capsys.readouterr()
+    assert main(["generate", "--model", tiny_dir, "--method", method, "--max-new-tokens", "12", "--prompt", P1,
+                 "--stop", word, "--check-exact", "--json", str(tmp_path / "stop.json")]) == 0
+    doc = json.loads((tmp_path / "stop.json").read_text())
+    assert doc["stop_reason"] == "stop" and len(doc["output_ids"]) < 12
+    assert doc["agreement"]["identical"] is True and doc["agreement"]["compared"] == len(doc["output_ids"])
+    assert "vs HF greedy: identical" in capsys.readouterr().err
+
+
 def test_chat_template_and_compare(tiny_dir, tmp_path, ref, capsys):
     tok, model = ref
     chat = tmp_path / "chat"
