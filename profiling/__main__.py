@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="python -m profiling", description=__doc__.splitlines()[0], parents=[gen],
                        conflict_handler="resolve")
     ap.set_defaults(method="greedy")
+    for a in ap._actions:  # still parsed (to refuse them by name, below) but not listed: they never work here
+        if a.dest in GENERATE_ONLY:
+            a.help = argparse.SUPPRESS
     ap.add_argument("--prompt", default="def fibonacci(n):", type=nonempty,
                     help="text, tokenised exactly as tokenizer(prompt)")
     ap.add_argument("--no-peaks", action="store_true", help="skip the peak FLOP/s and bandwidth calibration")

@@ -243,3 +243,17 @@ def test_cli_writes_trace_profile_and_perfetto(tmp_path, capsys):
     assert len(prof["ranges"]) == len(trace["steps"]) == len(prof["steps"])
     json.loads((out / "lookahead.perfetto.json").read_text())
     assert "prefill" in capsys.readouterr().out
+
+
+def test_profile_help_lists_only_options_that_work(capsys):
+    """profile --help does not list generate's options it refuses (--json, --compare, ...); given anyway,
+    each is still refused by name in one line."""
+    assert cli_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for opt in ("--json", "--compare", "--prompt-file", "--chat", "--check-exact", "--stream", "--stop"):
+        assert f"{opt} " not in out and f"{opt}\n" not in out and f"{opt}," not in out, opt
+        value = {"--chat": [], "--check-exact": [], "--stream": [], "--compare": ["greedy"]}.get(opt, ["x"])
+        assert cli_main([opt, *value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and opt in err and "not the profiler's" in err, err
+    assert "--method" in out and "--out" in out and "--sweep" in out
