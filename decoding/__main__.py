@@ -45,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
     g.add_argument("--max-new-tokens", type=limit("max_new_tokens"), default=64,
                    help=f"new tokens to generate, {LIMITS['max_new_tokens'][0]}..{LIMITS['max_new_tokens'][1]}")
-    g.add_argument("--window", type=limit("window"), default=None, help="lookahead W (default 5)")
-    g.add_argument("--ngram", type=limit("ngram"), default=None, help="lookahead N (default 4)")
-    g.add_argument("--guesses", type=limit("guesses"), default=None, help="lookahead G (default 5)")
+    g.add_argument("--window", type=limit("window"), default=None,
+                   help="lookahead W (default: the preset for this model and device, else 5)")
+    g.add_argument("--ngram", type=limit("ngram"), default=None, help="lookahead N (default: the preset, else 4)")
+    g.add_argument("--guesses", type=limit("guesses"), default=None, help="lookahead G (default: the preset, else 5)")
     g.add_argument("--auto", action="store_true",
                    help="lookahead: pick W/N/G from this device's latency curve and pilot runs on the prompt; "
                         "speculative: pick K / tree / staged by timing pilot runs; jacobi / medusa / eagle: "
@@ -338,11 +339,30 @@ def setup(args: argparse.Namespace):
         else:
             drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab,
                                    acceptance=args.acceptance, **tuned["params"])
+    elif args.method == "lookahead" and not getattr(args, "lp", False) and \
+            (args.window, args.ngram, args.guesses) == (None, None, None):
+        drafter = preset_lookahead(args, model, params) or drafter
     if args.method == "retrieval" and args.datastore:  # the tokenizer is loaded now: a datastore for another
         drafter = make_drafter("retrieval", **params, tokenizer=tok)  # tokenizer is refused with one line
     if references:  # the tokenizer is loaded now: the drafter gets the references' token ids
         drafter = make_drafter("prompt_lookup", **params, reference_ids=tokenize_references(tok, references))
     return model, tok, drafter, sampling
+
+
+def preset_lookahead(args: argparse.Namespace, model, params: dict):
+    """Lookahead without --window/--ngram/--guesses: the preset tuned on this device or shipped for this model
+    (decoding/presets.py, the app's), else the paper's W5 N4 G5; one line says which. The paper's GPU shape
+    ran at 0.28x greedy on a CPU, where no window pays."""
+    from .presets import lookup
+    found = lookup(args.model, model, "lookahead")
+    if found is None:
+        print("[preset] lookahead W5 N4 G5: the paper's defaults (no preset for this model on this device; "
+              "--auto tunes one)", file=sys.stderr)
+        return None
+    w = found["params"]
+    print(f"[preset] lookahead W{w['window']} N{w['ngram']} G{w['guesses']}: {found['source']} "
+          "(--window/--ngram/--guesses or --auto choose another)", file=sys.stderr)
+    return make_drafter("lookahead", **{**params, "window": w["window"], "ngram": w["ngram"], "guesses": w["guesses"]})
 
 
 def generate(args: argparse.Namespace) -> int:
