@@ -11,7 +11,6 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
 from .fast.layout import LAYOUTS, apply_layout
-from .fetch_model import FOLDER, default_or_fallback
 
 # The embedded models and shipped traces: assets/ in a checkout; decodescope/assets in an installed wheel
 # (no generic top-level `assets` package in site-packages; pyproject.toml maps it there).
@@ -22,7 +21,9 @@ ASSETS = _ROOT / "decodescope" / "assets" if (_ROOT / "decodescope" / "assets" /
 EMBEDDED_TARGET = str(ASSETS / "target")
 EMBEDDED_DRAFT = str(ASSETS / "draft")
 # The default: SmolLM2-135M-Instruct, fetched once from a PyPI wheel and converted (decoding/fetch_model.py).
-DEFAULT_MODEL = FOLDER
+# fetch_model.FOLDER, spelled here: importing fetch_model when the package loads made `python -m
+# decoding.fetch_model` warn (runpy finds the module already imported); tests/test_fetch_model.py checks they agree
+DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 class ModelError(ValueError):
@@ -255,6 +256,7 @@ def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
     line saying why and how to fetch it later)."""
     if name not in (None, "", DEFAULT_MODEL):
         return name, None
+    from .fetch_model import default_or_fallback
     return default_or_fallback(EMBEDDED_TARGET, progress=progress)
 
 
