@@ -13,7 +13,7 @@ import torch
 
 from .api import HEADS_METHODS, METHODS, default_heads, eos_of, heads_folder, make_drafter, make_sampling, run
 from .cli_run import (SEPARATOR, THREADS, OneLineParser, add_arguments, check_writable, compare_line, cut_at_stop,
-                      decode, float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
+                      decode, display_text, float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
                       output_file, parse_args, prompt_label, read_prompts, text_path, timing_line, with_template)
 from .models import ModelError, load
 from .exactness import measure
@@ -395,7 +395,7 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     exactness(model, tok, tr, sampling, args.check_exact, args.stop)
     st = tr.stats()
     if not args.stream:  # streamed text is already on stdout
-        print(tr.text)
+        print(display_text(tok, tr.output_ids, args))
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f} "
           f"tokens per target forward), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}", file=sys.stderr)
     from .fast.graphs import capture_warning

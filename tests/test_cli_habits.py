@@ -91,8 +91,46 @@ def test_chat_template_and_compare(tiny_dir, tmp_path, ref, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [([], "--prompt-file"), (["--prompt", "x", "--prompt-file", "f"], "not both"),
-                                         (["--prompt-file", "/no/such.txt"], "No such file")])
+                                         (["--prompt-file", "/no/such.txt"], "prompt file '/no/such.txt' does not exist")])
 def test_prompt_source_errors(tiny_dir, capsys, args, needle):
     assert main(["generate", "--model", tiny_dir, *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0]
+    assert len(err) == 1 and needle in err[0] and "Errno" not in err[0]
+
+
+def test_chat_output_is_printed_without_the_turn_end(tmp_path, capsys):
+    """--chat prints the answer without the template's end-of-turn token (<|im_end|>, the model's EOS); the
+    trace keeps every id and its text. The model here ends its turn at once: its LM head is zero, so id 0,
+    <|im_end|>, wins every argmax."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from conftest import WORDS, tiny
+    vocab = {w: i for i, w in enumerate(["<|im_end|>", "[UNK]"] + WORDS)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.decoder = decoders.WordPiece(prefix="##")
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", eos_token="<|im_end|>")
+    tok.chat_template = "{% for m in messages %}def {{ m['content'] }} :{% endfor %}"
+    model = tiny("llama", vocab=64)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.zero_()
+    model.config.eos_token_id = model.generation_config.eos_token_id = 0
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    for stream in ([], ["--stream"]):
+        capsys.readouterr()
+        assert main(["generate", "--model", str(tmp_path / "m"), "--prompt", "x ( y )", "--chat", "--method", "greedy",
+                     "--max-new-tokens", "4", "--json", str(tmp_path / "c.json"), *stream]) == 0
+        doc = json.loads((tmp_path / "c.json").read_text())
+        assert doc["output_ids"] == [0] and "<|im_end|>" in doc["text"]
+        assert "<|im_end|>" not in capsys.readouterr().out, stream
+
+
+def test_report_of_a_folder_says_it_is_a_folder(tmp_path, capsys):
+    """`viz report DIR` names the folder as a folder in one line (not 'no trace file at <its last part>')."""
+    from viz.__main__ import main as viz_main
+    (tmp_path / "runs").mkdir()
+    assert viz_main(["report", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs is a folder, not a trace file" in err
