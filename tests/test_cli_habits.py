@@ -134,3 +134,18 @@ def test_report_of_a_folder_says_it_is_a_folder(tmp_path, capsys):
     assert viz_main(["report", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "runs is a folder, not a trace file" in err
+
+
+def test_side_by_side_refuses_runs_of_different_prompts(tiny_dir, tmp_path, capsys):
+    """side-by-side lines up step k of each run: runs of two prompts are refused in one line naming both
+    files; runs of one prompt still make the page."""
+    from viz.__main__ import main as viz_main
+    for name, prompt, method in (("a", P1, "greedy"), ("b", P1, "lookahead"), ("c", "x = 1", "greedy")):
+        assert main(["generate", "--model", tiny_dir, "--method", method, "--prompt", prompt, "--max-new-tokens", "4",
+                     "--json", str(tmp_path / f"{name}.json")]) == 0
+    capsys.readouterr()
+    assert viz_main(["side-by-side", str(tmp_path / "a.json"), str(tmp_path / "c.json"), "-o", str(tmp_path / "s.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "c.json and a.json decode different prompts" in err
+    assert not (tmp_path / "s.html").exists()
+    assert viz_main(["side-by-side", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "-o", str(tmp_path / "s.html")]) == 0
