@@ -219,6 +219,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         # the engine and for HF generate alike (docs/engineering-notes.md, "GPU facts"); the engine also picks its SDPA
         # kernels per forward (core.attention_backends), this switch keeps HF baselines on equal terms
         torch.backends.cuda.enable_cudnn_sdp(False)
+    attn = attention_for(config, attn)
     kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)
     if tp_plan is not None:
         from .parallel.tensor import tp_kwargs
@@ -248,6 +249,24 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     model.name_or_path_ = name
     model.fallback_reason_ = why  # why the default model could not be used (None: it was, or it was not asked)
     return model, tok
+
+
+def attention_for(config: PretrainedConfig, attn: str) -> str:
+    """The attention kernel to load with: `attn`, except SDPA for an architecture whose transformers class
+    has no SDPA path (Gemma 2: transformers refuses to load it so), which falls back to eager with a
+    warning that says so, instead of transformers' error."""
+    if attn != "sdpa":
+        return attn
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    try:
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except (KeyError, ValueError):  # remote code or an unknown config: transformers decides
+        return attn
+    if getattr(cls, "_supports_sdpa", True):
+        return attn
+    warnings.warn(f"{config.model_type}: transformers has no SDPA attention for {cls.__name__}; using eager "
+                  "attention (--attn eager)", stacklevel=3)
+    return "eager"
 
 
 def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
