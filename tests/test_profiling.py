@@ -242,7 +242,15 @@ def test_cli_writes_trace_profile_and_perfetto(tmp_path, capsys):
     trace = json.loads((out / "lookahead.trace.json").read_text())
     assert len(prof["ranges"]) == len(trace["steps"]) == len(prof["steps"])
     json.loads((out / "lookahead.perfetto.json").read_text())
-    assert "prefill" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "prefill" in printed
+    # the sizes are said, and a small Perfetto file with the step ranges only is offered beside the full one
+    from profiling.__main__ import size
+    from profiling.profiler import perfetto_ranges
+    full, small = out / "lookahead.perfetto.json", out / "lookahead.steps.perfetto.json"
+    assert f".perfetto.json ({size(full)}" in printed and f".steps.perfetto.json ({size(small)}" in printed
+    assert small.stat().st_size < full.stat().st_size
+    assert perfetto_ranges(small, "lookahead") == perfetto_ranges(full, "lookahead") == prof["ranges"]
 
 
 def test_profile_help_lists_only_options_that_work(capsys):
