@@ -20,34 +20,14 @@ from pathlib import Path
 from decoding.api import HEADS_METHODS
 from decoding.fetch_model import FOLDER
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET
+# The shipped rows (measured on the dev box, with the reasons) and the lookup live in decoding/presets.py: the
+# CLI's lookahead without W/N/G runs the same preset as the page.
+from decoding.presets import SHIPPED_CPU, SHIPPED_CPU_DEFAULT, device_key, is_default, lookup  # noqa: F401
 
 # The code examples the tuners pilot on (the embedded models know the Python standard library).
 PILOTS = ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):",
           "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""]
-SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
-               "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
-               "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
-               "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1},
-               "retrieval": {},  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
-               "self_speculative": {}}  # the shipped adapter's depth and stop (decoding/methods/self_speculative.py)
-# The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
-# page's own tuners (tune() below, on pilots(): the page's example chat requests, never the held-out bench ones)
-# chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
-# pays here, bench/results/cpu-smollm2-135m-instruct-heldout_chat.md), Jacobi block 1, EAGLE budget 4 with cut
-# 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. No draft model offline,
-# so no speculative entry.
-SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 1},
-                       "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-                       "jacobi": {"block": 1},
-                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 4, "confidence": 0.1}}
 _lock = threading.Lock()
-
-
-def is_default(model_name: str) -> bool:
-    """The default model, by the page's name for it or its cache folder."""
-    return model_name == DEFAULT_MODEL or Path(str(model_name)).name == FOLDER
 
 
 def pilots(tok) -> list[str]:
@@ -72,14 +52,6 @@ def cache_dir() -> Path:
     raise OSError("no writable cache folder for DecodeScope")
 
 
-def device_key(model) -> str:
-    import torch
-    p = next(model.parameters())
-    if p.device.type == "cuda":
-        return f"{torch.cuda.get_device_name(p.device)}|{p.dtype}"
-    return f"cpu|{p.dtype}|threads={torch.get_num_threads()}"
-
-
 def _path() -> Path:
     return cache_dir() / "presets.json"
 
@@ -93,15 +65,9 @@ def _read() -> dict:
 
 def cached(model_name: str, model, method: str) -> dict | None:
     """The preset for this (model, device) and method if known: tuned before, or shipped."""
-    entry = _read().get(f"{model_name}|{device_key(model)}", {}).get(method)
-    if entry is not None:
-        return {"params": entry, "source": "tuned on this device"}
-    cpu = next(model.parameters()).device.type == "cpu"
-    if model_name == EMBEDDED_TARGET and cpu:
-        return ({"params": SHIPPED_CPU[method], "source": "measured on a 2-core CPU (shipped)"}
-                if method in SHIPPED_CPU else None)
-    if is_default(model_name) and cpu and method in SHIPPED_CPU_DEFAULT:
-        return {"params": SHIPPED_CPU_DEFAULT[method], "source": "tuned on a 2-core CPU on the page's examples (shipped)"}
+    found = lookup(model_name, model, method, _path())
+    if found is not None:
+        return found
     from decoding.tune import TUNERS
     if method not in TUNERS and method != "greedy":  # nothing to tune (prompt lookup, retrieval, self-speculative)
         return {"params": dict(SHIPPED_CPU.get(method, {})), "source": "the method's defaults: it has no tuner"}

@@ -2,6 +2,7 @@
 
     decodescope generate --prompt "def fib(n):" --method lookahead    # = python -m decoding generate ...
     decodescope train-heads --kind eagle --data DIR --out heads/       # = python -m decoding train-heads ...
+    decodescope build-datastore --data DIR --out ds/                   # = python -m decoding build-datastore ...
     decodescope profile --method lookahead --out runs/prof             # = python -m profiling ...
     decodescope report run.json -o report.html                         # = python -m viz report ...
     decodescope side-by-side greedy.json lookahead.json -o sbs.html    # = python -m viz side-by-side ...
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
             "train-heads": "train Medusa or EAGLE heads for a model on your text",
+            "build-datastore": "tokenise text files into a REST datastore for --method retrieval --datastore",
             "profile": "profile a run: per-step ranges, FLOPs/bytes, roofline, Perfetto trace",
             "report": "write the offline HTML report of a recorded trace",
             "side-by-side": "write an offline page comparing runs of one prompt, step by step",
@@ -37,6 +39,7 @@ COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
 # command -> (module whose main() runs it, words put before the arguments, program name its parser shows)
 TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding": "decodescope"}),
            "train-heads": ("decoding.__main__", ["train-heads"], {"python -m decoding": "decodescope"}),
+           "build-datastore": ("decoding.__main__", ["build-datastore"], {"python -m decoding": "decodescope"}),
            "profile": ("profiling.__main__", [], {"python -m profiling": "decodescope profile"}),
            "report": ("viz.__main__", ["report"], {"python -m viz": "decodescope"}),
            "side-by-side": ("viz.__main__", ["side-by-side"], {"python -m viz": "decodescope"}),
@@ -46,7 +49,7 @@ TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding"
 
 
 def usage() -> str:
-    rows = "\n".join(f"  {k:<13} {v}" for k, v in COMMANDS.items())
+    rows = "\n".join(f"  {k:<15} {v}" for k, v in COMMANDS.items())
     return (f"usage: decodescope {{{','.join(COMMANDS)}}} [options]\n\n{rows}\n\n"
             "`decodescope COMMAND --help` lists a command's options.")
 

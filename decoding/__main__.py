@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from .api import HEADS_METHODS, METHODS, default_heads, eos_of, heads_folder, make_drafter, make_sampling, run
-from .cli_run import (SEPARATOR, THREADS, OneLineParser, add_arguments, check_writable, compare_line, decode,
-                      float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
+from .cli_run import (SEPARATOR, THREADS, OneLineParser, add_arguments, check_writable, compare_line, cut_at_stop,
+                      decode, display_text, float_in, input_dir, input_file, int_in, json_path, nonempty, one_line, output_dir,
                       output_file, parse_args, prompt_label, read_prompts, text_path, timing_line, with_template)
 from .models import ModelError, load
 from .exactness import measure
@@ -45,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text, tokenised exactly as tokenizer(prompt) (or --prompt-file)")
     g.add_argument("--max-new-tokens", type=limit("max_new_tokens"), default=64,
                    help=f"new tokens to generate, {LIMITS['max_new_tokens'][0]}..{LIMITS['max_new_tokens'][1]}")
-    g.add_argument("--window", type=limit("window"), default=None, help="lookahead W (default 5)")
-    g.add_argument("--ngram", type=limit("ngram"), default=None, help="lookahead N (default 4)")
-    g.add_argument("--guesses", type=limit("guesses"), default=None, help="lookahead G (default 5)")
+    g.add_argument("--window", type=limit("window"), default=None,
+                   help="lookahead W (default: the preset for this model and device, else 5)")
+    g.add_argument("--ngram", type=limit("ngram"), default=None, help="lookahead N (default: the preset, else 4)")
+    g.add_argument("--guesses", type=limit("guesses"), default=None, help="lookahead G (default: the preset, else 5)")
     g.add_argument("--auto", action="store_true",
                    help="lookahead: pick W/N/G from this device's latency curve and pilot runs on the prompt; "
                         "speculative: pick K / tree / staged by timing pilot runs; jacobi / medusa / eagle: "
@@ -348,11 +349,30 @@ def setup(args: argparse.Namespace):
         else:
             drafter = make_drafter(args.method, heads=args.heads, draft_vocab=args.draft_vocab,
                                    acceptance=args.acceptance, **tuned["params"])
+    elif args.method == "lookahead" and not getattr(args, "lp", False) and \
+            (args.window, args.ngram, args.guesses) == (None, None, None):
+        drafter = preset_lookahead(args, model, params) or drafter
     if args.method == "retrieval" and args.datastore:  # the tokenizer is loaded now: a datastore for another
         drafter = make_drafter("retrieval", **params, tokenizer=tok)  # tokenizer is refused with one line
     if references:  # the tokenizer is loaded now: the drafter gets the references' token ids
         drafter = make_drafter("prompt_lookup", **params, reference_ids=tokenize_references(tok, references))
     return model, tok, drafter, sampling
+
+
+def preset_lookahead(args: argparse.Namespace, model, params: dict):
+    """Lookahead without --window/--ngram/--guesses: the preset tuned on this device or shipped for this model
+    (decoding/presets.py, the app's), else the paper's W5 N4 G5; one line says which. The paper's GPU shape
+    ran at 0.28x greedy on a CPU, where no window pays."""
+    from .presets import lookup
+    found = lookup(args.model, model, "lookahead")
+    if found is None:
+        print("[preset] lookahead W5 N4 G5: the paper's defaults (no preset for this model on this device; "
+              "--auto tunes one)", file=sys.stderr)
+        return None
+    w = found["params"]
+    print(f"[preset] lookahead W{w['window']} N{w['ngram']} G{w['guesses']}: {found['source']} "
+          "(--window/--ngram/--guesses or --auto choose another)", file=sys.stderr)
+    return make_drafter("lookahead", **{**params, "window": w["window"], "ngram": w["ngram"], "guesses": w["guesses"]})
 
 
 def generate(args: argparse.Namespace) -> int:
@@ -382,10 +402,10 @@ def generate(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) -> None:
     """Print the text and the run's lines; write the trace document to `out`."""
-    exactness(model, tok, tr, sampling, args.check_exact)
+    exactness(model, tok, tr, sampling, args.check_exact, args.stop)
     st = tr.stats()
     if not args.stream:  # streamed text is already on stdout
-        print(tr.text)
+        print(display_text(tok, tr.output_ids, args))
     print(f"[{tr.method}] {st['new_tokens']} tokens in {st['steps']} steps (compression {st['compression']:.2f} "
           f"tokens per target forward), {st['tokens_per_s']:.1f} tokens/s, stop: {tr.stop_reason}", file=sys.stderr)
     from .fast.graphs import capture_warning
@@ -503,7 +523,7 @@ def check_train_shape(args: argparse.Namespace) -> None:
                          f"({2 * args.seq} tokens)")
 
 
-def exactness(model, tok, tr, sampling, force: bool) -> None:
+def exactness(model, tok, tr, sampling, force: bool, stops: list[str] | None = None) -> None:
     """Say how the greedy output relates to HF greedy: fp32 is identical by construction; bf16/fp16 (or
     --check-exact) runs HF generate on the same model and record the measured agreement in the trace."""
     if not sampling.greedy:
@@ -513,7 +533,8 @@ def exactness(model, tok, tr, sampling, force: bool) -> None:
         print("[exactness] float32 greedy: identical to HF greedy by construction (--check-exact measures it)",
               file=sys.stderr)
         return
-    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok))
+    cut = (lambda ids: cut_at_stop(tok, ids, stops)) if stops else None  # HF greedy stopped where --stop stops
+    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
     note = "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
     print(f"[exactness] {tr.agreement['dtype']} vs HF greedy: {tr.agreement['text']}{note}", file=sys.stderr)
 

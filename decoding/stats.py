@@ -16,6 +16,15 @@ from collections import Counter
 DRAFT_ROLES = frozenset({"candidate", "draft", "stage2", "jacobi"})  # proposals the target verifies
 
 
+def kept_drafts(s) -> int:
+    """Draft tokens step s kept in the output: the tokens whose origin is not the target's own (the one
+    token a step adds after its accepted drafts). A step cut before that token (the run's last, at
+    max-new-tokens, EOS or a stop string) kept only drafts, and all of them count."""
+    if len(s.origins) == len(s.accepted):
+        return sum(o != "target" for o in s.origins)
+    return max(len(s.accepted) - 1, 0)  # a document without origins: the uncut rule
+
+
 def _proposed(tr, s) -> tuple[int | None, int]:
     """(draft tokens verified in step s, their deepest position after x0). None when unknown: a step
     recorded without tracing holds no roles; then every query token but x0 is a proposal, except in
@@ -55,7 +64,7 @@ def spec_decode_stats(tr) -> dict:
             continue
         if n == 0:
             continue
-        a = max(len(s.accepted) - 1, 0)
+        a = kept_drafts(s)
         drafts += 1
         draft_tokens += n
         accepted += a

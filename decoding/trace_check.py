@@ -99,6 +99,8 @@ def parse(text: str | bytes, name: str = "the trace") -> object:
 def load_file(path: str | Path) -> object:
     """Read and parse a trace file, checking its size before reading it."""
     p = Path(path)
+    if p.is_dir():
+        raise TraceError(f"{p.name or p} is a folder, not a trace file (give the trace's .json file)")
     if not p.is_file():
         raise TraceError(f"no trace file at {p.name or p}")
     size = p.stat().st_size

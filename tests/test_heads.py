@@ -518,3 +518,39 @@ def test_loaded_heads_are_kept_per_model_until_their_files_change(trained, tmp_p
         load_drafting(copy, model, "eagle", None)
     with pytest.raises(HeadsError, match="trained for another base model"):
         load_drafting(heads, tiny("llama", seed=1), "eagle", None)
+
+
+def test_heads_and_adapters_load_in_any_dtype(tmp_path):
+    """The base-model fingerprint does not change with the dtype the model is loaded in: the shipped heads
+    are found for the embedded target in bf16 and fp16 (bf16 is the CUDA default above 1B parameters),
+    heads saved from an fp32 model load on its bf16 copy, and another model is still refused. A card
+    written with the older value fingerprint still loads on the fp32 model it was trained for."""
+    from decoding import load
+    from decoding.api import default_heads
+    from decoding.methods.heads import base_fingerprint, new_heads, save_heads
+    from decoding.methods.self_spec_adapter import AdapterError, load_adapter, new_adapter, save_adapter
+    from decoding.models import EMBEDDED_TARGET
+    fps = {}
+    for dtype in ("fp32", "bf16", "fp16"):
+        model, tok = load(EMBEDDED_TARGET, dtype=dtype)
+        fps[dtype] = base_fingerprint(model)
+        for kind in ("medusa", "eagle"):
+            assert default_heads(model, kind).endswith(kind), (dtype, kind)
+            load_heads(default_heads(model, kind), model, kind)
+    assert len(set(fps.values())) == 1, fps
+    small = tiny("llama")
+    module, cfg = new_heads(small, "medusa", n_heads=2)
+    save_heads(module, cfg, tmp_path / "m")
+    load_heads(tmp_path / "m", tiny("llama").to(torch.bfloat16), "medusa")
+    with pytest.raises(HeadsError, match="another base model"):
+        load_heads(tmp_path / "m", tiny("llama", seed=1).to(torch.bfloat16), "medusa")
+    layer, acfg = new_adapter(small, 1)
+    save_adapter(layer, acfg, tmp_path / "a")
+    load_adapter(tmp_path / "a", tiny("llama").to(torch.float16))
+    with pytest.raises(AdapterError, match="another base model"):
+        load_adapter(tmp_path / "a", tiny("llama", seed=1))
+    from decoding.methods.heads import base_fingerprints
+    card = json.loads((tmp_path / "m" / "heads.json").read_text())
+    old = base_fingerprints(small)[1]
+    (tmp_path / "m" / "heads.json").write_text(json.dumps({**card, "base_fingerprint": old}))
+    load_heads(tmp_path / "m", tiny("llama"), "medusa")

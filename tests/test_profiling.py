@@ -242,4 +242,26 @@ def test_cli_writes_trace_profile_and_perfetto(tmp_path, capsys):
     trace = json.loads((out / "lookahead.trace.json").read_text())
     assert len(prof["ranges"]) == len(trace["steps"]) == len(prof["steps"])
     json.loads((out / "lookahead.perfetto.json").read_text())
-    assert "prefill" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "prefill" in printed
+    # the sizes are said, and a small Perfetto file with the step ranges only is offered beside the full one
+    from profiling.__main__ import size
+    from profiling.profiler import perfetto_ranges
+    full, small = out / "lookahead.perfetto.json", out / "lookahead.steps.perfetto.json"
+    assert f".perfetto.json ({size(full)}" in printed and f".steps.perfetto.json ({size(small)}" in printed
+    assert small.stat().st_size < full.stat().st_size
+    assert perfetto_ranges(small, "lookahead") == perfetto_ranges(full, "lookahead") == prof["ranges"]
+
+
+def test_profile_help_lists_only_options_that_work(capsys):
+    """profile --help does not list generate's options it refuses (--json, --compare, ...); given anyway,
+    each is still refused by name in one line."""
+    assert cli_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for opt in ("--json", "--compare", "--prompt-file", "--chat", "--check-exact", "--stream", "--stop"):
+        assert f"{opt} " not in out and f"{opt}\n" not in out and f"{opt}," not in out, opt
+        value = {"--chat": [], "--check-exact": [], "--stream": [], "--compare": ["greedy"]}.get(opt, ["x"])
+        assert cli_main([opt, *value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and opt in err and "not the profiler's" in err, err
+    assert "--method" in out and "--out" in out and "--sweep" in out

@@ -246,3 +246,23 @@ def test_adaptive_skips_a_useless_draft_and_stays_exact(models):
     st = speculative_stats(tr)
     assert st["plain_steps"] > 10 and st["plain_steps"] < len(tr.steps) - 1
     assert tr.config["adaptive"] is True
+
+
+@pytest.mark.parametrize("n", [9, 11, 12])
+def test_a_cut_last_step_counts_every_kept_draft_token(models, n):
+    """One rule for a step's accepted tokens: the draft tokens it kept in the output. The target drafts for
+    itself (every draft accepted, 5 tokens a step: 4 drafts + its own), so max-new-tokens 9 or 12 cuts the
+    last step before its own token (3 and 1 drafts kept) and 11 cuts nothing: the accepted count equals
+    the output's draft-origin tokens in every case, and the trace's derived block says the same."""
+    from decoding.stats import spec_decode_stats
+    from decoding.trace import Trace
+    m = models["llama"]
+    tr = _run(m, m, [5, 6, 7, 8], n=n, draft_tokens=4, confidence=0.0)  # never stops drafting early
+    assert len(tr.output_ids) == n and tr.output_ids == hf_greedy(m, [5, 6, 7, 8], n)
+    decode = [s for s in tr.steps if s.kind == "decode"]
+    drafted = sum(o != "target" for s in decode for o in s.origins)
+    assert drafted == {9: 4 + 3, 11: 4 + 4, 12: 4 + 4 + 1}[n]
+    sd = spec_decode_stats(tr)
+    assert sd["num_accepted_tokens"] == drafted
+    assert sum(sd["num_accepted_tokens_per_pos"]) == drafted
+    assert Trace.from_json(tr.to_json()).to_dict()["stats"]["num_accepted_tokens"] == drafted

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,9 +35,15 @@ def side_by_side(args: argparse.Namespace) -> int:
     from .report import write_side_by_side
     if len(args.traces) < 2:
         raise ValueError("side-by-side needs two or more trace files")
-    runs = {}
+    runs, first = {}, None
     for f in args.traces:
         tr = load_trace(f)
+        if first is None:
+            first = (f, tr)
+        elif list(tr.prompt_ids) != list(first[1].prompt_ids):  # step k of one run is not step k of the other
+            raise ValueError(f"{Path(f).name} and {Path(first[0]).name} decode different prompts ({len(tr.prompt_ids)} "
+                             f"and {len(first[1].prompt_ids)} prompt tokens{'' if len(tr.prompt_ids) != len(first[1].prompt_ids) else ', other ids'}): "
+                             "side-by-side lines up the steps of runs of ONE prompt; write a report per run instead")
         name, k = tr.method, 2
         while name in runs:  # two settings of one method: lookahead, lookahead 2, ...
             name, k = f"{tr.method} {k}", k + 1

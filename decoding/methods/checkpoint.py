@@ -35,10 +35,12 @@ def read_card(file: Path, error: type[Exception]) -> dict:
     return card
 
 
-def check_fingerprint(cfg: dict, fp: str, error: type[Exception], what: str, how: str) -> None:
-    """Refuse files trained for another base model than the one with fingerprint `fp` (heads.base_fingerprint):
-    `what` names them ("this adapter was"), `how` says how to get ones for this model."""
-    if cfg.get("base_fingerprint") != fp:
+def check_fingerprint(cfg: dict, fps: tuple[str, ...], error: type[Exception], what: str, how: str) -> None:
+    """Refuse files trained for another base model than the one whose fingerprints are `fps`
+    (heads.base_fingerprints: the current one first, then the one older cards record): `what` names them
+    ("this adapter was"), `how` says how to get ones for this model."""
+    fp = fps[0]
+    if cfg.get("base_fingerprint") not in fps:
         raise error(f"{what} trained for another base model ({cfg.get('base_model') or '?'}, fingerprint "
                     f"{cfg.get('base_fingerprint')}), not this one ({fp}): {how}")
 

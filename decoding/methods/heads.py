@@ -35,17 +35,39 @@ class HeadsError(ValueError):
     """Heads that cannot be used (wrong base model, corrupt or missing file); the message is for the user."""
 
 
-def base_fingerprint(model) -> str:
-    """sha256 of the base model's shape and of a strided sample of its input embedding: equal for the same
-    weights wherever they are stored, different for another model or another checkpoint of it."""
+def _embedding_sample(model) -> tuple[list, torch.Tensor]:
+    """(shape facts, a strided sample of at most ~1M values of the input embedding, on the CPU). A sharded
+    embedding (tensor parallelism: a DTensor) is gathered first, on every rank alike, so each rank sees
+    the whole table (a collective: all ranks fingerprint together, as they load together)."""
     cfg = model.config.get_text_config()
-    emb = model.get_input_embeddings().weight.detach().float().flatten().cpu()
+    w = model.get_input_embeddings().weight.detach()
+    if hasattr(w, "full_tensor"):  # torch.distributed.tensor.DTensor
+        w = w.full_tensor()
+    emb = w.flatten().cpu()
     step = max(1, emb.numel() // 1_000_000)
-    h = hashlib.sha256()
-    h.update(json.dumps([cfg.model_type, int(cfg.hidden_size), int(emb.numel()),
-                         int(model.get_input_embeddings().weight.shape[0])]).encode())
-    h.update(emb[::step].numpy().tobytes())
+    return [cfg.model_type, int(cfg.hidden_size), int(emb.numel()), int(w.shape[0])], emb[::step]
+
+
+def base_fingerprint(model) -> str:
+    """sha256 of the base model's shape and of the SIGNS of a strided sample of its input embedding: equal for
+    the same weights in fp32, bf16 or fp16 (a cast rounds a value, it never flips its sign: signbit keeps
+    the sign of a value rounded to zero), different for another model or another checkpoint of it. The
+    values themselves would change with the dtype, and bf16 is the CUDA default for large models."""
+    facts, sample = _embedding_sample(model)
+    h = hashlib.sha256(b"signs/1")
+    h.update(json.dumps(facts).encode())
+    h.update(np.packbits(torch.signbit(sample).numpy()).tobytes())
     return h.hexdigest()[:16]
+
+
+def base_fingerprints(model) -> tuple[str, str]:
+    """(base_fingerprint, the value fingerprint cards written before it record): heads and adapters
+    trained earlier still load on the model they were trained for when it is loaded in fp32."""
+    facts, sample = _embedding_sample(model)
+    h = hashlib.sha256()
+    h.update(json.dumps(facts).encode())
+    h.update(sample.float().numpy().tobytes())
+    return base_fingerprint(model), h.hexdigest()[:16]
 
 
 class ResBlock(nn.Module):
@@ -167,7 +189,7 @@ def load_heads(path: str | Path, model, kind: str | None = None) -> tuple[nn.Mod
         raise HeadsError(f"{path / CONFIG} names no known heads kind ({cfg.get('kind')!r})")
     if kind is not None and cfg["kind"] != kind:
         raise HeadsError(f"{path} holds {cfg['kind']} heads, not {kind} heads")
-    check_fingerprint(cfg, base_fingerprint(model), HeadsError, f"these {cfg['kind']} heads were",
+    check_fingerprint(cfg, base_fingerprints(model), HeadsError, f"these {cfg['kind']} heads were",
                       "train heads for it with python -m decoding train-heads")
     module = (MedusaHeads(cfg["hidden"], cfg["n_heads"]) if cfg["kind"] == "medusa"
               else EagleHead(cfg["eagle"]))

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..engine.shallow import check_exit, decoder_parts
 from .checkpoint import check_fingerprint, load_weights, read_card, require_files
-from .heads import HeadsError, base_fingerprint
+from .heads import HeadsError, base_fingerprint, base_fingerprints
 
 KIND = "self_speculative"
 CONFIG, WEIGHTS = "adapter.json", "adapter.safetensors"
@@ -40,7 +40,9 @@ def new_adapter(model, k: int, init: str = "identity") -> tuple[nn.Module, dict]
     k = check_exit(model, k)
     last = inner.layers[-1]
     layer = type(last)(model.config.get_text_config(), layer_idx=k)
-    layer.load_state_dict(last.state_dict())  # load_state_dict copies the values
+    # load_state_dict copies the values; under tensor parallelism the target's layer holds shards (DTensors):
+    # the adapter is gathered whole and runs unsharded, alike on every rank
+    layer.load_state_dict({n: v.full_tensor() if hasattr(v, "full_tensor") else v for n, v in last.state_dict().items()})
     if init == "identity":
         with torch.no_grad():
             for name, p in layer.named_parameters():
@@ -70,7 +72,7 @@ def load_adapter(path: str | Path, model) -> tuple[nn.Module, dict]:
     cfg = read_card(path / CONFIG, AdapterError)
     if not isinstance(cfg, dict) or cfg.get("kind") != KIND:
         raise AdapterError(f"{path / CONFIG} is not a {KIND} adapter (kind {cfg.get('kind') if isinstance(cfg, dict) else None!r})")
-    check_fingerprint(cfg, base_fingerprint(model), AdapterError, "this adapter was", f"train one with {train}")
+    check_fingerprint(cfg, base_fingerprints(model), AdapterError, "this adapter was", f"train one with {train}")
     n = len(decoder_parts(model).layers)
     k = cfg.get("exit_layer")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k < n:
@@ -93,7 +95,7 @@ def default_adapter(model) -> str:
         cfg = json.loads((shipped / CONFIG).read_text())
     except (OSError, ValueError):
         cfg = {}
-    if isinstance(cfg, dict) and cfg.get("base_fingerprint") == base_fingerprint(model):
+    if isinstance(cfg, dict) and cfg.get("base_fingerprint") in base_fingerprints(model):
         return str(shipped)
     raise AdapterError(f"self_speculative needs an adapter: the shipped one ({shipped.name}) was trained for "
                        f"{cfg.get('base_model') or 'SmolLM2-135M-Instruct'}, not this model; train one with "

@@ -1,0 +1,86 @@
+"""Per-device presets shared by the CLI and the app: the shapes the autotuners chose for a (model, device),
+shipped for the models we measured on a CPU, or tuned on this machine and cached on disk (never in the repo).
+
+Why here: the paper's GPU lookahead setting (W5 N4 G5) loses to greedy on a CPU (a wide step costs several
+1-token steps there), so `decodescope generate --method lookahead` without W/N/G runs the preset the app
+runs, from one table. The app's tuning (appkit/presets.py) writes the cache this module reads.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .fetch_model import FOLDER, cache_root
+
+# The embedded model on a CPU: the best rows measured on the 2-core dev box with the v2 models
+# (bench/results/cpu-embedded-{code,chat}.md: lookahead W1 N3 G2 at 1.66x / 1.69x HF greedy, speculative staged
+# tree 2,1,1,1,1 at 1.03x / 1.14x), so the first run needs no tuning.
+SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
+               "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
+               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
+               "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
+               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
+               "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1},
+               "retrieval": {},  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
+               "self_speculative": {}}  # the shipped adapter's depth and stop (decoding/methods/self_speculative.py)
+# The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
+# page's own tuners (appkit/presets.py tune(), on the page's example chat requests, never the held-out bench ones)
+# chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
+# pays here, bench/results/cpu-smollm2-135m-instruct-heldout_chat.md), Jacobi block 1, EAGLE budget 4 with cut
+# 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. No draft model offline,
+# so no speculative entry.
+SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 1},
+                       "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
+                       "jacobi": {"block": 1},
+                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 4, "confidence": 0.1}}
+
+
+def is_default(model_name: str) -> bool:
+    """The default model, by the page's name for it or its cache folder."""
+    from .models import DEFAULT_MODEL
+    return model_name == DEFAULT_MODEL or Path(str(model_name)).name == FOLDER
+
+
+def is_embedded(model_name: str) -> bool:
+    """The embedded target, by its path as given (relative or absolute)."""
+    from .models import EMBEDDED_TARGET
+    try:
+        return model_name == EMBEDDED_TARGET or Path(model_name).resolve() == Path(EMBEDDED_TARGET).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def device_key(model) -> str:
+    import torch
+    p = next(model.parameters())
+    if p.device.type == "cuda":
+        return f"{torch.cuda.get_device_name(p.device)}|{p.dtype}"
+    return f"cpu|{p.dtype}|threads={torch.get_num_threads()}"
+
+
+def preset_file(cache_dir: str | Path | None = None) -> Path:
+    """Where tuned presets are kept: presets.json in the cache folder (fetch_model.cache_root)."""
+    return cache_root(cache_dir) / "presets.json"
+
+
+def lookup(model_name: str, model, method: str, path: Path | None = None) -> dict | None:
+    """{"params", "source"} for this (model, device) and method: tuned before on this device (the cache
+    file), else shipped for the embedded or the default model on a CPU, else None."""
+    from .models import DEFAULT_MODEL, EMBEDDED_TARGET
+    try:
+        stored = json.loads((path or preset_file()).read_text())
+    except (OSError, ValueError):
+        stored = {}
+    names = [model_name] + ([DEFAULT_MODEL] if is_default(model_name) else []) + \
+            ([EMBEDDED_TARGET] if is_embedded(model_name) else [])
+    key = device_key(model)
+    for name in names:
+        entry = stored.get(f"{name}|{key}", {}) if isinstance(stored, dict) else {}
+        if isinstance(entry, dict) and isinstance(entry.get(method), dict):
+            return {"params": entry[method], "source": "tuned on this device"}
+    cpu = next(model.parameters()).device.type == "cpu"
+    if is_embedded(model_name) and cpu and method in SHIPPED_CPU:
+        return {"params": SHIPPED_CPU[method], "source": "measured on a 2-core CPU (shipped)"}
+    if is_default(model_name) and cpu and method in SHIPPED_CPU_DEFAULT:
+        return {"params": SHIPPED_CPU_DEFAULT[method], "source": "tuned on a 2-core CPU on the page's examples (shipped)"}
+    return None
