@@ -112,14 +112,14 @@ def load_draft_folder(target, folder: str | Path | None = None):
     target's embedding and LM head shared. DraftError (one line) for a folder that does not fit."""
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
-    from .heads import base_fingerprint
+    from .heads import base_fingerprints
     folder = Path(folder if folder is not None else SHIPPED)
     require_files(folder, (CARD, WEIGHTS), DraftError, f"{folder} is not a draft folder (needs {CARD} and "
                   f"{WEIGHTS})", MAX_BYTES, "a draft model")
     card = read_card(folder / CARD, DraftError)
     if card.get("format") != FORMAT:
         raise DraftError(f"{folder / CARD} is not a {FORMAT} card")
-    check_fingerprint(card, base_fingerprint(target), DraftError, "this draft was",
+    check_fingerprint(card, base_fingerprints(target), DraftError, "this draft was",
                       "pass draft_model= (--draft) a draft for this model")
     layers = card.get("layers")
     if not isinstance(layers, int) or not 1 <= layers <= target.config.get_text_config().num_hidden_layers:
@@ -168,9 +168,9 @@ def load_draft_folder(target, folder: str | Path | None = None):
 
 def fits(target, folder: str | Path | None = None) -> bool:
     """Whether the folder's draft was distilled for this target (its card's fingerprint), without loading it."""
-    from .heads import base_fingerprint
+    from .heads import base_fingerprints
     try:
         card = json.loads((Path(folder if folder is not None else SHIPPED) / CARD).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(card, dict) and card.get("base_fingerprint") == base_fingerprint(target)
+    return isinstance(card, dict) and card.get("base_fingerprint") in base_fingerprints(target)
