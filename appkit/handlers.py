@@ -7,18 +7,15 @@ and the tuner are in appkit/tabs.py and use the same `Prepared` and the same str
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Callable
-from pathlib import Path
 
 import gradio as gr
 
 import viz
-from decoding import make_drafter, make_sampling, run
+from decoding import make_sampling, run
 from decoding.api import HEADS_METHODS, vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
-from decoding.methods.reference_text import tokenize_references
 from decoding.methods.suffix_cache import Histories
 
 from . import presets
@@ -34,59 +31,11 @@ from .limits import PUBLIC_HISTORY, Limits
 from .model_cache import ModelCache
 from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
 from .sources import check_heads, check_retrieval, heads_folder, retrieval_source  # noqa: F401 - also imported from here
+from .prepared import Prepared
 from .stream import Job, Recorder, Sessions, Stopped
 from .tables import live_line, public_trace, stats_md
 
 CLEAR = ""  # the message output when an event starts: the last error goes away
-
-
-@dataclass
-class Prepared:
-    """Checked settings, loaded models and per-method parameters for one event."""
-    settings: Settings
-    prompt: str
-    max_new: int
-    sampling: object
-    model: object
-    tok: object
-    dmodel: object = None
-    dtok: object = None
-    params: dict = field(default_factory=dict)
-    notes: dict = field(default_factory=dict)
-    cutoff: float | None = None  # the speculative draft cutoff (with every preset)
-    reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
-    threads: dict | None = None  # the measured CPU thread count (appkit/threads.py), None where not measured
-    # the suffix cache's earlier runs: this session's History, or None (no earlier runs)
-    history: object = None
-    session: str | None = None
-    turn: object = nullcontext  # () -> a context holding the model for one run (Handlers.turn_for)
-
-    def drafter(self, method: str, join_history: bool = False):
-        """A fresh drafter (they keep per-run state). Retrieval reads this session's earlier runs; only a Run
-        tab's run (join_history) joins them: a race's or a profile's runs each get a frozen copy, so every
-        repeat of every method starts from the same state and none drafts from another's output."""
-        kw = dict(self.params.get(method, {}))
-        if method == "prompt_lookup" and self.reference:  # with any preset: the text is the user's
-            kw["reference_ids"] = tokenize_references(self.tok, self.reference)
-        if method == "speculative":
-            kw.update(draft_model=self.dmodel, target_model=self.model, tokenizer=self.tok, draft_tokenizer=self.dtok,
-                      confidence=self.cutoff)
-        if method == "retrieval":  # the menu's source: the suffix cache, or the shipped datastore
-            kw.update(datastore=retrieval_source(self.settings.datastore), tokenizer=self.tok,
-                      history=False if self.history is None else
-                      self.history if join_history else self.history.copy())  # never the process's
-        if method in HEADS_METHODS:
-            kw["heads"] = heads_folder(self.settings.heads, method, self.model)
-            kw["acceptance"] = "typical" if self.settings.typical else "exact"
-        if method == "self_speculative":  # the heads box names an adapter folder; empty: the one shipped for the model
-            kw["adapter"] = (self.settings.heads or "").strip() or None
-        return make_drafter(method, **kw)
-
-    def run(self, method: str, on_step=None, **kw):
-        """One run, holding the model's turn (appkit/fair.py)."""
-        with self.turn():
-            return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
-                       drafter=self.drafter(method), on_step=on_step, **kw)
 
 
 def _cuda() -> bool:

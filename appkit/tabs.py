@@ -28,8 +28,7 @@ from .threads import run_key
 from .tables import display_name, public_trace, race_table, stats_md, sweep_table
 
 RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
-# jacobi on request: it is the lesson, not a contender; medusa / eagle on request: they need heads trained
-# for the target (shipped only for the embedded one)
+# on request: jacobi (the lesson, not a contender), medusa / eagle (heads trained for the target)
 RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]
 
 
@@ -243,8 +242,7 @@ class Tabs(Handlers):
         while len(self.session_presets) > 256:
             self.session_presets.pop(next(iter(self.session_presets)))
         tuned = presets.tune(name, p.model, p.tok, "lookahead", save=save)
-        mine[(name, "lookahead")] = tuned["params"]
-        la = tuned["params"]
+        mine[(name, "lookahead")] = la = tuned["params"]
         note = f"lookahead {presets.describe('lookahead', la)}"
         facts = [f"lookahead — {tuned['measured']}"]
         if s.method == "speculative":

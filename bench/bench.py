@@ -173,7 +173,7 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
           heads: Path | None = None) -> list[dict]:
     runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto, hf_model, hf_draft,
                                                    spec_auto, heads).items()
-               if not only or only in name or name == "HF greedy"}
+               if not only or any(o in name for o in only.split(",")) or name == "HF greedy"}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}
@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--draft-tokens", type=int, default=4)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    ap.add_argument("--only", default=None, help="only methods whose name contains this (HF greedy always runs)")
+    ap.add_argument("--only", default=None, help="only methods whose name contains one of these comma-separated words (HF greedy always "
+                                                "runs), e.g. --only 'ours greedy,speculative,assisted'")
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--quick", action="store_true", help="tiny random models, 1 run, 16 tokens")
     ap.add_argument("--no-auto", action="store_true", help="skip the autotuned lookahead row")
@@ -388,6 +389,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(md)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.only:  # a subset of the rows: its own file, never overwriting the full table
+        name += "-only-" + "".join(c if c.isalnum() else "_" for c in a.only.lower())[:60]
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return rows

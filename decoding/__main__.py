@@ -288,7 +288,7 @@ def setup(args: argparse.Namespace):
     if args.method in HEADS_METHODS:  # --heads DIR (or its parent holding medusa/ and eagle/), else the shipped
         if not args.heads:
             args.heads = default_heads(model, args.method)
-            print(f"[heads] {args.heads} (shipped for this model)", file=sys.stderr)
+            note(args, f"[heads] {args.heads} (shipped for this model)")
         params["heads"] = args.heads
         drafter = make_drafter(args.method, **params)
     if args.method == "self_speculative":  # --adapter DIR, else the one shipped for the default model
@@ -313,8 +313,8 @@ def setup(args: argparse.Namespace):
                 raise ValueError(f"--method speculative: {one_line(e, 300)}") from None
             dtok = dtok or tok
             if args.draft is None:
-                print(f"[draft] {getattr(draft, 'name_or_path_', None) or 'assets/drafts/smollm2'} (shipped for "
-                      "this model)", file=sys.stderr)
+                note(args, f"[draft] {getattr(draft, 'name_or_path_', None) or 'assets/drafts/smollm2'} (shipped "
+                     "for this model)")
         else:
             draft, dtok = load(args.draft, device=args.device, dtype=args.dtype,
                                trust_remote_code=args.trust_remote_code, layout=args.layout, attn=args.attn)
@@ -359,6 +359,12 @@ def setup(args: argparse.Namespace):
     return model, tok, drafter, sampling
 
 
+def note(args: argparse.Namespace, line: str) -> None:
+    """A line about what setup chose (the shipped heads, draft or preset): printed once the first run has passed
+    its checks, so bad input still answers with one line."""
+    args.notes = [*getattr(args, "notes", []), line]
+
+
 def preset_lookahead(args: argparse.Namespace, model, params: dict):
     """Lookahead without --window/--ngram/--guesses: the preset tuned on this device or shipped for this model
     (decoding/presets.py, the app's), else the paper's W5 N4 G5; one line says which. The paper's GPU shape
@@ -366,12 +372,12 @@ def preset_lookahead(args: argparse.Namespace, model, params: dict):
     from .presets import lookup
     found = lookup(args.model, model, "lookahead")
     if found is None:
-        print("[preset] lookahead W5 N4 G5: the paper's defaults (no preset for this model on this device; "
-              "--auto tunes one)", file=sys.stderr)
+        note(args, "[preset] lookahead W5 N4 G5: the paper's defaults (no preset for this model on this device; "
+             "--auto tunes one)")
         return None
     w = found["params"]
-    print(f"[preset] lookahead W{w['window']} N{w['ngram']} G{w['guesses']}: {found['source']} "
-          "(--window/--ngram/--guesses or --auto choose another)", file=sys.stderr)
+    note(args, f"[preset] lookahead W{w['window']} N{w['ngram']} G{w['guesses']}: {found['source']} "
+               "(--window/--ngram/--guesses or --auto choose another)")
     return make_drafter("lookahead", **{**params, "window": w["window"], "ngram": w["ngram"], "guesses": w["guesses"]})
 
 
@@ -393,6 +399,8 @@ def generate(args: argparse.Namespace) -> int:
         if len(prompts) > 1:  # which output is whose: a label, and a separator between outputs
             print(("" if i == 0 else SEPARATOR + "\n") + prompt_label(i, len(prompts), raw[i]), flush=True)
         tr = decode(model, tok, prompt, args, drafter, sampling, static)  # drafters reset in start()
+        for line in getattr(args, "notes", []) if i == 0 else ():
+            print(line, file=sys.stderr)
         show(args, model, tok, tr, sampling, json_path(args.json, i, len(prompts)) if args.json else None)
         print(timing_line(tr, model), file=sys.stderr)
         if args.compare:

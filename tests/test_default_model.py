@@ -63,7 +63,7 @@ def test_cli_default_model_and_fallback_line(pinned, capsys, tmp_path):
     # the embedded draft fits only the embedded target: one line, exit 2, no traceback
     assert main(["generate", "--method", "speculative", "--prompt", "a", "--max-new-tokens", "2"]) == 2
     err = capsys.readouterr().err
-    assert "needs --draft" in err and "Traceback" not in err
+    assert "none ships for this model" in err and "--draft" in err and "Traceback" not in err
 
 
 def test_app_fetches_in_the_background_and_shows_each_stage(pinned, monkeypatch):

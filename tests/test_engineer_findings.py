@@ -201,7 +201,7 @@ def test_heads_for_another_model_say_how_to_get_them(tiny_models):
 
 def test_api_mistakes_point_at_the_parameter(tiny_models, tiny_dir):
     model = tiny_models["llama"]
-    with pytest.raises(ValueError, match=r"needs a draft model: pass draft_model="):
+    with pytest.raises(ValueError, match=r"needs a draft model, and none ships for this model.*pass draft_model="):
         run(model, None, [1, 2, 3], "speculative", max_new_tokens=4)
     with pytest.raises(ValueError, match=r"did you mean 'draft_model'"):
         run(model, None, [1, 2, 3], "speculative", max_new_tokens=4, draft=model)
@@ -226,7 +226,8 @@ def test_metrics_formulas_on_a_hand_made_trace():
 
     def step(i, roles, accepted):
         n = len(roles)
-        return Step(i, "decode", 10, n, accepted, ["x"] * len(accepted), wall_ms=2.0, tokens=[1] * n,
+        origins = ["candidate"] * (len(accepted) - 1) + ["target"]  # the drafts it kept, then the target's token
+        return Step(i, "decode", 10, n, accepted, origins, wall_ms=2.0, tokens=[1] * n,
                     positions=[10 + d for d in range(n)], parents=[-1] + list(range(n - 1)), roles=roles,
                     info={"draft_ms": 0.5})
 
