@@ -27,12 +27,14 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
 # page's own tuners (appkit/presets.py tune(), on the page's example chat requests, never the held-out bench ones)
 # chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
 # pays here, bench/results/cpu-smollm2-135m-instruct-heldout_chat.md), Jacobi block 1, EAGLE budget 4 with cut
-# 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. No draft model offline,
-# so no speculative entry.
+# 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. Speculative with the
+# shipped distilled draft (assets/drafts/smollm2), tuned the same way on 2026-11-27 (load 0.7): tree 3,2,1,
+# 1.68 tokens/step, 1.06x greedy's 62 tokens/s on the pilots (chain-like trees 2,1,1: 1.03x).
 SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 1},
                        "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
                        "jacobi": {"block": 1},
-                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 4, "confidence": 0.1}}
+                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 4, "confidence": 0.1},
+                       "speculative": {"tree": [3, 2, 1]}}
 
 
 def is_default(model_name: str) -> bool:
