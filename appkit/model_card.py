@@ -57,8 +57,9 @@ def default_md(folder: Path | None = None) -> str:
             f"and stored in {dtype}: **not the original bf16 weights**, so its tokens can differ from the original "
             f"model's. Every greedy method here is still exactly HF greedy (fp32) on these weights. |\n"
             f"| speed | about 17-25 tokens/s greedy on one CPU thread of a shared 2-core machine (docs/models.md) |\n\n"
-            "The lesson's speculative stops run on the embedded pair below: a draft model must share the target's "
-            f"tokenizer, and {MODEL_NAME} has no such draft offline.")
+            "The lesson's speculative stops run on the embedded pair below, whose draft accepts more per step than "
+            f"the 2-layer draft distilled for {MODEL_NAME} (assets/drafts/smollm2; the Run tab and the Race use that "
+            "one on this model).")
 
 
 def _section(text: str, start: str) -> str:
