@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(md)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    if a.only:  # a subset of the rows: its own file, never overwriting the full table
+    if a.only and not a.quick:  # a subset of the rows: its own file, never overwriting the full table
         name += "-only-" + "".join(c if c.isalnum() else "_" for c in a.only.lower())[:60]
     (out / f"{name}.md").write_text(md)
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
