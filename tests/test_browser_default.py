@@ -24,22 +24,12 @@ from appkit import drafts
 from appkit.ui import METHOD_CHOICES, PRESETS
 from decoding import fetch_model as fm
 from decoding.models import DEFAULT_MODEL
-from test_browser import ARGS, CHROMIUM, Watch, free_port, set_number  # noqa: F401 - the browser fixture's args
+from test_browser import Watch, browser, free_port, set_number  # noqa: F401 - browser: the one Chromium fixture
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated:Warning")]
 MAX_NEW = 4
 STATS, MSG = "#ds-stats", "#ds-msg"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    assert Path(CHROMIUM).exists(), "Chromium missing: apt-get install -y chromium (the CI script does)"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,41 +9,20 @@ import json
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-import app as app_module
-from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
-from test_app import cache_dir, free_port  # noqa: F401
+from test_app import cache_dir  # noqa: F401
+from test_browser import browser  # noqa: F401 - the one headless Chromium fixture
+from test_public_sessions import url  # noqa: F401 - the public app on the embedded pair
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated:Warning")]
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", "--no-first-run"]
 PAYLOADS = {("model", "name"): "x\n\n[click here](https://evil.example/a)\n\n![px](http://evil.example/p.png)\n\n"
                                "www.evil.example mail@evil.example",
             ("model", "dtype"): "float32\n# HEADING ONE",
             ("model", "device"): "cpu\n\n## HEADING TWO <img src=http://evil.example/q.png>",
             ("stop_reason",): "eos\n\n[there](https://ev.il/b)\n\n- a list"}
-
-
-@pytest.fixture(scope="module")
-def url():
-    demo = app_module.build_demo(EMBEDDED_TARGET, EMBEDDED_DRAFT, public=True)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            **app_module.launch_kwargs())
-    yield url
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), "Chromium missing: apt-get install -y chromium (the CI script does)"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_markdown_in_a_replayed_traces_strings_is_inert(browser, url, tmp_path):
