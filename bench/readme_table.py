@@ -1,9 +1,9 @@
-"""Regenerate the README's results section from bench/results/*.json (numbers only from measured files).
+"""Regenerate the results tables of docs/performance.md from bench/results/*.json (numbers only from measured files).
 
-    python bench/readme_table.py        # rewrites the block between the bench-results markers in README.md
+    python bench/readme_table.py        # rewrites the block between the bench-results markers in docs/performance.md
 
 Every table names the command, the prompts and the date that produced it (older result files that did not
-record them say so). Result files measured under load (--allow-load) are left out, and the README is not
+record them say so). Result files measured under load (--allow-load) are left out, and the page is not
 rewritten while the 1-minute load average is above 0.5 (one line, exit status 2; --allow-load overrides and
 marks the block as written under load).
 """
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None, readme: Path | None = None) -> int:
     if why := refuse_under_load(a.allow_load):
         print(why, file=sys.stderr)
         return 2
-    readme = readme or ROOT / "README.md"
+    readme = readme or ROOT / "docs" / "performance.md"  # the README links there; it stays short
     text = readme.read_text()
     note = (f"*Written under load (load average {before:.2f}, --allow-load).*\n\n" if before > LOAD_LIMIT else "")
     block = f"{BEGIN}\n{note}{table()}\n{END}"

@@ -212,6 +212,37 @@ def test_readme_table_refuses_under_load_and_names_its_sources(monkeypatch, tmp_
     assert readme_table.main(["--allow-load"], readme) == 0 and "Written under load" in readme.read_text()
 
 
+def test_readme_table_writes_the_performance_page_not_the_readme(monkeypatch, tmp_path):
+    """The results tables live in docs/performance.md (the README links there and stays short): the script's
+    default target is that page's marked block, and the README is left as it was."""
+    import readme_table
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+    row = {"method": "HF greedy", "tokens_per_s": 10.0, "vs_hf_greedy": 1.0, "exact": True}
+    meta = {"prompts": "code", "command": "python bench/bench.py --prompts code", "date": "2026-01-02"}
+    (res / "cpu-a.json").write_text(json.dumps({"meta": meta, "rows": [row]}))
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "performance.md"
+    page.write_text(f"# Performance\n\nbefore\n\n{readme_table.BEGIN}\nold\n{readme_table.END}\n\nafter\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{readme_table.BEGIN}\nold\n{readme_table.END}\n")
+    monkeypatch.setattr(readme_table, "ROOT", tmp_path)
+    _load(monkeypatch, 0.1)
+    assert readme_table.main([]) == 0
+    text = page.read_text()
+    assert text.startswith("# Performance\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "old" not in text and "cpu-a" in text and "| HF greedy |" in text
+    assert readme.read_text() == f"# x\n\n{readme_table.BEGIN}\nold\n{readme_table.END}\n"
+
+
+def test_the_shipped_performance_page_holds_the_generated_block():
+    """bench/readme_table.py rewrites docs/performance.md between its markers: both must be there, once."""
+    import readme_table
+    text = (Path(__file__).resolve().parent.parent / "docs" / "performance.md").read_text()
+    assert text.count(readme_table.BEGIN) == 1 and text.count(readme_table.END) == 1
+    assert text.index(readme_table.BEGIN) < text.index(readme_table.END)
+
+
 def test_under_load_discounts_the_benchs_own_threads():
     """A 1-thread bench alone leaves a load average near 1.0 behind: that is not load; other work is."""
     from bench import under_load
