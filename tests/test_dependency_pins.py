@@ -45,5 +45,8 @@ def test_readme_installs_use_the_pins():
     readme = (ROOT / "README.md").read_text()
     test_cmd = readme.split("<!-- test-command -->", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
     assert "-c constraints.txt" in test_cmd and "pytest" in test_cmd
-    for line in re.findall(r"^pip install -r requirements\.txt.*$", readme, re.M):
+    pages = [readme, *(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))]  # install lines moved there too
+    lines = [line for page in pages for line in re.findall(r"^pip install -r requirements\.txt.*$", page, re.M)]
+    assert len(lines) >= 2  # the README's app and test lines at least
+    for line in lines:
         assert "-c constraints.txt" in line, line
