@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from decoding import generate, load, make_drafter  # noqa: E402
+from decoding.methods.registry import SPECS  # noqa: E402
 from profiling.profiler import StepClock  # noqa: E402
 
 MODES = ("plain", "traced", "ranges", "profiled")
@@ -79,7 +80,7 @@ def main() -> None:
         vocab = model.get_input_embeddings().weight.shape[0]
     else:
         model, vocab = bench_model(args.hidden, args.layers, args.vocab), args.vocab
-    params = {"window": 5, "ngram": 4, "guesses": 5} if args.method == "lookahead" else {}
+    params = dict(SPECS[args.method].presets.get("teaching", {}))  # lookahead: the paper's W5 N4 G5
     prompt = [(7 * i) % vocab for i in range(12)] * 3
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as d:

@@ -51,7 +51,7 @@ def main() -> None:
     print(f"{len(prompts)} prompts x {a.rounds} rounds, 96 new tokens, 1 thread, torch {torch.__version__}\n")
     print("| method | " + " | ".join(COLUMNS) + " | speed vs greedy | tokens per step |\n|" + "---|" * (len(COLUMNS) + 3))
     for i, (m, kw) in enumerate(rows):
-        shape = " | ".join(str(cfg[i].get(k, "")) if m == "eagle" else "" for k in COLUMNS)
+        shape = " | ".join(str(cfg[i].get(k, "")) if kw else "" for k in COLUMNS)
         print(f"| {m} | {shape} | {wall[0] / wall[i]:.2f}x | {tokens[i] / steps[i]:.2f} |")
 
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 from decoding import generate, load, make_drafter  # noqa: E402
+from decoding.methods.registry import SPECS  # noqa: E402
 from decoding.fast.cache_pool import pool_status  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     marks = {}
     for i in range(runs):
         method, params = MIX[i % len(MIX)]
-        if method == "speculative":
+        if "draft_model" in SPECS[method].needs:
             params = dict(params, draft_model=draft)
         generate(target, prompt, make_drafter(method, **params), max_new_tokens=max(4, LENGTHS[i % len(LENGTHS)] // scale),
                  trace=i % 2 == 0, static=True if a.quick else None)

@@ -25,6 +25,7 @@ from decoding.api import eos_of  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.exactness import agreement  # noqa: E402
 from decoding.exactness import hf_greedy  # noqa: E402
+from decoding.methods.registry import SPECS  # noqa: E402
 
 # our methods: (method, params) -- the draft model is added to speculative rows
 OURS = {"ours greedy": ("greedy", {}),
@@ -96,7 +97,7 @@ def our_contenders(target, tok, draft, dynamic: bool = False) -> dict:
     where the default is the graph path)."""
     out = {}
     for name, (method, params) in OURS.items():
-        extra = {"draft_model": draft} if method == "speculative" else {}
+        extra = {"draft_model": draft} if "draft_model" in SPECS[method].needs else {}
         out[name] = ours_runner(target, tok, method, **params, **extra)
         if dynamic and name in DYNAMIC:
             out[f"{name} (dynamic path)"] = ours_runner(target, tok, method, **params, **extra, static=False)

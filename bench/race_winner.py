@@ -27,6 +27,7 @@ from appkit.settings import FIELDS, Settings  # noqa: E402
 from appkit.tabs import RACE_DEFAULT  # noqa: E402
 from appkit.ui import EXAMPLES  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
+from decoding.methods.registry import BASELINE  # noqa: E402
 
 
 def free_port() -> int:
@@ -68,7 +69,7 @@ def main() -> int:
             t0 = time.perf_counter()
             w, speeds = race_once(client, max_new)
             winners.append(w)
-            cells = ", ".join(f"{m} {v:.2f}x ({sp})" for m, (v, sp) in speeds.items() if m != "greedy")
+            cells = ", ".join(f"{m} {v:.2f}x ({sp})" for m, (v, sp) in speeds.items() if m != BASELINE)
             lines.append(f"| {k + 1} | **{w}** | {cells} | {time.perf_counter() - t0:.0f} s |")
             print(lines[-1], flush=True)
     finally:

@@ -35,7 +35,10 @@ import torch  # noqa: E402
 from bench import load_prompts  # noqa: E402
 from decoding.api import eos_of, run  # noqa: E402
 from decoding.exactness import hf_greedy  # noqa: E402
+from decoding.methods.registry import BASELINE  # noqa: E402
 from decoding.methods.suffix_cache import HISTORY  # noqa: E402
+
+RETRIEVAL = "retrieval"  # every config here is a retrieval drafter's
 
 MODEL = Path("~/.cache/decodescope/models/smollm2-135m-instruct").expanduser()
 SHIPPED = ROOT / "assets" / "datastore" / "smollm2"
@@ -144,12 +147,12 @@ def main() -> None:
             prompts = [p for s in sets for p in [q for q in prompts if q["set"] == s][:args.limit]]
         configs = args.configs.split(",")
         eos = eos_of(model, tok)
-        rows = {c: {"tokens": 0, "steps": 0, "s": 0.0, "exact": 0, "query": 0} for c in ["greedy"] + configs}
+        rows = {c: {"tokens": 0, "steps": 0, "s": 0.0, "exact": 0, "query": 0} for c in [BASELINE] + configs}
         history = {c: ([], None) for c in configs}  # each config's own process history (runs, pending)
         for p in prompts:  # interleaved: greedy and every config on one prompt, then the next prompt
             ids = tok(p["prompt"])["input_ids"]
             ref = hf_greedy(model, ids, args.max_new_tokens, eos)
-            for c in ["greedy"] + configs:
+            for c in [BASELINE] + configs:
                 name, *opts = c.split(":")  # e.g. datastore:budget=16:with_cache=0
                 kw = {"datastore": str(SHIPPED)} if name == "datastore" else {}
                 for o in opts:
@@ -157,12 +160,12 @@ def main() -> None:
                     kw[k] = float(v) if "." in v else int(v)
                 if "with_cache" in kw:
                     kw["with_cache"] = bool(kw["with_cache"])
-                if c != "greedy":
+                if c != BASELINE:
                     HISTORY.clear()
                     HISTORY.runs[:], HISTORY.pending = history[c]
-                tr = run(model, tok, ids, "greedy" if c == "greedy" else "retrieval",
+                tr = run(model, tok, ids, BASELINE if c == BASELINE else RETRIEVAL,
                          max_new_tokens=args.max_new_tokens, **kw)
-                if c != "greedy":
+                if c != BASELINE:
                     history[c] = (list(HISTORY.runs), HISTORY.pending)
                 r = rows[c]
                 r["tokens"] += len(tr.output_ids); r["steps"] += len(tr.steps) - 1; r["s"] += tr.wall_s
@@ -175,10 +178,10 @@ def main() -> None:
                   "the target's own token included: greedy is 1.00.", "",
                   "| method | exact | mean accepted tokens / step | query tokens / step | tokens/s | vs greedy |",
                   "|---|---|---|---|---|---|"]
-        g_tps = rows["greedy"]["tokens"] / rows["greedy"]["s"]
+        g_tps = rows[BASELINE]["tokens"] / rows[BASELINE]["s"]
         for c, r in rows.items():
             tps = r["tokens"] / r["s"]
-            lines.append(f"| {c if c != 'greedy' else 'greedy'} | {r['exact']}/{len(prompts)} | "
+            lines.append(f"| {c} | {r['exact']}/{len(prompts)} | "
                          f"{r['accepted'] / max(1, r['steps']):.2f} | {r['query'] / max(1, r['steps']):.1f} | {tps:.1f} | "
                          f"{tps / g_tps:.2f}x |")
     if not args.no_store:

@@ -31,6 +31,7 @@ from appkit.model_cache import ModelCache  # noqa: E402
 from appkit.settings import Settings  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
+from decoding.methods.registry import SPECS  # noqa: E402
 from viz.counts import run_counts, step_counts  # noqa: E402
 from viz.stepper import views_for  # noqa: E402
 from viz.teach import teaching_step  # noqa: E402
@@ -66,7 +67,7 @@ def check(h: Tabs, stop: lesson.Stop, default: str) -> tuple[bool, list[str]]:
     if "compression" in stop.expect:
         ok = ok and round(comp, 2) == stop.expect["compression"]
     target, draft, why = lesson.where(stop, default)
-    model = f"{target} + {draft}" if stop.method == "speculative" else target
+    model = f"{target} + {draft}" if "draft_model" in SPECS[stop.method].needs else target
     prompt = stop.request if not why and stop.request else stop.prompt
     guessed = [t for t, o in zip(s.accepted, s.origins) if o != "target"]
     lines = [f"- **model** `{model}`" + (f" ({lesson.WHY[why]})" if why else " (chat template applied)"),

@@ -99,7 +99,6 @@ class Greedy:
     """One token per step: the baseline every accelerated method must reproduce exactly."""
     name = "greedy"
     abilities = Abilities()
-    PARAMS: tuple[str, ...] = ()  # the keyword parameters make_drafter accepts for this method
 
     @classmethod
     def from_params(cls, **p) -> "Greedy":

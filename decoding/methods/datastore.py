@@ -17,12 +17,12 @@ suffixes at token boundaries gives the token-level suffix array, since byte orde
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import hashlib
 import json
 import mmap
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

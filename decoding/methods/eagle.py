@@ -16,6 +16,7 @@ opts into Medusa's typical acceptance on the deterministic tree (not exact).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import time
 
 import torch
@@ -28,6 +29,9 @@ from .sampled_tree import draw, q_rows, sampled_shape
 from ..engine.sampling import Sampling, make_generator
 from ..fast.uploads import Uploads
 from ..engine.verify import Verdict
+from ..params import LIMITS, MAX_TREE_NODES
+from .heads import prepare_heads
+from .spec import MethodSpec, knob
 
 
 def tree_shape(budget: int) -> tuple[int, int]:
@@ -41,7 +45,6 @@ def tree_shape(budget: int) -> tuple[int, int]:
 
 class Eagle(HeadsDrafter):
     name = "eagle"
-    PARAMS = ("heads", "budget", "depth", "branch", "beam", "draft_vocab", "confidence", "acceptance")
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
                  beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE,
@@ -175,3 +178,38 @@ def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
     parents = [x[1] for x in nodes]
     above = [k for k in range(1, len(nodes)) if nodes[k][4] >= confidence]
     return best_closed(parents, above, budget, key=lambda k: (-nodes[k][4], k))
+
+
+@dataclass
+class EagleParams:
+    heads: object = knob(None, cli="--heads", kind="path",
+                         help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding "
+                              "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the "
+                              "one they were trained for)")
+    budget: int = knob(16, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                       help="tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval)")
+    depth: int = knob(None, lo=1, hi=64, help="draft depth (default: from the budget)")
+    branch: int = knob(4, lo=1, hi=64, help="children per expanded node")
+    beam: int = knob(None, lo=1, hi=64, help="nodes expanded per level (default: from the budget)")
+    draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
+                            help="draft only the N tokens the target chose most often in the heads' training "
+                                 "(FR-Spec; verification still uses the whole vocabulary; 0 = all)")
+    confidence: float = knob(CONFIDENCE, lo=0.0, hi=1.0, cli="--draft-confidence",
+                             help="medusa / eagle: do not verify (or expand) a node whose path's draft probability "
+                                  "is below it (default 0)")
+    acceptance: str = knob("exact", choices=("exact", "typical"), cli="--acceptance",
+                           help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths "
+                                "but NOT exact (the output no longer follows the target's distribution); default exact")
+
+
+SPEC = MethodSpec(
+    name="eagle", drafter=Eagle, params=EagleParams, label="EAGLE", colour="#8c510a",
+    summary="a one-layer head predicts the target's next hidden state and grows a tree of the likeliest paths",
+    explain=(
+    "**EAGLE** drafts at the feature level: a one-layer head reads [next token's embedding; the target's "
+    "hidden state] and predicts the next hidden state, token by token, growing a tree of the most probable "
+    "paths (EAGLE-2). The target checks the whole tree in one forward; greedy output equals its own."),
+    paper="Li et al. 2024, EAGLE (arXiv 2401.15077) and EAGLE-2 (arXiv 2406.16858)",
+    needs=("heads",), prepare=prepare_heads("eagle"), tuner="heads_budget",
+    presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 4, "confidence": 0.1}},
+    pictures=("mask", "tree", "heads"))

@@ -24,7 +24,7 @@ from ..fast.cpu_gemm import PackedLinear
 from ..fast.layout import column_major_linears
 from ..engine.drafter import Abilities
 from ..engine.sampling import Sampling, warp
-from ..models import cache_kwarg
+from ..models import ASSETS, cache_kwarg
 from .checkpoint import check_fingerprint, load_weights, read_card, require_files
 
 KINDS = ("medusa", "eagle")
@@ -299,11 +299,10 @@ class DraftLM:
 
 
 class HeadsDrafter:
-    """What Medusa and EAGLE share as drafters: built from PARAMS (heads folder required; the confidence cut a
+    """What Medusa and EAGLE share as drafters: built from its spec's parameters (heads folder required; the confidence cut a
     float, the acceptance rule a name, the rest whole numbers) and the same abilities (a tree drafted from
     the target's last hidden state, verified exactly or by typical acceptance)."""
     name: str
-    PARAMS: tuple[str, ...]
     acceptance: str
 
     @classmethod
@@ -311,9 +310,49 @@ class HeadsDrafter:
         if not p.get("heads"):
             raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
         cast = {"confidence": float, "acceptance": str}
-        return cls(p["heads"], **{k: cast.get(k, int)(p[k]) for k in cls.PARAMS if k != "heads" and k in p})
+        return cls(heads_folder(p["heads"], cls.name),
+                   **{k: cast.get(k, int)(v) for k, v in p.items() if k != "heads" and v is not None})
 
     @property
     def abilities(self) -> Abilities:
         return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
                          knobs=("budget", "confidence"))
+
+
+SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for
+
+
+def heads_folder(path, method: str) -> str:
+    """A heads folder for `method`: the folder itself, or its <method>/ subfolder when given the parent
+    that holds both kinds (assets/heads -> assets/heads/eagle), as the app and the race accept it."""
+    p = Path(path).expanduser()
+    if not (p / "heads.json").is_file() and (p / method / "heads.json").is_file():
+        return str(p / method)
+    return str(path)
+
+
+def default_heads(model, method: str) -> str:
+    """The shipped heads for `model`: assets/heads/<method> (the embedded target) or
+    assets/heads/smollm2/<method> (the default model), whichever was trained for it (the base-model
+    fingerprint their heads.json records), else a ValueError that says how to get heads."""
+    fingerprints, bases = base_fingerprints(model), []
+    for shipped in (SHIPPED_HEADS / method, SHIPPED_HEADS / "smollm2" / method):
+        try:
+            cfg = json.loads((shipped / "heads.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if cfg.get("base_fingerprint") and cfg["base_fingerprint"] in fingerprints:
+            return str(shipped)
+        bases.append(cfg.get("base_model") or "the embedded target")
+    shipped = SHIPPED_HEADS / method
+    base = " and ".join(bases) or "the embedded target"
+    raise ValueError(f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
+                     f"for {base}, not this model; train heads for it with python -m decoding train-heads "
+                     f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
+
+
+def prepare_heads(method: str):
+    """The builder's step for a heads method: the shipped heads, for the model they fit, unless given."""
+    def prepare(p: dict, model, tokenizer) -> dict:
+        return p if p.get("heads") else {**p, "heads": default_heads(model, method)}
+    return prepare

@@ -21,17 +21,19 @@ distribution whatever the guesses are; the guesses stay the argmax iterates.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import random
 
 from ..engine.drafter import Abilities, Plan
 from ..engine.masks import chain_parents
 from ..engine.verify import Verdict
+from ..params import LIMITS
+from .spec import MethodSpec, knob
 
 
 class Jacobi:
     name = "jacobi"
     abilities = Abilities(structure="chain", knobs=("block",))
-    PARAMS = ("block", "seed")
 
     @classmethod
     def from_params(cls, **p) -> "Jacobi":
@@ -75,3 +77,33 @@ class Jacobi:
         self.guesses = keep + self._init(opened)
         self.fresh = [False] * len(keep) + [True] * opened
         plan.info["jacobi"].update(updated=list(updated), accepted=k, next=list(self.guesses))
+
+
+@dataclass
+class JacobiParams:
+    block: int = knob(8, lo=LIMITS["block"][0], hi=LIMITS["block"][1], cli="--block", ui=True, label="K block",
+                      help="jacobi: guesses refined per step, K (default 8)")
+    seed: int = knob(0, help="seed of the first guesses' draw (from the prompt's tokens)")
+
+
+SPEC = MethodSpec(
+    name="jacobi", drafter=Jacobi, params=JacobiParams, label="Jacobi", colour="#6b8e23",
+    summary="a block of K guesses refined by fixed-point iteration, one forward per step",
+    explain=(
+    "### Jacobi decoding\n"
+    "Santilli et al. 2023 (*Accelerating Transformer Inference for Translation via Parallel Decoding*, arXiv "
+    "2305.10427): guess the next **K** tokens at once (**block**), run the whole block through the model in "
+    "**one** forward pass, and replace every guess by the model's own choice at that position — a fixed-point"
+    " (Jacobi) iteration. The guesses the model agrees with, from the left, are accepted plus its own next "
+    "token, so the output is exactly greedy's; the rest of the updated block becomes the next guesses (the "
+    "first guesses are prompt tokens).\n"
+    "\n"
+    "The *trajectory* view shows why it rarely pays on real models: a guess made from a wrong left context is"
+    " usually wrong, so the block converges about one position per step (compression near 1.0). Run "
+    "**lookahead** on the same prompt and compare its trajectory: lookahead keeps the n-grams its window "
+    "produces and checks them later, which is where its 2x comes from."),
+    paper="Santilli et al. 2023, Accelerating Transformer Inference for Translation via Parallel Decoding "
+          "(arXiv 2305.10427)",
+    tuner="block",
+    presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}},
+    pictures=("mask", "window", "trajectory"))

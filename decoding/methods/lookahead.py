@@ -9,18 +9,19 @@ into the pool. Like the reference, the window advances one position per step, wh
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from ..engine.drafter import Abilities, Plan
-from ..params import TEXT_SPAN
+from ..params import LIMITS, TEXT_SPAN
 from ..engine.masks import add_chains, add_trie, level_start, lookahead_layout
 from .lookahead_pool import Pool
 from ..engine.verify import Verdict, common_prefix
+from .spec import MethodSpec, knob
 
 
 class Lookahead:
     name = "lookahead"
     abilities = Abilities(structure="window", wants_tracing=True, knobs=("window", "ngram", "guesses"))
-    PARAMS = ("window", "ngram", "guesses", "prompt_ngrams", "output_ngrams", "dedupe", "text_span")
 
     @classmethod
     def from_params(cls, **p) -> "Lookahead":
@@ -118,3 +119,48 @@ class Lookahead:
             self._next = self.pool.add_text(context, self._next, "output")
         return harvested
 
+
+@dataclass
+class LookaheadParams:
+    window: int = knob(5, lo=LIMITS["window"][0], hi=LIMITS["window"][1], cli="--window", ui=True, label="W window",
+                       help="lookahead W: Jacobi window columns (default: the preset for this model and device, else 5)")
+    ngram: int = knob(4, lo=LIMITS["ngram"][0], hi=LIMITS["ngram"][1], cli="--ngram", ui=True, label="N n-gram",
+                      help="lookahead N: n-gram length (default: the preset, else 4)")
+    guesses: int = knob(5, lo=LIMITS["guesses"][0], hi=LIMITS["guesses"][1], cli="--guesses", ui=True,
+                        label="G guesses", help="lookahead G: pool candidates verified per step (default: the preset, "
+                                                "else 5)")
+    prompt_ngrams: bool = knob(True, cli="--no-prompt-ngrams", negate=True,
+                               help="lookahead: do not seed the pool with the prompt")
+    output_ngrams: bool = knob(True, help="offer n-grams of the output so far")
+    dedupe: bool = knob(True, help="merge candidates sharing a prefix into one trie (same output, fewer tokens)")
+    text_span: int = knob(TEXT_SPAN, lo=LIMITS["text_span"][0], hi=LIMITS["text_span"][1], cli="--text-span",
+                          help="lookahead: tokens offered after a prompt/output n-gram match (default 7; at least "
+                               "N-1, the paper's pool)")
+
+
+SPEC = MethodSpec(
+    name="lookahead", drafter=Lookahead, params=LookaheadParams, label="lookahead", colour="#1b9e77",
+    summary="a 2D Jacobi window makes n-grams; the pool's candidates are verified in the same forward",
+    explain=(
+    "### Lookahead decoding\n"
+    "Each step is **one** forward pass over three things at once (see the *window* and *pool* views):\n"
+    "\n"
+    "- **x0**, the last accepted token — the model's own next token always comes from here, so a step never "
+    "gives less than plain decoding;\n"
+    "- the **Jacobi window**: **W** columns × **N−1** levels of guessed future tokens. Each step every column"
+    " is refined by one level (fixed-point iteration), and each column then yields an **N-gram** that goes "
+    "into the pool;\n"
+    "- up to **G** **candidates** from the **n-gram pool** whose first token is x0: the target verifies them "
+    "in the same pass and the longest one that equals its own greedy choices is accepted.\n"
+    "\n"
+    "**W** = how many guesses run in parallel, **N** = how long each guessed n-gram is, **G** = how many pool"
+    " candidates are checked per step. Window guesses give at most N tokens per step; n-grams that occurred "
+    "in the prompt or the output are offered with up to 7 tokens of what followed them there (on a small "
+    "model that is where most accepted guesses come from). Query tokens per step ≈ W(N−1) + G × candidate "
+    "length: bigger is more hits but more compute; the *Sweep* tab shows the trade-off."),
+    paper="Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using Lookahead Decoding (arXiv 2402.02057)",
+    tuner="latency_curve",
+    presets={"cpu_embedded": {"window": 1, "ngram": 3, "guesses": 2},
+             "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
+             "teaching": {"window": 5, "ngram": 4, "guesses": 5}},
+    pictures=("mask", "window", "pool", "trajectory"))

@@ -14,6 +14,7 @@ sampling only) is offered as an opt-in that is NOT exact: verify.typical, labell
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import heapq
 import time
 
@@ -23,11 +24,13 @@ from ..engine.drafter import Plan, tree_record
 from .heads import CONFIDENCE, HeadsDrafter, load_drafting
 from ..engine.sampling import Sampling
 from ..engine.verify import Verdict
+from ..params import LIMITS, MAX_TREE_NODES
+from .heads import prepare_heads
+from .spec import MethodSpec, knob
 
 
 class Medusa(HeadsDrafter):
     name = "medusa"
-    PARAMS = ("heads", "budget", "branch", "draft_vocab", "confidence", "acceptance")
 
     def __init__(self, heads: str, budget: int = 12, branch: int = 4, draft_vocab: int | None = None,
                  confidence: float = CONFIDENCE, acceptance: str = "exact"):
@@ -119,3 +122,37 @@ def record_verdict(plan: Plan, verdict: Verdict) -> None:
         p = verdict.logits[plan.parents[1:]].softmax(-1)
         idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]
         info["tree"]["target_prob"] = [None] + [round(x, 6) for x in p.gather(-1, idx)[:, 0].tolist()]
+
+
+@dataclass
+class MedusaParams:
+    heads: object = knob(None, cli="--heads", kind="path",
+                         help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding "
+                              "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the "
+                              "one they were trained for)")
+    budget: int = knob(12, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                       help="tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval)")
+    branch: int = knob(4, lo=1, hi=64, help="top-k of each head")
+    draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
+                            help="draft only the N tokens the target chose most often in the heads' training "
+                                 "(FR-Spec; verification still uses the whole vocabulary; 0 = all)")
+    confidence: float = knob(CONFIDENCE, lo=0.0, hi=1.0, cli="--draft-confidence",
+                             help="medusa / eagle: do not verify (or expand) a node whose path's draft probability "
+                                  "is below it (default 0)")
+    acceptance: str = knob("exact", choices=("exact", "typical"), cli="--acceptance",
+                           help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths "
+                                "but NOT exact (the output no longer follows the target's distribution); default exact")
+
+
+SPEC = MethodSpec(
+    name="medusa", drafter=Medusa, params=MedusaParams, label="Medusa", colour="#00695c",
+    summary="small heads on the target's last hidden state guess the next tokens; their best nodes form a tree",
+    explain=(
+    "**Medusa** drafts with the target itself: small heads on its last hidden state guess the next tokens "
+    "(head k: k tokens after the last accepted one, read through the target's own LM head). The best nodes of"
+    " their top-k, by the product of the heads' probabilities, form a tree the target checks in one forward. "
+    "The tree view labels each node with its head and rank; greedy output equals the target's own."),
+    paper="Cai et al. 2024, Medusa (arXiv 2401.10774)",
+    needs=("heads",), prepare=prepare_heads("medusa"), tuner="heads_budget",
+    presets={"cpu_embedded": {"budget": 4, "confidence": 0.1}, "cpu_default": {"budget": 4, "confidence": 0.1}},
+    pictures=("mask", "tree", "heads"))

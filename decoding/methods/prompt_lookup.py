@@ -14,18 +14,20 @@ the output walks through the input in order, and a frequent n-gram (`self.x`) mu
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import bisect
 
 from ..engine.drafter import Abilities, Plan
 from ..engine.masks import add_trie, depths_of
 from .ngrams import NGramIndex
 from ..engine.verify import Verdict, common_prefix
+from ..params import LIMITS
+from .spec import MethodSpec, knob
 
 
 class PromptLookup:
     name = "prompt_lookup"
     abilities = Abilities(structure="tree")  # candidate chains merged into a trie
-    PARAMS = ("max_ngram", "num_tokens", "candidates", "reference", "reference_ids", "reference_tokens")
 
     @classmethod
     def from_params(cls, **p) -> "PromptLookup":
@@ -114,3 +116,43 @@ class PromptLookup:
         if chosen is not None and chosen < len(at):  # the copy went this far: continue from there
             d, end = at[chosen]
             self.cursor[d] = end + 1 + plan.info["matched"][chosen]
+
+
+@dataclass
+class PromptLookupParams:
+    max_ngram: int = knob(3, lo=LIMITS["max_ngram"][0], hi=LIMITS["max_ngram"][1], cli="--max-ngram", ui=True,
+                          label="max n-gram to match", help="prompt lookup: longest n-gram matched (default 3)")
+    num_tokens: int = knob(10, lo=LIMITS["num_tokens"][0], hi=LIMITS["num_tokens"][1], cli="--num-tokens", ui=True,
+                           label="tokens to copy", help="prompt lookup: tokens proposed (default 10)")
+    candidates: int = knob(1, lo=LIMITS["candidates"][0], hi=LIMITS["candidates"][1], cli="--candidates",
+                           help="prompt lookup: continuations verified per step")
+    reference: object = knob(None, cli="--reference", kind="texts",
+                             help="prompt lookup: also copy from this UTF-8 text file (repeatable; reference lookup, "
+                                  "LLMA; the input of an edit makes it aggressive decoding)")
+    reference_ids: object = knob(None, internal=True, help="the references' token ids (run() tokenises reference=)")
+    reference_tokens: int = knob(24, lo=LIMITS["reference_tokens"][0], hi=LIMITS["reference_tokens"][1],
+                                 cli="--reference-tokens",
+                                 help="prompt lookup: tokens copied from a reference per step (default 24)")
+
+
+SPEC = MethodSpec(
+    name="prompt_lookup", drafter=PromptLookup, params=PromptLookupParams, label="prompt lookup", colour="#c51b7d",
+    summary="copies what followed the last n-gram earlier in the prompt, the output or a reference text",
+    explain=(
+    "### Prompt lookup\n"
+    "Code and chat often repeat what is already in the text. Prompt lookup finds the last few tokens (up to "
+    "**max n-gram**) earlier in the prompt or output and proposes what followed them there (up to **num "
+    "tokens**). The model checks the copy in one forward pass and keeps the part that matches its own "
+    "choices. No second model, no training — the *pool* view shows the matched key and the candidate copies.\n"
+    "\n"
+    "**Reference text** (reference lookup, Yang et al. 2023, *Inference with Reference*, LLMA): the same "
+    "lookup also searches a text you paste under the prompt — a retrieved document, the file being edited — "
+    "and copies up to 24 tokens from it per step (cyan in the text and the pool view). **Aggressive "
+    "decoding** (Ge et al., *Lossless Acceleration for Seq2seq Generation with Aggressive Decoding*) is the "
+    "special case where the reference is the input of an edit: most of the output *is* the input, so whole "
+    "spans are accepted in one step and the model's own token replaces each typo. Try the edit example: 20+ "
+    "tokens per step where the input was right."),
+    paper="Saxena 2023, Prompt Lookup Decoding; Yang et al. 2023, Inference with Reference (LLMA, arXiv 2304.04487)",
+    presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10},
+             "teaching": {"max_ngram": 3, "num_tokens": 10}},
+    pictures=("mask", "pool", "tree"))

@@ -21,6 +21,7 @@ target's distribution exactly.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import math
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ from ..engine.verify import Verdict
 from .datastore import Datastore, DatastoreError, Match
 from .medusa import record_verdict
 from .suffix_cache import HISTORY, History, lookup as suffix_lookup
+from ..params import MAX_TREE_NODES
+from .spec import MethodSpec, knob
 
 # Defaults per source. REST's paper verifies 64 nodes and has no adaptive length (budget=64, max_spec_factor=64,
 # with_cache=False reproduce it); ArcticInference's suffix cache uses max_spec_factor 1.0. On the CPU every
@@ -118,8 +121,6 @@ def trie(conts: np.ndarray, budget: int, min_prob: float = 0.0) -> dict[str, np.
 class Retrieval:
     name = "retrieval"
     abilities = Abilities(structure="tree", knobs=("budget",))
-    PARAMS = ("datastore", "tokenizer", "budget", "max_spec_factor", "min_token_prob", "max_suffix", "span",
-              "continuations", "history", "with_cache", "model_vocab")
 
     @classmethod
     def from_params(cls, **p) -> "Retrieval":
@@ -227,3 +228,45 @@ class Retrieval:
         plan.info["retrieval"]["accepted"] = len(verdict.path) - 1
         if (self.ds is None or self.with_cache) and self.hist is not None:
             self.hist.pending = context  # the engine's list, appended in place: committed at the next start()
+
+
+@dataclass
+class RetrievalParams:
+    datastore: object = knob(None, cli="--datastore", kind="path",
+                             help="retrieval: a REST datastore folder (python -m decoding build-datastore; shipped for "
+                                  "the default model: assets/datastore/smollm2); without it retrieval drafts from the "
+                                  "suffix cache (SuffixDecoding: prompt, output so far, earlier runs)")
+    tokenizer: object = knob(None, internal=True, help="the target's tokenizer, checked against the datastore's")
+    budget: int = knob(None, lo=1, hi=MAX_TREE_NODES, cli="--budget",
+                       help="tree nodes verified per step (default 16 with a datastore, 64 from the suffix cache)")
+    max_spec_factor: float = knob(None, lo=0.0, hi=1000.0, help="draft at most this many times the match length")
+    min_token_prob: float = knob(None, lo=0.0, hi=1.0, help="drop trie nodes rarer than this")
+    max_suffix: int = knob(None, lo=1, hi=1024, help="longest suffix matched")
+    span: int = knob(None, lo=1, hi=1024, help="tokens of each continuation")
+    continuations: int = knob(5000, lo=1, hi=1_000_000, help="continuations read from the datastore per match")
+    history: object = knob(True, help="the suffix cache's earlier runs: True (this process), False, or a History")
+    with_cache: bool = knob(True, help="with a datastore, also match the suffix cache and take the longer match")
+    model_vocab: int = knob(None, internal=True, help="the target's vocabulary size, checked against the datastore")
+
+
+def prepare(p: dict, model, tokenizer) -> dict:
+    """A datastore made for another tokenizer or vocabulary is refused (the builder hands both in)."""
+    if p.get("datastore") is None:
+        return p
+    return {"tokenizer": tokenizer, "model_vocab": model.get_input_embeddings().num_embeddings, **p}
+
+
+SPEC = MethodSpec(
+    name="retrieval", drafter=Retrieval, params=RetrievalParams, label="retrieval", colour="#b8860b",
+    summary="drafts what followed the context's longest matching suffix in a datastore or the suffix cache",
+    explain=(
+    "### Retrieval\n"
+    "No model drafts: the draft is what followed the context's longest matching suffix somewhere else. With a"
+    " **datastore** (REST, He et al. 2023) that is a corpus indexed by a suffix array: the continuations "
+    "after the match are merged into a frequency trie and the most frequent nodes (the **budget**) are "
+    "verified in one forward. Without one, the **suffix cache** (SuffixDecoding, Oliaro et al. 2024) matches "
+    "the prompt, the output so far and your earlier runs, and drafts longer when the match is longer. The "
+    "*retrieval* view shows the match, the trie and what was kept; greedy output equals the target's own."),
+    paper="He et al. 2023, REST (arXiv 2311.08252); Oliaro et al. 2024, SuffixDecoding (arXiv 2411.04975)",
+    prepare=prepare, presets={"cpu_embedded": {}},
+    pictures=("mask", "tree", "retrieval"))

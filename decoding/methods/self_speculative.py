@@ -19,6 +19,7 @@ Early stop (Kangaroo's rule): a node whose own draft probability (top-1 confiden
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import time
 
 import torch
@@ -32,6 +33,8 @@ from .heads import DraftLM, load_counts
 from .medusa import record_verdict
 from .sampled_tree import draw, q_rows
 from .self_spec_adapter import default_adapter, load_adapter
+from ..params import LIMITS, MAX_TREE_NODES
+from .spec import MethodSpec, knob
 
 STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts/chat.jsonl (docs/self-speculative.md)
 
@@ -39,7 +42,6 @@ STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts
 class SelfSpeculative:
     """Drafter: shallow layers + adapter + the target's head propose; the target verifies."""
     name = "self_speculative"
-    PARAMS = ("adapter", "depth", "branch", "beam", "budget", "stop", "draft_vocab")
 
     def __init__(self, adapter: str | None = None, depth: int = 6, branch: int = 1, beam: int = 1, budget: int | None = None,
                  stop: float = STOP, draft_vocab: int | None = None):
@@ -56,7 +58,7 @@ class SelfSpeculative:
     @classmethod
     def from_params(cls, **p) -> "SelfSpeculative":
         cast = {"stop": float, "adapter": str}
-        return cls(**{k: cast.get(k, int)(v) for k, v in p.items() if k in cls.PARAMS})
+        return cls(**{k: cast.get(k, int)(v) for k, v in p.items()})
 
     @property
     def abilities(self) -> Abilities:
@@ -195,3 +197,42 @@ class SelfSpeculative:
         self.n += len(rows)
         self.parents, self.region = [], []
         record_verdict(plan, verdict)
+
+
+@dataclass
+class SelfSpeculativeParams:
+    adapter: object = knob(None, cli="--adapter", kind="path",
+                           help="self_speculative: adapter folder (train-heads --kind self_speculative); default: the "
+                                "shipped assets/heads/smollm2-self_speculative for SmolLM2-135M-Instruct")
+    depth: int = knob(6, lo=1, hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
+                      help="self_speculative: draft depth (default 6)")
+    branch: int = knob(1, lo=1, hi=64, help="children per expanded node (1 = a chain)")
+    beam: int = knob(1, lo=1, hi=64, help="nodes expanded per level")
+    budget: int = knob(None, lo=1, hi=MAX_TREE_NODES, cli="--budget", help="tree nodes verified per step")
+    stop: float = knob(STOP, lo=0.0, hi=1.0, cli="--draft-confidence",
+                       help="self_speculative: Kangaroo's early stop, do not expand a draft token below it (default "
+                            "0.8, below 1)")
+    draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
+                            help="draft only the N tokens the target chose most often in the adapter's training "
+                                 "(FR-Spec; 0 = all)")
+
+
+def prepare(p: dict, model, tokenizer) -> dict:
+    """The shipped adapter, for the model it fits, unless one is given."""
+    return p if p.get("adapter") else {**p, "adapter": default_adapter(model)}
+
+
+SPEC = MethodSpec(
+    name="self_speculative", drafter=SelfSpeculative, params=SelfSpeculativeParams, label="self-speculative",
+    colour="#1f78b4",
+    summary="the target drafts with its own first layers plus a trained adapter, then verifies with all of them",
+    explain=(
+    "### Self-speculative decoding\n"
+    "The target drafts for itself (Kangaroo, Liu et al. 2024): its first few layers plus a small trained "
+    "**adapter** and its own LM head make a cheap shallow model that proposes the next tokens; drafting stops"
+    " early when the shallow model's confidence drops below the **stop** threshold. The full target then "
+    "verifies the draft in one forward. No second model is loaded; the *draft cost* view shows the draft's "
+    "milliseconds against the target's per step. Greedy output equals the target's own."),
+    paper="Liu et al. 2024, Kangaroo (arXiv 2404.18911)",
+    needs=("adapter",), prepare=prepare, presets={"cpu_embedded": {}},
+    pictures=("mask", "tree", "draft_cost"))

@@ -174,3 +174,50 @@ def fits(target, folder: str | Path | None = None) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(card, dict) and card.get("base_fingerprint") in base_fingerprints(target)
+
+
+NO_DRAFT = ("speculative decoding needs a draft model, and none ships for this model (drafts ship for the default "
+            "SmolLM2-135M-Instruct and the embedded target): pass draft_model= (a model object, or the path or "
+            "hub id of a smaller model sharing the target's tokenizer; the CLI's --draft)")
+AUTO_DRAFT = "auto"  # draft_model="auto" (or None through run/build_drafter): the draft shipped for the target
+
+
+def default_draft(model):
+    """(draft model, None) shipped for `model`: the distilled SmolLM2 draft (assets/drafts/smollm2, sharing the
+    target's embedding and LM head) when the base-model fingerprint fits, the embedded draft for the embedded
+    target; else a ValueError that says how to get one."""
+    from ..models import EMBEDDED_DRAFT, EMBEDDED_TARGET
+    if fits(model):
+        return with_layout(load_draft_folder(model), getattr(model, "weight_layout_", None)), None
+    if Path(getattr(model, "name_or_path_", "") or "").expanduser().resolve() == Path(EMBEDDED_TARGET).resolve():
+        return load_draft(model, EMBEDDED_DRAFT)
+    raise ValueError(NO_DRAFT)
+
+
+def load_draft(model, draft) -> tuple:
+    """(draft model, its tokenizer or None): a model object as is; "auto" the draft shipped for the target
+    (default_draft); a draft folder (draft.json: layers only, the target's embedding and head shared) for
+    this target; a path or hub id loaded like the target (decoding.load) on the target's device and in its
+    dtype."""
+    if draft is None or draft == AUTO_DRAFT:
+        return default_draft(model)
+    if not isinstance(draft, (str, Path)):
+        return draft, None
+    from ..models import load
+    layout = getattr(model, "weight_layout_", None)
+    if (Path(draft).expanduser() / CARD).is_file():
+        d = load_draft_folder(model, Path(draft).expanduser())
+        return with_layout(d, layout), None
+    w = model.get_input_embeddings().weight
+    dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(w.dtype)
+    return load(str(draft), device=str(w.device), dtype=dtype,
+                layout=layout if layout in ("stock", "column", "packed") else "auto")
+
+
+def with_layout(draft, layout: str | None):
+    """A draft that borrows the target's embedding and head gets the target's weight layout for its own
+    layers (the shared head is packed already, and packing skips it); a target without one (not loaded by
+    decoding.load) keeps transformers' stock layout, and so does its draft."""
+    from ..fast.layout import apply_layout
+    draft.weight_layout_ = apply_layout(draft, layout if layout in ("stock", "column", "packed") else "stock")
+    return draft

@@ -12,6 +12,7 @@ Both rules keep the output distribution exactly that of sampling from the target
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import time
 
 import torch
@@ -22,6 +23,9 @@ from ..models import ModelError
 from ..engine.sampling import Sampling, make_generator, warp
 from .stage2 import NGramStage2, Table
 from ..engine.verify import Verdict
+from ..params import LIMITS
+from .shipped_draft import NO_DRAFT, load_draft
+from .spec import MethodSpec, knob
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
     """Refuse a draft that does not share the target's tokenizer (one clear message). What is compared is
@@ -59,12 +63,12 @@ class Speculative:
     name = "speculative"
     abilities = Abilities(structure="tree", own_model=True, wants_tracing=True,
                           knobs=("draft_tokens", "tree", "tree_budget", "staged"))
-    PARAMS = ("draft_model", "draft_tokens", "tree", "tree_budget", "staged", "ngram_table", "confidence", "adaptive",
-              "target_model", "tokenizer", "draft_tokenizer")
 
     @classmethod
     def from_params(cls, **p) -> "Speculative":
         """With target_model (and the tokenizers), the draft is checked against the target here, once."""
+        if p.get("draft_model") is None:
+            raise ValueError(NO_DRAFT)
         d = cls(p.get("draft_model"), p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
                 bool(p.get("staged", False)), ngram_table=p.get("ngram_table"), confidence=p.get("confidence"),
                 adaptive=bool(p.get("adaptive", False)))
@@ -201,3 +205,72 @@ class Speculative:
             tp = p.gather(-1, idx)[:, 0].tolist()
             info["tree"]["target_prob"] = [None] + [round(x, 6) for x in tp]
         info["settle_ms"] = (time.perf_counter() - t0) * 1e3
+
+
+@dataclass
+class SpeculativeParams:
+    draft_model: object = knob(None, cli="--draft", kind="model",
+                               help="speculative: draft model, a path or hub id sharing the target's tokenizer, or a "
+                                    "draft folder (default: the draft shipped for the target)")
+    draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
+                             ui=True, label="K draft tokens", help="speculative: chain length K (default 4)")
+    tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths",
+                        help="speculative: token tree widths per depth, e.g. 3,2,1")
+    tree_budget: int = knob(None, lo=LIMITS["tree_budget"][0], hi=LIMITS["tree_budget"][1], cli="--tree-budget",
+                            ui=True, label="tree budget",
+                            help="speculative: dynamic tree of the B best nodes by draft probability")
+    staged: bool = knob(False, cli="--staged", ui=True, label="staged",
+                        help="speculative: an n-gram stage 2 drafts for the draft")
+    ngram_table: object = knob(None, cli="--ngram-table", kind="path",
+                               help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
+    confidence: float = knob(None, lo=0.0, hi=1.0, cli="--draft-confidence", ui=True, label="draft cutoff",
+                             help="speculative: do not extend a draft token below this draft probability "
+                                  "(default 0.4)")
+    adaptive: bool = knob(False, cli="--adaptive",
+                          help="speculative: skip drafting while plain target steps are faster (measured online)")
+    target_model: object = knob(None, internal=True, help="the target, to check the draft against it once")
+    tokenizer: object = knob(None, internal=True, help="the target's tokenizer")
+    draft_tokenizer: object = knob(None, internal=True, help="the draft's tokenizer, compared with the target's")
+
+
+def check(p: dict) -> None:
+    make_shape(p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"), bool(p.get("staged", False)),
+               p.get("confidence"))
+
+
+def prepare(p: dict, model, tokenizer) -> dict:
+    """The draft: a model object as is, else loaded for this target (the shipped one by default), and checked
+    against the target with both tokenizers, once."""
+    draft, dtok = load_draft(model, p.get("draft_model"))
+    p = {"target_model": model, "tokenizer": tokenizer, **p, "draft_model": draft}
+    if dtok is not None and p.get("draft_tokenizer") is None:
+        p["draft_tokenizer"] = dtok
+    return p
+
+
+SPEC = MethodSpec(
+    name="speculative", drafter=Speculative, params=SpeculativeParams, label="speculative", colour="#d94801",
+    summary="a smaller draft model proposes a chain or a token tree; the target verifies it in one forward",
+    explain=(
+    "### Speculative decoding\n"
+    "A small **draft model** (same tokenizer) guesses ahead; the big **target** checks all guesses in one "
+    "forward pass (see the *tree* view: orange = drafted, the path the target accepted, and the first "
+    "rejected node).\n"
+    "\n"
+    "- **chain**: **K** draft tokens in a row, the target checks K+1 positions;\n"
+    "- **tree**: **widths** per depth, e.g. `3,2,1` = 3 alternatives at depth 1, 2 under each at depth 2, 1 "
+    "under each at depth 3 — branching early catches the draft's 2nd and 3rd choices;\n"
+    "- **budget**: the B most probable nodes by cumulative draft probability;\n"
+    "- **staged**: a cheap n-gram model drafts for the draft model too (stage 2);\n"
+    "- **draft cutoff**: a drafted token whose draft probability is below it is not extended, so a `3,2,1` "
+    "tree drafts fewer than its 15 nodes when the draft is unsure; the tree view draws the pruned nodes faint"
+    " with their probability.\n"
+    "\n"
+    "Greedy output equals the target's own greedy output; with sampling, accept/reject keeps the target's "
+    "distribution exactly."),
+    paper="Leviathan et al. 2023 (arXiv 2211.17192), Chen et al. 2023 (arXiv 2302.01318); SpecInfer's token tree "
+          "(Miao et al. 2024, arXiv 2305.09781); staged (Spector & Re 2023, arXiv 2308.04623)",
+    needs=("draft_model",), prepare=prepare, check=check, tuner="draft_shapes",
+    presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
+             "teaching": {"draft_tokens": 4, "staged": False}},
+    pictures=("mask", "tree"))

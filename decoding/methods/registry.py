@@ -1,0 +1,55 @@
+"""The method registry: one line per method, naming the module that declares its SPEC.
+
+Everything that lists methods (the builder, the CLI's choices and flags, the app's method list and controls,
+the palette, the presets, the README's methods table) reads SPECS. Adding a method is one file declaring
+`SPEC = MethodSpec(...)` next to its drafter, plus one line in MODULES.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+
+from .spec import MethodSpec
+
+MODULES = (
+    "decoding.methods.greedy",
+    "decoding.methods.lookahead",
+    "decoding.methods.prompt_lookup",
+    "decoding.methods.speculative",
+    "decoding.methods.jacobi",
+    "decoding.methods.medusa",
+    "decoding.methods.eagle",
+    "decoding.methods.retrieval",  # REST datastore (datastore=) or SuffixDecoding's suffix cache (default)
+    "decoding.methods.self_speculative",
+)
+BASELINE = "greedy"  # the method every other one is measured against and must reproduce exactly
+
+
+def load_specs(modules: tuple[str, ...] = MODULES) -> dict[str, MethodSpec]:
+    """name -> spec, in registry order; a module without a SPEC, or two specs with one name, is a bug."""
+    out: dict[str, MethodSpec] = {}
+    for name in modules:
+        spec = getattr(import_module(name), "SPEC", None)
+        if not isinstance(spec, MethodSpec):
+            raise TypeError(f"{name} declares no SPEC = MethodSpec(...)")
+        if spec.name in out:
+            raise ValueError(f"two methods are called {spec.name!r}")
+        out[spec.name] = spec
+    return out
+
+
+SPECS = load_specs()
+METHODS = tuple(SPECS)
+
+
+def spec_of(method: "str | MethodSpec") -> MethodSpec:
+    """The spec for a method name (a spec passes through), else a ValueError listing the methods."""
+    if isinstance(method, MethodSpec):
+        return method
+    if method not in SPECS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    return SPECS[method]
+
+
+def needing(resource: str) -> tuple[str, ...]:
+    """The methods whose spec needs `resource` ("heads", "draft_model", "adapter", "datastore")."""
+    return tuple(n for n, s in SPECS.items() if resource in s.needs)

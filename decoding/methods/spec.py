@@ -1,0 +1,120 @@
+"""A MethodSpec: everything the engine, the CLI, the app, the pictures and the docs know about one method.
+
+Why one record: before it, a method's parameters, checks, colour, explanation and needs lived in a dozen
+places (the CLI's flags, the app's controls, the palette, the presets, the tuner) and drifted apart. Now a
+method is one file in decoding/methods/ holding its drafter and its SPEC, plus one line in registry.py;
+everything else reads the spec. A leaf module: it imports nothing of the project.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Resources a method can need, resolved by the builder (decoding/build.py) before the drafter is made:
+# "draft_model" (a smaller model with the target's tokenizer), "heads" (Medusa / EAGLE heads folder),
+# "adapter" (self-speculation adapter folder), "datastore" (a REST datastore folder, optional).
+RESOURCES = ("draft_model", "heads", "adapter", "datastore")
+# Pictures the step view can draw, chosen by the structure a method's trace records (viz reads these).
+PICTURES = ("mask", "tree", "window", "pool", "trajectory", "retrieval", "draft_cost", "heads")
+
+
+def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | None = None, lo: float | None = None,
+         hi: float | None = None, choices: tuple | None = None, ui: bool = False, step: float | None = None,
+         internal: bool = False, negate: bool = False, kind: str | None = None) -> Any:
+    """A method parameter: a dataclass field whose metadata is its one description.
+    cli: its flag ("--window"); several methods may share a flag (--budget), each mapping it to its own field.
+    lo / hi: the accepted range (integers when the default is an int); choices: the accepted values.
+    ui: the app shows it as a control under the method; internal: filled by the builder, never by a user.
+    negate: a boolean flag that turns the field off (--no-prompt-ngrams sets prompt_ngrams False).
+    kind: how a value is read from text when the type alone does not say ("widths": "3,2,1" -> [3, 2, 1],
+    "path": a file or folder, "texts": a list of texts)."""
+    meta = {"label": label, "help": help, "cli": cli, "lo": lo, "hi": hi, "choices": choices, "ui": ui,
+            "step": step, "internal": internal, "negate": negate, "kind": kind}
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One parameter as the CLI and the app see it (dataclass field + metadata, flattened)."""
+    name: str
+    default: Any
+    label: str
+    help: str
+    cli: str | None
+    lo: float | None
+    hi: float | None
+    choices: tuple | None
+    ui: bool
+    step: float | None
+    internal: bool
+    negate: bool
+    kind: str | None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method, declared next to its drafter.
+    params: the parameters dataclass (fields made with knob()); the drafter is built from its values.
+    needs: RESOURCES the builder must resolve before the drafter is made (a shipped default where one fits).
+    prepare: (params dict, model, tokenizer) -> params dict: what only the model can settle (load a draft,
+      pick the shipped heads, check a datastore against the tokenizer); None = nothing to settle.
+    check: (params dict) -> None: raises ValueError on a combination the ranges cannot express.
+    tuner: the strategy decoding/tune.py searches this method's shape with (None = not tuned).
+    presets: shipped shapes by place ("cpu_embedded", "cpu_default", "teaching").
+    colour / label / explain / pictures / paper: what the page, the pictures and the docs show.
+    origins: trace origin labels the method's accepted tokens carry (palette keys)."""
+    name: str
+    drafter: type
+    params: type
+    label: str
+    colour: str
+    summary: str
+    explain: str
+    paper: str = ""
+    needs: tuple[str, ...] = ()
+    prepare: Callable[[dict, Any, Any], dict] | None = None
+    check: Callable[[dict], None] | None = None
+    tuner: str | None = None
+    presets: dict[str, dict] = field(default_factory=dict)
+    pictures: tuple[str, ...] = ("mask",)
+    exact_greedy: bool = True
+
+    def knobs(self, *, user: bool = True) -> list[Knob]:
+        """The parameters in declaration order; user=True leaves out the internal ones the builder fills."""
+        out = []
+        for f in dataclasses.fields(self.params):
+            m = f.metadata
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            k = Knob(f.name, default, m.get("label") or f.name.replace("_", " "), m.get("help", ""), m.get("cli"),
+                     m.get("lo"), m.get("hi"), m.get("choices"), bool(m.get("ui")), m.get("step"),
+                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"))
+            if not (user and k.internal):
+                out.append(k)
+        return out
+
+    def param_names(self) -> tuple[str, ...]:
+        """Every keyword the drafter is built from (user and internal), as make_drafter accepts them."""
+        return tuple(f.name for f in dataclasses.fields(self.params))
+
+    def defaults(self) -> dict:
+        return {k.name: k.default for k in self.knobs(user=False)}
+
+    def check_values(self, values: dict) -> None:
+        """Range and choice checks of the given (not None) values, with the CLI's sentence, then check()."""
+        for k in self.knobs(user=False):
+            v = values.get(k.name)
+            if v is None:
+                continue
+            if k.choices is not None and v not in k.choices:
+                raise ValueError(f"{k.name.replace('_', '-')} must be one of {', '.join(map(str, k.choices))}, got {v!r}")
+            if k.lo is not None and k.hi is not None and not isinstance(v, bool):
+                integer = isinstance(k.lo, int) and isinstance(k.hi, int)
+                ok = (isinstance(v, int) if integer else isinstance(v, (int, float))) and k.lo <= v <= k.hi
+                if not ok:
+                    what = "an integer" if integer else "a number"
+                    raise ValueError(f"{k.name.replace('_', '-')} must be {what} in [{k.lo}, {k.hi}], got {v}")
+        if self.check is not None:
+            self.check(values)
