@@ -324,6 +324,7 @@ def test_the_readme_keeps_what_ci_and_the_scripts_read():
     """.ci/run executes the line after the test-command marker; the methods table sits between its markers
     (scripts/methods_table.py writes it from the specs) and names every registered method, once."""
     readme = (ROOT / "README.md").read_text()
+    assert readme.count("<!-- test-command -->") == 1
     after = readme.split("<!-- test-command -->\n", 1)[1]
     assert after.startswith("```bash\npip install -r requirements.txt -r requirements-dev.txt -c constraints.txt"
                             " && python -m pytest -q\n```")
