@@ -203,19 +203,24 @@ class LPCore:
     def length(self) -> int:
         return self.core.length
 
+    @torch.inference_mode()
     def prefill(self, tokens: list[int], hidden: list[int] | None = None, layers: tuple[int, ...] = (-1,)):
-        """Every rank runs the prompt; rank 0's predictions (and, at commit, its K/V rows) are everyone's."""
+        """Every rank runs the prompt; rank 0's last row (the next token's logits, the one row the runner
+        reads after a prefill) and, at commit, its K/V rows are everyone's."""
         if hidden is not None:
             raise ValueError("lookahead parallelism reads no hidden states")
         self._past = self.core.length
-        preds = self.core.prefill(tokens).argmax(-1)
+        logits = self.core.prefill(tokens)
         t0 = time.perf_counter()
-        dist.broadcast(preds, 0)
+        last = logits[-1].contiguous()
+        dist.broadcast(last, 0)
+        logits[-1] = last
         self._held = [{i: i for i in range(len(tokens))}] * self.split.world
         self.split.comm_ms.append((time.perf_counter() - t0) * 1e3)
         self.split.query.append(len(tokens))
-        return self._scores(preds, self.core.model.config.vocab_size)
+        return logits
 
+    @torch.inference_mode()
     def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
                 rows: list[int] | None = None, hidden: list[int] | None = None, layers: tuple[int, ...] = (-1,)):
         """The staged plan (`tokens`) split over the ranks: run this rank's share, then all-gather every
@@ -247,6 +252,7 @@ class LPCore:
         return self._scores(preds, logits.shape[-1])
 
     def _scores(self, preds: torch.Tensor, vocab: int) -> torch.Tensor:
+        """One-hot rows [q, vocab]: what the runner reads of a forward is its argmax."""
         return torch.zeros((len(preds), vocab), dtype=torch.float32, device=self.device).scatter_(
             1, preds[:, None], 1.0)
 
