@@ -305,6 +305,7 @@ class HeadsDrafter:
     name: str
     PARAMS: tuple[str, ...]
     acceptance: str
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     @classmethod
     def from_params(cls, **p):
@@ -316,4 +317,4 @@ class HeadsDrafter:
     @property
     def abilities(self) -> Abilities:
         return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
-                         knobs=("budget", "confidence"))
+                         knobs=("budget", "confidence"), wants_tracing=True)

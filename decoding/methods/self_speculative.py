@@ -39,6 +39,7 @@ STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts
 class SelfSpeculative:
     """Drafter: shallow layers + adapter + the target's head propose; the target verifies."""
     name = "self_speculative"
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
     PARAMS = ("adapter", "depth", "branch", "beam", "budget", "stop", "draft_vocab")
 
     def __init__(self, adapter: str | None = None, depth: int = 6, branch: int = 1, beam: int = 1, budget: int | None = None,
@@ -62,7 +63,7 @@ class SelfSpeculative:
     def abilities(self) -> Abilities:
         k = self.k if self._model is not None else 0
         return Abilities(structure="tree", hidden_layers=tuple(range(k + 1)) if k else (), own_model=True,
-                         knobs=("depth", "stop"))
+                         knobs=("depth", "stop"), wants_tracing=True)
 
     def config(self) -> dict:
         return {"adapter": self.path, "depth": self.depth, "branch": self.branch, "beam": self.beam,
@@ -194,4 +195,4 @@ class SelfSpeculative:
         keep_rows(self.cache, self.n, rows)
         self.n += len(rows)
         self.parents, self.region = [], []
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
