@@ -205,8 +205,9 @@ class Eagle(HeadsDrafter):
             mask = torch.full((n, n0 + R + n), torch.finfo(dtype).min, dtype=dtype, device=dev)
             mask[:, :n0] = 0
             mask[:, n0:].masked_fill_(vis, 0)
-            x = self.layer(self.emb(ids.reshape(-1).index_select(0, order)), x.index_select(0, par),
-                           [n0 + d - 1] * n, mask, top=n0 + d - 1)
+            pos = torch.full((n,), n0 + d - 1, dtype=torch.long, device=dev)  # filled there: no upload
+            x = self.layer(self.emb(ids.reshape(-1).index_select(0, order)), x.index_select(0, par), pos, mask,
+                           top=n0 + d - 1)
             forwards += 1
             picks.append(order)
         k = vals[0].shape[-1]
