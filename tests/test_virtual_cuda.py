@@ -1,7 +1,8 @@
 """Every method on the virtual CUDA device (decoding/fast/virtual_cuda.py), through the path a CUDA user
 gets: the model moved with .to("cuda"), the static cache, graph buckets captured by the emulated graph.
 Each run must mix no devices (a mismatch raises), capture every bucket it used, and give the ids of the
-same run on the CPU; host reads per decode step are counted (goal: at most 2). Mutations show that the
+same run on the CPU; host reads (and blocking uploads, which drain the stream as a read does) per decode
+step are counted: at most 2 per greedy step for every method. Mutations show that the
 device catches a torch.arange without device=, a mask built on the host and a .item() inside a captured
 region, each named by file and line."""
 from __future__ import annotations
@@ -263,3 +264,22 @@ def test_the_apps_run_handler_runs_on_the_virtual_device(tiny_dir, monkeypatch):
     g = trace["config"]["graphs"]
     assert g["on"] and not g["failed"] and set(g["used"]) <= set(g["captured"])
     assert vc.syncs  # the worker thread's host reads were seen
+
+
+def test_a_blocking_upload_is_a_sync_and_a_queued_pinned_one_is_not():
+    """On CUDA a copy to the device waits for the stream to drain unless it is non_blocking from pinned
+    memory (torch's memcpy_and_sync, the driver's pageable staging): the device records it as a sync."""
+    host = torch.arange(4)
+    with virtual_cuda() as vc:
+        dev = torch.zeros(4, dtype=torch.long, device="cuda")
+        n = vc.mark()
+        torch.tensor([1, 2], device="cuda")  # python data
+        host.to("cuda")  # pageable
+        dev.copy_(host.pin_memory())  # pinned but blocking
+        dev.copy_(host.pin_memory(), non_blocking=True)  # queued like a kernel
+        host.pin_memory().to("cuda", non_blocking=True)
+    line = inspect.currentframe().f_lineno
+    made = vc.since(n)
+    assert [s.kind for s in made] == ["upload"] * 3, list(map(str, made))
+    assert [s.where for s in made] == [f"tests/{Path(__file__).name}:{line - k}" for k in (5, 4, 3)]
+    assert vc.uploads == {"pinned": 3, "pageable": 2}
