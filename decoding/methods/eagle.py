@@ -22,7 +22,7 @@ import torch
 from ..engine.drafter import Plan, best_closed, tree_record
 from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, HeadsDrafter, load_drafting
-from ..engine.masks import chain_parents, step_mask
+from ..engine.masks import chain_parents, grow_level, step_mask
 from .medusa import check_acceptance, record_verdict
 from .sampled_tree import draw, q_rows, sampled_shape
 from ..engine.sampling import Sampling, make_generator
@@ -193,18 +193,7 @@ class Eagle(HeadsDrafter):
             n = min(self.beam, cand.shape[0])
             order = torch.sort(cand, descending=True, stable=True).indices[:n]
             score, par = cand.index_select(0, order), order // k  # par: the parent's row in this level
-            R = anc.shape[0]
-            vis = torch.zeros((n, R + n), dtype=torch.bool, device=dev)
-            if R:
-                vis[:, :R] = anc.index_select(0, par + first)
-            vis[:, R:] = torch.eye(n, dtype=torch.bool, device=dev)
-            grown = torch.zeros((R + n, R + n), dtype=torch.bool, device=dev)
-            grown[:R, :R] = anc
-            grown[R:] = vis
-            anc, first = grown, R
-            mask = torch.full((n, n0 + R + n), torch.finfo(dtype).min, dtype=dtype, device=dev)
-            mask[:, :n0] = 0
-            mask[:, n0:].masked_fill_(vis, 0)
+            first, (anc, mask) = anc.shape[0], grow_level(anc, first, par, n0, dtype)
             pos = torch.full((n,), n0 + d - 1, dtype=torch.long, device=dev)  # filled there: no upload
             x = self.layer(self.emb(ids.reshape(-1).index_select(0, order)), x.index_select(0, par), pos, mask,
                            top=n0 + d - 1)

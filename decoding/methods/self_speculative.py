@@ -24,7 +24,7 @@ import time
 import torch
 
 from ..engine.drafter import Abilities, Plan, best_closed, tree_record
-from ..engine.masks import chain_parents, step_mask
+from ..engine.masks import chain_parents, grow_level, step_mask
 from ..engine.sampling import Sampling, make_generator
 from ..engine.shallow import decoder_parts, keep_rows, run_layers, attention_only
 from ..engine.verify import Verdict
@@ -214,18 +214,8 @@ class SelfSpeculative:
             n = min(self.beam, cand.shape[0])
             order = torch.sort(cand, descending=True, stable=True).indices[:n]
             score, par = cand.index_select(0, order), order // k
-            R = anc.shape[0]
-            vis = torch.zeros((n, R + n), dtype=torch.bool, device=dev)
-            if R:
-                vis[:, :R] = anc.index_select(0, par + first)
-            vis[:, R:] = torch.eye(n, dtype=torch.bool, device=dev)
-            grown = torch.zeros((R + n, R + n), dtype=torch.bool, device=dev)
-            grown[:R, :R] = anc
-            grown[R:] = vis
-            anc, first = grown, R
-            mask = torch.full((1, 1, n, n0 + R + n), torch.finfo(dtype).min, dtype=dtype, device=dev)
-            mask[..., :n0] = 0
-            mask[0, 0, :, n0:].masked_fill_(vis, 0)
+            first, (anc, mask) = anc.shape[0], grow_level(anc, first, par, n0, dtype)
+            mask = mask[None, None]
             pos = torch.full((1, n), n0 + d - 1, dtype=torch.long, device=dev)  # filled there: no upload
             emb = self.inner.embed_tokens(ids.reshape(-1).index_select(0, order)[None])
             x = self.inner.norm(run_layers(self.inner, self.layers, emb, pos, mask, self.cache))[0]
