@@ -29,6 +29,12 @@ SAMPLED = Sampling(0.8, top_k=20, seed=3)
 # host reads per greedy decode step (trace off): at most 2 for every method, the step's argmax and one read
 # of the whole draft (draft models, EAGLE and dynamic trees chain their levels on the device on CUDA)
 READS = 2
+# Sampled steps are above the goal where drafts are drawn with the host's generator: one read per sampled
+# draft level (the draft's distribution goes to the host to draw from) and one per node the sampled
+# verification visits (verify.sampled / verify.speculative read the target's warped row there). Recorded,
+# so that no read is added unseen; methods not listed are held to the goal (these 12-token runs).
+SAMPLED_READS = {"chain": 7, "tree": 6, "dynamic": 6, "staged": 7, "jacobi": 3, "medusa": 4, "eagle": 8,
+                 "self_speculative": 4}
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +103,7 @@ def test_every_method_runs_exact_on_the_virtual_cuda_device(models, case, dtype,
     worst = max(steps[1:], key=len)
     record_property("host_reads", f"{case} {dtype} {'sampled' if sampled else 'greedy'}: max {len(worst)} "
                                   f"per step: {', '.join(map(str, worst))}")
-    if not sampled:
-        assert len(worst) <= READS, [str(s) for s in worst]
+    assert len(worst) <= (SAMPLED_READS.get(case, READS) if sampled else READS), [str(s) for s in worst]
     assert vc.uploads["pinned"] > 0  # the engine's uploads go through pinned staging on CUDA
 
 
