@@ -23,7 +23,7 @@ import torch
 from ..engine.drafter import Plan, best_closed, tree_record
 from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, HeadsDrafter, load_drafting
-from ..engine.masks import chain_parents, step_mask
+from ..engine.masks import chain_parents, grow_level, step_mask
 from .medusa import check_acceptance, record_verdict
 from .sampled_tree import draw, q_rows, sampled_shape
 from ..engine.sampling import Sampling, make_generator
@@ -115,7 +115,10 @@ class Eagle(HeadsDrafter):
         forwards, q_of = 1, {}
         kids, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth,
                                                                                           self.beam)
-        for d in range(1, depth + 1):
+        on_device = self.gen is None and _device_draft(out.device)  # greedy levels chained on the device
+        if on_device:
+            nodes, forwards = self._device_tree(out[-1], context[-1], kids, depth)
+        for d in range(1, 1 if on_device else depth + 1):  # the level-by-level tree (a host read per level)
             x = torch.stack([feat_of[i] for i in frontier])
             if self.gen is None:
                 tp, tt = self.draft.topk(x, kids)
@@ -167,9 +170,78 @@ class Eagle(HeadsDrafter):
                     hidden_rows=list(range(n)),
                     q=q_rows(n, q_of) if q_of and n > 1 else None)
 
+    def _device_tree(self, feat: torch.Tensor, x0: int, kids: int, depth: int) -> tuple[list[list], int]:
+        """The greedy tree of plan()'s level loop with every level on the device and ONE host read: each
+        level's top-k, the `beam` best children by cumulative probability (float64 products, stable sort:
+        ties to the earlier node, as the loop's sorted()), their tokens, parent features and tree mask are
+        picked and built there and go straight into the next head forward. The host then makes the loop's
+        nodes from the read; with a confidence cut the device runs rows (and levels) the loop would have
+        skipped. Returns (nodes, head forwards run)."""
+        dev, dtype, n0 = feat.device, feat.dtype, self.n
+        x = feat[None]  # [rows, h]: the predicted features the level's children are drafted from
+        score = torch.ones(1, dtype=torch.float64, device=dev)
+        vals, toks, picks = [], [], []
+        anc = torch.zeros((0, 0), dtype=torch.bool, device=dev)  # region rows x region rows: ancestor-or-self
+        first, forwards = 0, 1  # first: the region row of the frontier's first node
+        for d in range(1, depth + 1):
+            probs = self.draft.logits(x).float().softmax(-1)  # as DraftLM.topk
+            top = torch.topk(probs, min(kids, probs.shape[-1]))
+            ids = top.indices if self.draft.ids is None else self.draft.ids[top.indices]
+            vals.append(top.values)
+            toks.append(ids)
+            if d == depth:
+                break
+            k = top.values.shape[-1]
+            cand = (score[:, None] * top.values.double()).reshape(-1)
+            n = min(self.beam, cand.shape[0])
+            order = torch.sort(cand, descending=True, stable=True).indices[:n]
+            score, par = cand.index_select(0, order), order // k  # par: the parent's row in this level
+            first, (anc, mask) = anc.shape[0], grow_level(anc, first, par, n0, dtype)
+            pos = torch.full((n,), n0 + d - 1, dtype=torch.long, device=dev)  # filled there: no upload
+            x = self.layer(self.emb(ids.reshape(-1).index_select(0, order)), x.index_select(0, par), pos, mask,
+                           top=n0 + d - 1)
+            forwards += 1
+            picks.append(order)
+        k = vals[0].shape[-1]
+        rows = [1] + [o.shape[0] for o in picks]
+        flat = torch.cat([torch.cat(vals).double().reshape(-1), torch.cat(toks).double().reshape(-1)]
+                         + [o.double() for o in picks]).tolist()  # the one read
+        total = sum(rows) * k
+        probs_, toks_, at = flat[:total], flat[total:2 * total], 2 * total
+        nodes = [[x0, -1, 0, None, 1.0, None]]
+        frontier, row_of, base = [0], {0: 0}, 0  # row_of: a frontier node's row in its level's read
+        for d in range(1, len(vals) + 1):
+            new = []
+            for i in frontier:
+                r0 = (base + row_of[i]) * k
+                for r in range(k):
+                    p = probs_[r0 + r]
+                    nodes.append([int(toks_[r0 + r]), i, d, p, nodes[i][4] * p, r])
+                    new.append(len(nodes) - 1)
+            if d == depth or d > len(picks):
+                break
+            frontier = [j for j in sorted(new, key=lambda j: -nodes[j][4])[:self.beam]
+                        if nodes[j][4] >= self.confidence]
+            if not frontier:
+                break
+            slot = {int(c): s for s, c in enumerate(flat[at:at + rows[d]])}  # candidate -> its row at level d + 1
+            at, base = at + rows[d], base + rows[d - 1]
+            cands = {j: row_of[nodes[j][1]] * k + nodes[j][5] for j in frontier}
+            if any(c not in slot for c in cands.values()):  # the device ran the loop's best: cannot happen
+                raise RuntimeError("eagle: the device's frontier misses a node of the host's")
+            row_of = {j: slot[c] for j, c in cands.items()}
+        return nodes, forwards
+
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.pending = [verdict.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
+
+
+def _device_draft(device: torch.device) -> bool:
+    """Whether greedy levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read
+    per level stalls the GPU; on the CPU a read is free and the level loop skips what the cut leaves)."""
+    from . import draft_tree
+    return draft_tree.DEVICE_DRAFT if draft_tree.DEVICE_DRAFT is not None else device.type == "cuda"
 
 
 def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:

@@ -304,6 +304,7 @@ class HeadsDrafter:
     the target's last hidden state, verified exactly or by typical acceptance)."""
     name: str
     acceptance: str
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     @classmethod
     def from_params(cls, **p):
@@ -316,7 +317,7 @@ class HeadsDrafter:
     @property
     def abilities(self) -> Abilities:
         return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
-                         knobs=("budget", "confidence"))
+                         knobs=("budget", "confidence"), wants_tracing=True)
 
 
 SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for

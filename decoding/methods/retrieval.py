@@ -120,7 +120,8 @@ def trie(conts: np.ndarray, budget: int, min_prob: float = 0.0) -> dict[str, np.
 
 class Retrieval:
     name = "retrieval"
-    abilities = Abilities(structure="tree", knobs=("budget",))
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
+    abilities = Abilities(structure="tree", knobs=("budget",), wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Retrieval":
@@ -224,7 +225,7 @@ class Retrieval:
                     [False] + [True] * n, origin=src, info=info)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
         plan.info["retrieval"]["accepted"] = len(verdict.path) - 1
         if (self.ds is None or self.with_cache) and self.hist is not None:
             self.hist.pending = context  # the engine's list, appended in place: committed at the next start()
