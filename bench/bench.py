@@ -152,6 +152,9 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
             for b in (HEADS_BUDGET, 2 * HEADS_BUDGET) if kind == "eagle" else (HEADS_BUDGET,):
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
+            if kind == "eagle":  # the tree sized per step from the draft's confidence and the row-cost curve
+                c[f"ours eagle adaptive budget {2 * HEADS_BUDGET}"] = ours_runner(
+                    model, tok, kind, heads=str(Path(heads) / kind), budget=2 * HEADS_BUDGET, adaptive=1)
     return c
 
 
