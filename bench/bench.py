@@ -145,7 +145,10 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
                              {"branch": 2, "beam": 2, "depth": 6, "stop": 0.3, "budget": 12}),
                             ("ours retrieval (suffix cache)", "retrieval", {}),
                             ("ours retrieval (shipped datastore)", "retrieval",
-                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2")})):
+                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2")}),
+                            # its nodes priced by the row-cost curve (decoding/methods/row_cost.py)
+                            ("ours retrieval adaptive (shipped datastore)", "retrieval",
+                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2"), "adaptive": 1})):
         if runs_here(model, tok, method, **p):  # rows only where the adapter / datastore fits this model
             c[name] = ours_runner(model, tok, method, **p)
     for kind in ("medusa", "eagle"):  # self-drafting heads: rows only where heads for it exist

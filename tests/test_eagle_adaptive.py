@@ -83,3 +83,32 @@ def test_adaptive_bad_input_is_refused(eagle):
     with pytest.raises(ValueError, match="greedy trees only"):
         run(model, None, PROMPTS[0], "eagle", max_new_tokens=4, heads=heads, adaptive=1,
             sampling=Sampling(0.8, seed=0))
+
+
+@pytest.mark.parametrize("row_ms", [None, "1:1,64:1.000001", "1:1,2:1000", "1:10,2:10.5,16:17.5"],
+                         ids=["measured", "free rows", "dear rows", "moderate"])
+def test_adaptive_retrieval_is_exact_whatever_the_curve(tmp_path, row_ms):
+    """Retrieval's nodes priced the same way (a node's probability: its share of the continuations): HF
+    greedy's tokens from the datastore and the suffix cache; dear rows make every step a plain step."""
+    from test_retrieval import PROMPT, store_of
+    from decoding.methods.suffix_cache import HISTORY
+    model = tiny("llama")
+    ref = hf_greedy(model, PROMPT, 40)
+    ds = store_of(model, tmp_path / "ds")
+    for params in (dict(datastore=ds, budget=16), dict()):
+        HISTORY.clear()
+        tr = run(model, None, PROMPT, "retrieval", max_new_tokens=40, adaptive=1, row_ms=row_ms, **params)
+        assert tr.output_ids == ref, params
+        assert tr.config["adaptive"] is True and tr.config["row_ms"]["1"] > 0
+        sizes = [len(s.info["tree"]["tokens"]) for s in tr.steps if "tree" in s.info]
+        if row_ms == "1:1,2:1000":
+            assert max(sizes) == 1
+        if row_ms == "1:1,64:1.000001" and "datastore" in params:  # free rows: the length rule alone binds
+            HISTORY.clear()  # the same history as the adaptive run had: none
+            plain = run(model, None, PROMPT, "retrieval", max_new_tokens=40, **params)
+            assert [len(s.info["tree"]["tokens"]) for s in plain.steps if "tree" in s.info] == sizes
+    HISTORY.clear()
+    with pytest.raises(ValueError, match="adaptive is 0"):
+        run(model, None, PROMPT, "retrieval", max_new_tokens=4, adaptive=3)
+    with pytest.raises(ValueError, match="greedy steps only"):
+        run(model, None, PROMPT, "retrieval", max_new_tokens=4, adaptive=1, sampling=Sampling(0.8, seed=0))
