@@ -112,3 +112,22 @@ def test_adaptive_retrieval_is_exact_whatever_the_curve(tmp_path, row_ms):
         run(model, None, PROMPT, "retrieval", max_new_tokens=4, adaptive=3)
     with pytest.raises(ValueError, match="greedy steps only"):
         run(model, None, PROMPT, "retrieval", max_new_tokens=4, adaptive=1, sampling=Sampling(0.8, seed=0))
+
+
+def test_cli_adaptive_reaches_retrieval_and_stays_refused_elsewhere(tiny_dir, tmp_path, capsys):
+    """--adaptive: retrieval (and eagle) price their trees; a method without it refuses it in one line."""
+    import json
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from decoding.__main__ import main
+    js = tmp_path / "run.json"
+    assert main(["generate", "--model", tiny_dir, "--method", "retrieval", "--adaptive", "--prompt",
+                 "def x ( y ) : return y def x ( y ) :", "--max-new-tokens", "12", "--json", str(js)]) == 0
+    d = json.loads(js.read_text())
+    model, tok = AutoModelForCausalLM.from_pretrained(tiny_dir), AutoTokenizer.from_pretrained(tiny_dir)
+    assert d["output_ids"] == hf_greedy(model, tok("def x ( y ) : return y def x ( y ) :")["input_ids"], 12)
+    assert d["config"]["adaptive"] is True
+    capsys.readouterr()
+    assert main(["generate", "--model", tiny_dir, "--method", "lookahead", "--adaptive", "--prompt", "def x",
+                 "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "need --method speculative" in err[0]
