@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                              pilot_tokens=min(32, a.max_new_tokens))["best"]
             print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
     heads = Path(a.heads) if a.heads else None if a.quick else shipped_heads(a.model)
-    extra = None if a.quick or a.no_llama_cpp else llama_rows(a.gguf, a.model, tok, hf_model)
+    extra = None if a.quick or a.no_llama_cpp or a.tp_plan else llama_rows(a.gguf, a.model, tok, hf_model)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
                  hf_model, hf_draft, spec_auto, heads, extra)
     after = print_load("after")
@@ -424,7 +424,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "model": "tiny random" if a.quick else ("embedded (assets/target)" if embedded else Path(a.model).name),
             "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
-    from llamacpp import note
+    from llamacpp import note, version
+    if extra:
+        meta["llama_cpp"] = version()
     if note(rows):
         meta["note"] = note(rows)
     md = markdown(rows, meta)

@@ -35,6 +35,15 @@ def missing() -> str | None:
     return None
 
 
+def version() -> str | None:
+    """llama-cpp-python's version (the result files record it), None without it."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return getattr(llama_cpp, "__version__", None)
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -129,7 +129,7 @@ class Eagle(HeadsDrafter):
         nodes = [[context[-1], -1, 0, None, 1.0, None]]
         feat_of = {0: out[-1]}  # node -> predicted feature at its position (what its children read)
         frontier, region_parent, level_rows = [0], {}, 0
-        forwards, q_of = 1, {}
+        forwards, q_of, t_level = 1, {}, None
         kids, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth,
                                                                                           self.beam)
         for d in range(1, depth + 1):
@@ -141,6 +141,8 @@ class Eagle(HeadsDrafter):
                 tt = [draw(q[j], kids, self.gen) for j in range(len(frontier))]
                 tp = [q[j, t].tolist() for j, t in enumerate(tt)]
                 q_of.update({i: q[j] for j, i in enumerate(frontier)})
+            if cost is not None and t_level is not None:  # a level: its head forward and its top-k
+                cost.level_took((time.perf_counter() - t_level) * 1e3)
             new = []
             for j, i in enumerate(frontier):
                 for r in range(len(tt[j])):
@@ -169,8 +171,6 @@ class Eagle(HeadsDrafter):
             forwards += 1
             for j, k in enumerate(frontier):
                 feat_of[k] = outs[j]
-            if cost is not None:  # the level's head forward (its top-k is timed with the next level's)
-                cost.level_took((time.perf_counter() - t_level) * 1e3)
         self.layer.truncate(self.n)
         self._region_parents = []
         budget = self.budget
