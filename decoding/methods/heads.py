@@ -310,7 +310,7 @@ class HeadsDrafter:
     def from_params(cls, **p):
         if not p.get("heads"):
             raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
-        cast = {"confidence": float, "acceptance": str}
+        cast = {"confidence": float, "acceptance": str, "row_ms": str}
         return cls(heads_folder(p["heads"], cls.name),
                    **{k: cast.get(k, int)(v) for k, v in p.items() if k != "heads" and v is not None})
 
