@@ -146,13 +146,19 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
                              {"branch": 2, "beam": 2, "depth": 6, "stop": 0.3, "budget": 12}),
                             ("ours retrieval (suffix cache)", "retrieval", {}),
                             ("ours retrieval (shipped datastore)", "retrieval",
-                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2")})):
+                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2")}),
+                            # its nodes priced by the row-cost curve (decoding/methods/row_cost.py)
+                            ("ours retrieval adaptive (shipped datastore)", "retrieval",
+                             {"datastore": str(ROOT / "assets" / "datastore" / "smollm2"), "adaptive": 1})):
         if runs_here(model, tok, method, **p):  # rows only where the adapter / datastore fits this model
             c[name] = ours_runner(model, tok, method, **p)
     for kind in ("medusa", "eagle"):  # self-drafting heads: rows only where heads for it exist
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
             for b in (HEADS_BUDGET, 2 * HEADS_BUDGET) if kind == "eagle" else (HEADS_BUDGET,):
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
+            if kind == "eagle":  # the tree sized per step from the draft's confidence and the row-cost curve
+                c[f"ours eagle adaptive budget {2 * HEADS_BUDGET}"] = ours_runner(
+                    model, tok, kind, heads=str(Path(heads) / kind), budget=2 * HEADS_BUDGET, adaptive=1)
     return c
 
 
@@ -171,20 +177,24 @@ def runs_here(model, tok, method: str, **params) -> bool:
 
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
           auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None,
-          heads: Path | None = None) -> list[dict]:
-    runners = {name: fn for name, fn in contenders(model, tok, draft, k, auto, hf_model, hf_draft,
-                                                   spec_auto, heads).items()
+          heads: Path | None = None, extra: dict | None = None) -> list[dict]:
+    """extra: more rows, {name: runner}, after ours (bench/llamacpp.py's). A runner with a `greedy_of`
+    attribute naming another row gets 'equals_greedy_of': [runs equal, runs, that row], round by round."""
+    every = {**contenders(model, tok, draft, k, auto, hf_model, hf_draft, spec_auto, heads), **(extra or {})}
+    runners = {name: fn for name, fn in every.items()
                if not only or any(o in name for o in only.split(",")) or name == "HF greedy"}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}
     results: dict[str, list] = {}
+    rounds: dict[str, list] = {name: [] for name in runners}  # every round's output ids, per row
     for r in range(runs):
         for name, fn in runners.items():
             t0 = time.perf_counter()
             outs = [fn(p["prompt"], n) for p in prompts]
             times[name].append(time.perf_counter() - t0)
             results[name] = outs
+            rounds[name].append([ids for ids, _ in outs])
         print(f"round {r + 1}/{runs} done", file=sys.stderr)
     ref = [ids for ids, _ in results["HF greedy"]]
     base = statistics.median(times["HF greedy"])
@@ -204,6 +214,10 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
                      "mean_accepted": (sum(s["new_tokens"] - 1 for s in stats) / max(sum(s["steps"] - 1 for s in stats), 1)
                                        if stats else None),
                      "runs": len(times[name]), **q})
+        ref_row = getattr(runners[name], "greedy_of", None)
+        if ref_row in rounds:
+            from llamacpp import agreement
+            rows[-1]["equals_greedy_of"] = [*agreement(rounds[name], rounds[ref_row]), ref_row]
     return rows
 
 
@@ -277,6 +291,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
                if meta.get("load_before") is not None else "")
             + (" **Measured under load: not README numbers.**" if meta.get("under_load") else "")
             + "\n\n")
+    tail = f"\n{meta['note']}\n" if meta.get("note") else ""  # e.g. how often llama.cpp's drafting kept its greedy
     base = meta.get("baseline", "HF greedy")  # sampling runs: "HF sampling", and no token-for-token check
     lines = [f"| method | tokens/s | vs {base} | compression | mean accepted | exact | outputs with a line x3 | "
              "distinct-4 |", "|---|---|---|---|---|---|---|---|"]
@@ -288,7 +303,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         d4 = f"{r['distinct_4']:.2f}" if r.get("distinct_4") is not None else "–"
         lines.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {comp} | {acc} | "
                      f"{exact} | {rep} | {d4} |")
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n" + tail
 
 
 def tiny_dir(seed: int = 0) -> str:
@@ -309,6 +324,26 @@ def quick_models():
     return model, tok, draft, stock, [{"set": "quick", "prompt": "def x ( y ) : return y + 1"}]
 
 
+def llama_rows(gguf: str | None, model_name: str, tok, hf_model) -> dict | None:
+    """llama.cpp's greedy and prompt-lookup rows (bench/llamacpp.py) on `gguf`, else on the GGUF the default
+    model was converted from, at torch's thread count; None, after one line saying why, where they cannot
+    run (llama-cpp-python not installed, no GGUF for this model)."""
+    import llamacpp
+    why = llamacpp.missing()
+    if why is None:
+        try:
+            path = Path(gguf) if gguf else llamacpp.default_gguf(model_name)
+            if not path.is_file():
+                raise ValueError(f"--gguf {gguf} does not exist")
+            eos = hf_model.generation_config.eos_token_id
+            eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+            return llamacpp.runners(path, torch.get_num_threads(), eos, lambda p: tok(p)["input_ids"])
+        except (ValueError, RuntimeError, OSError) as e:  # FetchError is a RuntimeError
+            why = f"no llama.cpp rows: {str(e).splitlines()[0][:200]}"
+    print(why, file=sys.stderr)
+    return None
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="target (default: the default model, SmolLM2-135M-Instruct; "
@@ -327,6 +362,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--no-auto", action="store_true", help="skip the autotuned lookahead row")
     ap.add_argument("--heads", default=None, help="folder with medusa/ and eagle/ heads for --model "
                     "(default: assets/heads for the embedded model; rows only where heads exist)")
+    ap.add_argument("--gguf", default=None, help="GGUF file for the llama.cpp rows (default: the one the default "
+                    "model was converted from; rows need llama-cpp-python: pip install -e '.[bench]')")
+    ap.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp rows")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for the .md and .json")
     ap.add_argument("--allow-load", action="store_true", help=f"run even when the 1-minute load average is above "
                     f"{LOAD_LIMIT}; the output is marked as measured under load")
@@ -375,8 +413,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                              pilot_tokens=min(32, a.max_new_tokens))["best"]
             print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
     heads = Path(a.heads) if a.heads else None if a.quick else shipped_heads(a.model)
+    extra = None if a.quick or a.no_llama_cpp or a.tp_plan else llama_rows(a.gguf, a.model, tok, hf_model)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
-                 hf_model, hf_draft, spec_auto, heads)
+                 hf_model, hf_draft, spec_auto, heads, extra)
     after = print_load("after")
     meta = {**machine(model), **provenance("bench.py", argv, a.prompts if not a.quick else "quick"),
             "load_before": before, "load_after": after,
@@ -386,6 +425,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "model": "tiny random" if a.quick else ("embedded (assets/target)" if embedded else Path(a.model).name),
             "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
+    from llamacpp import note, version
+    if extra:
+        meta["llama_cpp"] = version()
+    if note(rows):
+        meta["note"] = note(rows)
     md = markdown(rows, meta)
     print(md)
     out = Path(a.out)

@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 0); self_speculative: Kangaroo's early stop, do not expand a draft token below "
                         "it (default 0.8, below 1)")
     g.add_argument("--adaptive", action="store_true",
-                   help="speculative: skip drafting while plain target steps are faster (measured online)")
+                   help="speculative: skip drafting while plain target steps are faster (measured online); "
+                        "eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
+                        "continuations' shares) and this device's row-cost curve (--budget is then the most nodes)")
     g.add_argument("--ngram-table", default=None, type=input_file,
                    help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
     g.add_argument("--heads", default=None, type=nonempty,
@@ -231,7 +233,8 @@ def setup(args: argparse.Namespace):
                   reference_tokens=args.reference_tokens,
                   heads=args.heads, budget=args.budget, draft_vocab=args.draft_vocab, acceptance=args.acceptance,
                   confidence=args.draft_confidence if args.method in HEADS_METHODS else None,
-                  adapter=args.adapter, datastore=args.datastore)
+                  adapter=args.adapter, datastore=args.datastore,
+                  adaptive=1 if args.adaptive and args.method in ("eagle", "retrieval") else None)
     if args.method == "self_speculative":  # its chain length and Kangaroo's early stop share the speculative names
         params.update(depth=args.draft_tokens, stop=args.draft_confidence)
     if args.adapter and args.method != "self_speculative":
@@ -256,7 +259,8 @@ def setup(args: argparse.Namespace):
     if args.method == "speculative":  # validate before the (slow) model loads
         make_shape(args.draft_tokens, args.tree, args.tree_budget, args.staged, args.draft_confidence)
     elif any(v not in (None, False) for v in (args.draft, args.tree, args.tree_budget,
-                                               args.staged or None, args.ngram_table, args.adaptive or None,
+                                               args.staged or None, args.ngram_table,
+                                               None if args.method in ("eagle", "retrieval") else args.adaptive or None,
                                                None if args.method == "self_speculative" else args.draft_tokens,
                                                None if args.method in HEADS_METHODS + ("self_speculative",)
                                                else args.draft_confidence)):

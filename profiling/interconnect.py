@@ -141,7 +141,7 @@ def lp_project(trace: Any, device: str = "A100", gpus: int = 8, link: str = "nvl
         per = [step_cost(a, q, s.kv_len, nb) for q in qs]
         slowest = max(max(c["flops"] / peak["flops"], c["bytes"] / peak["bandwidth"]) for c in per)
         bcast = 0.0 if gpus == 1 else len(s.accepted) * kv_row / bw + lat * (gpus - 1)
-        gather = _allgather_s(gpus * (2 + W) * 8, gpus, bw, lat)
+        gather = _allgather_s(gpus * (1 + W + cand) * 8, gpus, bw, lat)  # each rank's predictions at the read rows
         c1 = step_cost(a, s.n_query, s.kv_len, nb)
         lp += slowest + bcast + gather
         one += max(c1["flops"] / peak["flops"], c1["bytes"] / peak["bandwidth"])

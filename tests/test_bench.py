@@ -33,7 +33,8 @@ def test_bench_heads_rows_are_exact(tmp_path):
     rows = bench.bench(model, tok, None, prompts, 1, 16, 4, "budget", hf_model=hf_model, heads=tmp_path)
     assert [r["method"] for r in rows] == ["HF greedy", f"ours medusa budget {bench.HEADS_BUDGET}",
                                            f"ours eagle budget {bench.HEADS_BUDGET}",
-                                           f"ours eagle budget {2 * bench.HEADS_BUDGET}"]
+                                           f"ours eagle budget {2 * bench.HEADS_BUDGET}",
+                                           f"ours eagle adaptive budget {2 * bench.HEADS_BUDGET}"]
     assert all(r["exact"] and r["tokens"] == 16 for r in rows), rows
     assert not any("budget" in n for n in bench.contenders(model, tok, None, 4, heads=tmp_path / "none"))
 

@@ -5,17 +5,21 @@ a tiny Llama with 4 query / 2 key-value heads saved as a model folder.
   (the heads' and adapter's drafting included) give exactly single-process HF greedy's tokens on both ranks, and
   rank 0's trace carries world size, backend and per-step collective time from torch.profiler;
 - lookahead parallelism (run(..., lp=True)): the same tokens, for several window shapes, with the debug
-  hash of every rank's KV cache, window and pool checked after every step (a mismatch raises);
+  hash of every rank's KV cache, window and pool checked after every step (a mismatch raises), decoded by
+  the engine's one loop (runner._decode runs once per run; decoding/parallel/ holds no loop of its own);
 - a head count that does not divide the world size is refused before any weight is read (the folder's
   weight file is garbage: reaching it would give another error).
 One spawn runs all of it (two interpreters cost most of the time); the tests read its results.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
 import socket
+from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -64,11 +68,14 @@ def _worker(rank: int, world: int, port: int, dirs: dict, out: str) -> None:
                              "collectives": [s.info.get("collectives") for s in tr.steps],
                              "doc": tr.to_json() if rank == 0 and name == "lookahead" else None}
     model, tok = load(dirs["tiny"])
-    for i, shape in enumerate(LP_SHAPES):
-        tr = run(model, tok, PROMPT, "lookahead", max_new_tokens=NEW, lp=True, lp_debug=True, **shape)
-        res[f"lp/{i}"] = {"ids": tr.output_ids, "distributed": tr.config["distributed"],
-                          "lp": [s.info.get("lp") for s in tr.steps], "accepted": [len(s.accepted) for s in tr.steps],
-                          "doc": tr.to_json() if rank == 0 and i == 0 else None}
+    from decoding.engine import runner
+    with mock.patch.object(runner, "_decode", wraps=runner._decode) as loop:  # counts, changes nothing
+        for i, shape in enumerate(LP_SHAPES):
+            tr = run(model, tok, PROMPT, "lookahead", max_new_tokens=NEW, lp=True, lp_debug=True, **shape)
+            res[f"lp/{i}"] = {"ids": tr.output_ids, "distributed": tr.config["distributed"],
+                              "lp": [s.info.get("lp") for s in tr.steps], "accepted": [len(s.accepted) for s in tr.steps],
+                              "doc": tr.to_json() if rank == 0 and i == 0 else None}
+        res["lp_loops"] = loop.call_count
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
     finish()
@@ -139,6 +146,56 @@ def test_lookahead_parallel_matches_hf_greedy_with_identical_state(spawned):
     lp = ranks[0]["lp/0"]
     assert max(lp["accepted"][1:]) > 1  # candidates were accepted, so the verification branch did work
     assert any(s["candidates"] for s in ranks[1]["lp/0"]["lp"][1:])  # rank 1 verified candidates too
+
+
+def test_lookahead_parallel_runs_through_the_runners_loop(spawned):
+    ranks, _ = spawned
+    assert [r["lp_loops"] for r in ranks] == [len(LP_SHAPES)] * 2  # one engine loop per run, on every rank
+
+
+def test_parallel_package_defines_no_decode_loop():
+    """Only the engine's runner decodes: decoding/parallel/ has no loop over steps, records no Step or Trace of
+    its own and imports no private helper (a `_name`) of the engine."""
+    root = Path(__file__).resolve().parent.parent / "decoding" / "parallel"
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.While):
+                found.append(f"{path.name}:{node.lineno} while loop")
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("Step", "Trace"):
+                found.append(f"{path.name}:{node.lineno} builds a {getattr(node.func, 'id', None) or node.func.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("decoding")):
+                found += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if a.name.startswith("_")
+                          and a.name != "__future__"]
+    assert not found, found
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 7])
+@pytest.mark.parametrize("shape", LP_SHAPES + [{"window": 4, "ngram": 3, "guesses": 6, "dedupe": False}])
+def test_every_rank_share_is_a_piece_of_the_one_process_plan(world, shape):
+    """Each rank's query maps node for node onto the one-process plan (same token, parent onto parent), and
+    every row the plan reads is computed by the rank whose prediction counts there."""
+    from decoding.methods.lookahead import Lookahead
+    from decoding.parallel.lookahead_parallel import Split, split_columns
+    words = [3, 4, 5, 3, 4, 6, 3, 4, 5, 7, 3, 4]
+    la = Lookahead(**shape)
+    la.start(words)
+    split = Split(0, world, "gloo", split_columns(la.W, world))
+    context = list(words)
+    for _ in range(la.N + 1):  # warm-up levels, then the full window with candidates
+        plan = la.plan(context)
+        split.stage(plan, la)
+        for s in split.shares:
+            assert len(set(s.full)) == len(s.full)
+            for i, f in enumerate(s.full):
+                assert s.tokens[i] == plan.tokens[f] and s.depths[i] == plan.depths[f]
+                assert (-1 if s.parents[i] < 0 else s.full[s.parents[i]]) == plan.parents[f]
+        for f in plan.rows:
+            s = split.shares[split.owner[f]]
+            assert f in [s.full[i] for i in s.rows], (f, split.owner[f])
+        la.advance(context[-1], [context[-1]] * la.W, context)
+        context.append(context[-1])
+    assert any(role == "candidate" for role in plan.roles)
 
 
 def test_distributed_traces_load_and_record_their_fields(spawned):

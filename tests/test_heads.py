@@ -554,3 +554,34 @@ def test_heads_and_adapters_load_in_any_dtype(tmp_path):
     old = base_fingerprints(small)[1]
     (tmp_path / "m" / "heads.json").write_text(json.dumps({**card, "base_fingerprint": old}))
     load_heads(tmp_path / "m", tiny("llama"), "medusa")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("shape", [dict(budget=64, branch=2), dict(budget=40, beam=3, branch=3), dict(budget=8, depth=1),
+                                   "cut"], ids=["deep", "beam3", "depth1", "cut"])
+def test_eagle_levels_chained_on_the_device_draft_the_level_loops_tree(trained, arch, shape, monkeypatch):
+    """Greedy EAGLE on CUDA chains its levels on the device (one host read a step, eagle._device_tree): its
+    trees are the level loop's, node for node (tokens, parents, draft probabilities, ranks), with or without
+    a confidence cut (the device then runs rows the loop skips), and greedy output is HF greedy."""
+    from decoding.methods import draft_tree
+    model, heads = trained[arch, "eagle"]
+    want = hf_greedy(model, PROMPTS[1], 30)
+    if shape == "cut":  # the median node of the uncut trees: some levels lose rows, some frontiers end early
+        full = run(model, None, PROMPTS[1], "eagle", max_new_tokens=30, heads=heads, budget=64, branch=2)
+        probs = sorted(p for s in full.steps if "tree" in s.info for p in _path_probs(s.info["tree"]))
+        shape = dict(budget=64, branch=2, confidence=probs[len(probs) // 2])
+    from decoding.methods.eagle import Eagle
+    calls, device_tree = [], Eagle._device_tree
+    monkeypatch.setattr(Eagle, "_device_tree", lambda self, *a: calls.append(1) or device_tree(self, *a))
+    trees, forwards = {}, {}
+    for chained in (False, True):
+        monkeypatch.setattr(draft_tree, "DEVICE_DRAFT", chained)
+        tr = run(model, None, PROMPTS[1], "eagle", max_new_tokens=30, heads=heads, **shape)
+        assert tr.output_ids == want, chained
+        steps = [s.info for s in tr.steps if "tree" in s.info]
+        trees[chained] = [{k: s["tree"][k] for k in ("tokens", "parents", "depth", "draft_prob", "rank")}
+                          for s in steps]
+        forwards[chained] = [s["draft_forwards"] for s in steps]
+    assert len(calls) == len(trees[True])  # the chained run drafted every tree on the device
+    assert trees[True] == trees[False] and any(max(t["depth"]) > 2 for t in trees[True]) == ("depth" not in shape)
+    assert all(c >= f for c, f in zip(forwards[True], forwards[False]))

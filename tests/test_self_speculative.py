@@ -208,3 +208,36 @@ def test_step_picture_is_drawn_from_the_trace(tmp_path):
     assert pic.run_data(tr)["accepted"] == [len(x.accepted) for x in tr.steps if x.kind == "decode"]
     assert "data-view='self_spec'" in viz.step_view_html(tr)
     assert any(x.info["self_spec"]["early_stop"] for x in tr.steps if x.kind == "decode")
+
+
+@pytest.mark.parametrize("shape", [dict(stop=0.0, depth=4), dict(branch=2, beam=2, depth=4, budget=12, stop=0.0),
+                                   dict(branch=3, beam=3, depth=3, budget=20, stop=0.0), "stop"],
+                         ids=["chain", "beam2", "beam3", "early-stop"])
+def test_levels_chained_on_the_device_draft_the_level_loops_tree(shape, tmp_path, monkeypatch):
+    """Greedy self-speculative on CUDA chains its levels on the device (one host read a step,
+    SelfSpeculative._device_tree): its trees are the level loop's, node for node, early stop included (the
+    device then runs rows the loop skips, whose cache rows are never kept), and output is HF greedy."""
+    from decoding.methods import draft_tree
+    from decoding.methods.self_speculative import SelfSpeculative
+    model = tiny4("llama")
+    ad = adapter_dir(model, 2, tmp_path / "a")
+    ref = hf_greedy(model, PROMPT, 40)
+    if shape == "stop":  # the median own probability of an uncut tree: some levels stop early, some go on
+        kw = dict(branch=2, beam=2, depth=4, budget=12, stop=0.0)
+        full = generate(model, PROMPT, make_drafter("self_speculative", adapter=ad, **kw), max_new_tokens=40)
+        probs = sorted(p for s in full.steps if "tree" in s.info for p in s.info["tree"]["draft_prob"][1:])
+        shape = dict(kw, stop=probs[len(probs) // 2])
+    calls, device_tree = [], SelfSpeculative._device_tree
+    monkeypatch.setattr(SelfSpeculative, "_device_tree", lambda self, *a: calls.append(1) or device_tree(self, *a))
+    trees = {}
+    for chained in (False, True):
+        monkeypatch.setattr(draft_tree, "DEVICE_DRAFT", chained)
+        tr = generate(model, PROMPT, make_drafter("self_speculative", adapter=ad, **shape), max_new_tokens=40)
+        assert tr.output_ids == ref, chained
+        trees[chained] = [({k: s.info["tree"][k] for k in ("tokens", "parents", "depth", "draft_prob")},
+                           {k: s.info["self_spec"][k] for k in ("draft_conf", "early_stop", "stopped_at")})
+                          for s in tr.steps if "tree" in s.info]
+    assert len(calls) == len(trees[True]) and trees[True] == trees[False]
+    assert any(max(t["depth"]) > 2 for t, _ in trees[True]) and any(len(s.accepted) > 1 for s in tr.steps)
+    if shape.get("stop"):
+        assert any(st["early_stop"] for _, st in trees[True]) and not all(st["early_stop"] for _, st in trees[True])

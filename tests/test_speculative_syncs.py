@@ -135,8 +135,9 @@ def test_device_parents_give_the_host_trees_logits(pair, static):
     torch.testing.assert_close(outs[3], outs[1], rtol=1e-5, atol=1e-5)
 
 
-def test_default_chains_only_where_no_forward_is_wasted(pair, monkeypatch):
-    """DEVICE_DRAFT None: chained on CUDA for uncut greedy chains/trees, never on CPU, never when sampling."""
+def test_default_chains_on_cuda_where_no_cut_could_save_forwards(pair, monkeypatch):
+    """DEVICE_DRAFT None: chained on CUDA for uncut greedy chains, trees and dynamic trees (a read per level
+    would stall the GPU on every level), never with a confidence cut, never on CPU, never when sampling."""
     monkeypatch.setattr(draft_tree, "DEVICE_DRAFT", None)
     target, draft = pair
     d = make_drafter("speculative", draft_model=draft, draft_tokens=4, confidence=0.0)
@@ -147,11 +148,19 @@ def test_default_chains_only_where_no_forward_is_wasted(pair, monkeypatch):
     assert d.builder.chained()
     d.builder.shape.confidence = 0.4
     assert not d.builder.chained()
-    dyn = make_drafter("speculative", draft_model=draft, tree_budget=8)  # the host's pruning stops early
-    dyn.bind(target, dyn.sampling)
+    dyn = make_drafter("speculative", draft_model=draft, tree_budget=8)  # even though the host's pruning
+    dyn.bind(target, dyn.sampling)                                         # may stop early
     dyn.start(PROMPT)
+    assert not dyn.builder.chained()  # CPU
     dyn.core.device = __import__("torch").device("cuda")
+    assert dyn.builder.chained()
+    dyn.builder.shape.confidence = 0.4
     assert not dyn.builder.chained()
+    sampled = make_drafter("speculative", draft_model=draft, tree_budget=8)
+    sampled.bind(target, __import__("decoding").Sampling(0.8, seed=1))
+    sampled.start(PROMPT)
+    sampled.core.device = __import__("torch").device("cuda")
+    assert not sampled.builder.chained()
 
 
 def main(argv: list[str]) -> None:

@@ -21,7 +21,8 @@ class Abilities:
     structure: the shape of its proposal ("chain", "tree", "window": lookahead's 2D window + candidates).
     hidden_layers: target hidden states it reads (transformers' hidden_states index, -1 = last, normed):
       the runner hands the prompt's rows to prefill_features() and each step's hidden_rows to observe().
-    own_model: it runs a model of its own (a draft): the runner calls bind(target, sampling) first.
+    own_model: it runs a model of its own (a draft), or prices the target's rows (adaptive trees): the
+      runner calls bind(target, sampling) first.
     wants_tracing: it records trace-only quantities (host transfers) only when told the run is traced
       (the runner sets drafter.tracing).
     acceptance: the verification rule when sampling: "exact" (the target's distribution) or "typical"

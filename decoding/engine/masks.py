@@ -59,6 +59,29 @@ def step_mask(parents: list[int] | tuple[int, ...], past_len: int, dtype: torch.
     return mask
 
 
+def grow_level(anc: torch.Tensor, first: int, par: torch.Tensor, past_len: int,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tree level whose parents were picked on the device (no host read): `anc` is the bool [R, R]
+    ancestor-or-self matrix of the region's rows so far, `par` the new rows' parents as rows of the level
+    starting at region row `first` (unused while R is 0: the first level hangs under the accepted text
+    only). Returns the grown
+    matrix [R + n, R + n] and the new rows' additive mask [n, past_len + R + n] (step_mask's values: the
+    accepted text and each row's ancestors and itself visible), both built on anc's device."""
+    dev, R = anc.device, anc.shape[0]
+    n = par.shape[0]
+    vis = torch.zeros((n, R + n), dtype=torch.bool, device=dev)
+    if R:
+        vis[:, :R] = anc.index_select(0, par + first)
+    vis[:, R:] = torch.eye(n, dtype=torch.bool, device=dev)
+    grown = torch.zeros((R + n, R + n), dtype=torch.bool, device=dev)
+    grown[:R, :R] = anc
+    grown[R:] = vis
+    mask = torch.full((n, past_len + R + n), torch.finfo(dtype).min, dtype=dtype, device=dev)
+    mask[:, :past_len] = 0
+    mask[:, past_len:].masked_fill_(vis, 0)
+    return grown, mask
+
+
 def chain_parents(n: int) -> list[int]:
     """A causal chain of n tokens (prefill, greedy, one draft chain)."""
     return list(range(-1, n - 1))

@@ -32,13 +32,17 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
              max_new_tokens: int = 64, eos_token_id: int | Iterable[int] | None = None,
              sampling: Sampling = Sampling(), trace: bool = True,
              step_context: StepContext | None = None,
-             on_step: Callable[[Step, list[int]], None] | None = None, static: bool | None = None) -> Trace:
+             on_step: Callable[[Step, list[int]], None] | None = None, static: bool | None = None,
+             make_core: Callable[[PreTrainedModel], Core] = Core) -> Trace:
     """Decode up to max_new_tokens new tokens (fewer only at EOS) with `drafter` (greedy if None).
 
     step_context(index, kind) wraps each step (the profiler puts a record_function range there);
     on_step(step, output_so_far) is called after each step (the app streams from it);
     static: the static-shape path (static_cache.py) for the target and any draft Core; None = the
-    device default (default_static)."""
+    device default (default_static).
+    make_core: what runs the target's prefill, forward and commit (the loop's one seam to the model):
+    Core, or an object with Core's length / prefill / forward / commit, such as lookahead parallelism's
+    LPCore (decoding/parallel/lookahead_parallel.py), whose forward and commit exchange with other ranks."""
     drafter = drafter or Greedy()
     if not prompt_ids:
         raise ValueError("the prompt is empty")
@@ -56,7 +60,7 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     # room for the whole run plus one bucket, so the static cache never regrows (and keeps its graphs)
     caches: list = []  # (role, StaticKV) of this run's static Cores: their capture status goes in the trace
     with core_options(static=static, capacity=len(prompt_ids) + max_new_tokens + GRAPH_MAX, caches=caches):
-        core = Core(model)
+        core = make_core(model)
         tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
                                                 "sampling": sampling.to_dict(), "static": static},
                    prompt_ids=list(prompt_ids))

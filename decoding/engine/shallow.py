@@ -80,6 +80,8 @@ def keep_rows(cache: DynamicCache, past: int, keep: list[int]) -> None:
             continue
         for name in ("keys", "values"):
             t = getattr(layer, name)
+            if idx is not None and idx.device != t.device:  # once, pinned and queued: a blocking copy would
+                idx = idx.pin_memory().to(t.device, non_blocking=True) if t.is_cuda else idx.to(t.device)  # drain
             if idx is not None:
-                t[..., past:past + len(keep), :] = t.index_select(-2, idx.to(t.device))
+                t[..., past:past + len(keep), :] = t.index_select(-2, idx)
             setattr(layer, name, t[..., :past + len(keep), :])

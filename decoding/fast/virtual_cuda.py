@@ -24,7 +24,8 @@ What it does, within the block:
   copy_ into a host tensor, and the ops whose output shape depends on values: nonzero, masked_select,
   unique, boolean indexing, repeat_interleave without output_size) are recorded as syncs with the
   caller's file:line; .numpy() raises as on CUDA; torch.cuda.synchronize() is a sync too;
-- uploads (a host tensor copied to the device) are counted, pinned or pageable;
+- uploads (a host tensor copied to the device) are counted, pinned or pageable; one that is not a
+  non_blocking copy from pinned memory waits for the stream to drain on CUDA, and is recorded as a sync;
 - torch.cuda answers as one device would (is_available, device_count, get_device_name, Event, Stream,
   current_stream, synchronize, memory stats, set_sync_debug_mode: "warn" warns on every sync, as the real
   one does, so capture_check's CUDA branch runs too). Graph capture is decoding.fast.graphs' emulated
@@ -99,7 +100,7 @@ def _where() -> str:
 @dataclass
 class Sync:
     """One host read of a device value (or a device-wide synchronize)."""
-    kind: str   # read | dynamic | copy | synchronize
+    kind: str   # read | dynamic | copy | upload | synchronize
     op: str
     where: str
 
@@ -129,6 +130,14 @@ class VirtualCuda:
             warnings.warn(f"called a synchronizing CUDA operation: {s}", UserWarning, stacklevel=2)
             if self.debug_mode == 2:
                 raise RuntimeError(f"called a synchronizing CUDA operation: {s}")
+
+    def upload(self, pinned: bool, non_blocking: bool) -> None:
+        """A host tensor copied to the device. Only a non_blocking copy from pinned memory is queued like a
+        kernel; any other waits for the stream to drain first (torch's memcpy_and_sync, CUDA's pageable
+        staging), a sync as a read is: recorded with its caller."""
+        self.uploads["pinned" if pinned else "pageable"] += 1
+        if not (pinned and non_blocking):
+            self.sync("upload", "blocking upload" if pinned else "pageable upload")
 
     def made_at(self, t: torch.Tensor) -> str | None:
         entry = self.origins.get(id(t))
@@ -272,7 +281,7 @@ def _item(self: "VirtualCudaTensor", name: str, idx, value):
     if isinstance(value, torch.Tensor) and not _is_v(value) and value.dim() > 0 and tensors:
         _mismatch(state, "index_put_", value)
     if state is not None and isinstance(value, torch.Tensor) and not _is_v(value) and value.dim() > 0:
-        state.uploads["pinned" if value in _PINNED else "pageable"] += 1
+        state.upload(value in _PINNED, False)
     with _disable_current_modes():
         self.elem[uidx] = _unwrap(value)
     return None
@@ -375,9 +384,9 @@ def _dispatch(func, args, kwargs):
             state.sync("copy", "copy_ to host")
     if state is not None and op in ("copy_", "copy") and _is_v(args[0]) and not _is_v(args[1]) \
             and args[1].dim() > 0:
-        state.uploads["pinned" if args[1] in _PINNED else "pageable"] += 1
+        state.upload(args[1] in _PINNED, bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False)))
     if state is not None and op == "_to_copy" and not _is_v(args[0]) and _cuda(to_dev):
-        state.uploads["pinned" if args[0] in _PINNED else "pageable"] += 1
+        state.upload(args[0] in _PINNED, bool(kwargs.get("non_blocking", False)))
     by_id = {id(a.elem): a for a in flat if _is_v(a)}
     out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
     if op == "_to_copy":
@@ -432,7 +441,7 @@ class _Function(TorchFunctionMode):
                 device, dtype, non_blocking, copy = _parse_to(args, kwargs)
             if _cuda(device) and not _is_v(src):
                 if state is not None:
-                    state.uploads["pinned" if src in _PINNED else "pageable"] += 1
+                    state.upload(src in _PINNED, bool(non_blocking))
                 return VirtualCudaTensor(src.to(dtype=dtype or src.dtype, copy=True))
             if _cuda(device) and _is_v(src):
                 return src if (dtype is None or dtype == src.dtype) and not copy else \
@@ -455,7 +464,7 @@ class _Function(TorchFunctionMode):
                 _PINNED.add(out)
             if _cuda(dev):
                 if state is not None and name in ("tensor", "as_tensor"):
-                    state.uploads["pageable"] += 1  # Python data copied to the device: a blocking upload
+                    state.upload(False, False)  # Python data copied to the device: a blocking upload
                 return tree_map(lambda x: VirtualCudaTensor(x) if isinstance(x, torch.Tensor) and not _is_v(x)
                                 else x, out)
             return out

@@ -13,7 +13,7 @@ node; it rides in the same draft forward and the draft verifies it like the targ
 from the draft's distribution). Accepted stage-2 tokens are tree nodes with origin "stage2".
 
 Chained levels (greedy chains, fixed-width trees, staged or not, and dynamic trees; DEVICE_DRAFT, by
-default on CUDA for chains and fixed-width trees when the confidence cut is off):
+default on CUDA when the confidence cut is off, as it is for dynamic trees unless asked for):
 the tree's shape does not depend on the draft's values, so each level's children go from the draft's
 top-k straight into the next draft forward ON THE DEVICE, and the host reads every level's top-k in ONE
 transfer at the end (a step then syncs twice: this read and the target's argmax, instead of once per
@@ -26,8 +26,10 @@ runs is a node of the full fixed-width tree; the host replays build() (stage 2's
 from the one read. Dynamic trees: each level's best `budget` children by cumulative probability are picked
 on the device (their parents reach the mask through Core._run_rows, no host read), then build() is
 replayed; the device runs every level while the host's pruning may stop early (2x the forwards on the
-tiny CPU models), so dynamic trees chain only when forced. Sampled trees (drawn on the host) read once
-per level.
+tiny CPU models with their flat distributions; a confident draft prunes less). They chain by default on
+CUDA all the same: a read per level stalls the GPU on every level of every step (up to depth + 1 syncs
+a step), while a wasted level is one more small draft forward queued behind the others; on the CPU, where
+a read is free, they keep the level-by-level path. Sampled trees (drawn on the host) read once per level.
 """
 from __future__ import annotations
 
@@ -232,8 +234,8 @@ class TreeBuilder:
     def chained(self) -> bool:
         """Whether the levels run chained on the device (module doc): greedy chains, fixed-width trees
         (staged too: replayed on the host) and dynamic trees (a device-side frontier, _build_frontier)."""
-        on = DEVICE_DRAFT if DEVICE_DRAFT is not None else (  # default: only where no forward is wasted
-            self.core.device.type == "cuda" and self.shape.confidence == 0 and self.shape.mode != "dynamic")
+        on = DEVICE_DRAFT if DEVICE_DRAFT is not None else (  # default: on CUDA, where no cut could save forwards
+            self.core.device.type == "cuda" and self.shape.confidence == 0)
         return bool(on) and self.gen is None and self.shape.mode in ("chain", "tree", "dynamic")
 
     def _build_chained(self, context: list[int]) -> tuple[list[Node], int, dict]:

@@ -12,7 +12,9 @@ no per-call set-up) and drafts read the target's LM head restricted to its frequ
 `confidence` > 0 drops nodes whose path probability is below it (fewer verified rows: a CPU pays for
 each). Greedy: verify.greedy. Sampling: each expanded node's children are drawn from the head's distribution and
 verified by verify.speculative (sampled_tree.py), so the target's distribution is kept; acceptance="typical"
-opts into Medusa's typical acceptance on the deterministic tree (not exact).
+opts into Medusa's typical acceptance on the deterministic tree (not exact). adaptive=1 (greedy only) sizes
+each step's tree from the draft's confidence and the device's row-cost curve (row_cost.py; row_ms gives the
+curve, else it is measured once per model): budget and depth become upper bounds.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ import torch
 from ..engine.drafter import Plan, best_closed, tree_record
 from .eagle_layer import EagleLayer
 from .heads import CONFIDENCE, HeadsDrafter, load_drafting
-from ..engine.masks import chain_parents, step_mask
+from ..engine.masks import chain_parents, grow_level, step_mask
 from .medusa import check_acceptance, record_verdict
+from .row_cost import RowCost, measured_curve, parse_curve
 from .sampled_tree import draw, q_rows, sampled_shape
 from ..engine.sampling import Sampling, make_generator
 from ..fast.uploads import Uploads
@@ -48,7 +51,7 @@ class Eagle(HeadsDrafter):
 
     def __init__(self, heads: str, budget: int = 16, depth: int | None = None, branch: int = 4,
                  beam: int | None = None, draft_vocab: int | None = None, confidence: float = CONFIDENCE,
-                 acceptance: str = "exact"):
+                 acceptance: str = "exact", adaptive: int = 0, row_ms: str | None = None):
         shape = tree_shape(budget)
         depth, beam = shape[0] if depth is None else depth, shape[1] if beam is None else beam
         if min(budget, depth, branch, beam) < 1 or (draft_vocab or 0) < 0 or not 0 <= confidence < 1:
@@ -58,12 +61,19 @@ class Eagle(HeadsDrafter):
         self.acceptance = check_acceptance(acceptance)
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
         self.draft_vocab = draft_vocab
+        if adaptive not in (0, 1, True, False):
+            raise ValueError("eagle: adaptive is 0 (a fixed budget) or 1 (sized per step from the row-cost curve)")
+        self.adaptive = bool(adaptive)
+        self.row_ms = parse_curve(row_ms) if row_ms else None  # refused here, before any model loads
+        self.cost: RowCost | None = None
         self.module = None
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
                 "beam": self.beam, "confidence": self.confidence, "acceptance": self.acceptance,
-                "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab}
+                "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab,
+                **({"adaptive": True, "row_ms": {str(q): round(ms, 3) for q, ms in self.cost.curve.items()}
+                    if self.cost is not None else None} if self.adaptive else {})}
 
     def bind(self, model, sampling: Sampling) -> None:
         check_acceptance(self.acceptance, sampling)
@@ -76,12 +86,18 @@ class Eagle(HeadsDrafter):
             self.layer, self._model = EagleLayer(self.module), model
             self.uploads = Uploads(self.module.fc.weight.device)  # masks travel pinned, non-blocking
         self.emb = model.get_input_embeddings()
+        if self.adaptive:
+            if not sampling.greedy or self.acceptance != "exact":
+                raise ValueError("eagle: adaptive sizes greedy trees only (its sampled trees keep a fixed shape)")
+            self.cost = RowCost(self.row_ms or measured_curve(model, self.budget + 1))
 
     def max_depth(self) -> int:
         return self.depth + 1
 
     def start(self, prompt_ids: list[int]) -> None:
         self.layer.reset()
+        if self.cost is not None:
+            self.cost.start()
         self.n = 0                      # real-feature pairs in the head's cache (positions 0..n-1)
         self.pending: list[torch.Tensor] = []  # real target features of positions n, n+1, ...
 
@@ -99,6 +115,9 @@ class Eagle(HeadsDrafter):
     @torch.inference_mode()
     def plan(self, context: list[int]) -> Plan:
         t0 = time.perf_counter()
+        cost = self.cost
+        if cost is not None:
+            cost.tick()
         feats = torch.cat(self.pending) if self.pending else None
         L = len(context)
         if feats is None or self.n + len(feats) != L - 1:
@@ -112,10 +131,13 @@ class Eagle(HeadsDrafter):
         nodes = [[context[-1], -1, 0, None, 1.0, None]]
         feat_of = {0: out[-1]}  # node -> predicted feature at its position (what its children read)
         frontier, region_parent, level_rows = [0], {}, 0
-        forwards, q_of = 1, {}
+        forwards, q_of, t_level = 1, {}, None
         kids, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth,
                                                                                           self.beam)
-        for d in range(1, depth + 1):
+        on_device = self.gen is None and _device_draft(out.device)  # greedy levels chained on the device
+        if on_device:
+            nodes, forwards = self._device_tree(out[-1], context[-1], kids, depth)
+        for d in range(1, 1 if on_device else depth + 1):  # the level-by-level tree (a host read per level)
             x = torch.stack([feat_of[i] for i in frontier])
             if self.gen is None:
                 tp, tt = self.draft.topk(x, kids)
@@ -124,6 +146,8 @@ class Eagle(HeadsDrafter):
                 tt = [draw(q[j], kids, self.gen) for j in range(len(frontier))]
                 tp = [q[j, t].tolist() for j, t in enumerate(tt)]
                 q_of.update({i: q[j] for j, i in enumerate(frontier)})
+            if cost is not None and t_level is not None:  # a level: its head forward and its top-k
+                cost.level_took((time.perf_counter() - t_level) * 1e3)
             new = []
             for j, i in enumerate(frontier):
                 for r in range(len(tt[j])):
@@ -135,6 +159,10 @@ class Eagle(HeadsDrafter):
                         if nodes[k][4] >= self.confidence]
             if not frontier:  # every path below the cut-off: no deeper level is worth a head call
                 break
+            if cost is not None and not cost.worth_level(sum(nodes[k][4] for k in frontier),
+                                                         1 + min(self.budget, len(nodes) - 1)):
+                break  # what the frontier's children could add does not pay for the level and a row
+            t_level = time.perf_counter()
             # one head forward for the frontier: pair [emb(node token); predicted feature of its parent]
             parents = [region_parent.get(nodes[k][1], -1) for k in frontier]
             for j, k in enumerate(frontier):
@@ -150,7 +178,12 @@ class Eagle(HeadsDrafter):
                 feat_of[k] = outs[j]
         self.layer.truncate(self.n)
         self._region_parents = []
-        keep = _best(nodes, self.budget, self.confidence) if self.gen is None else list(range(len(nodes)))
+        budget = self.budget
+        if cost is not None:  # how many of the best nodes pay for their rows at the run's going rate
+            ranked = sorted((nodes[k][4] for k in range(1, len(nodes)) if nodes[k][4] >= self.confidence),
+                            reverse=True)[:budget]
+            budget = cost.keep(ranked)
+        keep = _best(nodes, budget, self.confidence) if self.gen is None else list(range(len(nodes)))
         remap = {old: new for new, old in enumerate(keep)}
         sel = [nodes[k] for k in keep]
         n = len(sel)
@@ -160,16 +193,91 @@ class Eagle(HeadsDrafter):
         origins = ["target"] + ["eagle draft"] * (n - 1)
         info = {"tree": tree_record(toks, parents, depths, origins, [x[3] for x in sel],
                                     rank=[None] + [x[5] for x in sel[1:]]),
-                "drafted": True, "draft_forwards": forwards, "draft_ms": (time.perf_counter() - t0) * 1e3,
+                "drafted": True if cost is None else n > 1, "draft_forwards": forwards, "draft_ms": (time.perf_counter() - t0) * 1e3,
                 "target_forwards": 1, "mode": "eagle"}
         return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
                     hidden_rows=list(range(n)),
                     q=q_rows(n, q_of) if q_of and n > 1 else None)
 
+    def _device_tree(self, feat: torch.Tensor, x0: int, kids: int, depth: int) -> tuple[list[list], int]:
+        """The greedy tree of plan()'s level loop with every level on the device and ONE host read: each
+        level's top-k, the `beam` best children by cumulative probability (float64 products, stable sort:
+        ties to the earlier node, as the loop's sorted()), their tokens, parent features and tree mask are
+        picked and built there and go straight into the next head forward. The host then makes the loop's
+        nodes from the read; with a confidence cut the device runs rows (and levels) the loop would have
+        skipped. Returns (nodes, head forwards run)."""
+        dev, dtype, n0 = feat.device, feat.dtype, self.n
+        x = feat[None]  # [rows, h]: the predicted features the level's children are drafted from
+        score = torch.ones(1, dtype=torch.float64, device=dev)
+        vals, toks, picks = [], [], []
+        anc = torch.zeros((0, 0), dtype=torch.bool, device=dev)  # region rows x region rows: ancestor-or-self
+        first, forwards = 0, 1  # first: the region row of the frontier's first node
+        for d in range(1, depth + 1):
+            probs = self.draft.logits(x).float().softmax(-1)  # as DraftLM.topk
+            top = torch.topk(probs, min(kids, probs.shape[-1]))
+            ids = top.indices if self.draft.ids is None else self.draft.ids[top.indices]
+            vals.append(top.values)
+            toks.append(ids)
+            if d == depth:
+                break
+            k = top.values.shape[-1]
+            cand = (score[:, None] * top.values.double()).reshape(-1)
+            n = min(self.beam, cand.shape[0])
+            order = torch.sort(cand, descending=True, stable=True).indices[:n]
+            score, par = cand.index_select(0, order), order // k  # par: the parent's row in this level
+            first, (anc, mask) = anc.shape[0], grow_level(anc, first, par, n0, dtype)
+            pos = torch.full((n,), n0 + d - 1, dtype=torch.long, device=dev)  # filled there: no upload
+            x = self.layer(self.emb(ids.reshape(-1).index_select(0, order)), x.index_select(0, par), pos, mask,
+                           top=n0 + d - 1)
+            forwards += 1
+            picks.append(order)
+        k = vals[0].shape[-1]
+        rows = [1] + [o.shape[0] for o in picks]
+        flat = torch.cat([torch.cat(vals).double().reshape(-1), torch.cat(toks).double().reshape(-1)]
+                         + [o.double() for o in picks]).tolist()  # the one read
+        total = sum(rows) * k
+        probs_, toks_, at = flat[:total], flat[total:2 * total], 2 * total
+        nodes = [[x0, -1, 0, None, 1.0, None]]
+        frontier, row_of, base = [0], {0: 0}, 0  # row_of: a frontier node's row in its level's read
+        for d in range(1, len(vals) + 1):
+            new = []
+            for i in frontier:
+                r0 = (base + row_of[i]) * k
+                for r in range(k):
+                    p = probs_[r0 + r]
+                    nodes.append([int(toks_[r0 + r]), i, d, p, nodes[i][4] * p, r])
+                    new.append(len(nodes) - 1)
+            if d == depth or d > len(picks):
+                break
+            frontier = [j for j in sorted(new, key=lambda j: -nodes[j][4])[:self.beam]
+                        if nodes[j][4] >= self.confidence]
+            if not frontier:
+                break
+            slot = {int(c): s for s, c in enumerate(flat[at:at + rows[d]])}  # candidate -> its row at level d + 1
+            at, base = at + rows[d], base + rows[d - 1]
+            cands = {j: row_of[nodes[j][1]] * k + nodes[j][5] for j in frontier}
+            if any(c not in slot for c in cands.values()):  # the device ran the loop's best: cannot happen
+                raise RuntimeError("eagle: the device's frontier misses a node of the host's")
+            row_of = {j: slot[c] for j, c in cands.items()}
+        return nodes, forwards
+
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.pending = [verdict.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
+        if self.cost is not None:
+            probs = plan.info["tree"]["draft_prob"]
+            score = [1.0] * len(plan.tokens)  # path probability of each kept node (parents come first)
+            for i in range(1, len(plan.tokens)):
+                score[i] = score[plan.parents[i]] * (probs[i] or 0.0)
+            self.cost.observe(sum(score[1:]), len(verdict.tokens))
+
+
+def _device_draft(device: torch.device) -> bool:
+    """Whether greedy levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read
+    per level stalls the GPU; on the CPU a read is free and the level loop skips what the cut leaves)."""
+    from . import draft_tree
+    return draft_tree.DEVICE_DRAFT if draft_tree.DEVICE_DRAFT is not None else device.type == "cuda"
 
 
 def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
@@ -200,6 +308,12 @@ class EagleParams:
     acceptance: str = knob("exact", choices=("exact", "typical"), cli="--acceptance",
                            help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths "
                                 "but NOT exact (the output no longer follows the target's distribution); default exact")
+    adaptive: bool = knob(False, cli="--adaptive",
+                          help="eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
+                               "continuations' shares) and this device's row-cost curve (--budget is then the most "
+                               "nodes)")
+    row_ms: str = knob(None, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: "
+                                  "measured once per model)")
 
 
 SPEC = MethodSpec(

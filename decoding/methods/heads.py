@@ -304,19 +304,20 @@ class HeadsDrafter:
     the target's last hidden state, verified exactly or by typical acceptance)."""
     name: str
     acceptance: str
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     @classmethod
     def from_params(cls, **p):
         if not p.get("heads"):
             raise ValueError(f"{cls.name} needs heads: a folder made by python -m decoding train-heads --kind {cls.name}")
-        cast = {"confidence": float, "acceptance": str}
+        cast = {"confidence": float, "acceptance": str, "row_ms": str}
         return cls(heads_folder(p["heads"], cls.name),
                    **{k: cast.get(k, int)(v) for k, v in p.items() if k != "heads" and v is not None})
 
     @property
     def abilities(self) -> Abilities:
         return Abilities(structure="tree", hidden_layers=(-1,), own_model=True, acceptance=self.acceptance,
-                         knobs=("budget", "confidence"))
+                         knobs=("budget", "confidence"), wants_tracing=True)
 
 
 SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for

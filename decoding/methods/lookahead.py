@@ -101,8 +101,7 @@ class Lookahead:
 
     def advance(self, x0: int, out: list[int], context: list[int]) -> list[list[int]]:
         """The window's new top row `out` (the target's outputs at the top level, one per column) moves the
-        window on and feeds the pool; returns the harvested n-grams. Split from observe() so lookahead
-        parallelism (decoding/parallel/lookahead_parallel.py) can apply the row its ranks all-gathered."""
+        window on and feeds the pool; returns the harvested n-grams (observe() calls it with the step's outputs)."""
         W, levels = self.W, self.levels
         harvested = []
         if len(levels) == self.N - 1:  # full window: harvest one n-gram per column, then shift

@@ -94,7 +94,7 @@ class Medusa(HeadsDrafter):
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.feat = verdict.hidden[0, verdict.path[-1]]
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
 
 
 ACCEPTANCES = ("exact", "typical")
@@ -111,14 +111,15 @@ def check_acceptance(acceptance: str, sampling: Sampling | None = None) -> str:
     return acceptance
 
 
-def record_verdict(plan: Plan, verdict: Verdict) -> None:
+def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
     """The tree record the viz reads: accepted path, first rejected child, the target's probability of
-    every drafted token (greedy: softmax of its logits; what 'why was it cut' needs)."""
+    every drafted token (greedy: softmax of its logits; what 'why was it cut' needs). The probabilities are
+    a host read (a sync on CUDA) of values only the trace shows: read only when `tracing`."""
     info = plan.info
     path = verdict.path
     kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
     info["accepted_path"], info["first_rejected"] = list(path), kids[0] if kids else None
-    if "tree" in info and verdict.logits is not None and len(plan.tokens) > 1:
+    if tracing and "tree" in info and verdict.logits is not None and len(plan.tokens) > 1:
         p = verdict.logits[plan.parents[1:]].softmax(-1)
         idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]
         info["tree"]["target_prob"] = [None] + [round(x, 6) for x in p.gather(-1, idx)[:, 0].tolist()]

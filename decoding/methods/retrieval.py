@@ -17,7 +17,9 @@ Both build the same frequency trie (trie() below): a node's count is how many co
 prefix, so a child never counts more than its parent and the `budget` most frequent nodes form a tree. One
 target forward verifies it (the engine's tree attention). Greedy: verify.greedy, so the output is HF greedy's.
 Sampling: the proposals are deterministic tokens (Plan.q None), so the engine's verify.sampled keeps the
-target's distribution exactly.
+target's distribution exactly. adaptive=1 (greedy) prices the tree's nodes against the device's row-cost curve
+(row_cost.py: a node is verified when its share of the continuations pays for its row at the run's going
+rate), on top of the length rule; budget stays the most nodes.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from ..engine.drafter import Abilities, Plan, tree_record
 from ..engine.verify import Verdict
 from .datastore import Datastore, DatastoreError, Match
 from .medusa import record_verdict
+from .row_cost import RowCost, measured_curve, parse_curve
 from .suffix_cache import HISTORY, History, lookup as suffix_lookup
 from ..params import MAX_TREE_NODES
 from .spec import MethodSpec, knob
@@ -120,7 +123,13 @@ def trie(conts: np.ndarray, budget: int, min_prob: float = 0.0) -> dict[str, np.
 
 class Retrieval:
     name = "retrieval"
-    abilities = Abilities(structure="tree", knobs=("budget",))
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
+
+    @property
+    def abilities(self) -> Abilities:
+        """adaptive: bound to the target (bind) to measure what its rows cost."""
+        return Abilities(structure="tree", knobs=("budget",), own_model=self.adaptive,
+                         wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Retrieval":
@@ -129,8 +138,14 @@ class Retrieval:
     def __init__(self, datastore: str | Path | Datastore | None = None, tokenizer=None, budget: int | None = None,
                  max_spec_factor: float | None = None, min_token_prob: float | None = None,
                  max_suffix: int | None = None, span: int | None = None, continuations: int = 5000,
-                 history: bool | History = True, with_cache: bool = True, model_vocab: int | None = None):
+                 history: bool | History = True, with_cache: bool = True, model_vocab: int | None = None,
+                 adaptive: int = 0, row_ms: str | None = None):
         rest = datastore is not None
+        if adaptive not in (0, 1, True, False):
+            raise ValueError("retrieval: adaptive is 0 (the length rule alone) or 1 (nodes priced by the row-cost curve)")
+        self.adaptive = bool(adaptive)
+        self.row_ms = parse_curve(row_ms) if row_ms else None
+        self.cost: RowCost | None = None
         d = REST if rest else SUFFIX
         self.budget = int(budget if budget is not None else d["budget"])
         self.max_suffix = int(max_suffix if max_suffix is not None else d["max_suffix"])
@@ -168,7 +183,16 @@ class Retrieval:
             c.update(datastore=self.ds.path.name, datastore_tokens=self.ds.n)
         if self.ds is None or self.with_cache:
             c.update(history=self.history, history_runs=len(self.hist.runs) if self.hist is not None else 0)
+        if self.adaptive:
+            c.update(adaptive=True, row_ms={str(q): round(ms, 3) for q, ms in self.cost.curve.items()}
+                     if self.cost is not None else None)
         return c
+
+    def bind(self, model, sampling) -> None:
+        """adaptive only: the target's row-cost curve (given, or measured once per model)."""
+        if not sampling.greedy:
+            raise ValueError("retrieval: adaptive prices greedy steps only (drop adaptive when sampling)")
+        self.cost = RowCost(self.row_ms or measured_curve(model, self.budget + 1))
 
     def max_depth(self) -> int:
         return max(self.span, SUFFIX["span"] if self.with_cache else 0) + 1
@@ -177,6 +201,8 @@ class Retrieval:
         if self.hist is not None:
             self.hist.commit_pending()  # the previous run joins the history (of the process, or the session)
         self.prompt_len = len(prompt_ids)
+        if self.cost is not None:
+            self.cost.start()
 
     def _match(self, context: list[int]) -> tuple[str, Match | None, list[tuple[str, int]]]:
         """(source, match, where): the datastore's match, the suffix cache's, or (with_cache) the longer one."""
@@ -195,6 +221,8 @@ class Retrieval:
 
     def plan(self, context: list[int]) -> Plan:
         t0 = time.perf_counter()
+        if self.cost is not None:
+            self.cost.tick()
         src, m, where = self._match(context)
         budget, min_prob = self.budget, self.min_prob
         if src == "suffix" and self.ds is not None:  # the suffix cache beside a datastore: its own defaults
@@ -202,6 +230,10 @@ class Retrieval:
         if m is not None:  # SuffixDecoding's adaptive length: the draft grows with the match
             budget = max(1, min(budget, int(self.factor * m.length)))
         t = trie(m.conts, budget, min_prob) if m is not None else trie(np.zeros((0, 1), int), 0)
+        if self.cost is not None and len(t["count"]):  # a node's path probability: its continuations' share
+            keep = self.cost.keep(sorted((t["count"] / len(m.conts)).tolist(), reverse=True))
+            if keep < len(t["count"]):  # the most frequent `keep` prefixes: the same rule, a smaller budget
+                t = trie(m.conts, keep, min_prob)
         n = len(t["token"])
         toks = [context[-1]] + t["token"].tolist()
         parents = [-1] + (t["parent"] + 1).tolist()
@@ -224,8 +256,11 @@ class Retrieval:
                     [False] + [True] * n, origin=src, info=info)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
         plan.info["retrieval"]["accepted"] = len(verdict.path) - 1
+        if self.cost is not None:
+            counts = plan.info["tree"].get("count") or [0]
+            self.cost.observe(sum(counts[1:]) / max(1, counts[0]), len(verdict.tokens))
         if (self.ds is None or self.with_cache) and self.hist is not None:
             self.hist.pending = context  # the engine's list, appended in place: committed at the next start()
 
@@ -247,6 +282,12 @@ class RetrievalParams:
     history: object = knob(True, help="the suffix cache's earlier runs: True (this process), False, or a History")
     with_cache: bool = knob(True, help="with a datastore, also match the suffix cache and take the longer match")
     model_vocab: int = knob(None, internal=True, help="the target's vocabulary size, checked against the datastore")
+    adaptive: bool = knob(False, cli="--adaptive",
+                          help="eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
+                               "continuations' shares) and this device's row-cost curve (--budget is then the most "
+                               "nodes)")
+    row_ms: str = knob(None, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: "
+                                  "measured once per model)")
 
 
 def prepare(p: dict, model, tokenizer) -> dict:

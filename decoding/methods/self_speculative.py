@@ -25,7 +25,7 @@ import time
 import torch
 
 from ..engine.drafter import Abilities, Plan, best_closed, tree_record
-from ..engine.masks import chain_parents, step_mask
+from ..engine.masks import chain_parents, grow_level, step_mask
 from ..engine.sampling import Sampling, make_generator
 from ..engine.shallow import decoder_parts, keep_rows, run_layers, attention_only
 from ..engine.verify import Verdict
@@ -42,6 +42,7 @@ STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts
 class SelfSpeculative:
     """Drafter: shallow layers + adapter + the target's head propose; the target verifies."""
     name = "self_speculative"
+    tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
 
     def __init__(self, adapter: str | None = None, depth: int = 6, branch: int = 1, beam: int = 1, budget: int | None = None,
                  stop: float = STOP, draft_vocab: int | None = None):
@@ -64,7 +65,7 @@ class SelfSpeculative:
     def abilities(self) -> Abilities:
         k = self.k if self._model is not None else 0
         return Abilities(structure="tree", hidden_layers=tuple(range(k + 1)) if k else (), own_model=True,
-                         knobs=("depth", "stop"))
+                         knobs=("depth", "stop"), wants_tracing=True)
 
     def config(self) -> dict:
         return {"adapter": self.path, "depth": self.depth, "branch": self.branch, "beam": self.beam,
@@ -87,6 +88,8 @@ class SelfSpeculative:
             self.head = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
             self.n_layers = len(self.inner.layers)
             self._model = model
+            from ..fast.uploads import Uploads
+            self.uploads = Uploads(self.adapter.input_layernorm.weight.device)  # pinned, non-blocking on CUDA
         self.sampling = sampling
         self.gen = None if sampling.greedy else make_generator(Sampling(seed=sampling.seed + 104729))
 
@@ -103,7 +106,7 @@ class SelfSpeculative:
         feats[k] = the adapter's input): attention blocks only, nothing recomputed through an MLP."""
         rows = feats.shape[1]
         pos = torch.arange(rows, device=feats.device)[None]
-        mask = step_mask(chain_parents(rows), 0, feats.dtype, feats.device)
+        mask = step_mask(chain_parents(rows), 0, feats.dtype, feats.device, upload=self.uploads.upload)
         for i, layer in enumerate(self.layers):
             attention_only(self.inner, layer, feats[i][None], pos, mask, self.cache)
         self.n = rows
@@ -111,11 +114,12 @@ class SelfSpeculative:
     def _feed(self, toks: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
         """Run new region rows through layers 0..k-1 + adapter + final norm: [rows, h] draft features."""
         dev = self.adapter.input_layernorm.weight.device
-        emb = self.inner.embed_tokens(torch.tensor([toks], device=dev))
+        io = self.uploads.longs([toks, [self.n + d for d in depths]])  # ids and positions: one upload
+        emb = self.inner.embed_tokens(io[0][None])
         first = len(self.parents)
         self.parents = self.parents + parents
-        mask = step_mask(self.parents, self.n, emb.dtype, dev, first=first)
-        pos = torch.tensor([[self.n + d for d in depths]], device=dev)
+        mask = step_mask(self.parents, self.n, emb.dtype, dev, first=first, upload=self.uploads.upload)
+        pos = io[1][None]
         return self.inner.norm(run_layers(self.inner, self.layers, emb, pos, mask, self.cache))[0]
 
     @torch.inference_mode()
@@ -130,7 +134,10 @@ class SelfSpeculative:
         region_of, frontier, feats, forwards, rows = {}, [0], feat, 1, len(pending)
         q_of: dict[int, torch.Tensor] = {}
         conf, stopped = [None], None
-        for d in range(1, self.depth + 1):
+        on_device = self.gen is None and _device_draft(feat.device)  # greedy levels chained on the device
+        if on_device:
+            nodes, conf, stopped, region_of, forwards, rows = self._device_tree(feat, context[-1], rows)
+        for d in range(1, 1 if on_device else self.depth + 1):  # level by level (a host read per level)
             if self.gen is None:
                 tp, tt = self.head.topk(feats, self.branch)
             else:  # children drawn from the draft's warped distribution, without replacement (exact)
@@ -156,12 +163,13 @@ class SelfSpeculative:
                 region_of[k] = len(self.parents) + j
             feats = self._feed([nodes[k][0] for k in frontier], parents, [nodes[k][2] - 1 for k in frontier])
             forwards, rows = forwards + 1, rows + len(frontier)
+        # region rows of the fed nodes (on the device path a pick the early stop left out holds a row too)
         self.region = [k for k, _ in sorted(region_of.items(), key=lambda kv: kv[1])]
         keep = (best_closed([x[1] for x in nodes], range(1, len(nodes)), self.budget, key=lambda k: (-nodes[k][4], k))
                 if self.gen is None else list(range(len(nodes))))  # sampled trees are never pruned (exact)
         remap = {old: new for new, old in enumerate(keep)}
         self.node_of_plan = keep  # plan index -> node index
-        self.region_row = {remap[k]: r for k, r in zip(self.region, range(len(self.region))) if k in remap}
+        self.region_row = {remap[k]: region_of[k] for k in self.region if k in remap}
         sel = [nodes[k] for k in keep]
         n = len(sel)
         toks, depths = [x[0] for x in sel], [x[2] for x in sel]
@@ -183,6 +191,71 @@ class SelfSpeculative:
                     [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
                     q=q_rows(n, {remap[i]: v for i, v in q_of.items() if i in remap}) if q_of and n > 1 else None)
 
+    def _device_tree(self, feat: torch.Tensor, x0: int, rows: int) -> tuple:
+        """plan()'s greedy level loop with every level on the device and ONE host read (as eagle's
+        _device_tree): each level's top-k, the `beam` best children by path probability (float64 products,
+        stable sort: the loop's sorted()), their tokens and tree mask go straight into the next draft
+        forward; the host then makes the loop's nodes, early stop included, from the read. The device runs
+        every pick and every level: the rows and levels the early stop skips run anyway (their cache rows
+        are never kept). Returns (nodes, conf, stopped, region_of, forwards, rows)."""
+        dev, dtype, n0 = feat.device, feat.dtype, self.n
+        x, score = feat, torch.ones(1, dtype=torch.float64, device=dev)
+        vals, toks, picks = [], [], []
+        anc = torch.zeros((0, 0), dtype=torch.bool, device=dev)  # region rows x region rows: ancestor-or-self
+        first, forwards = 0, 1
+        for d in range(1, self.depth + 1):
+            probs = self.head.logits(x).float().softmax(-1)  # as DraftLM.topk
+            top = torch.topk(probs, min(self.branch, probs.shape[-1]))
+            ids = top.indices if self.head.ids is None else self.head.ids[top.indices]
+            vals.append(top.values)
+            toks.append(ids)
+            if d == self.depth:
+                break
+            k = top.values.shape[-1]
+            cand = (score[:, None] * top.values.double()).reshape(-1)
+            n = min(self.beam, cand.shape[0])
+            order = torch.sort(cand, descending=True, stable=True).indices[:n]
+            score, par = cand.index_select(0, order), order // k
+            first, (anc, mask) = anc.shape[0], grow_level(anc, first, par, n0, dtype)
+            mask = mask[None, None]
+            pos = torch.full((1, n), n0 + d - 1, dtype=torch.long, device=dev)  # filled there: no upload
+            emb = self.inner.embed_tokens(ids.reshape(-1).index_select(0, order)[None])
+            x = self.inner.norm(run_layers(self.inner, self.layers, emb, pos, mask, self.cache))[0]
+            forwards, rows = forwards + 1, rows + n
+            picks.append(order)
+        k = vals[0].shape[-1]
+        per = [1] + [o.shape[0] for o in picks]  # read rows per level
+        flat = torch.cat([torch.cat(vals).double().reshape(-1), torch.cat(toks).double().reshape(-1)]
+                         + [o.double() for o in picks]).tolist()  # the one read
+        total = sum(per) * k
+        probs_, toks_, at = flat[:total], flat[total:2 * total], 2 * total
+        nodes, conf, stopped, region_of = [[x0, -1, 0, None, 1.0, None]], [None], None, {}
+        frontier, row_of, base, fed = [0], {0: 0}, 0, 0  # fed: region rows of the levels before
+        for d in range(1, len(vals) + 1):
+            new = []
+            for i in frontier:
+                r0 = (base + row_of[i]) * k
+                for r in range(k):
+                    p = probs_[r0 + r]
+                    nodes.append([int(toks_[r0 + r]), i, d, p, nodes[i][4] * p, r])
+                    conf.append(round(p, 6))
+                    new.append(len(nodes) - 1)
+            if d == self.depth or d > len(picks):
+                break
+            ranked = sorted(new, key=lambda j: -nodes[j][4])
+            frontier = [j for j in ranked[:self.beam] if nodes[j][3] >= self.stop]  # Kangaroo's early stop
+            if not frontier:
+                stopped = ranked[0] if ranked else None
+                break
+            slot = {int(c): s for s, c in enumerate(flat[at:at + per[d]])}  # candidate -> its row at level d + 1
+            cands = {j: row_of[nodes[j][1]] * k + nodes[j][5] for j in frontier}
+            if any(c not in slot for c in cands.values()):  # the device ran the loop's best: cannot happen
+                raise RuntimeError("self_speculative: the device's frontier misses a node of the host's")
+            row_of = {j: slot[c] for j, c in cands.items()}
+            region_of.update({j: fed + s for j, s in row_of.items()})
+            at, base, fed = at + per[d], base + per[d - 1], fed + per[d]
+        return nodes, conf, stopped, region_of, forwards, rows
+
     @torch.inference_mode()  # the draft cache holds inference tensors: compacting it in place needs the mode
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         """Keep the draft-cache rows of the accepted nodes the draft expanded (a prefix of the path), drop
@@ -196,7 +269,14 @@ class SelfSpeculative:
         keep_rows(self.cache, self.n, rows)
         self.n += len(rows)
         self.parents, self.region = [], []
-        record_verdict(plan, verdict)
+        record_verdict(plan, verdict, self.tracing)
+
+
+def _device_draft(device: torch.device) -> bool:
+    """Whether greedy levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read
+    per level stalls the GPU; on the CPU a read is free and the level loop skips what the early stop leaves)."""
+    from . import draft_tree
+    return draft_tree.DEVICE_DRAFT if draft_tree.DEVICE_DRAFT is not None else device.type == "cuda"
 
 
 @dataclass

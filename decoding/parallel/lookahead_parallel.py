@@ -9,36 +9,42 @@ up to them is known, so rank r gets a contiguous block of columns and runs x0, r
 column, and its columns' upper levels; the candidate n-grams (the verification branch) go round-robin,
 candidate g to rank g % P. Row-0 cells left of a rank's block are recomputed there (the trace marks them).
 
-The exchange, on torch.distributed (gloo on CPU, NCCL on GPUs), per step:
-  1. all-gather: each rank's new top-row cells (the target's outputs at its columns: the new window row,
-     which completes its columns' n-grams, the pool entries) and its verdict (accepted length, candidate);
-  2. broadcast from the rank with the longest accepted candidate (lowest rank on ties): the accepted
-     tokens, and the K/V rows of its accepted path (x0 included), which every rank writes over its own.
+No loop of its own: the engine's loop (engine/runner.py: plan -> forward -> verify -> commit -> observe)
+drives a drafter/core pair, and the ranks meet only behind the core's seam:
+  - LPDrafter wraps Lookahead. Its plan is the one-process plan (the same window and candidates on every
+    rank), and it stages every rank's share of that plan (Share) for the core.
+  - LPCore is the target the runner calls. forward() runs this rank's share on its own Core, then
+    all-gathers every rank's greedy predictions at the plan's read rows (x0, the window's top row, the
+    candidates); each node's prediction comes from one rank (the column's owner, the lowest rank holding a
+    candidate node), so every rank hands the runner the same answer for the whole plan, and the runner
+    verifies and advances the window exactly as in one process. commit(keep) broadcasts the K/V rows of
+    the kept path (x0 included) from the lowest rank that computed all of it (the winner), and every rank
+    writes them over its own.
 So every rank ends the step with the same tokens, window, pool and KV cache, bit for bit; debug=True
-checks it with a hash of all of them per step. Rank 0's prompt KV is broadcast once after the prefill.
+checks it with a hash of all of them per step. Rank 0's prompt KV is broadcast the same way after the
+prefill (every rank computes the prompt; rank 0's rows win).
 
-Exact: the accepted tokens come from one rank's greedy verification of its own candidates against its
-own forward, as in one process (decoding/engine/verify.py); tests/test_distributed.py compares them with
+Exact: the accepted tokens are the runner's greedy verification of the one-process plan against the
+target's own predictions (decoding/engine/verify.py); tests/test_distributed.py compares them with
 single-process HF greedy.
-
-The loop calls the runner's stop rule and EOS set (engine/runner.py) but not its _decode: the exchange sits
-between the forward and the commit, and the runner records its prefill and steps inline, so those stay here.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from transformers import PreTrainedModel
 
 from ..engine.core import Core
-from ..engine.masks import add_trie, chain_parents
-from ..engine.runner import _accept, _eos_set
-from ..engine.verify import common_prefix, greedy
+from ..engine.drafter import Plan
+from ..engine.masks import add_chains, add_trie, chain_parents
+from ..engine.runner import generate
+from ..engine.verify import Verdict, greedy
 from ..methods.lookahead import Lookahead
-from ..trace import Step, Trace
+from ..trace import Trace
 from .group import ensure
 
 
@@ -54,13 +60,28 @@ def split_columns(window: int, world: int) -> list[list[int]]:
     return out
 
 
-def local_query(la: Lookahead, x0: int, cands: list[list[int]], cols: list[int], mine: list[int]) -> dict:
-    """This rank's part of the step: x0, row 0 up to its last column, its columns' upper levels, its
-    candidates as a prefix tree. Returns tokens, parents, depths, the top cell of each of its columns,
-    candidate node indices and which candidate (global index) each belongs to."""
-    levels = la.levels
+@dataclass
+class Share:
+    """One rank's part of a step: its query (x0, row 0 up to its last column, its columns' upper levels, its
+    candidates), the plan node each of its nodes is (`full`), the rows whose logits it reads, the top
+    cell of each of its columns, the window cells [level, column] it computes and its candidates."""
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    rows: list[int]
+    full: list[int]
+    tops: list[int]
+    cells: list[list[int]]
+    candidates: list[int]
+
+
+def local_query(plan: Plan, window: int, levels: list[list[int]], cols: list[int], mine: list[int],
+                dedupe: bool = True) -> Share:
+    """This rank's share of the one-process lookahead plan `plan` (window W, the window's `levels`): its
+    columns `cols` and candidates `mine` (global indices), laid out as the plan lays them out (a prefix
+    tree when dedupe, else one chain per candidate), so that each node maps to one plan node."""
     jmax = max(cols) if cols else 0
-    tokens = [x0] + levels[0][:jmax]
+    tokens = [plan.tokens[0]] + levels[0][:jmax]
     parents, depths = chain_parents(len(tokens)), list(range(len(tokens)))
     cell = {(0, j): j for j in range(jmax + 1)}
     for lev in range(1, len(levels)):
@@ -68,17 +89,77 @@ def local_query(la: Lookahead, x0: int, cands: list[list[int]], cols: list[int],
             p = cell[(lev - 1, j)]
             cell[(lev, j)] = len(tokens)
             tokens.append(levels[lev][j]); parents.append(p); depths.append(depths[p] + 1)
+    full = [0] * len(tokens)
+    for (lev, j), i in cell.items():
+        full[i] = window * lev + j  # the plan's window order: row 0 = [x0, L0], then W per level
     tops = [cell[(len(levels) - 1, j)] for j in cols]
     roles: list[str] = ["window"] * len(tokens)
     slots: list = [(0, 0)] * len(tokens)
     n_window = len(tokens)
-    tokens += add_trie(parents, roles, slots, [list(cands[g]) for g in mine])
+    cands = plan.info["candidates"]
+    if dedupe:
+        tokens += add_trie(parents, roles, slots, [list(cands[g]) for g in mine])
+    else:
+        add_chains(parents, roles, slots, [len(cands[g]) for g in mine])
+        tokens += [t for g in mine for t in cands[g]]
     depths += [slots[i][1] + 1 for i in range(n_window, len(tokens))]
+    where = candidate_nodes(plan)
+    full += [where[(mine[slots[i][0]], slots[i][1])] for i in range(n_window, len(tokens))]
     cand_nodes = list(range(n_window, len(tokens)))
-    cells = [[lev, j] for (lev, j) in cell]
-    return {"tokens": tokens, "parents": parents, "depths": depths, "tops": tops, "cand_nodes": cand_nodes,
-            "owner": [mine[slots[i][0]] for i in cand_nodes], "cells": cells,
-            "proposal": [i >= n_window for i in range(len(tokens))]}
+    return Share(tokens, parents, depths, sorted(set([0] + tops + cand_nodes)), full, tops,
+                 [[lev, j] for (lev, j) in cell], list(mine))
+
+
+def candidate_nodes(plan: Plan) -> dict[tuple[int, int], int]:
+    """(candidate, offset) -> the plan node that token of the candidate is: the shared node of a prefix
+    tree, the candidate's own node in a chain (several chains may start with the same token)."""
+    kids: dict[tuple[int, int], list[int]] = {}
+    for i, role in enumerate(plan.roles):
+        if role == "candidate":
+            kids.setdefault((plan.parents[i], plan.tokens[i]), []).append(i)
+    out = {}
+    for g, cand in enumerate(plan.info["candidates"]):
+        node = 0
+        for off, t in enumerate(cand):
+            options = kids[(node, t)]
+            node = next((i for i in options if plan.slots[i][0] == g), options[0])
+            out[(g, off)] = node
+    return out
+
+
+@dataclass
+class Split:
+    """What the pair shares: the process group, the column blocks, every rank's share of the step being
+    run (staged by LPDrafter.plan, run by LPCore.forward) and the rank whose prediction counts at each plan
+    node (`owner`: a window cell's column owner, x0 being column 0; a candidate node's lowest holder), the
+    last commit's source rank, and per step this rank's communication ms and query size (gathered into
+    rank 0's trace at the end)."""
+    rank: int
+    world: int
+    backend: str
+    columns: list[list[int]]
+    debug: bool = False
+    shares: list[Share] | None = None
+    owner: list[int] = field(default_factory=list)
+    plan_tokens: list[int] | None = None
+    winner: int = 0
+    comm_ms: list[float] = field(default_factory=list)
+    query: list[int] = field(default_factory=list)
+
+    def stage(self, plan: Plan, la: Lookahead) -> None:
+        """Every rank's share of `plan` (each rank works all of them out: the split is deterministic)."""
+        cands = plan.info["candidates"]
+        self.shares = [local_query(plan, la.W, la.levels, self.columns[r],
+                                   [g for g in range(len(cands)) if g % self.world == r], la.dedupe)
+                       for r in range(self.world)]
+        col_owner = {j: r for r, cols in enumerate(self.columns) for j in cols}
+        n_window = la.W * len(la.levels)
+        self.owner = [col_owner[f % la.W] if f < n_window else -1 for f in range(len(plan.tokens))]
+        for r in reversed(range(self.world)):  # a candidate node: the lowest rank that computed it
+            for f in self.shares[r].full:
+                if f >= n_window:
+                    self.owner[f] = r
+        self.plan_tokens = list(plan.tokens)
 
 
 def _kv(core: Core) -> list:
@@ -98,12 +179,143 @@ def _write_rows(core: Core, start: int, kv: torch.Tensor) -> None:
         layer.keys = torch.cat([layer.keys[..., :start, :], kv[2 * i][None].to(layer.keys.dtype)], dim=-2)
         layer.values = torch.cat([layer.values[..., :start, :], kv[2 * i + 1][None].to(layer.values.dtype)], dim=-2)
     core.length = start + kv.shape[-2]
-    core.spec_parents, core.spec_depths = [], []
 
 
 def _kv_shape(core: Core, n: int) -> tuple[int, ...]:
     k = _kv(core)[0].keys
     return (2 * len(_kv(core)), k.shape[1], n, k.shape[-1])
+
+
+class LPCore:
+    """The target as the runner sees it (Core's length / prefill / forward / commit) for one rank of
+    lookahead parallelism: its forward runs this rank's share and all-gathers the predictions, its commit
+    broadcasts the kept K/V rows. It hands back scores whose argmax is the target's greedy token at each
+    plan node (one-hot rows: lookahead parallelism is greedy, and only token ids cross between ranks)."""
+
+    def __init__(self, model: PreTrainedModel, split: Split):
+        self.core = Core(model, static=False)  # K/V rows are exchanged through the DynamicCache's tensors
+        self.split = split
+        self.device = self.core.device
+        self._held: list[dict[int, int]] = []  # per rank: plan node -> its query index, for the last forward
+        self._past = 0
+
+    @property
+    def length(self) -> int:
+        return self.core.length
+
+    @torch.inference_mode()
+    def prefill(self, tokens: list[int], hidden: list[int] | None = None, layers: tuple[int, ...] = (-1,)):
+        """Every rank runs the prompt; rank 0's last row (the next token's logits, the one row the runner
+        reads after a prefill) and, at commit, its K/V rows are everyone's."""
+        if hidden is not None:
+            raise ValueError("lookahead parallelism reads no hidden states")
+        self._past = self.core.length
+        logits = self.core.prefill(tokens)
+        t0 = time.perf_counter()
+        last = logits[-1].contiguous()
+        dist.broadcast(last, 0)
+        logits[-1] = last
+        self._held = [{i: i for i in range(len(tokens))}] * self.split.world
+        self.split.comm_ms.append((time.perf_counter() - t0) * 1e3)
+        self.split.query.append(len(tokens))
+        return logits
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[int], parents: list[int], depths: list[int] | None = None,
+                rows: list[int] | None = None, hidden: list[int] | None = None, layers: tuple[int, ...] = (-1,)):
+        """The staged plan (`tokens`) split over the ranks: run this rank's share, then all-gather every
+        rank's predictions at the plan's read rows; each row takes the one of the rank that owns it."""
+        sp = self.split
+        if sp.shares is None or sp.plan_tokens != list(tokens):
+            raise RuntimeError("LPCore runs the plan LPDrafter staged: plan with LPDrafter before each forward")
+        if hidden is not None:
+            raise ValueError("lookahead parallelism reads no hidden states")
+        self._past = self.core.length
+        mine = sp.shares[sp.rank]
+        logits = self.core.forward(mine.tokens, mine.parents, mine.depths, mine.rows)
+        read = list(range(len(tokens))) if rows is None else list(rows)
+        col = {node: k for k, node in enumerate(read)}
+        send = torch.full((len(read),), -1, dtype=torch.long, device=self.device)
+        local = [i for i in mine.rows if mine.full[i] in col]
+        if local:
+            send[[col[mine.full[i]] for i in local]] = logits[local].argmax(-1)
+        t0 = time.perf_counter()
+        box = [torch.empty_like(send) for _ in range(sp.world)]
+        dist.all_gather(box, send)
+        sp.comm_ms.append((time.perf_counter() - t0) * 1e3)
+        sp.query.append(len(mine.tokens))
+        got = torch.stack(box)  # [world, read rows]
+        preds = torch.zeros(len(tokens), dtype=torch.long, device=self.device)  # unread rows: zero logits' argmax
+        preds[read] = got[[sp.owner[n] for n in read], list(range(len(read)))]
+        self._held = [{s.full[i]: i for i in range(len(s.tokens))} for s in sp.shares]
+        sp.shares = sp.plan_tokens = None
+        return self._scores(preds, logits.shape[-1])
+
+    def _scores(self, preds: torch.Tensor, vocab: int) -> torch.Tensor:
+        """One-hot rows [q, vocab]: what the runner reads of a forward is its argmax."""
+        return torch.zeros((len(preds), vocab), dtype=torch.float32, device=self.device).scatter_(
+            1, preds[:, None], 1.0)
+
+    def commit(self, keep: list[int]) -> None:
+        """Keep plan nodes `keep` (a root-first path): the lowest rank that computed all of them (the
+        winner) broadcasts their K/V rows, and every rank writes them over its own."""
+        sp, past = self.split, self._past
+        winner = next(r for r, held in enumerate(self._held) if all(k in held for k in keep))
+        t0 = time.perf_counter()
+        if sp.rank == winner:
+            kv = _gather_rows(self.core, [past + self._held[winner][k] for k in keep])
+        else:
+            kv = torch.empty(_kv_shape(self.core, len(keep)), dtype=self.core.dtype, device=self.device)
+        dist.broadcast(kv, winner)
+        self.core.commit([0])
+        _write_rows(self.core, past, kv)
+        sp.comm_ms[-1] += (time.perf_counter() - t0) * 1e3
+        sp.winner, self._held = winner, []
+
+
+class LPDrafter:
+    """Lookahead as every rank plans it: the one-process plan, staged for LPCore; observe records the
+    step's split (step.info["lp"]: winner, each rank's accepted length, this rank's cells and candidates,
+    and with debug the state hash every rank agreed on)."""
+    name = Lookahead.name
+
+    def __init__(self, la: Lookahead, split: Split, core: LPCore | None = None):
+        self.la, self.split, self.core = la, split, core
+        self.abilities = la.abilities
+
+    @property
+    def tracing(self) -> bool:
+        return self.la.tracing
+
+    @tracing.setter
+    def tracing(self, on: bool) -> None:
+        self.la.tracing = on
+
+    def config(self) -> dict:
+        return self.la.config()
+
+    def max_depth(self) -> int:
+        return self.la.max_depth()
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.la.start(prompt_ids)
+
+    def plan(self, context: list[int]) -> Plan:
+        plan = self.la.plan(context)
+        self.split.stage(plan, self.la)
+        self._mine = self.split.shares[self.split.rank]
+        self._held = [set(s.full) for s in self.split.shares]
+        return plan
+
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        self.la.observe(plan, preds, verdict, context)
+        by_rank = [len(greedy(plan.tokens, plan.parents, [p and i in held for i, p in enumerate(plan.proposal)],
+                              preds).path) - 1 for held in self._held]
+        lp = {"winner": self.split.winner, "accepted_by_rank": by_rank, "cells": self._mine.cells,
+              "candidates": self._mine.candidates}
+        if self.split.debug:
+            lp["state_hash"] = _check_same(state_hash(self.core.core, self.la, context), len(self.split.query) - 1)
+        plan.info["lp"] = lp
 
 
 def state_hash(core: Core, la: Lookahead, context: list[int]) -> str:
@@ -118,132 +330,47 @@ def state_hash(core: Core, la: Lookahead, context: list[int]) -> str:
     return h.hexdigest()
 
 
-def generate_lp(model, prompt_ids: list[int], drafter: Lookahead, *, max_new_tokens: int = 64,
-                eos_token_id=None, trace: bool = True, debug: bool = False, step_context=None,
-                on_step=None) -> Trace:
-    """Decode with lookahead, the step split over the process group's ranks. Every rank returns the same
-    tokens; rank 0's Trace carries every rank's columns, candidates, query size and per-step compute and
-    communication times (step.info["lp"])."""
+def generate_lp(model, prompt_ids: list[int], drafter: Lookahead, *, debug: bool = False, **kw) -> Trace:
+    """Decode with lookahead, the step split over the process group's ranks: the runner's loop with the
+    LPDrafter / LPCore pair (kw: generate's max_new_tokens, eos_token_id, trace, step_context, on_step).
+    Every rank returns the same tokens; rank 0's Trace carries every rank's columns, candidates, query
+    size and per-step compute and communication times (step.info["lp"])."""
     if not isinstance(drafter, Lookahead):
         raise ValueError("lookahead parallelism (--lp) splits lookahead's window: use --method lookahead")
     device = str(model.get_input_embeddings().weight.device)
     rank, world, backend = ensure(device)
-    eos = _eos_set(eos_token_id)
-    drafter.tracing = trace
-    core = Core(model, static=False)
-    tr = Trace(method=drafter.name, config={**drafter.config(), "max_new_tokens": max_new_tokens,
-                                            "sampling": {"temperature": 0.0}, "static": False},
-               prompt_ids=list(prompt_ids))
-    columns = split_columns(drafter.W, world)
-    t_run = time.perf_counter()
-    ctx = step_context or (lambda i, kind: contextlib.nullcontext())
+    split = Split(rank, world, backend, split_columns(drafter.W, world), debug)
+    pair = LPDrafter(drafter, split)
 
-    with ctx(0, "prefill"):
-        t0 = time.perf_counter()
-        logits = core.prefill(list(prompt_ids))
-        core.commit(list(range(len(prompt_ids))))
-        first = torch.tensor([int(logits[-1].argmax())], device=core.device)
-        t1 = time.perf_counter()
-        kv = _gather_rows(core, list(range(len(prompt_ids))))
-        dist.broadcast(first, 0)  # rank 0's prefill is everyone's: identical state from the start
-        dist.broadcast(kv, 0)
-        _write_rows(core, 0, kv)
-        t2 = time.perf_counter()
-    drafter.start(list(prompt_ids))
-    step = Step(0, "prefill", 0, len(prompt_ids), [], [], wall_ms=(t2 - t0) * 1e3)
-    if trace:
-        step.tokens, step.positions = list(prompt_ids), list(range(len(prompt_ids)))
-        step.parents, step.roles = chain_parents(len(prompt_ids)), ["prompt"] * len(prompt_ids)
-        step.slots = [[i, 0] for i in range(len(prompt_ids))]
-    times = [((t1 - t0) * 1e3, (t2 - t1) * 1e3, len(prompt_ids))]
-    out, context = [], list(prompt_ids)
-    stop = _accept(out, context, [int(first.item())], step, max_new_tokens, eos)
-    tr.steps.append(step)
-    if on_step:
-        on_step(step, out)
+    def make_core(m: PreTrainedModel) -> LPCore:
+        pair.core = LPCore(m, split)
+        return pair.core
 
-    while not stop:
-        index = len(tr.steps)
-        with ctx(index, "decode"):
-            t0 = time.perf_counter()
-            full = drafter.plan(context)  # the one-process plan: same window and candidates on every rank
-            x0, cands, past = context[-1], full.info["candidates"], core.length
-            mine = [g for g in range(len(cands)) if g % world == rank]
-            q = local_query(drafter, x0, cands, columns[rank], mine)
-            rows = sorted(set([0] + q["tops"] + q["cand_nodes"]))
-            logits = core.forward(q["tokens"], q["parents"], q["depths"], rows)
-            preds = logits.argmax(-1).tolist()
-            v = greedy(q["tokens"], q["parents"], q["proposal"], preds)
-            k = len(v.path) - 1
-            g = q["owner"][q["cand_nodes"].index(v.path[-1])] if k else -1
-            mail = [k, g] + [-1] * drafter.W
-            for j, top in zip(columns[rank], q["tops"]):
-                mail[2 + j] = preds[top]
-            t1 = time.perf_counter()
-            box = [torch.zeros(2 + drafter.W, dtype=torch.long, device=core.device) for _ in range(world)]
-            dist.all_gather(box, torch.tensor(mail, dtype=torch.long, device=core.device))
-            got = [b.tolist() for b in box]
-            winner = max(range(world), key=lambda r: (got[r][0], -r))
-            k = got[winner][0]
-            row = [got[r][2 + j] for r in range(world) for j in columns[r]]
-            acc = torch.tensor(v.tokens if rank == winner else [0] * (k + 1), device=core.device)
-            kv = (_gather_rows(core, [past + i for i in v.path]) if rank == winner else
-                  torch.empty(_kv_shape(core, k + 1), dtype=core.dtype, device=core.device))
-            dist.broadcast(acc, winner)
-            dist.broadcast(kv, winner)
-            core.commit([0])
-            _write_rows(core, past, kv)
-            accepted = acc.tolist()
-            t2 = time.perf_counter()
-            step = Step(index, "decode", past, len(full.tokens), [], [])
-            stop = _accept(out, context, accepted, step, max_new_tokens, eos, "candidate")
-            harvested = drafter.advance(x0, row, context)
-            if trace:
-                step.tokens, step.parents, step.roles = full.tokens, full.parents, full.roles
-                step.positions = [past + d for d in full.depths]
-                step.slots = [list(s) for s in full.slots]
-                step.kept = _full_path(full, accepted[:-1])
-                step.info = {**full.info, "window_next": [list(lv) for lv in drafter.levels],
-                             "harvested": harvested, "matched": [common_prefix(c, accepted) for c in cands],
-                             "chosen": got[winner][1] if k else None, "pool_size": drafter.pool.size}
-                if drafter.pool.log is not None:
-                    step.info["pool_delta"], drafter.pool.log = drafter.pool.log, []
-            step.info["lp"] = {"winner": winner, "accepted_by_rank": [r[0] for r in got],
-                               "cells": q["cells"], "candidates": mine}
-            if debug:
-                step.info["lp"]["state_hash"] = _check_same(state_hash(core, drafter, context), index)
-            step.wall_ms = (time.perf_counter() - t0) * 1e3
-            times.append(((t1 - t0) * 1e3, (t2 - t1) * 1e3, len(q["tokens"])))
-        tr.steps.append(step)
-        if on_step:
-            on_step(step, out)
-
-    tr.wall_s = time.perf_counter() - t_run
-    tr.output_ids = out
-    tr.stop_reason = "eos" if out and out[-1] in eos else "max_new_tokens"
-    _collect(tr, times, columns, world, backend, debug)
+    tr = generate(model, prompt_ids, pair, static=False, make_core=make_core, **kw)
+    _collect(tr, split)
     return tr
 
 
-def _collect(tr: Trace, times: list, columns: list, world: int, backend: str, debug: bool) -> None:
-    """One gather at the end: every rank's per-step compute / communication times, query sizes and cells
-    into rank 0's trace (the others keep their own)."""
-    cells = [s.info.get("lp", {}).pop("cells", []) for s in tr.steps]
-    everyone = [None] * world
-    dist.all_gather_object(everyone, {"times": times, "cells": cells})
+def _collect(tr: Trace, split: Split) -> None:
+    """One gather at the end: every rank's per-step compute (the step's wall time less its communication)
+    and communication times, query sizes and cells into rank 0's trace (the others keep their own)."""
+    mine = {"comm": split.comm_ms, "query": split.query,
+            "wall": [s.wall_ms for s in tr.steps], "cells": [s.info.get("lp", {}).pop("cells", []) for s in tr.steps]}
+    everyone = [None] * split.world
+    dist.all_gather_object(everyone, mine)
     for i, s in enumerate(tr.steps):
         lp = s.info.setdefault("lp", {})
-        lp["compute_ms"] = [round(e["times"][i][0], 4) for e in everyone]
-        lp["comm_ms"] = [round(e["times"][i][1], 4) for e in everyone]
-        lp["query"] = [e["times"][i][2] for e in everyone]
+        lp["compute_ms"] = [round(max(e["wall"][i] - e["comm"][i], 0.0), 4) for e in everyone]
+        lp["comm_ms"] = [round(e["comm"][i], 4) for e in everyone]
+        lp["query"] = [e["query"][i] for e in everyone]
         if s.kind == "decode":
             lp["cells"] = [e["cells"][i] for e in everyone]
-    tr.config["distributed"] = {"mode": "lookahead_parallel", "world_size": world, "backend": backend,
-                                "columns": columns, "debug_state_hash": debug,
+    tr.config["distributed"] = {"mode": "lookahead_parallel", "world_size": split.world, "backend": split.backend,
+                                "columns": split.columns, "debug_state_hash": split.debug,
                                 "switched_off": {"static_cache": "lookahead parallelism exchanges K/V rows "
                                                  "through the DynamicCache's tensors; the static cache's fused "
                                                  "store and captured graphs are not wired for it"},
-                                "comm_source": "time.perf_counter around the step's all-gather and broadcasts, "
+                                "comm_source": "time.perf_counter around the step's all-gather and broadcast, "
                                                "on every rank"}
 
 
@@ -255,13 +382,3 @@ def _check_same(digest: str, index: int) -> str:
         raise RuntimeError(f"lookahead parallelism: rank states differ after step {index}: "
                            + ", ".join(f"rank {r} {d[:12]}" for r, d in enumerate(digests)))
     return digest[:16]
-
-
-def _full_path(full, accepted: list[int]) -> list[int]:
-    """The accepted candidate tokens as query indices of the one-process plan (x0 first): the step's kept."""
-    path, node = [0], 0
-    for t in accepted:
-        node = next(i for i in range(len(full.tokens)) if full.parents[i] == node and full.tokens[i] == t
-                    and full.roles[i] == "candidate")
-        path.append(node)
-    return path

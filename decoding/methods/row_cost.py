@@ -1,0 +1,110 @@
+"""A drafted tree sized per step from the draft's confidence and the device's row-cost curve.
+
+Why: on a CPU every verified row costs (the default model: about 25 / 35 / 48 / 73 ms a step for 1 / 4 / 8 /
+16 rows), and so does every drafting level; a fixed budget verifies 8 rows on a step whose draft is unsure
+as on one whose draft is sure. A node whose path probability is p adds p expected tokens (the target accepts
+it only if it accepts its whole path) and costs its row; at the run's going rate of r tokens per ms it pays
+when p >= r x its row's marginal ms. So each step keeps the prefix of its nodes, best first, that maximises
+sum(p) - r x (T(1 + kept) - T(1)) (T the measured curve, which need not be convex), and drafts another
+level only when the frontier's total probability (a bound on what the level can add) covers the level's
+measured cost plus one more row. r is the run's own tokens per ms so far (with a prior of a few tokens at the
+curve's 1-row rate): maximising gain minus r x cost at the best rate is maximising the rate (Dinkelbach).
+The draft's probabilities are corrected by how many tokens the verified nodes actually gave against what
+their probabilities predicted (clamped), so an over- or under-confident draft is priced by what it delivers.
+
+Only the SIZE of a step's tree depends on time; the target verifies it as before, so every greedy output is
+still HF greedy's (the exactness tests run it).
+"""
+from __future__ import annotations
+
+import time
+import weakref
+
+PRIOR_TOKENS = 4.0          # the rate starts at the 1-row step's rate, worth this many tokens of evidence
+CALIBRATION = (0.25, 4.0)   # the draft's probabilities are scaled by accepted / predicted, within these
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # rows at which the curve is measured (interpolated between)
+_CURVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def parse_curve(text: str) -> dict[int, float]:
+    """'1:24.6,4:35.4,8:48' -> {1: 24.6, 4: 35.4, 8: 48.0}; at least two sizes, one of them 1, ms > 0."""
+    try:
+        curve = {int(q): float(ms) for q, ms in (part.split(":") for part in str(text).split(",") if part.strip())}
+    except ValueError:
+        raise ValueError(f"row_ms must look like '1:24.6,4:35.4,8:48' (rows:ms, comma-separated), got {text!r}") from None
+    if len(curve) < 2 or 1 not in curve or min(curve) < 1 or min(curve.values()) <= 0:
+        raise ValueError(f"row_ms needs the 1-row step and at least one more size, all ms > 0, got {text!r}")
+    return curve
+
+
+def measured_curve(model, max_rows: int) -> dict[int, float]:
+    """The model's step ms per row count on this device (engine.timing.latency_curve, kv length 256), measured
+    once per model and kept while the model lives (about a second on the default model's CPU)."""
+    from ..engine.timing import latency_curve
+    sizes = tuple(q for q in SIZES if q <= max(2, max_rows))
+    kept = _CURVES.get(model, {})
+    if not all(q in kept for q in sizes):
+        kept = {**kept, **latency_curve(model, 256, sizes, reps=3, warmup=1)[2]}
+        _CURVES[model] = kept
+    return {q: kept[q] for q in sizes}
+
+
+class RowCost:
+    """One run's pricing of rows and levels: the curve (made monotone), the going rate and the calibration."""
+
+    def __init__(self, curve: dict[int, float]):
+        from ..tune import monotone
+        self.curve = monotone({int(q): float(ms) for q, ms in curve.items()})
+        self.start()
+
+    def start(self) -> None:
+        """A new run: the rate back to the prior, no level timed, the calibration neutral."""
+        self.tokens, self.ms, self.last = 0.0, 0.0, None
+        self.level_ms: float | None = None
+        self.predicted, self.accepted = 0.0, 0.0
+
+    def T(self, rows: int) -> float:
+        from ..tune import interpolate
+        return interpolate(self.curve, rows)
+
+    def rate(self) -> float:
+        """Tokens per ms: what the run has made so far, with the 1-row step's rate as a prior."""
+        return (self.tokens + PRIOR_TOKENS) / (self.ms + PRIOR_TOKENS * self.T(1))
+
+    def scale(self) -> float:
+        lo, hi = CALIBRATION
+        return min(hi, max(lo, (self.accepted + 1.0) / (self.predicted + 1.0)))
+
+    def tick(self) -> None:
+        """Called when a step's drafting starts: the time since the last one belongs to the previous step."""
+        now = time.perf_counter()
+        if self.last is not None:
+            self.ms += (now - self.last) * 1e3
+        self.last = now
+
+    def level_took(self, ms: float) -> None:
+        self.level_ms = ms if self.level_ms is None else 0.7 * self.level_ms + 0.3 * ms
+
+    def worth_level(self, frontier_prob: float, rows: int) -> bool:
+        """Whether drafting one more level can pay: the frontier's probability bounds what its children add."""
+        r = self.rate()
+        return frontier_prob * self.scale() >= r * ((self.level_ms or 0.0) + self.T(rows + 1) - self.T(rows))
+
+    def keep(self, probs: list[float]) -> int:
+        """How many of the candidates (path probabilities, best first) to verify: the prefix that maximises
+        expected tokens minus the going rate x their rows' ms."""
+        r, s = self.rate(), self.scale()
+        best, best_k, gain = 0.0, 0, 0.0
+        base = self.T(1)
+        for k, p in enumerate(probs, 1):
+            gain += p * s
+            v = gain - r * (self.T(1 + k) - base)
+            if v > best:
+                best, best_k = v, k
+        return best_k
+
+    def observe(self, predicted: float, new_tokens: int) -> None:
+        """A verified step: its kept nodes' summed probability and the tokens it gave (bonus included)."""
+        self.tokens += new_tokens
+        self.predicted += predicted
+        self.accepted += new_tokens - 1
