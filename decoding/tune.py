@@ -16,12 +16,11 @@ shared machine noise only ever adds time).
 """
 from __future__ import annotations
 
-import bisect
 import time
 from typing import Any, Callable
 
 from .api import HEADS_METHODS, make_drafter, run
-from .engine.timing import latency_curve
+from .engine.timing import interpolate, latency_curve, monotone  # noqa: F401 (the tuners' curve helpers)
 from .models import fitting_sizes, max_positions
 
 
@@ -54,31 +53,6 @@ def time_pilots(model, tokenizer, prompts: list, runs: dict[str, tuple[str, dict
 # (W, N, G): from a near-greedy step to the paper's GPU setting.
 GRID = [(1, 3, 1), (1, 3, 2), (1, 4, 1), (1, 4, 2), (1, 5, 2), (2, 3, 2), (2, 4, 2), (2, 5, 2), (3, 4, 3),
         (5, 4, 5), (3, 5, 3), (5, 5, 5), (7, 5, 7), (10, 5, 10), (15, 5, 15), (5, 7, 5), (10, 7, 10)]
-
-
-def interpolate(curve: dict[int, float], q: int) -> float:
-    """Latency of a q-token step from the measured sizes (linear between, extrapolated beyond)."""
-    xs = sorted(curve)
-    if q in curve:
-        return curve[q]
-    i = bisect.bisect_left(xs, q)
-    if i == 0:
-        return curve[xs[0]]
-    if i == len(xs):
-        a, b = xs[-2], xs[-1]
-    else:
-        a, b = xs[i - 1], xs[i]
-    return curve[a] + (curve[b] - curve[a]) * (q - a) / (b - a)
-
-
-def monotone(curve: dict[int, float]) -> dict[int, float]:
-    """A bigger step cannot be cheaper than a smaller one: lower noisy small sizes to the running
-    minimum from above, so one slow sample of the 1-token step does not inflate every prediction."""
-    out, low = {}, float("inf")
-    for q in sorted(curve, reverse=True):
-        low = min(low, curve[q])
-        out[q] = low
-    return dict(sorted(out.items()))
 
 
 def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tokens: int = 48, grid=GRID,
