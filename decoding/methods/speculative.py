@@ -212,6 +212,11 @@ class SpeculativeParams:
     draft_model: object = knob(None, cli="--draft", kind="model",
                                help="speculative: draft model, a path or hub id sharing the target's tokenizer, or a "
                                     "draft folder (default: the draft shipped for the target)")
+    # the draft's own options before the shape: the CLI names the shape flags last when it refuses them
+    ngram_table: object = knob(None, cli="--ngram-table", kind="file",
+                               help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
+    adaptive: bool = knob(False, cli="--adaptive",
+                          help="speculative: skip drafting while plain target steps are faster (measured online)")
     draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
                              ui=True, label="K draft tokens", help="speculative: chain length K (default 4)")
     tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths",
@@ -221,13 +226,9 @@ class SpeculativeParams:
                             help="speculative: dynamic tree of the B best nodes by draft probability")
     staged: bool = knob(False, cli="--staged", ui=True, label="staged",
                         help="speculative: an n-gram stage 2 drafts for the draft")
-    ngram_table: object = knob(None, cli="--ngram-table", kind="path",
-                               help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
     confidence: float = knob(None, lo=0.0, hi=1.0, cli="--draft-confidence", ui=True, label="draft cutoff",
                              help="speculative: do not extend a draft token below this draft probability "
                                   "(default 0.4)")
-    adaptive: bool = knob(False, cli="--adaptive",
-                          help="speculative: skip drafting while plain target steps are faster (measured online)")
     target_model: object = knob(None, internal=True, help="the target, to check the draft against it once")
     tokenizer: object = knob(None, internal=True, help="the target's tokenizer")
     draft_tokenizer: object = knob(None, internal=True, help="the draft's tokenizer, compared with the target's")
