@@ -13,6 +13,7 @@ Both rules keep the output distribution exactly that of sampling from the target
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 import time
 
 import torch
@@ -21,7 +22,7 @@ from .draft_tree import DraftCore, TreeBuilder, make_shape
 from ..engine.drafter import Abilities, Plan, tree_record
 from ..models import ModelError
 from ..engine.sampling import Sampling, make_generator, warp
-from .stage2 import NGramStage2, Table
+from .stage2 import NGramStage2, Table, load_table
 from ..engine.verify import Verdict
 from ..params import LIMITS
 from .shipped_draft import NO_DRAFT, load_draft
@@ -241,7 +242,14 @@ def check(p: dict) -> None:
 
 def prepare(p: dict, model, tokenizer) -> dict:
     """The draft: a model object as is, else loaded for this target (the shipped one by default), and checked
-    against the target with both tokenizers, once."""
+    against the target with both tokenizers, once; an n-gram table given as a file is read."""
+    table = p.get("ngram_table")
+    if isinstance(table, (str, Path)):  # a JSON file (--ngram-table): read here, once
+        try:
+            p = {**p, "ngram_table": load_table(table)}
+        except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
+            raise ValueError(f"cannot read n-gram table {table}: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:200]}") from None
     draft, dtok = load_draft(model, p.get("draft_model"))
     p = {"target_model": model, "tokenizer": tokenizer, **p, "draft_model": draft}
     if dtok is not None and p.get("draft_tokenizer") is None:
