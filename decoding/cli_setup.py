@@ -19,13 +19,20 @@ from .api import make_sampling
 from .build import build, checked
 from .cli_args import (THREADS, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file)
 from .cli_run import add_arguments
-from .methods.registry import SPECS, MethodSpec
+from .methods import registry
+from .methods.registry import MethodSpec
 from .methods.spec import Knob
 from .models import load
 from .params import LIMITS
 
 SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes 64 bits
 DEFAULT_METHOD = "lookahead"  # generate's --method when none is given (the registry's first method otherwise)
+
+
+def _specs(specs: dict[str, MethodSpec] | None) -> dict[str, MethodSpec]:
+    """The given specs, else the registry's (read at call time, so a registry loaded with another method list,
+    registry.load_specs, is what the parser shows)."""
+    return registry.SPECS if specs is None else specs
 
 
 def limit(name: str):
@@ -47,11 +54,11 @@ class Flag:
         return tuple(self.knobs)
 
 
-def method_flags(specs: dict[str, MethodSpec] = SPECS) -> dict[str, Flag]:
+def method_flags(specs: dict[str, MethodSpec] | None = None) -> dict[str, Flag]:
     """flag -> Flag, in registry order, then declaration order; a flag shared by knobs of different kinds
     is a bug in a spec."""
     out: dict[str, Flag] = {}
-    for name, spec in specs.items():
+    for name, spec in _specs(specs).items():
         for k in spec.knobs():
             if k.cli is None:
                 continue
@@ -111,25 +118,26 @@ def _option(f: Flag) -> dict:
     return {"default": None, "type": nonempty}  # "path", "widths", "model": text read later
 
 
-def add_method_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSpec] = SPECS) -> None:
+def add_method_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSpec] | None = None) -> None:
     """Every knob with a cli= flag, one option per flag."""
+    specs = _specs(specs)
     for f in method_flags(specs).values():
         g.add_argument(f.flag, dest=f.dest, help=_flag_help(f, specs).replace("%", "%%"), **_option(f))
 
 
-def refusal(f: Flag, specs: dict[str, MethodSpec] = SPECS) -> str:
+def refusal(f: Flag, specs: dict[str, MethodSpec] | None = None) -> str:
     """'--heads and --acceptance need --method medusa or eagle': the flags taken by exactly the methods
     taking `f`, named together."""
-    same = [g.flag for g in method_flags(specs).values() if g.owners() == f.owners()]
+    same = [g.flag for g in method_flags(_specs(specs)).values() if g.owners() == f.owners()]
     return f"{_and(same)} {'needs' if len(same) == 1 else 'need'} --method {_or(f.owners())}"
 
 
-def auto_usage(specs: dict[str, MethodSpec] = SPECS) -> str:
+def auto_usage(specs: dict[str, MethodSpec] | None = None) -> str:
     """'--method lookahead (without --window/--ngram/--guesses), ... or --method medusa / eagle (without
     --budget)': the tuned methods, grouped by tuner and the flags it chooses."""
     from .tune import TUNERS
     groups: dict[tuple, list[str]] = {}
-    for name, spec in specs.items():
+    for name, spec in _specs(specs).items():
         if spec.tuner is None:
             continue
         flags = tuple(k.cli for k in spec.knobs() if k.name in TUNERS[spec.tuner].chooses and k.cli)
@@ -137,10 +145,11 @@ def auto_usage(specs: dict[str, MethodSpec] = SPECS) -> str:
     return _or(f"--method {' / '.join(names)} (without {'/'.join(flags)})" for (_, flags), names in groups.items())
 
 
-def add_generate_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSpec] = SPECS) -> None:
+def add_generate_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSpec] | None = None) -> None:
     """generate's options (the profiler takes them too). Every option that takes a value has a type that
     checks it (decoding/cli_args.py) or choices: bad input is refused here, with one line, before a model
     loads."""
+    specs = _specs(specs)
     g.add_argument("--model", default=None, type=nonempty,
                    help="hub id or local directory (default: SmolLM2-135M-Instruct, fetched once; the embedded model when it cannot be)")
     g.add_argument("--method", default=DEFAULT_METHOD if DEFAULT_METHOD in specs else next(iter(specs)),
@@ -189,11 +198,12 @@ def add_generate_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSp
 
 # ---- parsed flags -> the chosen method's parameters ----
 
-def method_params(args: argparse.Namespace, spec: MethodSpec, specs: dict[str, MethodSpec] = SPECS) -> dict:
+def method_params(args: argparse.Namespace, spec: MethodSpec, specs: dict[str, MethodSpec] | None = None) -> dict:
     """The values the user gave for `spec`'s knobs (left-out flags are absent); a flag the method does not
     take is refused with one line naming the methods that do. Reference texts are read here (one line for
     a missing, binary or oversize file)."""
     from .methods.reference_text import check_references, read_reference
+    specs = _specs(specs)
     p: dict = {}
     for f in method_flags(specs).values():
         v = getattr(args, f.dest, None)
@@ -248,7 +258,7 @@ def target_name(name: str | None) -> str:
     return path
 
 
-def check_auto(spec: MethodSpec, p: dict, specs: dict[str, MethodSpec] = SPECS) -> None:
+def check_auto(spec: MethodSpec, p: dict, specs: dict[str, MethodSpec] | None = None) -> None:
     """--auto needs a tuner, and none of the parameters it chooses given."""
     from .tune import TUNERS
     t = TUNERS[spec.tuner] if spec.tuner is not None else None
@@ -319,11 +329,12 @@ def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     return {k.name: w[k.name] for k in keys if k.name in w}
 
 
-def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] = SPECS):
+def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
     """Validate the options, load the model(s) and build the drafter: (model, tok, drafter, sampling).
     Order: everything that needs no model is checked first (one line, no slow load), then the model loads,
     the CLI resolves the draft / heads, --auto or the device preset chooses the shape, and the one builder
     (decoding.build.build) makes the drafter."""
+    specs = _specs(specs)
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
     sampling = make_sampling(args.temperature, args.top_k, args.top_p, args.seed)
