@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .api import run, vocab_for
+from .methods.registry import BASELINE
 from .models import describe
 from .trace import Trace
 # the argument checks live in a leaf module (cli_args.py); the CLIs import them from here as well
@@ -68,7 +69,7 @@ def add_arguments(g: argparse.ArgumentParser) -> None:
                    help="stop once the output contains this text (repeatable; kept in the output, like HF "
                         "stop_strings)")
     g.add_argument("--stream", action="store_true", help="print the text as each step accepts tokens")
-    g.add_argument("--compare", choices=("greedy",), default=None,
+    g.add_argument("--compare", choices=(BASELINE,), default=None,
                    help="also run plain greedy on the same prompt and print the measured speed-up")
 
 
@@ -213,7 +214,7 @@ def timing_line(tr: Trace, model) -> str:
 
 def compare_line(model, tok, prompt, tr: Trace, sampling, static) -> str:
     """Plain greedy on the same prompt, timed after the method's run (both warm): the measured speed-up."""
-    g = run(model, tok, prompt, "greedy", max_new_tokens=tr.config["max_new_tokens"], sampling=sampling,
+    g = run(model, tok, prompt, BASELINE, max_new_tokens=tr.config["max_new_tokens"], sampling=sampling,
             trace=False, static=static)
     g_tps = len(g.output_ids) / g.wall_s if g.wall_s > 0 else 0.0
     m_tps = len(tr.output_ids) / tr.wall_s if tr.wall_s > 0 else 0.0

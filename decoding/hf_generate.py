@@ -38,6 +38,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .api import build_drafter, check_params
 from .cli_run import decode_until
 from .engine.sampling import Sampling
+from .methods.registry import SPECS
 from .trace import Trace
 
 
@@ -81,11 +82,12 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
     lookup = getattr(cfg, "prompt_lookup_num_tokens", None)
     lookup_n = getattr(cfg, "max_matching_ngram_size", None)
     method = method or ("speculative" if draft_model is not None else "prompt_lookup" if lookup else "lookahead")
-    if decodescope_assistant is not None and method != "speculative":
+    takes = SPECS[method].param_names() if method in SPECS else ()  # an unknown method is refused by run()
+    if decodescope_assistant is not None and "draft_model" not in takes:
         raise ValueError(f"assistant_model is a draft model: it drives method='speculative', not {method!r} "
                          "(leave method out, or drop assistant_model)")
     if lookup or lookup_n:
-        if method != "prompt_lookup":
+        if "num_tokens" not in takes or "max_ngram" not in takes:
             raise ValueError(f"prompt_lookup_num_tokens / max_matching_ngram_size are prompt lookup's: use "
                              f"method='prompt_lookup' (or leave method out), not {method!r}")
         num_tokens = num_tokens if num_tokens is not None else lookup

@@ -11,18 +11,16 @@ import json
 from pathlib import Path
 
 from .fetch_model import FOLDER, cache_root
+from .methods.registry import SPECS
 
 # The embedded model on a CPU: the best rows measured on the 2-core dev box with the v2 models
 # (bench/results/cpu-embedded-{code,chat}.md: lookahead W1 N3 G2 at 1.66x / 1.69x HF greedy, speculative staged
-# tree 2,1,1,1,1 at 1.03x / 1.14x), so the first run needs no tuning.
-SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
-               "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-               "speculative": {"tree": [2, 1, 1, 1, 1], "staged": True},
-               "jacobi": {"block": 2},  # bench/jacobi_reference.py: compression ~1.0 at any K; small K costs least
-               # bench_heads.py --cuts 0,0.1 (eagle 8: 0.99x -> 1.05x HF greedy, medusa 4: 0.96x -> 0.99x); tuned: decoding/tune.py
-               "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 8, "confidence": 0.1},
-               "retrieval": {},  # REST's / SuffixDecoding's defaults (bench/retrieval_bench.py)
-               "self_speculative": {}}  # the shipped adapter's depth and stop (decoding/methods/self_speculative.py)
+# tree 2,1,1,1,1 at 1.03x / 1.14x), so the first run needs no tuning. Jacobi block 2 (bench/jacobi_reference.py:
+# compression ~1.0 at any K; small K costs least); eagle 8 / medusa 4 with cut 0.1 (bench_heads.py --cuts 0,0.1:
+# eagle 0.99x -> 1.05x HF greedy, medusa 0.96x -> 0.99x); retrieval: REST's / SuffixDecoding's defaults
+# (bench/retrieval_bench.py); self_speculative: the shipped adapter's depth and stop.
+# Declared in each method's spec (spec.presets["cpu_embedded"]); this dict is derived from them.
+SHIPPED_CPU = {name: spec.presets["cpu_embedded"] for name, spec in SPECS.items() if "cpu_embedded" in spec.presets}
 # The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
 # page's own tuners (appkit/presets.py tune(), on the page's example chat requests, never the held-out bench ones)
 # chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
@@ -30,11 +28,9 @@ SHIPPED_CPU = {"lookahead": {"window": 1, "ngram": 3, "guesses": 2},
 # 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. Speculative with the
 # shipped distilled draft (assets/drafts/smollm2), tuned the same way on 2026-11-27 (load 0.7): tree 3,2,1,
 # 1.68 tokens/step, 1.06x greedy's 62 tokens/s on the pilots (chain-like trees 2,1,1: 1.03x).
-SHIPPED_CPU_DEFAULT = {"lookahead": {"window": 1, "ngram": 3, "guesses": 1},
-                       "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-                       "jacobi": {"block": 1},
-                       "medusa": {"budget": 4, "confidence": 0.1}, "eagle": {"budget": 4, "confidence": 0.1},
-                       "speculative": {"tree": [3, 2, 1]}}
+# Declared in each method's spec (spec.presets["cpu_default"]); this dict is derived from them.
+SHIPPED_CPU_DEFAULT = {name: spec.presets["cpu_default"] for name, spec in SPECS.items()
+                       if "cpu_default" in spec.presets}
 
 
 def is_default(model_name: str) -> bool:

@@ -33,7 +33,9 @@ def _proposed(tr, s) -> tuple[int | None, int]:
         idx = [i for i, r in enumerate(s.roles) if r in DRAFT_ROLES]
         depth = max((s.positions[i] - s.kv_len for i in idx), default=0) if len(s.positions) == len(s.roles) else 0
         return len(idx), depth
-    if tr.method == "lookahead":
+    from .methods.registry import SPECS
+    spec = SPECS.get(tr.method)
+    if spec is not None and spec.drafter.abilities.structure == "window":  # the query holds the window too
         return None, 0
     return max(s.n_query - 1, 0), 0
 
@@ -51,7 +53,8 @@ def spec_decode_stats(tr) -> dict:
       (sequential forwards of a separate drafting network: the draft model, the EAGLE layer; null for
       methods that run none)."""
     decode = [s for s in tr.steps if s.kind == "decode"]
-    if tr.method == "greedy" or not decode:
+    from .methods.registry import BASELINE
+    if tr.method == BASELINE or not decode:
         return {}
     drafts, draft_tokens, accepted, depth, known = 0, 0, 0, 0, True
     per_step: list[int] = []

@@ -99,7 +99,8 @@ class Trace:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["stats"] = {**self.stats(), **spec_decode_stats(self)}  # + the serving engines' names (stats.py)
-        if self.method == "speculative":
+        from .methods.registry import SPECS
+        if "draft_model" in getattr(SPECS.get(self.method), "needs", ()):  # a draft model's tree statistics
             d["speculative"] = speculative_stats(self)
         return d
 

@@ -243,10 +243,15 @@ def _why(err) -> str:
         kw, lambda: f"fails the schema's {kw!r} rule")()
 
 
+# Sections Trace.to_dict derives from the steps (run statistics; a draft model's tree statistics, named
+# "speculative" in the document): recomputed on load, so the schema does not describe them.
+DERIVED = ("stats", "speculative")
+
+
 def _schema(d: dict) -> None:
     import jsonschema
 
-    read = {k: v for k, v in d.items() if k not in ("stats", "speculative")}
+    read = {k: v for k, v in d.items() if k not in DERIVED}
     err = jsonschema.exceptions.best_match(_validator().iter_errors(read))
     if err is not None:
         if "propertyNames" in err.schema_path:  # name the offending key's place, not the object

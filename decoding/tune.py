@@ -1,5 +1,5 @@
-"""One pilot-run tuner per method, chosen in one place (TUNERS, tune()): what `--auto`, the app's Tune
-button and auto preset, and the benches call.
+"""One pilot-run tuner per search strategy, chosen in one place (TUNERS, keyed by the strategy a method's
+spec names in spec.tuner; tune()): what `--auto`, the app's Tune button and auto preset, and the benches call.
 
 Lookahead prices steps from the device's latency curve: the paper's GPU defaults (N=5, W=15, G=15: 120
 query tokens per step) are 2x slower than greedy on a CPU, where a 16-token step already costs ~1.75
@@ -16,12 +16,13 @@ shared machine noise only ever adds time).
 """
 from __future__ import annotations
 
-import bisect
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .api import HEADS_METHODS, make_drafter, run
-from .engine.timing import latency_curve
+from .engine.timing import interpolate, latency_curve, monotone  # noqa: F401 (the tuners' curve helpers)
+from .methods.registry import BASELINE
 from .models import fitting_sizes, max_positions
 
 
@@ -54,31 +55,6 @@ def time_pilots(model, tokenizer, prompts: list, runs: dict[str, tuple[str, dict
 # (W, N, G): from a near-greedy step to the paper's GPU setting.
 GRID = [(1, 3, 1), (1, 3, 2), (1, 4, 1), (1, 4, 2), (1, 5, 2), (2, 3, 2), (2, 4, 2), (2, 5, 2), (3, 4, 3),
         (5, 4, 5), (3, 5, 3), (5, 5, 5), (7, 5, 7), (10, 5, 10), (15, 5, 15), (5, 7, 5), (10, 7, 10)]
-
-
-def interpolate(curve: dict[int, float], q: int) -> float:
-    """Latency of a q-token step from the measured sizes (linear between, extrapolated beyond)."""
-    xs = sorted(curve)
-    if q in curve:
-        return curve[q]
-    i = bisect.bisect_left(xs, q)
-    if i == 0:
-        return curve[xs[0]]
-    if i == len(xs):
-        a, b = xs[-2], xs[-1]
-    else:
-        a, b = xs[i - 1], xs[i]
-    return curve[a] + (curve[b] - curve[a]) * (q - a) / (b - a)
-
-
-def monotone(curve: dict[int, float]) -> dict[int, float]:
-    """A bigger step cannot be cheaper than a smaller one: lower noisy small sizes to the running
-    minimum from above, so one slow sample of the 1-token step does not inflate every prediction."""
-    out, low = {}, float("inf")
-    for q in sorted(curve, reverse=True):
-        low = min(low, curve[q])
-        out[q] = low
-    return dict(sorted(out.items()))
 
 
 def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tokens: int = 48, grid=GRID,
@@ -139,14 +115,14 @@ def autotune_speculative(target, draft, tokenizer, prompt: str | list[int] | lis
     """Time greedy and each shape on the pilot prompt(s); rank shapes by speed-up over greedy.
 
     Returns {"best": shape kwargs, "ranking": [...], "greedy_tokens_per_s": float} — plain data."""
-    runs = {"greedy": ("greedy", {})} | {label(s): ("speculative", dict(draft_model=draft, **s)) for s in shapes}
+    runs = {BASELINE: (BASELINE, {})} | {label(s): ("speculative", dict(draft_model=draft, **s)) for s in shapes}
     t = time_pilots(target, tokenizer, _pilots(prompt), runs, pilot_tokens=pilot_tokens, reps=reps)
-    greedy_s = t["greedy"]["seconds"]
+    greedy_s = t[BASELINE]["seconds"]
     ranking = [{"label": label(s), "shape": s, "tokens_per_s": t[label(s)]["tokens_per_s"],
                 "compression": t[label(s)]["compression"], "speedup": greedy_s / t[label(s)]["seconds"]}
                for s in shapes]
     ranking.sort(key=lambda r: -r["speedup"])
-    return {"best": dict(ranking[0]["shape"]), "ranking": ranking, "greedy_tokens_per_s": t["greedy"]["tokens_per_s"]}
+    return {"best": dict(ranking[0]["shape"]), "ranking": ranking, "greedy_tokens_per_s": t[BASELINE]["tokens_per_s"]}
 
 
 # ---- Medusa / EAGLE: the tree budget and the confidence cut ----
@@ -202,47 +178,80 @@ def autotune_block(model, tokenizer, prompt: str | list[int], *, pilot_tokens: i
     return {"best": rows[0]["block"], "ranking": rows}
 
 
-# ---- the registry: one tuner per method ----
+# ---- the registry: one tuner per search strategy (a method's spec names its own: spec.tuner) ----
 
-def _lookahead(model, tok, prompts, *, pilot_tokens, reps, draft=None, heads=None, **fixed) -> dict:
+def _lookahead(model, tok, prompts, *, method, pilot_tokens, reps, draft=None, heads=None, draft_tokenizer=None,
+               **fixed) -> dict:
     res = autotune(model, tok, prompts, pilot_tokens=pilot_tokens, **fixed)
     b = res["best"]
     return {"params": dict(b), "label": f"window {b['window']}, ngram {b['ngram']}, guesses {b['guesses']}",
             "result": res}
 
 
-def _speculative(model, tok, prompts, *, pilot_tokens, reps, draft=None, heads=None, **fixed) -> dict:
+def _speculative(model, tok, prompts, *, method, pilot_tokens, reps, draft=None, heads=None, draft_tokenizer=None,
+                 **fixed) -> dict:
     if draft is None:
         raise ValueError("tuning speculative decoding needs a draft model")
+    if draft_tokenizer is not None:  # before piloting: a clear error, not a crash mid-tune
+        from .methods.speculative import check_compatible
+        check_compatible(model, draft, tok, draft_tokenizer)
     res = autotune_speculative(model, draft, tok, prompts, pilot_tokens=pilot_tokens, reps=reps, **fixed)
     return {"params": res["best"], "label": label(res["best"]), "result": res}
 
 
-def _heads(method: str) -> Callable[..., dict]:
-    def tuner(model, tok, prompts, *, pilot_tokens, reps, draft=None, heads=None, **fixed) -> dict:
-        res = autotune_heads(model, tok, prompts, method, heads, pilot_tokens=pilot_tokens, reps=reps, **fixed)
-        return {"params": res["params"], "label": f"tree {heads_label(res['params'])}", "result": res}
-    return tuner
+def _heads(model, tok, prompts, *, method, pilot_tokens, reps, draft=None, heads=None, draft_tokenizer=None,
+           **fixed) -> dict:
+    res = autotune_heads(model, tok, prompts, method, heads, pilot_tokens=pilot_tokens, reps=reps, **fixed)
+    return {"params": res["params"], "label": f"tree {heads_label(res['params'])}", "result": res,
+            "detail": ", ".join(f"{heads_label(r)}: {r['tokens_per_s']:.1f} tokens/s" for r in res["ranking"])}
 
 
-def _jacobi(model, tok, prompts, *, pilot_tokens, reps, draft=None, heads=None, **fixed) -> dict:
+def _jacobi(model, tok, prompts, *, method, pilot_tokens, reps, draft=None, heads=None, draft_tokenizer=None,
+            **fixed) -> dict:
     res = autotune_block(model, tok, _pilots(prompts)[0], pilot_tokens=pilot_tokens, reps=reps, **fixed)
     return {"params": {"block": res["best"]}, "label": f"block {res['best']}", "result": res}
 
 
-TUNERS: dict[str, Callable[..., dict]] = {"lookahead": _lookahead, "speculative": _speculative,
-                                           "medusa": _heads("medusa"), "eagle": _heads("eagle"), "jacobi": _jacobi}
+@dataclass(frozen=True)
+class Tuner:
+    """A search strategy. run: the tuner ({"params", "label", "result"[, "detail"]}); chooses: the parameters
+    it picks (a user's value for one of them contradicts --auto); what: their name in words; fixed: the
+    tuner options a user's other parameter values fix (a given heads confidence is the only cut tried)."""
+    run: Callable[..., dict]
+    chooses: tuple[str, ...]
+    what: str
+    fixed: Callable[[dict], dict] = lambda params: {}
+
+
+TUNERS: dict[str, Tuner] = {
+    "latency_curve": Tuner(_lookahead, ("window", "ngram", "guesses"), "shape"),
+    "draft_shapes": Tuner(_speculative, ("draft_tokens", "tree", "tree_budget", "staged"), "shape"),
+    "heads_budget": Tuner(_heads, ("budget",), "tree budget",
+                          lambda p: {"cuts": (p["confidence"],)} if p.get("confidence") is not None else {}),
+    "block": Tuner(_jacobi, ("block",), "block"),
+}
+
+
+def tuner_of(method: str) -> Tuner | None:
+    """The method's tuner (its spec's strategy), None for a method that is not tuned."""
+    from .methods.registry import spec_of
+    strategy = spec_of(method).tuner
+    return TUNERS[strategy] if strategy is not None else None
 
 
 def tune(method: str, model, tokenizer, prompts, *, pilot_tokens: int = 32, reps: int = 2, draft=None,
-         heads: str | None = None, **fixed) -> dict:
+         heads: str | None = None, draft_tokenizer=None, **fixed) -> dict:
     """Tune `method` for this model, device and prompt(s): {"params": the drafter's parameters, "label":
     the words --auto prints, "result": the tuner's full measurements}. fixed: the tuner's own options
-    (a grid, shapes, budgets, cuts, curve, ...)."""
-    if method not in TUNERS:
-        raise ValueError(f"{method} has no tuner (tuned: {', '.join(TUNERS)})")
-    return TUNERS[method](model, tokenizer, prompts, pilot_tokens=pilot_tokens, reps=reps, draft=draft, heads=heads,
-                          **fixed)
+    (a grid, shapes, budgets, cuts, curve, ...). draft_tokenizer: the draft's, checked against the target's
+    before any pilot runs."""
+    from .methods.registry import SPECS
+    t = tuner_of(method) if method in SPECS else None
+    if t is None:
+        tuned = [n for n, s in SPECS.items() if s.tuner is not None]
+        raise ValueError(f"{method} has no tuner (tuned: {', '.join(tuned)})")
+    return t.run(model, tokenizer, prompts, method=method, pilot_tokens=pilot_tokens, reps=reps, draft=draft,
+                 heads=heads, draft_tokenizer=draft_tokenizer, **fixed)
 
 
 def tune_threads(model, tokenizer, prompts, *, pilot_tokens: int = 8, reps: int = 2,
@@ -262,7 +271,7 @@ def tune_threads(model, tokenizer, prompts, *, pilot_tokens: int = 8, reps: int 
     before = torch.get_num_threads()
     best: dict[int, float] = {}
     try:
-        run(model, tokenizer, _pilots(prompts)[0], "greedy", max_new_tokens=2, trace=False)  # warm-up
+        run(model, tokenizer, _pilots(prompts)[0], BASELINE, max_new_tokens=2, trace=False)  # warm-up
         for r in range(max(reps, 1)):
             for n in counts:
                 if r and best[n] * 3 < max(best.values()):
@@ -270,7 +279,7 @@ def tune_threads(model, tokenizer, prompts, *, pilot_tokens: int = 8, reps: int 
                 torch.set_num_threads(n)
                 t0, made = time.perf_counter(), 0
                 for p in _pilots(prompts):
-                    made += len(run(model, tokenizer, p, "greedy", max_new_tokens=pilot_tokens,
+                    made += len(run(model, tokenizer, p, BASELINE, max_new_tokens=pilot_tokens,
                                     trace=False).output_ids)
                 rate = made / max(time.perf_counter() - t0, 1e-9)
                 best[n] = max(best.get(n, 0.0), rate)

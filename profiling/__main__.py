@@ -4,7 +4,8 @@
         --prompt "def fib(n):" --max-new-tokens 64 --out runs/prof
 
 Method options are generate's own (`python -m decoding generate --help`: --tree, --staged, --auto, --draft,
---trust-remote-code, --dtype, --device, ...), parsed by the same builder, so the two CLIs never drift.
+--trust-remote-code, --dtype, --device, ...), added and resolved by the same code (decoding/cli_setup.py), so
+the two CLIs never drift.
 """
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from decoding.__main__ import build_parser as decoding_parser
-from decoding.__main__ import setup
 from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_dir
+from decoding.cli_setup import add_generate_arguments, setup
+from decoding.methods.registry import BASELINE
 from decoding.models import ModelError
 
 from .profiler import profile_run, save_profile, write_step_ranges
@@ -28,10 +29,9 @@ GENERATE_ONLY = ("prompt_file", "chat", "stop", "stream", "compare", "json", "ch
 def build_parser() -> argparse.ArgumentParser:
     """`generate`'s options (one builder: model, method, W/N/G, draft, --tree, --staged, --auto, dtype,
     device, --trust-remote-code ..., with their range checks) plus the profiler's own."""
-    gen = next(a for a in decoding_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["generate"]
-    ap = OneLineParser(prog="python -m profiling", description=__doc__.splitlines()[0], parents=[gen],
-                       conflict_handler="resolve")
-    ap.set_defaults(method="greedy")
+    ap = OneLineParser(prog="python -m profiling", description=__doc__.splitlines()[0], conflict_handler="resolve")
+    add_generate_arguments(ap)
+    ap.set_defaults(method=BASELINE)
     for a in ap._actions:  # still parsed (to refuse them by name, below) but not listed: they never work here
         if a.dest in GENERATE_ONLY:
             a.help = argparse.SUPPRESS

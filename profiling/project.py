@@ -54,6 +54,30 @@ def _int(x: Any, default: int = 0) -> int:
     return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else default
 
 
+def _feature_head_cost(a: Arch, vocab: int, nodes: int, fw: int, depth: list, cfg: dict, kv_len: int,
+                       nbytes: int) -> tuple[int, dict]:
+    """EAGLE's drafting: one target-shaped decoder layer, fc(2h -> h) and the LM head, per forward."""
+    if not fw:
+        return fw, {"draft_flops": 0, "draft_bytes": 0}
+    layer = dataclasses.replace(a, layers=1, vocab=vocab)
+    c = draft_cost(layer, nodes, fw, kv_len, nbytes)
+    return fw, {"draft_flops": c["draft_flops"] + 2 * nodes * 2 * a.hidden * a.hidden,
+                "draft_bytes": c["draft_bytes"] + fw * 2 * a.hidden * a.hidden * nbytes}
+
+
+def _token_heads_cost(a: Arch, vocab: int, nodes: int, fw: int, depth: list, cfg: dict, kv_len: int,
+                      nbytes: int) -> tuple[int, dict]:
+    """Medusa's drafting: one forward of every head on the last row, Linear(h, h) + the shared LM head."""
+    k = _int(cfg.get("n_heads")) or max(depth, default=0)
+    return (1 if k else 0), {"draft_flops": k * (2 * a.hidden * a.hidden + 2 * a.hidden * vocab),
+                             "draft_bytes": (k * (a.hidden * a.hidden + 2 * a.hidden + vocab) + vocab * a.hidden)
+                             * nbytes if k else 0}
+
+
+# The drafting cost of a step by its recorded drafting mode (info["mode"], as the heads drafters write it).
+HEAD_COSTS = {"eagle": _feature_head_cost, "medusa": _token_heads_cost}
+
+
 def draft_costs(tr, a: Arch, nbytes: int) -> list[dict]:
     """Per step: {"flops", "bytes", "forwards"} of its drafting (zeros where nothing was drafted)."""
     cfg = tr.config if isinstance(tr.config, dict) else {}
@@ -74,17 +98,8 @@ def draft_costs(tr, a: Arch, nbytes: int) -> list[dict]:
             else:  # only the parameter count: 2 FLOPs per parameter per token, the weights read per forward
                 n = _int(spec.get("n_params"))
                 c = {"draft_flops": 2 * n * run, "draft_bytes": n * nbytes * fw}
-        elif mode == "eagle" and fw:  # one target-shaped decoder layer, fc(2h -> h) and the LM head, per forward
-            layer = dataclasses.replace(a, layers=1, vocab=vocab)
-            c = draft_cost(layer, nodes, fw, s.kv_len, nbytes)
-            c = {"draft_flops": c["draft_flops"] + 2 * nodes * 2 * a.hidden * a.hidden,
-                 "draft_bytes": c["draft_bytes"] + fw * 2 * a.hidden * a.hidden * nbytes}
-        elif mode == "medusa":  # one forward of every head on the last row: Linear(h, h) + the shared LM head
-            k = _int(cfg.get("n_heads")) or max(depth, default=0)
-            fw = 1 if k else 0
-            c = {"draft_flops": k * (2 * a.hidden * a.hidden + 2 * a.hidden * vocab),
-                 "draft_bytes": (k * (a.hidden * a.hidden + 2 * a.hidden + vocab) + vocab * a.hidden) * nbytes
-                 if k else 0}
+        elif mode in HEAD_COSTS:  # heads that draft from the target's own features
+            fw, c = HEAD_COSTS[mode](a, vocab, nodes, fw, depth, cfg, s.kv_len, nbytes)
         out.append({"flops": c["draft_flops"], "bytes": c["draft_bytes"], "forwards": fw})
     return out
 

@@ -5,6 +5,7 @@ The Core is built the way a run builds it (runner.default_static: the static, CU
 so the curve prices the path users run; path_of(core) says which path a timing took."""
 from __future__ import annotations
 
+import bisect
 import random
 import statistics
 import time
@@ -86,3 +87,28 @@ def latency_curve(model, kv_len: int, sizes: tuple[int, ...], shape: str = "chai
         time_step(core, tokens, parents, depths, warmup)
         curve[q] = statistics.median(time_step(core, tokens, parents, depths, reps))
     return core, kv_len, curve
+
+
+def interpolate(curve: dict[int, float], q: int) -> float:
+    """Latency of a q-token step from the measured sizes (linear between, extrapolated beyond)."""
+    xs = sorted(curve)
+    if q in curve:
+        return curve[q]
+    i = bisect.bisect_left(xs, q)
+    if i == 0:
+        return curve[xs[0]]
+    if i == len(xs):
+        a, b = xs[-2], xs[-1]
+    else:
+        a, b = xs[i - 1], xs[i]
+    return curve[a] + (curve[b] - curve[a]) * (q - a) / (b - a)
+
+
+def monotone(curve: dict[int, float]) -> dict[int, float]:
+    """A bigger step cannot be cheaper than a smaller one: lower noisy small sizes to the running
+    minimum from above, so one slow sample of the 1-token step does not inflate every prediction."""
+    out, low = {}, float("inf")
+    for q in sorted(curve, reverse=True):
+        low = min(low, curve[q])
+        out[q] = low
+    return dict(sorted(out.items()))

@@ -295,7 +295,7 @@ class EagleParams:
                               "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the "
                               "one they were trained for)")
     budget: int = knob(16, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
-                       help="tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval)")
+                       help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     depth: int = knob(None, lo=1, hi=64, help="draft depth (default: from the budget)")
     branch: int = knob(4, lo=1, hi=64, help="children per expanded node")
     beam: int = knob(None, lo=1, hi=64, help="nodes expanded per level (default: from the budget)")

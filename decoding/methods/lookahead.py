@@ -158,7 +158,7 @@ SPEC = MethodSpec(
     "model that is where most accepted guesses come from). Query tokens per step ≈ W(N−1) + G × candidate "
     "length: bigger is more hits but more compute; the *Sweep* tab shows the trade-off."),
     paper="Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using Lookahead Decoding (arXiv 2402.02057)",
-    tuner="latency_curve",
+    tuner="latency_curve", cli_preset=True,
     presets={"cpu_embedded": {"window": 1, "ngram": 3, "guesses": 2},
              "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
              "teaching": {"window": 5, "ngram": 4, "guesses": 5}},

@@ -132,7 +132,7 @@ class MedusaParams:
                               "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the "
                               "one they were trained for)")
     budget: int = knob(12, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
-                       help="tree nodes verified per step (default 12 medusa, 16 eagle, 64 retrieval)")
+                       help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     branch: int = knob(4, lo=1, hi=64, help="top-k of each head")
     draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
                             help="draft only the N tokens the target chose most often in the heads' training "

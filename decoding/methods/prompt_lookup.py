@@ -135,6 +135,16 @@ class PromptLookupParams:
                                  help="prompt lookup: tokens copied from a reference per step (default 24)")
 
 
+def prepare(p: dict, model, tokenizer) -> dict:
+    """Reference texts (reference=) become the token ids the drafter copies from: only the tokenizer knows
+    them."""
+    if p.get("reference") is None:
+        return p
+    from .reference_text import tokenize_references
+    p = dict(p)
+    return {**p, "reference_ids": tokenize_references(tokenizer, p.pop("reference"))}
+
+
 SPEC = MethodSpec(
     name="prompt_lookup", drafter=PromptLookup, params=PromptLookupParams, label="prompt lookup", colour="#c51b7d",
     summary="copies what followed the last n-gram earlier in the prompt, the output or a reference text",
@@ -153,6 +163,7 @@ SPEC = MethodSpec(
     "spans are accepted in one step and the model's own token replaces each typo. Try the edit example: 20+ "
     "tokens per step where the input was right."),
     paper="Saxena 2023, Prompt Lookup Decoding; Yang et al. 2023, Inference with Reference (LLMA, arXiv 2304.04487)",
+    prepare=prepare,
     presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10},
              "teaching": {"max_ngram": 3, "num_tokens": 10}},
     pictures=("mask", "pool", "tree"))

@@ -267,7 +267,7 @@ class Retrieval:
 
 @dataclass
 class RetrievalParams:
-    datastore: object = knob(None, cli="--datastore", kind="path",
+    datastore: object = knob(None, cli="--datastore", kind="folder",
                              help="retrieval: a REST datastore folder (python -m decoding build-datastore; shipped for "
                                   "the default model: assets/datastore/smollm2); without it retrieval drafts from the "
                                   "suffix cache (SuffixDecoding: prompt, output so far, earlier runs)")

@@ -53,7 +53,7 @@ class RowCost:
     """One run's pricing of rows and levels: the curve (made monotone), the going rate and the calibration."""
 
     def __init__(self, curve: dict[int, float]):
-        from ..tune import monotone
+        from ..engine.timing import monotone
         self.curve = monotone({int(q): float(ms) for q, ms in curve.items()})
         self.start()
 
@@ -64,7 +64,7 @@ class RowCost:
         self.predicted, self.accepted = 0.0, 0.0
 
     def T(self, rows: int) -> float:
-        from ..tune import interpolate
+        from ..engine.timing import interpolate
         return interpolate(self.curve, rows)
 
     def rate(self) -> float:

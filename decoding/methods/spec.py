@@ -28,7 +28,8 @@ def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | Non
     ui: the app shows it as a control under the method; internal: filled by the builder, never by a user.
     negate: a boolean flag that turns the field off (--no-prompt-ngrams sets prompt_ngrams False).
     kind: how a value is read from text when the type alone does not say ("widths": "3,2,1" -> [3, 2, 1],
-    "path": a file or folder, "texts": a list of texts)."""
+    "path": a file or folder resolved later (heads, adapter), "file": an existing file, "folder": an existing
+    folder, "texts": a list of texts (the CLI reads each from a UTF-8 file), "model": a model the CLI loads)."""
     meta = {"label": label, "help": help, "cli": cli, "lo": lo, "hi": hi, "choices": choices, "ui": ui,
             "step": step, "internal": internal, "negate": negate, "kind": kind}
     if isinstance(default, (list, dict, set)):
@@ -64,6 +65,9 @@ class MethodSpec:
     check: (params dict) -> None: raises ValueError on a combination the ranges cannot express.
     tuner: the strategy decoding/tune.py searches this method's shape with (None = not tuned).
     presets: shipped shapes by place ("cpu_embedded", "cpu_default", "teaching").
+    cli_preset: `generate` runs the device's preset (decoding/presets.py lookup) when none of the preset's
+      parameters is given: for a method whose default shape loses to greedy on some devices (lookahead's
+      paper shape on a CPU).
     colour / label / explain / pictures / paper: what the page, the pictures and the docs show.
     origins: trace origin labels the method's accepted tokens carry (palette keys)."""
     name: str
@@ -79,6 +83,7 @@ class MethodSpec:
     check: Callable[[dict], None] | None = None
     tuner: str | None = None
     presets: dict[str, dict] = field(default_factory=dict)
+    cli_preset: bool = False
     pictures: tuple[str, ...] = ("mask",)
     exact_greedy: bool = True
 

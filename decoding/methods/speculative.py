@@ -13,6 +13,7 @@ Both rules keep the output distribution exactly that of sampling from the target
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 import time
 
 import torch
@@ -21,7 +22,7 @@ from .draft_tree import DraftCore, TreeBuilder, make_shape
 from ..engine.drafter import Abilities, Plan, tree_record
 from ..models import ModelError
 from ..engine.sampling import Sampling, make_generator, warp
-from .stage2 import NGramStage2, Table
+from .stage2 import NGramStage2, Table, load_table
 from ..engine.verify import Verdict
 from ..params import LIMITS
 from .shipped_draft import NO_DRAFT, load_draft
@@ -212,6 +213,11 @@ class SpeculativeParams:
     draft_model: object = knob(None, cli="--draft", kind="model",
                                help="speculative: draft model, a path or hub id sharing the target's tokenizer, or a "
                                     "draft folder (default: the draft shipped for the target)")
+    # the draft's own options before the shape: the CLI names the shape flags last when it refuses them
+    ngram_table: object = knob(None, cli="--ngram-table", kind="file",
+                               help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
+    adaptive: bool = knob(False, cli="--adaptive",
+                          help="speculative: skip drafting while plain target steps are faster (measured online)")
     draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
                              ui=True, label="K draft tokens", help="speculative: chain length K (default 4)")
     tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths",
@@ -221,13 +227,9 @@ class SpeculativeParams:
                             help="speculative: dynamic tree of the B best nodes by draft probability")
     staged: bool = knob(False, cli="--staged", ui=True, label="staged",
                         help="speculative: an n-gram stage 2 drafts for the draft")
-    ngram_table: object = knob(None, cli="--ngram-table", kind="path",
-                               help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
     confidence: float = knob(None, lo=0.0, hi=1.0, cli="--draft-confidence", ui=True, label="draft cutoff",
                              help="speculative: do not extend a draft token below this draft probability "
                                   "(default 0.4)")
-    adaptive: bool = knob(False, cli="--adaptive",
-                          help="speculative: skip drafting while plain target steps are faster (measured online)")
     target_model: object = knob(None, internal=True, help="the target, to check the draft against it once")
     tokenizer: object = knob(None, internal=True, help="the target's tokenizer")
     draft_tokenizer: object = knob(None, internal=True, help="the draft's tokenizer, compared with the target's")
@@ -240,7 +242,14 @@ def check(p: dict) -> None:
 
 def prepare(p: dict, model, tokenizer) -> dict:
     """The draft: a model object as is, else loaded for this target (the shipped one by default), and checked
-    against the target with both tokenizers, once."""
+    against the target with both tokenizers, once; an n-gram table given as a file is read."""
+    table = p.get("ngram_table")
+    if isinstance(table, (str, Path)):  # a JSON file (--ngram-table): read here, once
+        try:
+            p = {**p, "ngram_table": load_table(table)}
+        except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
+            raise ValueError(f"cannot read n-gram table {table}: {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:200]}") from None
     draft, dtok = load_draft(model, p.get("draft_model"))
     p = {"target_model": model, "tokenizer": tokenizer, **p, "draft_model": draft}
     if dtok is not None and p.get("draft_tokenizer") is None:

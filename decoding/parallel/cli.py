@@ -8,6 +8,7 @@ import atexit
 import os
 import sys
 
+from ..methods.lookahead import SPEC as LOOKAHEAD  # lookahead parallelism splits this method's window
 from .group import launched
 
 
@@ -16,7 +17,7 @@ def prepare(args: argparse.Namespace) -> None:
         raise ValueError("--lp-debug checks lookahead parallelism: add --lp")
     if args.lp and args.tp_plan:
         raise ValueError("--lp keeps the whole model in every process and --tp-plan shards it: choose one")
-    if args.lp and args.method != "lookahead":
+    if args.lp and args.method != LOOKAHEAD.name:
         raise ValueError("--lp splits lookahead's window over the processes: use --method lookahead")
     if args.lp and args.temperature:
         raise ValueError("--lp runs greedy decoding: drop --temperature")
