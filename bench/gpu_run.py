@@ -27,7 +27,7 @@ is left. Items (budget in seconds, in this order):
 
 The rehearsal runs the capture item on the virtual CUDA device (decoding/fast/virtual_cuda.py: cuda:0
 tensors with CPU values, CUDA's device rules, host reads counted), the other items at smoke sizes on CPU.
-After every item: gpu_run.md (item, status, seconds, log) and the lines to paste into the README's
+After every item: gpu_run.md (item, status, seconds, log) and the lines to paste into docs/gpu.md's
 "On a GPU" section, printed at the end. Logs: <out>/logs/<item>.log. Imports no gradio / plotly.
 """
 from __future__ import annotations
@@ -218,7 +218,7 @@ def run_item(item, out: Path, rehearse: bool, timeout: float, log: Path) -> dict
 
 
 def readme_lines(out: Path, state: dict) -> list[str]:
-    """What to paste into the README's "On a GPU" section: one line per goal and the capture check."""
+    """What to paste into docs/gpu.md's "On a GPU" section: one line per goal and the capture check."""
     lines = [f"Measured on {state['device']} (torch {state.get('torch', '?')}, {state['finished']}), "
              f"`python bench/gpu_run.py`, reports in `{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}`:"]
     cap = out / "capture_check.json"
@@ -255,7 +255,7 @@ def write_summary(out: Path, state: dict) -> list[str]:
           "| item | what | status | seconds (budget) | log |", "|---|---|---|---|---|"]
     md += [f"| {k} | {r['what']} | {r['status']} | {r['seconds']} ({r['budget']}) | {r['log']} |"
            for k, r in state["items"].items()]
-    md += ["", "Lines for the README:", "", *lines, ""]
+    md += ["", "Lines for docs/gpu.md:", "", *lines, ""]
     (out / "gpu_run.md").write_text("\n".join(md))
     return lines
 
@@ -344,7 +344,7 @@ def _run(a, torch) -> dict:
         write_summary(out, state)
     lines = write_summary(out, state)
     todo = [it[0] for it in ITEMS if it[0] in only and it[0] not in state["items"]]
-    print("\n".join(["", "README lines:", *lines]))
+    print("\n".join(["", "docs/gpu.md lines:", *lines]))
     print("runbook complete" if not todo else f"not yet run: {', '.join(todo)}: run the same command again")
     state["todo"] = todo
     return state
