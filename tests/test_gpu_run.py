@@ -1,6 +1,6 @@
 """bench/gpu_run.py, the one command for a borrowed GPU, rehearsed end to end on CPU with emulated CUDA
 graphs at smoke sizes: every item runs and reports, a failing item does not stop the later ones, the
-README lines come out, and what the machine needs fits in 64 MiB."""
+docs/gpu.md lines come out, and what the machine needs fits in 64 MiB."""
 from __future__ import annotations
 
 import json
@@ -24,7 +24,7 @@ def test_rehearse_runs_the_whole_runbook(tmp_path):
     assert cap["ok"] and len(cap["rows"]) >= 11
     for f in ("gpu_check.md", "gpu_memory.json", "gpu_run.md", "logs/a.log"):
         assert (tmp_path / f).exists(), f
-    assert "README lines:" in r.stdout and "capture check: " in r.stdout and "runbook complete" in r.stdout
+    assert "docs/gpu.md lines:" in r.stdout and "capture check: " in r.stdout and "runbook complete" in r.stdout
     # a second invocation skips what is recorded
     again = subprocess.run([sys.executable, "bench/gpu_run.py", "--rehearse", "--out", str(tmp_path), "--only", "c"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
