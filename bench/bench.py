@@ -152,12 +152,13 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
                              {"datastore": str(ROOT / "assets" / "datastore" / "smollm2"), "adaptive": 1})):
         if runs_here(model, tok, method, **p):  # rows only where the adapter / datastore fits this model
             c[name] = ours_runner(model, tok, method, **p)
-    for kind in ("medusa", "eagle"):  # self-drafting heads: rows only where heads for it exist
+    # self-drafting heads: rows only where heads for it exist; EAGLE also at twice the budget and adaptive
+    for kind, budgets, adaptive in (("medusa", (HEADS_BUDGET,), False), ("eagle", (HEADS_BUDGET, 2 * HEADS_BUDGET), True)):
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
-            for b in (HEADS_BUDGET, 2 * HEADS_BUDGET) if kind == "eagle" else (HEADS_BUDGET,):
+            for b in budgets:
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
-            if kind == "eagle":  # the tree sized per step from the draft's confidence and the row-cost curve
-                c[f"ours eagle adaptive budget {2 * HEADS_BUDGET}"] = ours_runner(
+            if adaptive:  # the tree sized per step from the draft's confidence and the row-cost curve
+                c[f"ours {kind} adaptive budget {2 * HEADS_BUDGET}"] = ours_runner(
                     model, tok, kind, heads=str(Path(heads) / kind), budget=2 * HEADS_BUDGET, adaptive=1)
     return c
 
