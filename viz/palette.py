@@ -52,7 +52,7 @@ AGE_COLORS = ["#b8960b", "#dcbc32", "#eed775", "#f7e9a8"]
 INIT_COLOR = "#ffffff"            # warm-up's random initial guesses: white, dashed outline
 # States of a checked token (pool rows, tree nodes): matched, first rejection, not checked, pruned.
 STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0f0", "pruned": "#bdbdbd"}
-# Trajectory cells (viz/trajectory.py): a guess not equal to its final token, the iteration where a position
+# Trajectory cells (viz/steps/trajectory.py): a guess not equal to its final token, the iteration where a position
 # converged for good (equals its final token from then on), the iterations after it, a fresh initial guess.
 TRAJECTORY_COLORS = {"wrong": "#f0f0f0", "converges": "#31a354", "converged": "#c7e9c0", "fresh": "#ffffff"}
 MASK_COLORS = ["#f7f7f7", "#2171b5", "#9ecae1"]  # masked, may attend, cache column

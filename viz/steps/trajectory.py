@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, drawn, esc, text_of
-from .palette import STATE_COLORS, TRAJECTORY_COLORS
+from ..common import TraceLike, as_trace, box, drawn, esc, text_of
+from ..palette import STATE_COLORS, TRAJECTORY_COLORS
 from .window import _empty
 
 

@@ -2,15 +2,15 @@
 
 vLLM reports this as one counter; here it is per head/depth, plus accepted tokens per step over the run,
 so "why is my acceptance length low" has a picture: a head that is rarely right cuts every path through
-it. Reads only the trace's tree records (info["tree"], info["accepted_path"]), like viz/tree.py.
+it. Reads only the trace's tree records (info["tree"], info["accepted_path"]), like viz/steps/tree.py.
 """
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace, drawn, esc, plot_value
-from .palette import ORIGIN_COLORS, method_color
+from ..common import TraceLike, as_trace, drawn, esc, plot_value
+from ..palette import ORIGIN_COLORS, method_color
 
 
 def data(trace: TraceLike) -> dict:

@@ -13,20 +13,19 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import asdict
-from pathlib import Path
 
-from . import costs as cost_figs, pool, retrieval, self_speculative, step_profile, tokens, trajectory, window
-from .common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
-from .counts import run_counts, step_counts
-from .describe import header_words
-from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, origin_legend, pool_legend, trajectory_legend,
+from ..runs import costs as cost_figs, step_profile
+from . import pool, retrieval, self_speculative, tokens, trajectory, window
+from ..common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
+from ..counts import run_counts, step_counts
+from ..describe import header_words
+from ..palette import (STATE_COLORS, for_js, legend_html, mask_legend, origin_legend, pool_legend, trajectory_legend,
                       tree_legend, window_legend)
-from .stepper_css import CSS
+from ..page import SCRIPT
+from ..page.stepper_css import CSS
 from .stepper_text import caption
-from .teach import slide_steps, teaching_step
+from ..exports.teach import slide_steps, teaching_step
 
-SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "export.js", "side_by_side.js",
-                                                                                 "stepper.js"))
 MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}
@@ -105,9 +104,9 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
-    if tr.method == "self_speculative":  # draft ms against the target's, per step (viz/self_speculative.py)
+    if tr.method == "self_speculative":  # draft ms against the target's, per step (viz/steps/self_speculative.py)
         run["self_spec"], marks["self_spec"] = json.loads(self_speculative.run_figure(tr).to_json()), "xline"
-    if tr.method == "retrieval":  # match length, trie size and tokens kept per step (viz/retrieval.py)
+    if tr.method == "retrieval":  # match length, trie size and tokens kept per step (viz/steps/retrieval.py)
         run["retrieval"], marks["retrieval"] = json.loads(retrieval.run_figure(tr).to_json()), "xline"
     lat = cost_figs.latency_data([(tr, costs if isinstance(costs, dict) else None)])[0]
     if lat["steps"]:
@@ -203,7 +202,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 
 def head_html(include_plotly: bool = True) -> str:
     """<script> tags for the page head: plotly.js (inline, offline) and the step-control script."""
-    from .plotlyjs import offline_plotlyjs
+    from ..page.plotlyjs import offline_plotlyjs
     js = f"<script>{offline_plotlyjs()}</script>" if include_plotly else ""
     return js + f"<script>{SCRIPT}</script>"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, drawn, esc, number, plot_value, text_of
-from .palette import ORIGIN_COLORS, STATE_COLORS, pool_legend, token_origin
+from ..common import TraceLike, as_trace, box, drawn, esc, number, plot_value, text_of
+from ..palette import ORIGIN_COLORS, STATE_COLORS, pool_legend, token_origin
 from .window import _empty
 
 

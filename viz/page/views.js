@@ -105,7 +105,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   }
 
   // ---- Pool browser: every n-gram in the pool after this step, by key, rebuilt by replaying the trace's
-  // per-step deltas (info.pool_delta: ["t"|"w"|"x", key, ...n-gram], as viz/pool.py contents() does).
+  // per-step deltas (info.pool_delta: ["t"|"w"|"x", key, ...n-gram], as viz/steps/pool.py contents() does).
   let poolOpen = false;  // the list stays open across step changes once opened
   document.addEventListener("toggle", (e) => {
     const d = e.composedPath ? e.composedPath()[0] : e.target;
@@ -251,7 +251,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
   }
 
-  // ---- Jacobi trajectory (viz/trajectory.py): rows = the last iterations up to this step, columns = positions;
+  // ---- Jacobi trajectory (viz/steps/trajectory.py): rows = the last iterations up to this step, columns = positions;
   // a guess is grey until it equals its final token, dark green where it converges, pale green after;
   // the guesses this step accepted are outlined.
   function trajectoryView(D, s) {

@@ -11,8 +11,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace, drawn, esc, step_at, text_of
-from .palette import STATE_COLORS, method_color
+from ..common import TraceLike, as_trace, drawn, esc, step_at, text_of
+from ..palette import STATE_COLORS, method_color
 
 DRAFT_COLOR, TARGET_COLOR = "#fd8d3c", "#4d4d4d"
 

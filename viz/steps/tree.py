@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import ORIGIN_COLORS, ROLE_COLORS, TraceLike, as_trace, box, drawn, esc, is_parent, number, text_of
-from .palette import STATE_COLORS, tree_legend
+from ..common import ORIGIN_COLORS, ROLE_COLORS, TraceLike, as_trace, box, drawn, esc, is_parent, number, text_of
+from ..palette import STATE_COLORS, tree_legend
 from .window import _empty
 
 NODE_COLORS = {**ORIGIN_COLORS, **ROLE_COLORS}

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 from decoding.engine.masks import tree_visibility
 
-from .common import TraceLike, as_trace, drawn, esc, is_parent, rel_label, text_of
-from .palette import MASK_COLORS, mask_legend
+from ..common import TraceLike, as_trace, drawn, esc, is_parent, rel_label, text_of
+from ..palette import MASK_COLORS, mask_legend
 from .window import _empty
 
 

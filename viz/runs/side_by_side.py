@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import uuid
 
-from .common import TraceLike, as_trace, drawn, esc, text_of
-from .palette import CURRENT_COLOR, STEP_COLORS, method_color
+from ..common import TraceLike, as_trace, drawn, esc, text_of
+from ..palette import CURRENT_COLOR, STEP_COLORS, method_color
 
 MAX_TOKENS = 96
 
@@ -84,7 +84,7 @@ def linked_html(runs: dict[str, TraceLike], best: str | None = None, max_tokens:
 
     Every run's step view travels as a <template> (drawn only when picked), so switching the pair is
     instant and a race of five methods costs one compact payload per run. Needs SCRIPT on the page."""
-    from .stepper import step_view_html
+    from ..steps.stepper import step_view_html
     rows = data(runs, max_tokens)
     if not rows:
         return ""
