@@ -94,7 +94,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     for (let k = 0; k < s.r.length; k++) if (s.r[k] === "c") pos[list(s.sl[k])[0] + "," + list(s.sl[k])[1]] = s.p[k];
     const rows = cands.map((c, g) => {
       const m = matched[g] || 0, chosen = g === info.chosen;
-      const source = src[g] || (D.method === "prompt_lookup" ? "text" : "");
+      const source = src[g] || D.pool_source;  // older traces name no source: the method's (viz/steps/pool.py)
       const ok = P.origin[source === "reference" ? "reference" : source && source !== "window" ? "text_ngram" : "candidate"];
       const cells = list(c).map((t, i) => cell(D, t, pos[g + "," + i], i < m ? ok : i === m ? P.state.rejected : P.state.unchecked,
         "", i < m ? "matches the model" : i === m ? "first mismatch" : "not checked")).join("");
@@ -279,7 +279,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       return `<tr class="${r.s === s.i ? "ds-chosen" : ""}"><th>${r.s === s.i ? "▶ " : ""}step ${esc(r.s)}</th>${cells.join("")}</tr>`;
     });
     const here = rows[rows.length - 1], n = here.a.length, pool = here.p || [];
-    const what = D.method === "jacobi" ? "Jacobi block" : "window (newest level per position)";
+    const what = esc(T.what);  // said by Python from the data (viz/steps/trajectory.py data: a block or a window)
     const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool, not the window: ${esc(pool.join(""))}` : "";
     return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined)${fromPool}; ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];

@@ -19,8 +19,8 @@ from . import pool, retrieval, self_speculative, tokens, trajectory, window
 from ..common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
 from ..counts import run_counts, step_counts
 from ..describe import header_words
-from ..palette import (STATE_COLORS, for_js, legend_html, mask_legend, origin_legend, pool_legend, trajectory_legend,
-                      tree_legend, window_legend)
+from ..palette import (STATE_COLORS, for_js, legend_html, mask_legend, method_pictures, origin_legend, pool_legend,
+                      trajectory_legend, tree_legend, window_legend)
 from ..page import SCRIPT
 from ..page.stepper_css import CSS
 from .stepper_text import caption
@@ -37,15 +37,16 @@ __all__ = ["CSS", "JS_ON_LOAD", "SCRIPT", "build", "caption", "gradio_html_kwarg
 
 
 def views_for(tr) -> list[str]:
-    """The per-step views that have something to show for this run."""
-    names = []
+    """The per-step views that have something to show for this run: what the data holds, and the pictures
+    its method's spec names (viz.palette.method_pictures; an unknown method gets a fallback)."""
+    names, pictures = [], method_pictures(tr.method)
     if any(window.has_window(s) for s in tr.steps):
         names.append("window")
     if any("candidates" in s.info for s in tr.steps):
         names.append("pool")
-    if tr.method in ("jacobi", "lookahead") and trajectory.has_trajectory(tr):
+    if "trajectory" in pictures and trajectory.has_trajectory(tr):
         names.append("trajectory")
-    if any(s.info.get("tree") for s in tr.steps) or tr.method not in ("lookahead", "greedy", "jacobi"):
+    if any(s.info.get("tree") for s in tr.steps) or "tree" in pictures:
         names.append("tree")
     names.append("mask")
     return names
@@ -104,9 +105,10 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
-    if tr.method == "self_speculative":  # draft ms against the target's, per step (viz/steps/self_speculative.py)
+    pictures = method_pictures(tr.method)
+    if "draft_cost" in pictures:  # draft ms against the target's, per step (viz/steps/self_speculative.py)
         run["self_spec"], marks["self_spec"] = json.loads(self_speculative.run_figure(tr).to_json()), "xline"
-    if tr.method == "retrieval":  # match length, trie size and tokens kept per step (viz/steps/retrieval.py)
+    if "retrieval" in pictures:  # match length, trie size and tokens kept per step (viz/steps/retrieval.py)
         run["retrieval"], marks["retrieval"] = json.loads(retrieval.run_figure(tr).to_json()), "xline"
     lat = cost_figs.latency_data([(tr, costs if isinstance(costs, dict) else None)])[0]
     if lat["steps"]:
@@ -117,13 +119,14 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     if "trajectory" in names:
         t = trajectory.data(tr)
         code = {"wrong": "w", "converges": "n", "converged": "c"}
-        traj = {"cells": t["cells"], "right": t["right"],
+        traj = {"cells": t["cells"], "right": t["right"], "what": t["what"],
                 "rows": [{"s": r["step"], "a": r["accepted_cells"], "p": r["from_pool"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
                          for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
     return {"views": names, "steps": steps, "counts": asdict(run_counts(tr)), "pick": teaching_step(tr),
             "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,
             "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
-            "method": tr.method, "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
+            "method": tr.method, "pictures": list(pictures),
+            "pool_source": pool.default_source(tr.method), "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
 
 
