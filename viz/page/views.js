@@ -26,14 +26,6 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   const counted = (s) => isNum(s.g) ? `${s.g} guessed token${s.g === 1 ? "" : "s"} + ${esc(s.own)} of the model's own` : `${list(s.a).length} token(s)`;
   const quote = (D, toks) => JSON.stringify(list(toks).map((t) => tok(D, t)).join(""));
   function tok(D, t) { return own(D.vocab, String(t)) ? String(D.vocab[String(t)]) : `<${t}>`; }
-  // A parent is a smaller query index (the engine's rule, decoding/engine/masks.py): a cycle or a parent
-  // past the query is not followed, so every walk up the tree ends.
-  const isParent = (p, i) => Number.isInteger(p) && p >= 0 && p < i;
-  function lineage(par, i) {
-    const out = [i];
-    for (let j = i; isParent(par[j], j); j = par[j]) out.push(par[j]);
-    return out;
-  }
   const MAX_COLS = 256;  // wider than any real window or block (64): a crafted slot cannot make a huge loop
   function cell(D, t, pos, bg, cls, title) {
     const p = pos === null || pos === undefined ? "" : ` data-pos="${esc(pos)}"`;
@@ -143,112 +135,59 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       `<table class="ds-tab ds-pooltab">${rows.slice(0, limit).join("")}</table>${more}</details>`;
   }
 
-  // ---- Token tree (SVG): depth left→right; accepted path green, first rejection red; pruned nodes faint.
-  function treeNodes(s) {
-    const info = s.info || {}, t = info.tree || {};
-    const toks = list(t.tokens || s.t), par = list(t.parents || s.par);
-    const ROLE = { x: "target", w: "window", c: "candidate", d: "draft", s: "stage2", p: "prompt", j: "jacobi" };
-    const origin = list(t.origin || s.r.split("").map((r) => ROLE[r] || "draft"));
-    const depth = [];
-    const nodes = toks.map((tk, i) => {
-      const parent = isParent(par[i], i) ? par[i] : -1;  // a cycle or a bad parent: drawn as a root
-      depth[i] = Array.isArray(t.depth) && isNum(t.depth[i]) ? t.depth[i] : parent < 0 ? 0 : depth[parent] + 1;
-      return { id: i, t: tk, parent, depth: depth[i], origin: origin[i], dp: list(t.draft_prob)[i] };
-    });
-    const pr = t.pruned || {};
-    const n0 = nodes.length;
-    list(pr.tokens).forEach((tk, k) => {
-      const p = list(pr.parents)[k];
-      if (isParent(p, n0)) nodes.push({ id: nodes.length, t: tk, parent: p, depth: nodes[p].depth + 1,
-        dp: list(pr.draft_prob)[k], pruned: true });
-    });
-    return nodes;
-  }
-  function tidy(nodes) {
-    const kids = {}, y = {};
-    let row = 0;
-    nodes.forEach((n) => (kids[n.parent] = kids[n.parent] || []).push(n.id));
-    const place = (i) => {
-      const k = kids[i] || [];
-      y[i] = k.length ? k.reduce((a, c) => a + place(c), 0) / k.length : row++;
-      return y[i];
-    };
-    (kids[-1] || []).forEach(place);
-    return [y, row];
-  }
+  // ---- Token tree (SVG): placed from the step's view-model s.tv (viz/steps/tree.py view: positions, fills,
+  // outlines, labels, tips and the title are decided there, once, for this page and the plotly figure alike).
   function treeView(D, s) {
-    if (s.k === "prefill") return [`Step ${s.i} (prefill): the prompt is read as one chain — no tree`, ""];
-    const P = D.palette, info = s.info || {}, nodes = treeNodes(s);
-    if (!nodes.length) return [`Step ${s.i}: no tree recorded`, ""];
-    const [y, rows] = tidy(nodes);
-    const path = new Set(list(info.accepted_path || s.kept)), rej = info.first_rejected, cut = D.cutoff;
-    const base = s.p.length ? s.p[0] : s.kv, dx = 120, dy = 30, X = (n) => 16 + n.depth * dx, Y = (n) => 18 + y[n.id] * dy;
-    const maxD = Math.min(nodes.reduce((a, n) => Math.max(a, n.depth), 0), MAX_COLS), npr = nodes.filter((n) => n.pruned).length;
+    const v = s.tv || {}, nodes = list(v.nodes), edges = list(v.edges);
+    if (!nodes.length) return [v.title ? String(v.title) : `Step ${s.i}: no tree recorded`, ""];
+    const dx = 120, dy = 30, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
+    const maxD = Math.min(isNum(v.depth) ? v.depth : 0, MAX_COLS), rows = isNum(v.rows) ? v.rows : 1;
     const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
-    const out = [];
+    const out = edges.map((e) => `<line x1="${esc(X(e.x0))}" y1="${esc(Y(e.y0))}" x2="${esc(X(e.x1))}" y2="${esc(Y(e.y1))}"` +
+      ` stroke="${esc(e.colour)}" stroke-width="${esc(e.width)}"${e.dashed ? ' stroke-dasharray="3 3"' : ""}/>`);
     nodes.forEach((n) => {
-      if (n.parent < 0) return;
-      const p = nodes[n.parent], good = path.has(n.id) && path.has(p.id);
-      out.push(`<line x1="${esc(X(p))}" y1="${esc(Y(p))}" x2="${esc(X(n))}" y2="${esc(Y(n))}" stroke="${n.pruned ? P.state.pruned : good ? P.state.matched : "#bbb"}"` +
-        ` stroke-width="${good ? 4 : 1.2}"${n.pruned ? ' stroke-dasharray="3 3"' : ""}/>`);
+      const pos = n.pos === null || n.pos === undefined ? "" : esc(n.pos);
+      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(n.tip)}</title><circle data-pos="${pos}" cx="${esc(X(n.x))}" cy="${esc(Y(n.y))}" r="9"` +
+        ` fill="${esc(n.fill)}" stroke="${esc(n.stroke)}" stroke-width="${esc(n.stroke_width)}"/>` +
+        (n.rejected ? `<text x="${esc(X(n.x))}" y="${esc(Y(n.y) + 4)}" text-anchor="middle" font-size="12" fill="${esc(n.stroke)}">✕</text>` : "") +
+        `<text x="${esc(X(n.x) + 13)}" y="${esc(Y(n.y) + 4)}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(n.label)}</text></g>`);
     });
-    nodes.forEach((n) => {
-      const acc = path.has(n.id), bad = n.id === rej;
-      const fill = n.pruned ? "#fff" : pick(P.origin, n.origin, pick(P.role, n.origin, "#ccc"));
-      const stroke = n.pruned ? P.state.pruned : acc ? P.state.matched : bad ? P.state.rejected : "#666";
-      const lab = n.pruned ? `${tok(D, n.t)} · ${n.dp === undefined || n.dp === null ? "pruned" :
-        `p=${fixed(n.dp, 2)}` + (cut !== null && cut !== undefined ? ` < cutoff ${fixed(cut, 2)}` : " (pruned)")}` : tok(D, n.t);
-      const tip = n.pruned ? `pruned child of node ${n.parent}: ${lab}` : `node ${n.id} · ${n.origin}` +
-        (n.dp !== undefined && n.dp !== null ? ` · draft p=${fixed(n.dp, 3)}` : "") + (acc ? " · accepted" : "") + (bad ? " · first rejected" : "");
-      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(tip)}</title><circle data-pos="${n.pruned ? "" : esc(base + n.depth)}" cx="${esc(X(n))}" cy="${esc(Y(n))}" r="9"` +
-        ` fill="${esc(fill)}" stroke="${esc(stroke)}" stroke-width="${acc || bad ? 3 : 1.5}"/>` + (bad ? `<text x="${esc(X(n))}" y="${esc(Y(n) + 4)}" text-anchor="middle" font-size="12" fill="${esc(P.state.rejected)}">✕</text>` : "") +
-        `<text x="${esc(X(n) + 13)}" y="${esc(Y(n) + 4)}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(lab)}</text></g>`);
-    });
-    const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep (${counted(s)})` +
-      (rej !== null && rej !== undefined ? `, first rejected node ${rej}` : "") +
-      (cut === null || cut === undefined ? "" : ` · confidence cutoff ${fixed(cut, 2)}: ` + ((info.tree || {}).pruned
-        ? `${npr} proposed node(s) below it pruned (faint)` : "pruned nodes not recorded in this trace"));
-    return [title, `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
+    return [String(v.title), `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
   }
 
-  // ---- Attention mask (SVG, one path for every visible cell): query i sees j when j is i or its ancestor.
-  const ROLE_NAME = { p: "p", d: "d", s: "s2" };
-  const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2", j: "jacobi" };
-  function label(s, k, base) {
-    const r = s.r[k], sl = list(s.sl[k]), rel = s.p.length ? s.p[k] - base : k;
-    const name = r === "w" ? (sl[0] === 0 && sl[1] === 0 ? "x0" : "L" + sl[0]) : r === "c" ? "c" + (sl.length ? sl[0] : "")
-      : r === "x" ? "x0" : ROLE_NAME[r] || r;
-    return `${name}·${rel}`;
-  }
+  // ---- Attention mask (SVG, one path for every visible cell): placed from the step's view-model s.mv
+  // (viz/steps/mask.py view: each row's visible columns from the engine's tree_visibility, the role·position
+  // labels, the role colours, the title), as the plotly figure places it.
   function maskView(D, s) {
-    const n = Math.min(list(s.par).length, 400), P = D.palette;
-    if (!n) return [`Step ${s.i}: no query recorded`, ""];
+    const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400);
+    if (!n) return [v.title ? String(v.title) : `Step ${s.i}: no query recorded`, ""];
     // labels readable at arm's length: 12-13 px type, cells as tall as the type
-    const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = s.kv ? 2 * c : 0;
-    const base = s.p.length ? s.p[0] : s.kv, w = m + cache + n * c + 4, h = m + n * c + 4;
+    const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = v.kv ? 2 * c : 0;
+    const w = m + cache + n * c + 4, h = m + n * c + 4, labels = list(v.labels), colours = list(v.colours), pos = list(v.positions);
     let d = "";
-    for (let i = 0; i < n; i++) for (const j of lineage(s.par, i)) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
-    const out = [`<rect x="${m + cache}" y="${m}" width="${n * c}" height="${n * c}" fill="${P.mask[0]}"/>`,
-      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${P.mask[2]}"><title>KV cache: ${esc(s.kv)} tokens, seen by every query</title></rect>` : "",
-      `<path d="${d}" fill="${P.mask[1]}"/>`];
+    list(v.rows).slice(0, n).forEach((runs, i) => {
+      const r = list(runs);
+      for (let k = 0; k + 1 < r.length; k += 2) {
+        if (!isNum(r[k]) || !isNum(r[k + 1]) || r[k] < 0 || r[k + 1] >= n || r[k + 1] < r[k]) continue;  // a crafted run
+        for (let j = r[k]; j <= r[k + 1]; j++) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
+      }
+    });
+    const out = [`<rect x="${m + cache}" y="${m}" width="${n * c}" height="${n * c}" fill="${esc(P.mask[0])}"/>`,
+      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${esc(P.mask[2])}"><title>KV cache: ${esc(v.kv)} tokens, seen by every query</title></rect>` : "",
+      `<path d="${d}" fill="${esc(P.mask[1])}"/>`];
     for (let k = 0; k < n; k++) {
-      const pos = esc(s.p.length ? s.p[k] : "");
-      out.push(`<rect class="ds-mrow" data-pos="${pos}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
-      out.push(`<rect class="ds-mcol" data-pos="${pos}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
-      // the query token's role, as in every other view; a drafted node by its tree origin (Medusa teal, EAGLE red)
-      const o = list(((s.info || {}).tree || {}).origin)[k], rc = s.r[k] === "d" && o && o !== "target"
-        ? pick(P.origin, o, pick(P.role, "draft", "#ccc")) : pick(P.role, pick(ROLE_KEY, s.r[k], ""), "#ccc");
+      const at = pos[k] === null || pos[k] === undefined ? "" : esc(pos[k]), rc = esc(colours[k] || "#ccc");
+      out.push(`<rect class="ds-mrow" data-pos="${at}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
+      out.push(`<rect class="ds-mcol" data-pos="${at}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
       out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
       out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
       if (lab) {
-        const L = esc(label(s, k, base));
+        const L = esc(labels[k] === undefined ? "" : labels[k]);
         out.push(`<text x="${m - 9}" y="${m + k * c + c - 3}" font-size="${fs}" text-anchor="end">${L}</text>`);
         out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="${fs}">${L}</text>`);
       }
     }
-    const cut = s.q > n ? ` (first ${n} of ${s.q} shown)` : "";
-    return [`Attention mask of step ${s.i}: ${s.q}×${s.q}${cut}` + (s.kv ? ` + the ${s.kv}-token cache (left)` : ""),
-      `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+    return [String(v.title), `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
   }
 
   // ---- Jacobi trajectory (viz/steps/trajectory.py): rows = the last iterations up to this step, columns = positions;

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 from decoding.engine.masks import tree_visibility
 
-from ..common import TraceLike, as_trace, drawn, esc, is_parent, rel_label, text_of
-from ..palette import MASK_COLORS, mask_legend
+from ..common import TraceLike, as_trace, drawn, esc, is_parent, number, rel_label, text_of
+from ..palette import MASK_COLORS, ORIGIN_COLORS, ROLE_COLORS, mask_legend
 from .window import _empty
 
 
@@ -32,17 +32,66 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
             "tokens": list(step.tokens), "text": [text_of(tr, t) for t in step.tokens]}
 
 
-@drawn
-def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figure:
-    """Heatmap of the mask (dark = may attend), with the cache column; big prompts are cut to max_tokens."""
+def _runs(row: list[int]) -> list[int]:
+    """A mask row's visible columns as runs [a0, b0, a1, b1, ...] (inclusive): a prefill's causal row is one
+    run, a tree row a few, so the page gets the engine's cells without a matrix per step."""
+    out: list[int] = []
+    for j, v in enumerate(row):
+        if not v:
+            continue
+        if out and out[-1] == j - 1:
+            out[-1] = j
+        else:
+            out += [j, j]
+    return out
+
+
+def _strip(role: object, origin: object) -> str:
+    """The query token's role colour (as in every other view); a drafted node by its tree origin (Medusa's
+    heads, EAGLE's draft head), as the tree fills it."""
+    if role == "draft" and isinstance(origin, str) and origin and origin != "target":
+        return ORIGIN_COLORS.get(origin) or ROLE_COLORS["draft"]
+    return ROLE_COLORS.get(role, "#ccc") if isinstance(role, str) else "#ccc"
+
+
+def view(trace: TraceLike, step_index: int, max_tokens: int = 160) -> dict:
+    """The mask view-model: the first `max_tokens` queries' labels and role colours, each row's visible
+    columns (runs, from the engine's tree_visibility), the cache size and the title. The page (views.js
+    maskView) and figure() below only place what this says."""
     tr = as_trace(trace)
+    step = tr.steps[step_index]
     d = data(tr, step_index)
     if d is None:
-        return _empty(f"Step {step_index}: no query recorded")
-    n = min(len(d["labels"]), max_tokens)
-    labels = [f"{i}:{esc(lab)}" for i, lab in enumerate(d["labels"][:n])]  # index keeps category labels unique
-    z = [([2] if d["kv_len"] else []) + row[:n] for row in d["matrix"][:n]]
-    cols = ([f"cache×{esc(d['kv_len'])}"] if d["kv_len"] else []) + labels
+        return {"step": step.index, "title": f"Step {step.index}: no query recorded", "labels": [], "colours": [],
+                "rows": [], "positions": [], "kv": 0, "n": 0}
+    q = len(d["labels"])
+    n = min(q, max_tokens)
+    origins = ((step.info or {}).get("tree") or {}).get("origin")
+    origins = origins if isinstance(origins, list) else []
+    kv = d["kv_len"] if number(d["kv_len"]) is not None else 0
+    cut = f" (first {n} of {q} shown)" if n < q else ""
+    return {"step": d["step"], "n": n, "kv": kv, "labels": d["labels"][:n],
+            "colours": [_strip(r, origins[k] if k < len(origins) else None) for k, r in enumerate(d["roles"][:n])],
+            "rows": [_runs(row[:n]) for row in d["matrix"][:n]], "positions": d["positions"][:n],
+            "title": f"Attention mask of step {d['step']}: {q}×{q}{cut}" + (f" + the {kv}-token cache (left)" if kv else "")}
+
+
+@drawn
+def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figure:
+    """The view-model (view()) as a heatmap (dark = may attend) with the cache column. For gr.Plot,
+    screenshots and tests."""
+    v = view(trace, step_index, max_tokens)
+    n = v["n"]
+    if not n:
+        return _empty(v["title"])
+    labels = [f"{i}:{esc(lab)}" for i, lab in enumerate(v["labels"])]  # index keeps category labels unique
+    z = []
+    for runs in v["rows"]:
+        row = [0] * n
+        for a, b in zip(runs[::2], runs[1::2]):
+            row[a:b + 1] = [1] * (b + 1 - a)
+        z.append(([2] if v["kv"] else []) + row)
+    cols = ([f"cache×{esc(v['kv'])}"] if v["kv"] else []) + labels
     # one hover template, not a string per cell: a 120-token step would otherwise embed 14,400 strings
     fig = go.Figure(go.Heatmap(z=z, x=cols, y=labels, zmin=0, zmax=2, showscale=False, xgap=1, ygap=1,
                                hovertemplate="query %{y}<br>key %{x}<br>%{z}<extra>2 = KV cache, 1 = may attend,"
@@ -51,14 +100,12 @@ def figure(trace: TraceLike, step_index: int, max_tokens: int = 160) -> go.Figur
     for name, color in mask_legend():  # colour key: invisible points that only make legend entries
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="square", size=12, color=color)))
-    cut = f" (first {n} of {len(d['labels'])} shown)" if n < len(d["labels"]) else ""
     size = max(260, min(900, 140 + 18 * n))
-    off = 1 if d["kv_len"] else 0  # rows and columns of query tokens at the selected position
-    rows = [[-.5, len(cols) - .5, i - .5, i + .5, p] for i, p in enumerate(d["positions"][:n])]
+    off = 1 if v["kv"] else 0  # rows and columns of query tokens at the selected position
+    rows = [[-.5, len(cols) - .5, i - .5, i + .5, p] for i, p in enumerate(v["positions"])]
     fig.update_layout(meta={"cells": rows + [[i + off - .5, i + off + .5, -.5, n - .5, p]
-                                             for i, p in enumerate(d["positions"][:n])]})
-    fig.update_layout(title=dict(text=f"Attention mask of step {esc(d['step'])}: {len(d['labels'])}×{len(d['labels'])}"
-                                      f"{cut}; blue = may attend", font=dict(size=13)),
+                                             for i, p in enumerate(v["positions"])]})
+    fig.update_layout(title=dict(text=esc(v["title"]) + "; blue = may attend", font=dict(size=13)),
                       xaxis=dict(side="top", tickangle=-90, tickfont=dict(size=9), type="category"),
                       yaxis=dict(autorange="reversed", tickfont=dict(size=9), type="category"),
                       height=size + 40, width=size + 60, margin=dict(l=80, r=20, t=110, b=50), plot_bgcolor="white",

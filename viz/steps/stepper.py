@@ -15,7 +15,7 @@ import uuid
 from dataclasses import asdict
 
 from ..runs import costs as cost_figs, step_profile
-from . import pool, retrieval, self_speculative, tokens, trajectory, window
+from . import mask, pool, retrieval, self_speculative, tokens, trajectory, tree, window
 from ..common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
 from ..counts import run_counts, step_counts
 from ..describe import header_words
@@ -102,6 +102,10 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     tr = as_trace(trace)
     names = views_for(tr)
     steps = [compact_step(s, caption(tr, k)) for k, s in enumerate(tr.steps[:max_steps])]
+    for k, st in enumerate(steps):  # view-models, placed by views.js as by tree.figure / mask.figure (one drawing)
+        st["mv"] = mask.view(tr, k, MAX_QUERY)
+        if "tree" in names:
+            st["tv"] = _round(tree.view(tr, k))
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"

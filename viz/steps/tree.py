@@ -14,10 +14,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ..common import ORIGIN_COLORS, ROLE_COLORS, TraceLike, as_trace, box, drawn, esc, is_parent, number, text_of
+from ..counts import step_counts
 from ..palette import STATE_COLORS, tree_legend
 from .window import _empty
 
-NODE_COLORS = {**ORIGIN_COLORS, **ROLE_COLORS}
 
 
 def _get(seq: list | None, i: int):
@@ -75,14 +75,15 @@ def pruned_nodes(tr, pruned: dict | None, nodes: list[dict]) -> list[dict]:
     return out
 
 
-def prune_label(n: dict, cutoff: float | None) -> str:
-    """'p=0.21 < cutoff 0.40' (or just 'pruned' when a probability is missing), as plotly text: the values
-    escaped, the '<' ours (no '>' follows it, so plotly reads no tag)."""
+def prune_label(n: dict, cutoff: float | None, escape: bool = True) -> str:
+    """'p=0.21 < cutoff 0.40' (or just 'pruned' when a probability is missing); escape=True: as plotly text,
+    the values escaped, the '<' ours (no '>' follows it, so plotly reads no tag); False: plain text."""
     p = n.get("draft_prob")
     if p is None:
         return "pruned"
-    p = esc(_fixed(p, 2))
-    return f"p={p} < cutoff {esc(_fixed(cutoff, 2))}" if cutoff is not None else f"p={p} (pruned)"
+    e = esc if escape else str
+    p = e(_fixed(p, 2))
+    return f"p={p} < cutoff {e(_fixed(cutoff, 2))}" if cutoff is not None else f"p={p} (pruned)"
 
 
 def layout(nodes: list[dict]) -> dict[int, float]:
@@ -108,54 +109,99 @@ def layout(nodes: list[dict]) -> dict[int, float]:
     return y
 
 
-@drawn
-def figure(trace: TraceLike, step_index: int) -> go.Figure:
-    """Nodes left→right by depth, coloured by origin; accepted path in bold green, first rejection ✕."""
+def _fill(origin: object) -> str:
+    """A node's fill: its origin's colour, else its query role's (a lookahead step's own tree), else grey."""
+    return ORIGIN_COLORS.get(origin) or ROLE_COLORS.get(origin) or "#ccc" if isinstance(origin, str) else "#ccc"
+
+
+def view(trace: TraceLike, step_index: int) -> dict | None:
+    """The tree view-model: every node placed (x = depth, y = row), filled, outlined and labelled, every edge
+    styled, the title said. Why: the page (views.js treeView) and the plotly figure below only place what
+    this says, so the tree is drawn one way (texts are plain: each renderer escapes where it writes)."""
     tr = as_trace(trace)
+    step = tr.steps[step_index]
+    if step.kind == "prefill":
+        return {"step": step.index, "title": f"Step {step.index} (prefill): the prompt is read as one chain — no tree",
+                "nodes": [], "edges": [], "rows": 0, "depth": 0}
     d = data(tr, step_index)
     if d is None:
-        return _empty(f"Step {step_index}: no tree recorded")
-    nodes, pruned = d["nodes"], d["pruned"]
+        return {"step": step.index, "title": f"Step {step.index}: no tree recorded", "nodes": [], "edges": [],
+                "rows": 0, "depth": 0}
+    nodes, pruned, cut = d["nodes"], d["pruned"], d["cutoff"]
     y = layout(nodes + pruned)
     on_path = set(d["accepted_path"])
-    fig = go.Figure()
-    for n in nodes:
+    edges = []
+    for n in nodes + pruned:
         p = n["parent"]
-        if p >= 0:
-            good = n["id"] in on_path and p in on_path
-            fig.add_trace(go.Scatter(x=[nodes[p]["depth"], n["depth"]], y=[y[p], y[n["id"]]], mode="lines",
-                                     line=dict(color=STATE_COLORS["matched"] if good else "#bbb", width=4 if good else 1.2),
-                                     hoverinfo="skip", showlegend=False))
-    for origin in dict.fromkeys(n["origin"] for n in nodes):
-        group = [n for n in nodes if n["origin"] == origin]
+        if p < 0:
+            continue
+        good = not n.get("pruned") and n["id"] in on_path and p in on_path
+        colour = STATE_COLORS["pruned"] if n.get("pruned") else STATE_COLORS["matched"] if good else "#bbb"
+        edges.append({"x0": nodes[p]["depth"], "y0": y[p], "x1": n["depth"], "y1": y[n["id"]], "colour": colour,
+                      "width": 4 if good else 1.2, "dashed": bool(n.get("pruned"))})
+    out = []
+    for n in nodes:
+        acc, bad = n["accepted"], n["rejected"]
+        out.append({"x": n["depth"], "y": y[n["id"]], "pos": n["pos"], "label": n["text"], "tip": _hover(n),
+                    "fill": _fill(n["origin"]), "origin": n["origin"], "rejected": bad, "pruned": False,
+                    "stroke": STATE_COLORS["matched"] if acc else STATE_COLORS["rejected"] if bad else "#666",
+                    "stroke_width": 3 if acc or bad else 1.5})
+    for n in pruned:
+        lab = f"{n['text']} · {prune_label(n, cut, escape=False)}"
+        out.append({"x": n["depth"], "y": y[n["id"]], "pos": None, "label": lab, "tip": f"pruned child of node "
+                    f"{n['parent']}: token {n['token']} {n['text']!r} · {prune_label(n, cut, escape=False)}",
+                    "fill": "#ffffff", "origin": "pruned", "rejected": False, "pruned": True,
+                    "stroke": STATE_COLORS["pruned"], "stroke_width": 1.5})
+    rej, s = d["first_rejected"], step_counts(step)
+    title = (f"Step {d['step']}: {len(nodes)}-node tree, accepted path {max(len(on_path) - 1, 0)} deep "
+             f"({s.guessed} guessed token{'' if s.guessed == 1 else 's'} + {s.own} of the model's own)"
+             + (f", first rejected node {rej}" if rej is not None else ""))
+    if cut is not None:
+        title += (f" · confidence cutoff {_fixed(cut, 2)}: "
+                  + (f"{len(pruned)} proposed node(s) below it pruned (faint)" if d["pruned_recorded"]
+                     else "pruned nodes not recorded in this trace"))
+    return {"step": d["step"], "title": title, "nodes": out, "edges": edges,
+            "rows": max(y.values()) + 1 if y else 1, "depth": max(n["depth"] for n in nodes + pruned)}
+
+
+def _plotly_text(text: str) -> str:
+    """Plain text as plotly text: escaped, then '&lt; ' back to '< ' ('p=0.21 < cutoff 0.40' reads as written;
+    a '<' followed by a space opens no tag, so a crafted value stays inert)."""
+    return esc(text).replace("&lt; ", "< ")
+
+
+@drawn
+def figure(trace: TraceLike, step_index: int) -> go.Figure:
+    """The view-model (view()) placed as plotly traces: nodes left→right by depth, accepted path in bold green,
+    first rejection ✕, pruned nodes faint and hollow. For gr.Plot, screenshots and tests."""
+    v = view(trace, step_index)
+    if not v["nodes"]:
+        return _empty(v["title"])
+    fig = go.Figure()
+    for e in v["edges"]:
+        fig.add_trace(go.Scatter(x=[e["x0"], e["x1"]], y=[e["y0"], e["y1"]], mode="lines", hoverinfo="skip",
+                                 line=dict(color=e["colour"], width=e["width"], dash="dot" if e["dashed"] else None),
+                                 showlegend=False))
+    for faint in (False, True):
+        group = [n for n in v["nodes"] if n["pruned"] == faint]
+        if not group:
+            continue
         fig.add_trace(go.Scatter(
-            x=[n["depth"] for n in group], y=[y[n["id"]] for n in group], mode="markers+text", showlegend=False,
-            text=[esc(n["text"]) for n in group], textposition="middle right",
-            marker=dict(size=18, color=NODE_COLORS.get(origin, "#ccc"),
+            x=[n["x"] for n in group], y=[n["y"] for n in group], mode="markers+text", showlegend=False,
+            text=[_plotly_text(n["label"]) for n in group], textposition="middle right", opacity=0.6 if faint else 1,
+            textfont=dict(color="#777" if faint else "#222", size=11 if faint else 12),
+            marker=dict(size=14 if faint else 18, color=[n["fill"] for n in group],
                         symbol=["x" if n["rejected"] else "circle" for n in group],
-                        line=dict(color=[STATE_COLORS["matched"] if n["accepted"] else STATE_COLORS["rejected"]
-                                         if n["rejected"] else "#666"
-                                         for n in group], width=[3 if n["accepted"] or n["rejected"] else 1
-                                                                 for n in group])),
-            hovertext=[_hover(n) for n in group], hoverinfo="text"))
-    if pruned:
-        _draw_pruned(fig, nodes, pruned, y, d["cutoff"])
-    for name, color in tree_legend(bool(pruned)):  # colour key (legend-only entries)
+                        line=dict(color=[n["stroke"] for n in group], width=[n["stroke_width"] for n in group])),
+            hovertext=[esc(n["tip"]).replace("\n", "<br>") for n in group], hoverinfo="text"))
+    pruned = any(n["pruned"] for n in v["nodes"])
+    for name, color in tree_legend(pruned):  # colour key (legend-only entries)
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="circle", size=12, color=color)))
-    rows = max(y.values()) + 1 if y else 1
-    height = max(260, min(940, 170 + 34 * rows))
-    rej = d["first_rejected"]
-    title = esc(f"Step {d['step']}: {len(nodes)}-node tree, accepted path {len(on_path) - 1 if on_path else 0} deep"
-                + (f", first rejected node {rej}" if rej is not None else ""))
-    if d["cutoff"] is not None:
-        said = (f"{len(pruned)} proposed node(s) below it were pruned (faint)" if d["pruned_recorded"]
-                else "pruned nodes were not recorded in this trace")
-        title += f"<br><span style='font-size:11px'>confidence cutoff {esc(_fixed(d['cutoff'], 2))}: {said}</span>"
-    fig.update_layout(title=dict(text=title, font=dict(size=13)), plot_bgcolor="white",
-                      meta={"cells": [box(n["depth"], y[n["id"]], n["pos"], .3) for n in nodes]},
-                      xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False,
-                                 range=[-0.3, max(n["depth"] for n in nodes + pruned) + 0.8]),
+    height = max(260, min(940, 170 + 34 * v["rows"]))
+    fig.update_layout(title=dict(text=esc(v["title"]), font=dict(size=13)), plot_bgcolor="white",
+                      meta={"cells": [box(n["x"], n["y"], n["pos"], .3) for n in v["nodes"] if not n["pruned"]]},
+                      xaxis=dict(title="depth (position after x0)", dtick=1, zeroline=False, range=[-0.3, v["depth"] + 0.8]),
                       yaxis=dict(visible=False, autorange="reversed"),
                       height=height, margin=dict(l=20, r=20, t=70, b=100),
                       legend=dict(orientation="h", y=-55 / (height - 170), yanchor="top", font=dict(size=11)))
@@ -163,7 +209,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
 
 
 def _hover(n: dict) -> str:
-    """The node's hover label: every trace value escaped (plotly reads markup in hover text)."""
+    """The node's tip, plain text one fact a line (the renderers escape it: plotly reads markup in hovers)."""
     parts = [f"node {n['id']} token {n['token']} {n['text']!r}", f"depth {n['depth']}, origin {n['origin']}"]
     if n["draft_prob"] is not None:
         r = n.get("rank")
@@ -175,20 +221,4 @@ def _hover(n: dict) -> str:
         parts.append("accepted")
     if n["rejected"]:
         parts.append("first rejected")
-    return "<br>".join(esc(p) for p in parts)
-
-
-def _draw_pruned(fig: go.Figure, nodes: list[dict], pruned: list[dict], y: dict, cutoff: float | None) -> None:
-    """Faint dashed edges and hollow grey markers labelled with their probability against the cutoff."""
-    for n in pruned:
-        p = nodes[n["parent"]]
-        fig.add_trace(go.Scatter(x=[p["depth"], n["depth"]], y=[y[p["id"]], y[n["id"]]], mode="lines",
-                                 line=dict(color=STATE_COLORS["pruned"], width=1, dash="dot"), hoverinfo="skip",
-                                 showlegend=False))
-    fig.add_trace(go.Scatter(
-        x=[n["depth"] for n in pruned], y=[y[n["id"]] for n in pruned], mode="markers+text", showlegend=False,
-        text=[f"{esc(n['text'])} · {prune_label(n, cutoff)}" for n in pruned], textposition="middle right",
-        textfont=dict(color="#888", size=11), opacity=0.6,
-        marker=dict(size=14, color="white", line=dict(color=STATE_COLORS["pruned"], width=2)),
-        hovertext=[esc(f"pruned child of node {n['parent']}: token {n['token']} {n['text']!r}") + "<br>" +
-                   prune_label(n, cutoff) for n in pruned], hoverinfo="text"))
+    return "\n".join(parts)
