@@ -24,7 +24,9 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     # a bad parent (a cycle, past the query) sees only itself, as the engine's builder gives a later parent
     vis = tree_visibility([p if is_parent(p, i) else -1 for i, p in enumerate(step.parents)])
     base = step.positions[0] if step.positions else step.kv_len
-    rel = [p - base for p in step.positions] if step.positions else list(range(len(step.parents)))
+    ok = number(base) is not None  # a crafted position or cache size is labelled as it is (escaped where drawn)
+    rel = ([p - base if ok and number(p) is not None else p for p in step.positions] if step.positions
+           else list(range(len(step.parents))))
     slots = step.slots or [[]] * len(step.parents)
     labels = [rel_label(r, s, p) for r, s, p in zip(step.roles, slots, rel)]
     return {"step": step.index, "matrix": vis.astype(int).tolist(), "labels": labels, "roles": list(step.roles),
@@ -54,6 +56,7 @@ def _strip(role: object, origin: object) -> str:
     return ROLE_COLORS.get(role, "#ccc") if isinstance(role, str) else "#ccc"
 
 
+@drawn
 def view(trace: TraceLike, step_index: int, max_tokens: int = 160) -> dict:
     """The mask view-model: the first `max_tokens` queries' labels and role colours, each row's visible
     columns (runs, from the engine's tree_visibility), the cache size and the title. The page (views.js

@@ -79,6 +79,15 @@ def compact_step(s, cap: str) -> dict:
             "ms": round(number(s.wall_ms, 0.0), 3), "info": _round(info), "cap": cap}
 
 
+def _view_model(make, st: dict) -> dict:
+    """A step's view-model, or (a crafted field the view cannot place) a view that says so in one line, so
+    the rest of the page still draws."""
+    try:
+        return make()
+    except ValueError as e:
+        return {"title": f"Step {st['i']}: {e}", "nodes": [], "edges": [], "rows": [], "n": 0}
+
+
 def _vocab(tr) -> dict[str, str]:
     ids = set(tr.prompt_ids) | set(tr.output_ids)
     for s in tr.steps:
@@ -103,9 +112,9 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     names = views_for(tr)
     steps = [compact_step(s, caption(tr, k)) for k, s in enumerate(tr.steps[:max_steps])]
     for k, st in enumerate(steps):  # view-models, placed by views.js as by tree.figure / mask.figure (one drawing)
-        st["mv"] = mask.view(tr, k, MAX_QUERY)
+        st["mv"] = _view_model(lambda: mask.view(tr, k, MAX_QUERY), st)
         if "tree" in names:
-            st["tv"] = _round(tree.view(tr, k))
+            st["tv"] = _round(_view_model(lambda: tree.view(tr, k), st))
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"

@@ -50,7 +50,7 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     path = [p for p in path if 0 <= p < len(tokens)]
     rejected = info.get("first_rejected")
     base = step.positions[0] if step.positions else step.kv_len
-    nodes = [{"id": i, "token": t, "text": text_of(tr, t), "parent": parents[i], "depth": depth[i], "pos": base + depth[i],
+    nodes = [{"id": i, "token": t, "text": text_of(tr, t), "parent": parents[i], "depth": depth[i], "pos": base + depth[i] if number(base) is not None and number(depth[i]) is not None else None,
               "draft_prob": _get(tree.get("draft_prob"), i), "target_prob": _get(tree.get("target_prob"), i),
               "origin": _get(origin, i) or "draft", "accepted": i in path, "rejected": i == rejected,
               "rank": _get(tree.get("rank"), i)}
@@ -114,6 +114,7 @@ def _fill(origin: object) -> str:
     return ORIGIN_COLORS.get(origin) or ROLE_COLORS.get(origin) or "#ccc" if isinstance(origin, str) else "#ccc"
 
 
+@drawn
 def view(trace: TraceLike, step_index: int) -> dict | None:
     """The tree view-model: every node placed (x = depth, y = row), filled, outlined and labelled, every edge
     styled, the title said. Why: the page (views.js treeView) and the plotly figure below only place what
