@@ -136,23 +136,32 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   }
 
   // ---- Token tree (SVG): placed from the step's view-model s.tv (viz/steps/tree.py view: positions, fills,
-  // outlines, labels, tips and the title are decided there, once, for this page and the plotly figure alike).
+  // outlines, labels, tips and the title are decided there, once, for this page and the plotly figure alike;
+  // stepper.py _tree_page packs it: node rows [x, y, position, label, fill, stroke, width, flags, name, tip],
+  // edge rows [from, to, colour, width, dashed], texts as indices into D.strs).
+  const str = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.strs).length ? String(D.strs[k]) : "");
   function treeView(D, s) {
-    const v = s.tv || {}, nodes = list(v.nodes), edges = list(v.edges);
-    if (!nodes.length) return [v.title ? String(v.title) : `Step ${s.i}: no tree recorded`, ""];
+    const v = s.tv || {}, nodes = list(v.n), edges = list(v.e);
+    if (!nodes.length) return [v.t ? String(v.t) : `Step ${s.i}: no tree recorded`, ""];
     const dx = 120, dy = 30, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
-    const maxD = Math.min(isNum(v.depth) ? v.depth : 0, MAX_COLS), rows = isNum(v.rows) ? v.rows : 1;
+    const maxD = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS), rows = isNum(v.r) ? v.r : 1;
     const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
-    const out = edges.map((e) => `<line x1="${esc(X(e.x0))}" y1="${esc(Y(e.y0))}" x2="${esc(X(e.x1))}" y2="${esc(Y(e.y1))}"` +
-      ` stroke="${esc(e.colour)}" stroke-width="${esc(e.width)}"${e.dashed ? ' stroke-dasharray="3 3"' : ""}/>`);
-    nodes.forEach((n) => {
-      const pos = n.pos === null || n.pos === undefined ? "" : esc(n.pos);
-      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(n.tip)}</title><circle data-pos="${pos}" cx="${esc(X(n.x))}" cy="${esc(Y(n.y))}" r="9"` +
-        ` fill="${esc(n.fill)}" stroke="${esc(n.stroke)}" stroke-width="${esc(n.stroke_width)}"/>` +
-        (n.rejected ? `<text x="${esc(X(n.x))}" y="${esc(Y(n.y) + 4)}" text-anchor="middle" font-size="12" fill="${esc(n.stroke)}">✕</text>` : "") +
-        `<text x="${esc(X(n.x) + 13)}" y="${esc(Y(n.y) + 4)}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(n.label)}</text></g>`);
+    const out = [];
+    edges.forEach((e) => {
+      const a = list(nodes[list(e)[0]]), b = list(nodes[list(e)[1]]);
+      if (!a.length || !b.length) return;  // a crafted index: no edge
+      out.push(`<line x1="${esc(X(a[0]))}" y1="${esc(Y(a[1]))}" x2="${esc(X(b[0]))}" y2="${esc(Y(b[1]))}"` +
+        ` stroke="${esc(str(D, e[2]))}" stroke-width="${esc(e[3])}"${e[4] ? ' stroke-dasharray="3 3"' : ""}/>`);
     });
-    return [String(v.title), `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
+    nodes.forEach((row) => {
+      const [x, y, p, label, fill, stroke, sw, flags, name, tip] = list(row), pruned = flags & 2, bad = flags & 1;
+      const pos = p === null || p === undefined ? "" : esc(p);
+      out.push(`<g${pruned ? ' opacity="0.6"' : ""}><title>${esc(str(D, name) + ": " + str(D, tip))}</title><circle data-pos="${pos}" cx="${esc(X(x))}" cy="${esc(Y(y))}" r="9"` +
+        ` fill="${esc(str(D, fill))}" stroke="${esc(str(D, stroke))}" stroke-width="${esc(sw)}"/>` +
+        (bad ? `<text x="${esc(X(x))}" y="${esc(Y(y) + 4)}" text-anchor="middle" font-size="12" fill="${esc(str(D, stroke))}">✕</text>` : "") +
+        `<text x="${esc(X(x) + 13)}" y="${esc(Y(y) + 4)}" font-size="12" fill="${pruned ? "#777" : "#222"}" style="white-space:pre">${esc(str(D, label))}</text></g>`);
+    });
+    return [String(v.t), `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
   }
 
   // ---- Attention mask (SVG, one path for every visible cell): placed from the step's view-model s.mv
@@ -160,12 +169,12 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   // labels, the role colours, the title), as the plotly figure places it.
   function maskView(D, s) {
     const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400);
-    if (!n) return [v.title ? String(v.title) : `Step ${s.i}: no query recorded`, ""];
+    if (!n) return [v.t ? String(v.t) : `Step ${s.i}: no query recorded`, ""];
     // labels readable at arm's length: 12-13 px type, cells as tall as the type
     const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = v.kv ? 2 * c : 0;
-    const w = m + cache + n * c + 4, h = m + n * c + 4, labels = list(v.labels), colours = list(v.colours), pos = list(v.positions);
+    const w = m + cache + n * c + 4, h = m + n * c + 4, labels = list(v.l), colours = list(v.c), pos = list(v.p);
     let d = "";
-    list(v.rows).slice(0, n).forEach((runs, i) => {
+    list(v.r).slice(0, n).forEach((runs, i) => {
       const r = list(runs);
       for (let k = 0; k + 1 < r.length; k += 2) {
         if (!isNum(r[k]) || !isNum(r[k + 1]) || r[k] < 0 || r[k + 1] >= n || r[k + 1] < r[k]) continue;  // a crafted run
@@ -176,18 +185,18 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${esc(P.mask[2])}"><title>KV cache: ${esc(v.kv)} tokens, seen by every query</title></rect>` : "",
       `<path d="${d}" fill="${esc(P.mask[1])}"/>`];
     for (let k = 0; k < n; k++) {
-      const at = pos[k] === null || pos[k] === undefined ? "" : esc(pos[k]), rc = esc(colours[k] || "#ccc");
+      const at = pos[k] === null || pos[k] === undefined ? "" : esc(pos[k]), rc = esc(str(D, colours[k]) || "#ccc");
       out.push(`<rect class="ds-mrow" data-pos="${at}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
       out.push(`<rect class="ds-mcol" data-pos="${at}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
       out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
       out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
       if (lab) {
-        const L = esc(labels[k] === undefined ? "" : labels[k]);
+        const L = esc(str(D, labels[k]));
         out.push(`<text x="${m - 9}" y="${m + k * c + c - 3}" font-size="${fs}" text-anchor="end">${L}</text>`);
         out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="${fs}">${L}</text>`);
       }
     }
-    return [String(v.title), `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+    return [String(v.t), `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
   }
 
   // ---- Jacobi trajectory (viz/steps/trajectory.py): rows = the last iterations up to this step, columns = positions;

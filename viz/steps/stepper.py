@@ -31,7 +31,6 @@ MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's pr
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}
 INFO_KEYS = ("window", "pool_key", "key", "candidates", "candidate_sources", "matched", "chosen", "pool_size",
              "accepted_path", "first_rejected", "pool_delta")
-TREE_KEYS = ("tokens", "parents", "depth", "draft_prob", "target_prob", "origin", "pruned")
 
 __all__ = ["CSS", "JS_ON_LOAD", "SCRIPT", "build", "caption", "gradio_html_kwargs", "head_html", "step_view_html"]
 
@@ -70,8 +69,6 @@ def compact_step(s, cap: str) -> dict:
         info["window_next"] = s.info["window_next"][-1]
     if s.info.get("harvested") is not None:
         info["harvested"] = len(s.info["harvested"])
-    if s.info.get("tree"):
-        info["tree"] = {k: s.info["tree"][k] for k in TREE_KEYS if k in s.info["tree"]}
     c = step_counts(s)
     return {"i": s.index, "k": s.kind, "g": c.guessed, "own": c.own, "kv": s.kv_len, "q": s.n_query, "a": s.accepted, "o": s.origins,
             "t": s.tokens[:n], "p": s.positions[:n], "par": s.parents[:n],
@@ -85,7 +82,30 @@ def _view_model(make, st: dict) -> dict:
     try:
         return make()
     except ValueError as e:
-        return {"title": f"Step {st['i']}: {e}", "nodes": [], "edges": [], "rows": [], "n": 0}
+        return {"title": f"Step {st['i']}: {e}", "nodes": [], "edges": [], "rows": [], "n": 0, "depth": 0}
+
+
+def _ref(text: object, strs: dict[str, int]) -> int:
+    """The index of `text` in the page's string table (added on first use)."""
+    return strs.setdefault(str(text), len(strs))
+
+
+def _tree_page(v: dict, strs: dict[str, int]) -> dict:
+    """The tree view-model as the page carries it (a 1,000-step run of 200-node trees stays a few MB):
+    one row per node [x, y, position, label, fill, stroke, stroke width, flags (1 rejected, 2 pruned), name,
+    tip] and per edge [from, to, colour, width, dashed], texts and colours as string-table indices."""
+    nodes = [[n["x"], _round(n["y"]), n["pos"], _ref(n["label"], strs), _ref(n["fill"], strs), _ref(n["stroke"], strs),
+              n["stroke_width"], int(bool(n["rejected"])) | 2 * int(bool(n["pruned"])), _ref(n["name"], strs),
+              _ref(n["tip"], strs)] for n in v.get("nodes") or []]
+    edges = [[e["a"], e["b"], _ref(e["colour"], strs), e["width"], int(e["dashed"])] for e in v.get("edges") or []]
+    return {"t": v["title"], "d": v.get("depth", 0), "r": v.get("rows", 0), "n": nodes, "e": edges}
+
+
+def _mask_page(v: dict, strs: dict[str, int]) -> dict:
+    """The mask view-model as the page carries it: labels and role colours as string-table indices."""
+    return {"t": v["title"], "n": v.get("n", 0), "kv": v.get("kv", 0), "r": v.get("rows") or [],
+            "l": [_ref(x, strs) for x in v.get("labels") or []], "c": [_ref(x, strs) for x in v.get("colours") or []],
+            "p": v.get("positions") or []}
 
 
 def _vocab(tr) -> dict[str, str]:
@@ -111,10 +131,11 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     tr = as_trace(trace)
     names = views_for(tr)
     steps = [compact_step(s, caption(tr, k)) for k, s in enumerate(tr.steps[:max_steps])]
+    strs: dict[str, int] = {}  # the page's string table: labels, colours and tips repeat across steps
     for k, st in enumerate(steps):  # view-models, placed by views.js as by tree.figure / mask.figure (one drawing)
-        st["mv"] = _view_model(lambda: mask.view(tr, k, MAX_QUERY), st)
+        st["mv"] = _mask_page(_view_model(lambda: mask.view(tr, k, MAX_QUERY), st), strs)
         if "tree" in names:
-            st["tv"] = _round(_view_model(lambda: tree.view(tr, k), st))
+            st["tv"] = _tree_page(_view_model(lambda: tree.view(tr, k), st), strs)
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
@@ -137,7 +158,7 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
                          for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
     return {"views": names, "steps": steps, "counts": asdict(run_counts(tr)), "pick": teaching_step(tr),
             "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,
-            "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
+            "index_of": {s["i"]: k for k, s in enumerate(steps)}, "strs": list(strs), "vocab": _vocab(tr), "palette": for_js(),
             "method": tr.method, "pictures": list(pictures),
             "pool_source": pool.default_source(tr.method), "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}

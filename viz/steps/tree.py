@@ -131,26 +131,28 @@ def view(trace: TraceLike, step_index: int) -> dict | None:
     nodes, pruned, cut = d["nodes"], d["pruned"], d["cutoff"]
     y = layout(nodes + pruned)
     on_path = set(d["accepted_path"])
+    every = nodes + pruned
+    at = {n["id"]: k for k, n in enumerate(every)}  # list index of each node (pruned ids may skip)
     edges = []
-    for n in nodes + pruned:
+    for n in every:
         p = n["parent"]
         if p < 0:
             continue
         good = not n.get("pruned") and n["id"] in on_path and p in on_path
         colour = STATE_COLORS["pruned"] if n.get("pruned") else STATE_COLORS["matched"] if good else "#bbb"
-        edges.append({"x0": nodes[p]["depth"], "y0": y[p], "x1": n["depth"], "y1": y[n["id"]], "colour": colour,
-                      "width": 4 if good else 1.2, "dashed": bool(n.get("pruned"))})
+        edges.append({"a": at[p], "b": at[n["id"]], "x0": nodes[p]["depth"], "y0": y[p], "x1": n["depth"],
+                      "y1": y[n["id"]], "colour": colour, "width": 4 if good else 1.2, "dashed": bool(n.get("pruned"))})
     out = []
     for n in nodes:
         acc, bad = n["accepted"], n["rejected"]
-        out.append({"x": n["depth"], "y": y[n["id"]], "pos": n["pos"], "label": n["text"], "tip": _hover(n),
-                    "fill": _fill(n["origin"]), "origin": n["origin"], "rejected": bad, "pruned": False,
-                    "stroke": STATE_COLORS["matched"] if acc else STATE_COLORS["rejected"] if bad else "#666",
-                    "stroke_width": 3 if acc or bad else 1.5})
+        out.append({"x": n["depth"], "y": y[n["id"]], "pos": n["pos"], "label": n["text"], "name": f"node {n['id']}",
+                    "tip": _hover(n), "fill": _fill(n["origin"]), "origin": n["origin"], "rejected": bad,
+                    "pruned": False, "stroke": STATE_COLORS["matched"] if acc else STATE_COLORS["rejected"] if bad
+                    else "#666", "stroke_width": 3 if acc or bad else 1.5})
     for n in pruned:
-        lab = f"{n['text']} · {prune_label(n, cut, escape=False)}"
-        out.append({"x": n["depth"], "y": y[n["id"]], "pos": None, "label": lab, "tip": f"pruned child of node "
-                    f"{n['parent']}: token {n['token']} {n['text']!r} · {prune_label(n, cut, escape=False)}",
+        why = prune_label(n, cut, escape=False)
+        out.append({"x": n["depth"], "y": y[n["id"]], "pos": None, "label": f"{n['text']} · {why}",
+                    "name": f"pruned child of node {n['parent']}", "tip": f"token {n['token']} {n['text']!r} · {why}",
                     "fill": "#ffffff", "origin": "pruned", "rejected": False, "pruned": True,
                     "stroke": STATE_COLORS["pruned"], "stroke_width": 1.5})
     rej, s = d["first_rejected"], step_counts(step)
@@ -194,7 +196,7 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
             marker=dict(size=14 if faint else 18, color=[n["fill"] for n in group],
                         symbol=["x" if n["rejected"] else "circle" for n in group],
                         line=dict(color=[n["stroke"] for n in group], width=[n["stroke_width"] for n in group])),
-            hovertext=[esc(n["tip"]).replace("\n", "<br>") for n in group], hoverinfo="text"))
+            hovertext=[esc(f"{n['name']}: {n['tip']}").replace("\n", "<br>") for n in group], hoverinfo="text"))
     pruned = any(n["pruned"] for n in v["nodes"])
     for name, color in tree_legend(pruned):  # colour key (legend-only entries)
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
@@ -210,8 +212,9 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
 
 
 def _hover(n: dict) -> str:
-    """The node's tip, plain text one fact a line (the renderers escape it: plotly reads markup in hovers)."""
-    parts = [f"node {n['id']} token {n['token']} {n['text']!r}", f"depth {n['depth']}, origin {n['origin']}"]
+    """The node's tip, plain text one fact a line, shown after its name ("node 3: ..."); the renderers
+    escape it (plotly reads markup in hovers)."""
+    parts = [f"token {n['token']} {n['text']!r}", f"depth {n['depth']}, origin {n['origin']}"]
     if n["draft_prob"] is not None:
         r = n.get("rank")
         rank = "" if r is None else f" (its head's rank {r + 1 if number(r) is not None else r})"
