@@ -29,6 +29,9 @@ Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames
     viz.pool.figure(trace, i)     key, candidates, matched prefix (origin colour), chosen candidate
     viz.mask.figure(trace, i)     attention mask (decoding.engine.masks.tree_visibility) with role·position labels
     viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejection, pruned nodes
+      The tree and the mask are drawn one way: viz.tree.view(trace, i) / viz.mask.view(trace, i) compute the
+      view-model (placed nodes, colours, labels, tips, titles; the mask's visible cells), and both the page
+      (views.js) and these figures only place what it says.
     viz.trajectory.figure(trace, i)  Jacobi trajectory (jacobi block or lookahead window): positions x
                                   iterations, green once a guess equals its final token, accepted outlined
                                   (Medusa/EAGLE trees too: origin "head k" / "eagle draft", rank in the hover)

@@ -137,26 +137,28 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
 
   // ---- Token tree (SVG): placed from the step's view-model s.tv (viz/steps/tree.py view: positions, fills,
   // outlines, labels, tips and the title are decided there, once, for this page and the plotly figure alike;
-  // stepper.py _tree_page packs it: node rows [x, y, position, label, fill, stroke, width, flags, name, tip],
-  // edge rows [from, to, colour, width, dashed], texts as indices into D.strs).
+  // stepper.py _tree_page packs it: node rows [x, y, style, parent, edge style], a node style [position,
+  // label, fill, stroke, width, flags, name, tip], an edge style [colour, width, dashed]; texts index D.strs).
   const str = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.strs).length ? String(D.strs[k]) : "");
+  const style = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.styles).length ? list(D.styles[k]) : []);
   function treeView(D, s) {
-    const v = s.tv || {}, nodes = list(v.n), edges = list(v.e);
+    const v = s.tv || {}, nodes = list(v.n);
     if (!nodes.length) return [v.t ? String(v.t) : `Step ${s.i}: no tree recorded`, ""];
     const dx = 120, dy = 30, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
     const maxD = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS), rows = isNum(v.r) ? v.r : 1;
     const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
     const out = [];
-    edges.forEach((e) => {
-      const a = list(nodes[list(e)[0]]), b = list(nodes[list(e)[1]]);
-      if (!a.length || !b.length) return;  // a crafted index: no edge
-      out.push(`<line x1="${esc(X(a[0]))}" y1="${esc(Y(a[1]))}" x2="${esc(X(b[0]))}" y2="${esc(Y(b[1]))}"` +
-        ` stroke="${esc(str(D, e[2]))}" stroke-width="${esc(e[3])}"${e[4] ? ' stroke-dasharray="3 3"' : ""}/>`);
-    });
     nodes.forEach((row) => {
-      const [x, y, p, label, fill, stroke, sw, flags, name, tip] = list(row), pruned = flags & 2, bad = flags & 1;
-      const pos = p === null || p === undefined ? "" : esc(p);
-      out.push(`<g${pruned ? ' opacity="0.6"' : ""}><title>${esc(str(D, name) + ": " + str(D, tip))}</title><circle data-pos="${pos}" cx="${esc(X(x))}" cy="${esc(Y(y))}" r="9"` +
+      const [x, y, , a, es] = list(row), p = list(nodes[a]), [colour, width, dashed] = style(D, es);
+      if (!Number.isInteger(a) || a < 0 || !p.length) return;  // a root (or a crafted index): no edge
+      out.push(`<line x1="${esc(X(p[0]))}" y1="${esc(Y(p[1]))}" x2="${esc(X(x))}" y2="${esc(Y(y))}"` +
+        ` stroke="${esc(str(D, colour))}" stroke-width="${esc(width)}"${dashed ? ' stroke-dasharray="3 3"' : ""}/>`);
+    });
+    nodes.forEach((row, k) => {
+      const [x, y, st] = list(row), [p, label, fill, stroke, sw, flags, name, tip] = style(D, st);
+      const pruned = flags & 2, bad = flags & 1, pos = p === null || p === undefined ? "" : esc(p);
+      const nm = name === -1 ? `node ${k}` : str(D, name);
+      out.push(`<g${pruned ? ' opacity="0.6"' : ""}><title>${esc(nm + ": " + str(D, tip))}</title><circle data-pos="${pos}" cx="${esc(X(x))}" cy="${esc(Y(y))}" r="9"` +
         ` fill="${esc(str(D, fill))}" stroke="${esc(str(D, stroke))}" stroke-width="${esc(sw)}"/>` +
         (bad ? `<text x="${esc(X(x))}" y="${esc(Y(y) + 4)}" text-anchor="middle" font-size="12" fill="${esc(str(D, stroke))}">✕</text>` : "") +
         `<text x="${esc(X(x) + 13)}" y="${esc(Y(y) + 4)}" font-size="12" fill="${pruned ? "#777" : "#222"}" style="white-space:pre">${esc(str(D, label))}</text></g>`);
@@ -174,8 +176,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = v.kv ? 2 * c : 0;
     const w = m + cache + n * c + 4, h = m + n * c + 4, labels = list(v.l), colours = list(v.c), pos = list(v.p);
     let d = "";
-    list(v.r).slice(0, n).forEach((runs, i) => {
-      const r = list(runs);
+    list(v.r).slice(0, n).forEach((ref, i) => {
+      const r = style(D, ref);  // this row's visible runs [a0, b0, a1, b1, ...]
       for (let k = 0; k + 1 < r.length; k += 2) {
         if (!isNum(r[k]) || !isNum(r[k + 1]) || r[k] < 0 || r[k + 1] >= n || r[k + 1] < r[k]) continue;  // a crafted run
         for (let j = r[k]; j <= r[k + 1]; j++) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;

@@ -4,8 +4,10 @@ Why lean: pre-rendering one plotly figure per step and view made a 91-step run's
 to build. Now the trace is sent ONCE (a compact copy: query arrays, the info fields the views read, one
 caption per step, the vocabulary of the tokens used, the palette) and stepper.js draws every per-step
 picture (window, pool, tree, mask, profile panel) in the browser. Run charts that do not change per step
-(pool over the run, latency) are sent once as plotly JSON. The Python figures (viz.window.figure, ...)
-draw the same data for gr.Plot and tests. The script must be on the page: the report inlines it; in
+(pool over the run, latency) are sent once as plotly JSON. The tree and the mask are computed once in
+Python as view-models (tree.view, mask.view) that views.js and the plotly figures both only place; the
+window, pool and trajectory figures (viz.window.figure, ...) still draw the same data a second time in
+Python for gr.Plot and tests. The script must be on the page: the report inlines it; in
 Gradio pass gradio_html_kwargs() to gr.HTML.
 """
 from __future__ import annotations
@@ -85,26 +87,45 @@ def _view_model(make, st: dict) -> dict:
         return {"title": f"Step {st['i']}: {e}", "nodes": [], "edges": [], "rows": [], "n": 0, "depth": 0}
 
 
-def _ref(text: object, strs: dict[str, int]) -> int:
-    """The index of `text` in the page's string table (added on first use)."""
-    return strs.setdefault(str(text), len(strs))
+class _Table:
+    """The page's shared tables: strings (labels, colours, tips) and styles (a node's or a mask row's
+    everything-but-its-place), each stored once and referred to by index: a tree's nodes at one depth, and
+    the same row of every step's mask, look alike."""
+
+    def __init__(self) -> None:
+        self.strs: dict[str, int] = {}
+        self.styles: dict[str, int] = {}
+
+    def s(self, text: object) -> int:
+        return self.strs.setdefault(str(text), len(self.strs))
+
+    def style(self, row: list) -> int:
+        return self.styles.setdefault(json.dumps(row, separators=(",", ":")), len(self.styles))
+
+    def page(self) -> dict:
+        return {"strs": list(self.strs), "styles": [json.loads(k) for k in self.styles]}
 
 
-def _tree_page(v: dict, strs: dict[str, int]) -> dict:
-    """The tree view-model as the page carries it (a 1,000-step run of 200-node trees stays a few MB):
-    one row per node [x, y, position, label, fill, stroke, stroke width, flags (1 rejected, 2 pruned), name,
-    tip] and per edge [from, to, colour, width, dashed], texts and colours as string-table indices."""
-    nodes = [[n["x"], _round(n["y"]), n["pos"], _ref(n["label"], strs), _ref(n["fill"], strs), _ref(n["stroke"], strs),
-              n["stroke_width"], int(bool(n["rejected"])) | 2 * int(bool(n["pruned"])), _ref(n["name"], strs),
-              _ref(n["tip"], strs)] for n in v.get("nodes") or []]
-    edges = [[e["a"], e["b"], _ref(e["colour"], strs), e["width"], int(e["dashed"])] for e in v.get("edges") or []]
-    return {"t": v["title"], "d": v.get("depth", 0), "r": v.get("rows", 0), "n": nodes, "e": edges}
+def _tree_page(v: dict, t: _Table) -> dict:
+    """The tree view-model as the page carries it (a 1,000-step run of 200-node trees stays a few MB): a row
+    per node [x, y, style, parent, edge style]; a node style is [position, label, fill, stroke, stroke width,
+    flags (1 rejected, 2 pruned), name (-1: "node <its index>"), tip], an edge style [colour, width, dashed],
+    texts as indices into strs."""
+    nodes = []
+    for k, n in enumerate(v.get("nodes") or []):
+        name = -1 if n["name"] == f"node {k}" else t.s(n["name"])
+        flags = int(bool(n["rejected"])) | 2 * int(bool(n["pruned"]))
+        nodes.append([n["x"], _round(n["y"]), t.style([n["pos"], t.s(n["label"]), t.s(n["fill"]), t.s(n["stroke"]),
+                                                        n["stroke_width"], flags, name, t.s(n["tip"])]), -1, -1])
+    for e in v.get("edges") or []:
+        nodes[e["b"]][3:] = [e["a"], t.style([t.s(e["colour"]), e["width"], int(e["dashed"])])]
+    return {"t": v["title"], "d": v.get("depth", 0), "r": v.get("rows", 0), "n": nodes}
 
 
-def _mask_page(v: dict, strs: dict[str, int]) -> dict:
-    """The mask view-model as the page carries it: labels and role colours as string-table indices."""
-    return {"t": v["title"], "n": v.get("n", 0), "kv": v.get("kv", 0), "r": v.get("rows") or [],
-            "l": [_ref(x, strs) for x in v.get("labels") or []], "c": [_ref(x, strs) for x in v.get("colours") or []],
+def _mask_page(v: dict, t: _Table) -> dict:
+    """The mask view-model as the page carries it: each row's runs as a style, labels and colours as strs."""
+    return {"t": v["title"], "n": v.get("n", 0), "kv": v.get("kv", 0), "r": [t.style(r) for r in v.get("rows") or []],
+            "l": [t.s(x) for x in v.get("labels") or []], "c": [t.s(x) for x in v.get("colours") or []],
             "p": v.get("positions") or []}
 
 
@@ -131,11 +152,11 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     tr = as_trace(trace)
     names = views_for(tr)
     steps = [compact_step(s, caption(tr, k)) for k, s in enumerate(tr.steps[:max_steps])]
-    strs: dict[str, int] = {}  # the page's string table: labels, colours and tips repeat across steps
+    table = _Table()  # labels, colours, tips and row styles repeat across nodes and steps: stored once
     for k, st in enumerate(steps):  # view-models, placed by views.js as by tree.figure / mask.figure (one drawing)
-        st["mv"] = _mask_page(_view_model(lambda: mask.view(tr, k, MAX_QUERY), st), strs)
+        st["mv"] = _mask_page(_view_model(lambda: mask.view(tr, k, MAX_QUERY), st), table)
         if "tree" in names:
-            st["tv"] = _tree_page(_view_model(lambda: tree.view(tr, k), st), strs)
+            st["tv"] = _tree_page(_view_model(lambda: tree.view(tr, k), st), table)
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
@@ -158,7 +179,7 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
                          for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
     return {"views": names, "steps": steps, "counts": asdict(run_counts(tr)), "pick": teaching_step(tr),
             "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,
-            "index_of": {s["i"]: k for k, s in enumerate(steps)}, "strs": list(strs), "vocab": _vocab(tr), "palette": for_js(),
+            "index_of": {s["i"]: k for k, s in enumerate(steps)}, **table.page(), "vocab": _vocab(tr), "palette": for_js(),
             "method": tr.method, "pictures": list(pictures),
             "pool_source": pool.default_source(tr.method), "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
