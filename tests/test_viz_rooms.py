@@ -76,7 +76,9 @@ def test_method_colours_labels_and_pictures_come_from_the_specs():
 def test_step_views_and_page_scripts_compare_no_method_name_literals():
     """The step views and the page ask the spec's pictures (or the trace's data), never `method == "jacobi"`."""
     literal = re.compile(r"""method\W*\s*(==|!=|===|!==|\bin\s*\(|\bnot in\s*\()\s*["'(]""")
-    for path in [*(VIZ / "steps").glob("*.py"), *(VIZ / "page").glob("*.js"), *(VIZ / "page").glob("*.py")]:
+    paths = [*(VIZ / "steps").glob("*.py"), *(VIZ / "page").glob("*.js"), *(VIZ / "page").glob("*.py")]
+    assert {"stepper.py", "views.js", "pool.py", "trajectory.py"} <= {p.name for p in paths}
+    for path in paths:
         for k, line in enumerate(path.read_text().splitlines(), 1):
             assert not literal.search(line), f"{path.relative_to(ROOT)}:{k}: {line.strip()}"
 
