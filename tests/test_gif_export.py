@@ -62,7 +62,7 @@ def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
     back of a room: at least 18 px tall on screen, where the page draws 12 px."""
     from playwright.sync_api import sync_playwright
     from viz.exports.gif import CHROMIUM_ARGS, chromium
-    from viz.runs.report import write_report
+    from viz.summaries.report import write_report
     tr = as_trace(TRACE)
     page_file = write_report(tr, tmp_path / "run.html")
     with sync_playwright() as p:

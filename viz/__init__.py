@@ -1,7 +1,7 @@
 """DecodeScope pictures. Input: a Trace (decoding.Trace, its to_dict(), or a JSON path) and optionally the
 per-step costs from profiling (profiling.profile_run()'s dict, or profiling.trace_costs(trace)'s list;
-keys read: see viz/runs/costs.py and viz/runs/step_profile.py). Nothing here re-runs decoding. Every colour comes
-from viz/palette.py (one colour per meaning, one per method) and every coloured view has a legend.
+keys read: see viz/summaries/costs.py and viz/summaries/step_profile.py). Nothing here re-runs decoding.
+Every colour comes from viz/palette.py (one colour per meaning, one per method) and every coloured view has a legend.
 
 API for the app (wiring only):
 
@@ -52,16 +52,16 @@ Run figures (method colours from viz.palette.method_color, log axes labelled by 
 HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has data(...) returning the
 plain numbers it draws (what the tests compare with the trace).
 
-Rooms: viz/steps/ (per-step views and the stepper), viz/runs/ (run summaries and the report), viz/exports/
+Rooms: viz/steps/ (per-step views and the stepper), viz/summaries/ (run summaries and the report), viz/exports/
 (teaching steps, slides, GIF), viz/page/ (the page's JS, CSS and plotly.js); common, escape, palette, counts
 and describe here are shared by all of them. The CLI is viz/__main__.py (python -m viz ...); the modules
 above are library code only. The names above (viz.tree, viz.costs, ...) stay importable from viz.
 """
 from . import counts, describe, palette
 from .exports import teach
-from .runs import costs, race, report, side_by_side, step_profile, sweep
+from .summaries import costs, race, report, side_by_side, step_profile, sweep
 from .steps import heads, mask, pool, retrieval, self_speculative, stepper, tokens, trajectory, tree, window
-from .runs.report import write_report
+from .summaries.report import write_report
 from .steps.stepper import caption, gradio_html_kwargs, head_html, step_view_html
 
 __all__ = ["caption", "costs", "counts", "describe", "gradio_html_kwargs", "head_html", "heads", "mask", "palette",

@@ -6,8 +6,8 @@
 
 Turns any trace file (Trace.save, `python -m decoding generate --json`, the app's download, older versions)
 into the standalone offline HTML report or one of the pictures. Why every command lives here: the picture
-modules (viz/steps, viz/runs, viz/exports) stay library code that never imports the CLI helpers. Bad input
-ends with one line on stderr and exit status 2.
+modules (viz/steps, viz/summaries, viz/exports) stay library code that never imports the CLI helpers. Bad
+input ends with one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def gif(args: argparse.Namespace) -> int:
 
 def comm_steps(args: argparse.Namespace) -> int:
     from .common import as_trace
-    from .runs.comm_steps import data, figure, totals
+    from .summaries.comm_steps import data, figure, totals
     tr = as_trace(args.trace)
     figure(tr).write_html(args.out, include_plotlyjs="cdn")
     for t in totals(data(tr) or {"series": []}):
@@ -77,7 +77,7 @@ def comm_steps(args: argparse.Namespace) -> int:
 
 def lp_window(args: argparse.Namespace) -> int:
     from .common import as_trace
-    from .runs.lp_window import figure
+    from .summaries.lp_window import figure
     tr = as_trace(args.trace)
     if args.step >= len(tr.steps):
         raise ValueError(f"--step {args.step}: the trace has {len(tr.steps)} steps")
@@ -89,7 +89,7 @@ def lp_window(args: argparse.Namespace) -> int:
 def side_by_side(args: argparse.Namespace) -> int:
     from decoding.cli_run import load_trace
 
-    from .runs.report import write_side_by_side
+    from .summaries.report import write_side_by_side
     if len(args.traces) < 2:
         raise ValueError("side-by-side needs two or more trace files")
     runs, first = {}, None
@@ -113,7 +113,7 @@ def side_by_side(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     from decoding.cli_run import MALFORMED, load_trace, one_line
 
-    from .runs.report import write_report
+    from .summaries.report import write_report
     tr = load_trace(args.trace)
     profile = None
     if args.profile:

@@ -48,7 +48,7 @@ def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) 
         raise OSError("the GIF export drives Chromium with playwright, which is not installed: "
                       "pip install playwright (requirements-dev.txt; it uses the system chromium)") from None
 
-    from ..runs.report import write_report
+    from ..summaries.report import write_report
     tr = as_trace(trace)
     index = [s.index for s in tr.steps]
     want = steps if steps is not None else [index[k] for k in slide_steps(tr)]

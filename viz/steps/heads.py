@@ -37,7 +37,8 @@ def data(trace: TraceLike) -> dict:
     ds = sorted(tried)
     # Medusa's nodes come from heads ("head k" origins, one head per depth); EAGLE's from one draft head
     origins = [((s.info or {}).get("tree") or {}).get("origin") for s in tr.steps]
-    per_head = any(isinstance(o, str) and o.startswith("head ") for os in origins if isinstance(os, list) for o in os)
+    per_head = any(isinstance(o, str) and o.startswith("head ")
+                   for os in origins if isinstance(os, list) for o in os)
     return {"method": tr.method, "per_head": per_head, "depths": ds, "tried": [tried[d] for d in ds], "accepted": [hit[d] for d in ds],
             "rate": [hit[d] / tried[d] for d in ds], "steps": steps, "accepted_per_step": per_step,
             "mean_accepted": sum(per_step) / len(per_step) if per_step else 0.0}

@@ -76,7 +76,8 @@ def view(trace: TraceLike, step_index: int, max_tokens: int = 160) -> dict:
     return {"step": d["step"], "n": n, "kv": kv, "labels": d["labels"][:n],
             "colours": [_strip(r, origins[k] if k < len(origins) else None) for k, r in enumerate(d["roles"][:n])],
             "rows": [_runs(row[:n]) for row in d["matrix"][:n]], "positions": d["positions"][:n],
-            "title": f"Attention mask of step {d['step']}: {q}×{q}{cut}" + (f" + the {kv}-token cache (left)" if kv else "")}
+            "title": f"Attention mask of step {d['step']}: {q}×{q}{cut}"
+                     + (f" + the {kv}-token cache (left)" if kv else "")}
 
 
 @drawn

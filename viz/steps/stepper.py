@@ -16,7 +16,7 @@ import json
 import uuid
 from dataclasses import asdict
 
-from ..runs import costs as cost_figs, step_profile
+from ..summaries import costs as cost_figs, step_profile
 from . import mask, pool, retrieval, self_speculative, tokens, trajectory, tree, window
 from ..common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
 from ..counts import run_counts, step_counts
@@ -181,7 +181,8 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
             "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,
             "index_of": {s["i"]: k for k, s in enumerate(steps)}, **table.page(), "vocab": _vocab(tr), "palette": for_js(),
             "method": tr.method, "pictures": list(pictures),
-            "pool_source": pool.default_source(tr.method), "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
+            "pool_source": pool.default_source(tr.method), "cutoff": tr.config.get("confidence"),
+            "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
 
 
