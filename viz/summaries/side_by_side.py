@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import uuid
 
+from decoding.methods.registry import BASELINE
+
 from ..common import TraceLike, as_trace, drawn, esc, text_of
 from ..palette import CURRENT_COLOR, STEP_COLORS, method_color
 
@@ -72,7 +74,7 @@ def _strips(rows: list[dict]) -> str:
 
 def default_pair(names: list[str], best: str | None = None) -> tuple[str, str]:
     """Greedy (the baseline every step is measured against) beside `best`, else the first other run."""
-    left = "greedy" if "greedy" in names else names[0]
+    left = BASELINE if BASELINE in names else names[0]
     others = [n for n in names if n != left] or [left]
     return left, best if best in others else others[0]
 
