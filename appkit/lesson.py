@@ -23,7 +23,7 @@ from decoding.api import METHODS
 from decoding.fetch_model import MODEL_NAME, cached
 from decoding.methods.self_spec_adapter import CONFIG as ADAPTER_CONFIG, shipped_adapter
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
-from viz.teach import WANTS
+from viz.exports.teach import WANTS
 
 from .tables import display_name
 

@@ -12,7 +12,7 @@ import gradio as gr
 import viz
 from decoding import ModelError
 from viz.counts import run_counts
-from viz.teach import teaching_step
+from viz.exports.teach import teaching_step
 
 from . import presets, race as racekit, sweep as sweepkit
 from .costs import for_viz

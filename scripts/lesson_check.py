@@ -33,8 +33,8 @@ from appkit.tabs import Tabs  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.methods.registry import SPECS  # noqa: E402
 from viz.counts import run_counts, step_counts  # noqa: E402
-from viz.stepper import views_for  # noqa: E402
-from viz.teach import teaching_step  # noqa: E402
+from viz.steps.stepper import views_for  # noqa: E402
+from viz.exports.teach import teaching_step  # noqa: E402
 
 
 def handlers(default: str) -> Tabs:

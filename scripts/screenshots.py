@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import viz  # noqa: E402
 from viz.common import PLOTLY_CONFIG, as_trace  # noqa: E402
-from viz.report import offline_plotlyjs  # noqa: E402
+from viz.summaries.report import offline_plotlyjs  # noqa: E402
 
 FIX = ROOT / "tests" / "fixtures"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

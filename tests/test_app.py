@@ -495,7 +495,7 @@ def test_replay_recorded_and_uploaded_traces(client):
         assert p.stat().st_size <= 1_000_000, f"{p.name} is larger than 1 MB"
         msg, stats, html, _ = client.predict(None, p.name, api_name="/replay")
         assert msg == "" and "ds-stepper" in html and Trace.load(p).method in stats
-        from viz.teach import teaching_step
+        from viz.exports.teach import teaching_step
         opens = int(re.search(r'data-initial="(\d+)"', html).group(1))
         assert opens == teaching_step(Trace.load(p))["k"] > 0, (p.name, opens)  # a step that shows its point, not the prefill
 

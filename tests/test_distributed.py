@@ -228,7 +228,7 @@ def test_columns_split_covers_the_window_once():
 def test_pictures_and_projections_read_the_distributed_trace(spawned):
     from decoding.trace import Trace
     from profiling.interconnect import LLAMA_7B, lp_project, parse_gpus_link, tp_project
-    from viz import comm_steps, lp_window
+    from viz.summaries import comm_steps, lp_window
     ranks, _ = spawned
     tp, lp = Trace.from_json(ranks[0]["tp/lookahead"]["doc"]), Trace.from_json(ranks[0]["lp/0"]["doc"])
     assert len(comm_steps.figure(tp).data) == 2 and len(comm_steps.figure(lp).data) == 4  # compute + comm per rank

@@ -7,10 +7,16 @@ from pathlib import Path
 from PIL import Image, ImageSequence
 
 from viz.common import as_trace
-from viz.gif import main, write_gif
-from viz.teach import slide_steps
+from viz.__main__ import main as viz_main
+from viz.exports.gif import write_gif
+from viz.exports.teach import slide_steps
 
 TRACE = Path(__file__).resolve().parent / "fixtures" / "speculative_chain.json"
+
+
+def main(argv: list[str]) -> int:
+    """python -m viz gif ...: the command lives in viz/__main__.py, not in the picture module."""
+    return viz_main(["gif", *argv])
 
 
 def test_gif_has_one_frame_per_teaching_step(tmp_path):
@@ -43,7 +49,7 @@ def test_without_playwright_the_command_says_so_in_one_line(tmp_path, capsys, mo
 def test_frames_draw_wide_panels_whole_without_a_scroll_cue():
     """At a narrow width the page scrolls a wide panel and says "scroll →"; a GIF frame cannot scroll, so it
     draws every panel whole: the frame is wider than the page width asked for, and says nothing of scrolling."""
-    from viz.gif import frames
+    from viz.exports.gif import frames
     tr = as_trace(TRACE)
     import io
     shots = frames(tr, [tr.steps[slide_steps(tr)[0]].index], width=360)
@@ -55,8 +61,8 @@ def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
     """In presentation mode (and the slide deck, which uses its style) a tree or mask label is read from the
     back of a room: at least 18 px tall on screen, where the page draws 12 px."""
     from playwright.sync_api import sync_playwright
-    from viz.gif import CHROMIUM_ARGS, chromium
-    from viz.report import write_report
+    from viz.exports.gif import CHROMIUM_ARGS, chromium
+    from viz.summaries.report import write_report
     tr = as_trace(TRACE)
     page_file = write_report(tr, tmp_path / "run.html")
     with sync_playwright() as p:

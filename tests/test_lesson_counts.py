@@ -1,5 +1,5 @@
 """A lesson's words agree with its pictures: one count per step and per run (viz/counts.py), and each stop
-opens on a step that shows what its narration promises (viz/teach.py), tested per method on the embedded
+opens on a step that shows what its narration promises (viz/exports/teach.py), tested per method on the embedded
 models (fp32, greedy)."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from decoding import load, run
 from decoding.models import ASSETS
 from viz.counts import run_counts, step_counts
 from viz.describe import header_words
-from viz.stepper import build
-from viz.stepper_text import caption
-from viz.teach import WANTS, teaching_step, want_of
+from viz.steps.stepper import build
+from viz.steps.stepper_text import caption
+from viz.exports.teach import WANTS, teaching_step, want_of
 
 torch.set_num_threads(1)
 CASES = {"greedy": ("greedy", {}), "lookahead": ("lookahead", {"window": 5, "ngram": 4, "guesses": 5}),

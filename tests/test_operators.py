@@ -59,7 +59,7 @@ def test_the_peak_follows_the_dtype(capsys):
 
 def test_operator_breakdown_figure_escapes_trace_text():
     from decoding.trace import Trace
-    from viz.costs import operators_data, operators_figure
+    from viz.summaries.costs import operators_data, operators_figure
     tr = Trace.from_dict(json.loads(TRACE.read_text()))
     evil = "<img src=x onerror=alert(1)>"
     fig = operators_figure({evil: (tr, None)}, peak={"name": evil, "flops": 1e11, "bandwidth": 2e10})

@@ -11,7 +11,7 @@ from playwright.sync_api import expect, sync_playwright
 
 import viz
 from viz.common import as_trace
-from viz.teach import MAX_SLIDES, slide_steps
+from viz.exports.teach import MAX_SLIDES, slide_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

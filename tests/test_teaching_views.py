@@ -9,7 +9,7 @@ import pytest
 
 from decoding import load, run
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
-from viz.stepper_text import caption
+from viz.steps.stepper_text import caption
 
 PROMPT = "def fibonacci(n):\n    "
 

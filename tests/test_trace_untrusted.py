@@ -172,7 +172,7 @@ def test_fuzzed_traces_that_load_render_inert(which, value):
     """What the loader accepts, every picture draws without an exception, and no payload survives
     unescaped in the HTML (attributes, SVG titles, scripts)."""
     import viz
-    from viz.report import report_html
+    from viz.summaries.report import report_html
 
     try:
         tr = Trace.from_json(json.dumps(_mutated(which, value)))

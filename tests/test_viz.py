@@ -473,7 +473,9 @@ def test_pruned_nodes_appear_with_their_probability():
     assert "cutoff 0.40" in fig.layout.title.text
     assert "2 more proposed but pruned" in viz.caption(tr, 2)
     data = _payload(viz.step_view_html(tr))
-    assert data["cutoff"] == 0.4 and data["steps"][2]["info"]["tree"]["pruned"]["draft_prob"] == [0.21, 0.05]
+    styles = [data["styles"][n[2]] for n in data["steps"][2]["tv"]["n"]]  # the page's nodes
+    labels = [data["strs"][st[1]] for st in styles if st[5] & 2]  # the pruned ones
+    assert data["cutoff"] == 0.4 and [lab.split(" · ")[1] for lab in labels] == ["p=0.21 < cutoff 0.40", "p=0.05 < cutoff 0.40"]
     assert tree.data(load("speculative_tree"), 2)["pruned"] == []  # old traces: nothing drawn
     old = Trace.from_dict({**load("speculative_tree").to_dict(), "config": {**load("speculative_tree").config,
                                                                            "confidence": 0.4}})

@@ -1,7 +1,7 @@
 """DecodeScope pictures. Input: a Trace (decoding.Trace, its to_dict(), or a JSON path) and optionally the
 per-step costs from profiling (profiling.profile_run()'s dict, or profiling.trace_costs(trace)'s list;
-keys read: see viz/costs.py and viz/step_profile.py). Nothing here re-runs decoding. Every colour comes
-from viz/palette.py (one colour per meaning, one per method) and every coloured view has a legend.
+keys read: see viz/summaries/costs.py and viz/summaries/step_profile.py). Nothing here re-runs decoding.
+Every colour comes from viz/palette.py (one colour per meaning, one per method) and every coloured view has a legend.
 
 API for the app (wiring only):
 
@@ -29,6 +29,9 @@ Per-step plotly figures for gr.Plot (yield one per step; plotly animation frames
     viz.pool.figure(trace, i)     key, candidates, matched prefix (origin colour), chosen candidate
     viz.mask.figure(trace, i)     attention mask (decoding.engine.masks.tree_visibility) with role·position labels
     viz.tree.figure(trace, i)     draft tree: probabilities, accepted path, first rejection, pruned nodes
+      The tree and the mask are drawn one way: viz.tree.view(trace, i) / viz.mask.view(trace, i) compute the
+      view-model (placed nodes, colours, labels, tips, titles; the mask's visible cells), and both the page
+      (views.js) and these figures only place what it says.
     viz.trajectory.figure(trace, i)  Jacobi trajectory (jacobi block or lookahead window): positions x
                                   iterations, green once a guess equals its final token, accepted outlined
                                   (Medusa/EAGLE trees too: origin "head k" / "eagle draft", rank in the hover)
@@ -47,15 +50,20 @@ Run figures (method colours from viz.palette.method_color, log axes labelled by 
       runs = {name: (trace, profile_or_None)} or [(trace, profile)]
     viz.step_profile.data(trace, costs, peaks=None)  the cost panel's numbers (also drawn by stepper.js)
 HTML: viz.tokens.html(trace, mode="origin"|"step") -> str. Each module also has data(...) returning the
-plain numbers it draws (what the tests compare with the trace). viz/costs.py was
-viz/profile.py (renamed: "profile" named three different things).
-"""
-from . import (costs, describe, heads, mask, palette, pool, race, report, retrieval, side_by_side, step_profile, stepper,
-               sweep, tokens, trajectory, tree, window)
-from .report import write_report
-from .stepper import caption, gradio_html_kwargs, head_html, step_view_html
+plain numbers it draws (what the tests compare with the trace).
 
-__all__ = ["caption", "costs", "describe", "gradio_html_kwargs", "head_html", "heads", "mask", "palette", "pool",
-           "race", "report", "retrieval", "side_by_side", "step_profile", "step_view_html", "stepper", "sweep", "tokens",
-           "trajectory", "tree", "window",
-           "write_report"]
+Rooms: viz/steps/ (per-step views and the stepper), viz/summaries/ (run summaries and the report), viz/exports/
+(teaching steps, slides, GIF), viz/page/ (the page's JS, CSS and plotly.js); common, escape, palette, counts
+and describe here are shared by all of them. The CLI is viz/__main__.py (python -m viz ...); the modules
+above are library code only. The names above (viz.tree, viz.costs, ...) stay importable from viz.
+"""
+from . import counts, describe, palette
+from .exports import teach
+from .summaries import costs, race, report, side_by_side, step_profile, sweep
+from .steps import heads, mask, pool, retrieval, self_speculative, stepper, tokens, trajectory, tree, window
+from .summaries.report import write_report
+from .steps.stepper import caption, gradio_html_kwargs, head_html, step_view_html
+
+__all__ = ["caption", "costs", "counts", "describe", "gradio_html_kwargs", "head_html", "heads", "mask", "palette",
+           "pool", "race", "report", "retrieval", "self_speculative", "side_by_side", "step_profile", "step_view_html",
+           "stepper", "sweep", "teach", "tokens", "trajectory", "tree", "window", "write_report"]

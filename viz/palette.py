@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from decoding.methods.registry import SPECS  # the methods' declared colours, labels and pictures (data only)
+
 from .escape import colour, esc
 
 # Origin of an accepted token (step.origins), text n-grams split into their own colour.
@@ -52,18 +54,23 @@ AGE_COLORS = ["#b8960b", "#dcbc32", "#eed775", "#f7e9a8"]
 INIT_COLOR = "#ffffff"            # warm-up's random initial guesses: white, dashed outline
 # States of a checked token (pool rows, tree nodes): matched, first rejection, not checked, pruned.
 STATE_COLORS = {"matched": "#2ca25f", "rejected": "#de2d26", "unchecked": "#f0f0f0", "pruned": "#bdbdbd"}
-# Trajectory cells (viz/trajectory.py): a guess not equal to its final token, the iteration where a position
+# Trajectory cells (viz/steps/trajectory.py): a guess not equal to its final token, the iteration where a position
 # converged for good (equals its final token from then on), the iterations after it, a fresh initial guess.
 TRAJECTORY_COLORS = {"wrong": "#f0f0f0", "converges": "#31a354", "converged": "#c7e9c0", "fresh": "#ffffff"}
 MASK_COLORS = ["#f7f7f7", "#2171b5", "#9ecae1"]  # masked, may attend, cache column
 SELECT_COLOR = "#e7298a"          # the selected token's outline in every view
 CURRENT_COLOR = "#08519c"         # the current step's marker on run charts (blue: red means "rejected")
-# One colour per method, by name (race, sweep, latency, FLOPs, step profile): a dark shade of the origin
-# the method is known for (lookahead green, prompt lookup pink, speculative orange, staged purple).
-METHOD_COLORS = {"greedy": "#4d4d4d", "lookahead": "#1b9e77", "prompt_lookup": "#c51b7d",
-                 "speculative": "#d94801", "speculative_chain": "#d94801", "speculative_tree": "#a63603",
-                 "speculative_staged": "#6a51a3", "jacobi": "#6b8e23",
-                 "medusa": "#00695c", "eagle": "#8c510a"}
+# One colour per method, by name (race, sweep, latency, FLOPs, step profile): each method's spec declares it
+# (decoding/methods/<method>.py, a dark shade of the origin it is known for). Variants of one method that a
+# run chart tells apart (the speculative chain, tree and staged runs, named by their trace config) keep a
+# shade of their own here.
+VARIANT_COLORS = {"speculative_chain": "#d94801", "speculative_tree": "#a63603", "speculative_staged": "#6a51a3"}
+METHOD_COLORS = {**{name: spec.colour for name, spec in SPECS.items()}, **VARIANT_COLORS}
+METHOD_LABELS = {name: spec.label for name, spec in SPECS.items()}
+# A method the registry does not know (a trace from elsewhere, an older or a newer version): the pictures its
+# data can show are chosen from the data, with the tree box shown as it always was for methods not drafting
+# by a window.
+UNKNOWN_PICTURES = ("mask", "tree")
 EXTRA_COLORS = ["#66a61e", "#a6761d", "#1f78b4", "#17becf", "#999999"]
 STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]  # text coloured by step
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -81,6 +88,17 @@ def method_color(name: str) -> str:
         if key == m or key.startswith(m):
             return METHOD_COLORS[m]
     return EXTRA_COLORS[sum(map(ord, key)) % len(EXTRA_COLORS)]
+
+
+def method_label(name: str) -> str:
+    """The method's display label from its spec; an unknown name is shown as given (callers escape it)."""
+    return METHOD_LABELS.get(str(name), str(name))
+
+
+def method_pictures(name: str) -> tuple[str, ...]:
+    """The pictures a method's spec says it has ("window", "pool", "tree", "trajectory", "retrieval", ...)."""
+    spec = SPECS.get(str(name))
+    return tuple(spec.pictures) if spec is not None else UNKNOWN_PICTURES
 
 
 def token_origin(origin: str, source: str | None = None) -> str:
@@ -155,7 +173,7 @@ def for_js() -> dict:
     """Everything stepper.js colours with (so the browser and Python draw the same colours)."""
     return {"origin": ORIGIN_COLORS, "origin_labels": ORIGIN_LABELS, "role": ROLE_COLORS, "role_labels": ROLE_LABELS,
             "age": AGE_COLORS, "init": INIT_COLOR, "state": STATE_COLORS, "select": SELECT_COLOR, "mask": MASK_COLORS,
-            "current": CURRENT_COLOR, "method": METHOD_COLORS, "extra": EXTRA_COLORS, "step": STEP_COLORS,
+            "current": CURRENT_COLOR, "method": METHOD_COLORS, "method_labels": METHOD_LABELS, "extra": EXTRA_COLORS, "step": STEP_COLORS,
             "trajectory": TRAJECTORY_COLORS}
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import ORIGIN_COLORS, TraceLike, as_trace, drawn, esc, text_of
-from .palette import STATE_COLORS
+from ..common import ORIGIN_COLORS, TraceLike, as_trace, drawn, esc, text_of
+from ..palette import STATE_COLORS
 from .tree import layout
 from .window import _empty
 

@@ -1,6 +1,6 @@
 """plotly.js for pages that open offline: the bundle inlined, its map-tile and licence URLs defused.
 
-Why its own module: the report (viz/report.py) and the step view's head (viz/stepper.py head_html) both
+Why its own module: the report (viz/summaries/report.py) and the step view's head (viz/steps/stepper.py head_html) both
 inline it, and the report imports the stepper; with the bundle here neither has to import the other back.
 """
 from __future__ import annotations

@@ -4,8 +4,10 @@ Why lean: pre-rendering one plotly figure per step and view made a 91-step run's
 to build. Now the trace is sent ONCE (a compact copy: query arrays, the info fields the views read, one
 caption per step, the vocabulary of the tokens used, the palette) and stepper.js draws every per-step
 picture (window, pool, tree, mask, profile panel) in the browser. Run charts that do not change per step
-(pool over the run, latency) are sent once as plotly JSON. The Python figures (viz.window.figure, ...)
-draw the same data for gr.Plot and tests. The script must be on the page: the report inlines it; in
+(pool over the run, latency) are sent once as plotly JSON. The tree and the mask are computed once in
+Python as view-models (tree.view, mask.view) that views.js and the plotly figures both only place; the
+window, pool and trajectory figures (viz.window.figure, ...) still draw the same data a second time in
+Python for gr.Plot and tests. The script must be on the page: the report inlines it; in
 Gradio pass gradio_html_kwargs() to gr.HTML.
 """
 from __future__ import annotations
@@ -13,40 +15,39 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import asdict
-from pathlib import Path
 
-from . import costs as cost_figs, pool, retrieval, self_speculative, step_profile, tokens, trajectory, window
-from .common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
-from .counts import run_counts, step_counts
-from .describe import header_words
-from .palette import (STATE_COLORS, for_js, legend_html, mask_legend, origin_legend, pool_legend, trajectory_legend,
-                      tree_legend, window_legend)
-from .stepper_css import CSS
+from ..summaries import costs as cost_figs, step_profile
+from . import mask, pool, retrieval, self_speculative, tokens, trajectory, tree, window
+from ..common import TraceLike, as_trace, drawn, esc, number, safe_json, text_of
+from ..counts import run_counts, step_counts
+from ..describe import header_words
+from ..palette import (STATE_COLORS, for_js, legend_html, mask_legend, method_pictures, origin_legend, pool_legend,
+                      trajectory_legend, tree_legend, window_legend)
+from ..page import SCRIPT
+from ..page.stepper_css import CSS
 from .stepper_text import caption
-from .teach import slide_steps, teaching_step
+from ..exports.teach import slide_steps, teaching_step
 
-SCRIPT = "\n".join((Path(__file__).parent / f).read_text() for f in ("views.js", "export.js", "side_by_side.js",
-                                                                                 "stepper.js"))
 MAX_STEPS = 2000   # the payload is compact now; this only guards against pathological traces
 MAX_QUERY = 160    # a step's query is cut here for the mask (a long prompt's prefill)
 ROLE_CODE = {"prompt": "p", "x0": "x", "window": "w", "candidate": "c", "draft": "d", "stage2": "s", "jacobi": "j"}
 INFO_KEYS = ("window", "pool_key", "key", "candidates", "candidate_sources", "matched", "chosen", "pool_size",
              "accepted_path", "first_rejected", "pool_delta")
-TREE_KEYS = ("tokens", "parents", "depth", "draft_prob", "target_prob", "origin", "pruned")
 
 __all__ = ["CSS", "JS_ON_LOAD", "SCRIPT", "build", "caption", "gradio_html_kwargs", "head_html", "step_view_html"]
 
 
 def views_for(tr) -> list[str]:
-    """The per-step views that have something to show for this run."""
-    names = []
+    """The per-step views that have something to show for this run: what the data holds, and the pictures
+    its method's spec names (viz.palette.method_pictures; an unknown method gets a fallback)."""
+    names, pictures = [], method_pictures(tr.method)
     if any(window.has_window(s) for s in tr.steps):
         names.append("window")
     if any("candidates" in s.info for s in tr.steps):
         names.append("pool")
-    if tr.method in ("jacobi", "lookahead") and trajectory.has_trajectory(tr):
+    if "trajectory" in pictures and trajectory.has_trajectory(tr):
         names.append("trajectory")
-    if any(s.info.get("tree") for s in tr.steps) or tr.method not in ("lookahead", "greedy", "jacobi"):
+    if any(s.info.get("tree") for s in tr.steps) or "tree" in pictures:
         names.append("tree")
     names.append("mask")
     return names
@@ -70,13 +71,62 @@ def compact_step(s, cap: str) -> dict:
         info["window_next"] = s.info["window_next"][-1]
     if s.info.get("harvested") is not None:
         info["harvested"] = len(s.info["harvested"])
-    if s.info.get("tree"):
-        info["tree"] = {k: s.info["tree"][k] for k in TREE_KEYS if k in s.info["tree"]}
     c = step_counts(s)
     return {"i": s.index, "k": s.kind, "g": c.guessed, "own": c.own, "kv": s.kv_len, "q": s.n_query, "a": s.accepted, "o": s.origins,
             "t": s.tokens[:n], "p": s.positions[:n], "par": s.parents[:n],
             "r": "".join(ROLE_CODE.get(r, "?") for r in s.roles[:n]), "sl": s.slots[:n], "kept": s.kept,
             "ms": round(number(s.wall_ms, 0.0), 3), "info": _round(info), "cap": cap}
+
+
+def _view_model(make, st: dict) -> dict:
+    """A step's view-model, or (a crafted field the view cannot place) a view that says so in one line, so
+    the rest of the page still draws."""
+    try:
+        return make()
+    except ValueError as e:
+        return {"title": f"Step {st['i']}: {e}", "nodes": [], "edges": [], "rows": [], "n": 0, "depth": 0}
+
+
+class _Table:
+    """The page's shared tables: strings (labels, colours, tips) and styles (a node's or a mask row's
+    everything-but-its-place), each stored once and referred to by index: a tree's nodes at one depth, and
+    the same row of every step's mask, look alike."""
+
+    def __init__(self) -> None:
+        self.strs: dict[str, int] = {}
+        self.styles: dict[str, int] = {}
+
+    def s(self, text: object) -> int:
+        return self.strs.setdefault(str(text), len(self.strs))
+
+    def style(self, row: list) -> int:
+        return self.styles.setdefault(json.dumps(row, separators=(",", ":")), len(self.styles))
+
+    def page(self) -> dict:
+        return {"strs": list(self.strs), "styles": [json.loads(k) for k in self.styles]}
+
+
+def _tree_page(v: dict, t: _Table) -> dict:
+    """The tree view-model as the page carries it (a 1,000-step run of 200-node trees stays a few MB): a row
+    per node [x, y, style, parent, edge style]; a node style is [position, label, fill, stroke, stroke width,
+    flags (1 rejected, 2 pruned), name (-1: "node <its index>"), tip], an edge style [colour, width, dashed],
+    texts as indices into strs."""
+    nodes = []
+    for k, n in enumerate(v.get("nodes") or []):
+        name = -1 if n["name"] == f"node {k}" else t.s(n["name"])
+        flags = int(bool(n["rejected"])) | 2 * int(bool(n["pruned"]))
+        nodes.append([n["x"], _round(n["y"]), t.style([n["pos"], t.s(n["label"]), t.s(n["fill"]), t.s(n["stroke"]),
+                                                        n["stroke_width"], flags, name, t.s(n["tip"])]), -1, -1])
+    for e in v.get("edges") or []:
+        nodes[e["b"]][3:] = [e["a"], t.style([t.s(e["colour"]), e["width"], int(e["dashed"])])]
+    return {"t": v["title"], "d": v.get("depth", 0), "r": v.get("rows", 0), "n": nodes}
+
+
+def _mask_page(v: dict, t: _Table) -> dict:
+    """The mask view-model as the page carries it: each row's runs as a style, labels and colours as strs."""
+    return {"t": v["title"], "n": v.get("n", 0), "kv": v.get("kv", 0), "r": [t.style(r) for r in v.get("rows") or []],
+            "l": [t.s(x) for x in v.get("labels") or []], "c": [t.s(x) for x in v.get("colours") or []],
+            "p": v.get("positions") or []}
 
 
 def _vocab(tr) -> dict[str, str]:
@@ -102,12 +152,18 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     tr = as_trace(trace)
     names = views_for(tr)
     steps = [compact_step(s, caption(tr, k)) for k, s in enumerate(tr.steps[:max_steps])]
+    table = _Table()  # labels, colours, tips and row styles repeat across nodes and steps: stored once
+    for k, st in enumerate(steps):  # view-models, placed by views.js as by tree.figure / mask.figure (one drawing)
+        st["mv"] = _mask_page(_view_model(lambda: mask.view(tr, k, MAX_QUERY), st), table)
+        if "tree" in names:
+            st["tv"] = _tree_page(_view_model(lambda: tree.view(tr, k), st), table)
     run, marks, points = {}, {}, {}
     if "pool" in names:
         run["pool_run"], marks["pool_run"] = json.loads(pool.run_figure(tr).to_json()), "xline"
-    if tr.method == "self_speculative":  # draft ms against the target's, per step (viz/self_speculative.py)
+    pictures = method_pictures(tr.method)
+    if "draft_cost" in pictures:  # draft ms against the target's, per step (viz/steps/self_speculative.py)
         run["self_spec"], marks["self_spec"] = json.loads(self_speculative.run_figure(tr).to_json()), "xline"
-    if tr.method == "retrieval":  # match length, trie size and tokens kept per step (viz/retrieval.py)
+    if "retrieval" in pictures:  # match length, trie size and tokens kept per step (viz/steps/retrieval.py)
         run["retrieval"], marks["retrieval"] = json.loads(retrieval.run_figure(tr).to_json()), "xline"
     lat = cost_figs.latency_data([(tr, costs if isinstance(costs, dict) else None)])[0]
     if lat["steps"]:
@@ -118,13 +174,15 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
     if "trajectory" in names:
         t = trajectory.data(tr)
         code = {"wrong": "w", "converges": "n", "converged": "c"}
-        traj = {"cells": t["cells"], "right": t["right"],
+        traj = {"cells": t["cells"], "right": t["right"], "what": t["what"],
                 "rows": [{"s": r["step"], "a": r["accepted_cells"], "p": r["from_pool"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
                          for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
     return {"views": names, "steps": steps, "counts": asdict(run_counts(tr)), "pick": teaching_step(tr),
             "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,
-            "index_of": {s["i"]: k for k, s in enumerate(steps)}, "vocab": _vocab(tr), "palette": for_js(),
-            "method": tr.method, "cutoff": tr.config.get("confidence"), "prompt_len": len(tr.prompt_ids),
+            "index_of": {s["i"]: k for k, s in enumerate(steps)}, **table.page(), "vocab": _vocab(tr), "palette": for_js(),
+            "method": tr.method, "pictures": list(pictures),
+            "pool_source": pool.default_source(tr.method), "cutoff": tr.config.get("confidence"),
+            "prompt_len": len(tr.prompt_ids),
             "profile": _round(step_profile.data(tr, costs, peaks)), "truncated": len(tr.steps) > max_steps}
 
 
@@ -203,7 +261,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 
 def head_html(include_plotly: bool = True) -> str:
     """<script> tags for the page head: plotly.js (inline, offline) and the step-control script."""
-    from .plotlyjs import offline_plotlyjs
+    from ..page.plotlyjs import offline_plotlyjs
     js = f"<script>{offline_plotlyjs()}</script>" if include_plotly else ""
     return js + f"<script>{SCRIPT}</script>"
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, drawn, esc, text_of
-from .palette import STATE_COLORS, TRAJECTORY_COLORS
+from ..common import TraceLike, as_trace, box, drawn, esc, text_of
+from ..palette import STATE_COLORS, TRAJECTORY_COLORS
 from .window import _empty
 
 
@@ -103,7 +103,10 @@ def data(trace: TraceLike) -> dict:
                           else "wrong")
     n = sum(len(r["cells"]) for r in rows)
     right = sum(c["state"] != "wrong" for r in rows for c in r["cells"])
-    return {"method": tr.method, "rows": rows, "cells": n, "right": right,
+    # what the guesses are, from the data (a Jacobi step records its block; lookahead's come from its window)
+    block = any(isinstance(s.info, dict) and s.info.get("jacobi") for s in tr.steps)
+    return {"method": tr.method, "what": "Jacobi block" if block else "lookahead window (newest level per position)",
+            "rows": rows, "cells": n, "right": right,
             "accepted_guesses": sum(len(r["accepted_cells"]) for r in rows),
             "from_pool": sum(len(r["from_pool"]) for r in rows)}
 
@@ -149,7 +152,6 @@ def _tick(r: dict) -> str:
 
 def _title(tr, d: dict) -> str:
     share = d["right"] / d["cells"] if d["cells"] else 0.0
-    what = "Jacobi block" if tr.method == "jacobi" else "lookahead window (newest level per position)"
-    return (f"Trajectory of the {what}: {share:.0%} of guesses equal their final token; "
+    return (f"Trajectory of the {d['what']}: {share:.0%} of guesses equal their final token; "
             f"{d['accepted_guesses']} guesses accepted"
             + (f"; {d['from_pool']} tokens accepted from the pool (not outlined: no window guess)" if d["from_pool"] else ""))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .escape import esc
-from .palette import EXTRA_COLORS, log_axis, method_color
+from ..escape import esc
+from ..palette import EXTRA_COLORS, log_axis, method_color
 
 # N lines: one hue family per N, kept apart from the method colours (greedy is the method colour).
 N_COLORS = ["#1b9e77", "#66a61e", "#1f78b4", "#a6761d", "#17becf", "#999999", "#8dd3c7"]

@@ -1,6 +1,6 @@
 """An animated GIF of a run's steps, for slides that cannot embed HTML.
 
-    python -m viz.gif TRACE.json -o run.gif [--steps 3,5,8] [--width 1100] [--ms 1200]
+    python -m viz gif TRACE.json -o run.gif [--steps 3,5,8] [--width 1100] [--ms 1200]
 
 Why rendered frames: the step view is drawn by the browser (views.js), so the frames are screenshots of the
 real step view in headless Chromium (Playwright driving /usr/bin/chromium), one per step, and Pillow
@@ -9,14 +9,12 @@ frames are the steps a slide deck shows (viz.teach.slide_steps: no prefill, the 
 """
 from __future__ import annotations
 
-import argparse
 import io
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from .common import TraceLike, as_trace
+from ..common import TraceLike, as_trace
 from .teach import slide_steps
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
@@ -50,7 +48,7 @@ def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) 
         raise OSError("the GIF export drives Chromium with playwright, which is not installed: "
                       "pip install playwright (requirements-dev.txt; it uses the system chromium)") from None
 
-    from .report import write_report
+    from ..summaries.report import write_report
     tr = as_trace(trace)
     index = [s.index for s in tr.steps]
     want = steps if steps is not None else [index[k] for k in slide_steps(tr)]
@@ -90,34 +88,3 @@ def write_gif(trace: TraceLike, out: str | Path, steps: list[int] | None = None,
     out = Path(out)
     canvas[0].save(out, save_all=True, append_images=canvas[1:], duration=ms, loop=0, optimize=True)
     return out
-
-
-def _steps(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps takes step numbers like 3,5,8, got {text!r}") from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    from decoding.cli_run import OneLineParser, load_trace, nonempty, one_line, output_file, parse_args
-    ap = OneLineParser(prog="python -m viz.gif", description=__doc__.splitlines()[0])
-    ap.add_argument("trace", type=nonempty, help="trace JSON")
-    ap.add_argument("-o", "--out", default="run.gif", type=output_file)
-    ap.add_argument("--steps", type=_steps, default=None, help="step numbers, e.g. 3,5,8 (default: the steps that teach)")
-    ap.add_argument("--width", type=int, default=1100, choices=range(400, 2401), metavar="400..2400")
-    ap.add_argument("--ms", type=int, default=1200, choices=range(100, 10001), metavar="100..10000")
-    args = parse_args(ap, argv)
-    if isinstance(args, int):
-        return args
-    try:
-        path = write_gif(load_trace(args.trace), args.out, args.steps, args.width, args.ms)
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

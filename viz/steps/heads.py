@@ -2,15 +2,15 @@
 
 vLLM reports this as one counter; here it is per head/depth, plus accepted tokens per step over the run,
 so "why is my acceptance length low" has a picture: a head that is rarely right cuts every path through
-it. Reads only the trace's tree records (info["tree"], info["accepted_path"]), like viz/tree.py.
+it. Reads only the trace's tree records (info["tree"], info["accepted_path"]), like viz/steps/tree.py.
 """
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace, drawn, esc, plot_value
-from .palette import ORIGIN_COLORS, method_color
+from ..common import TraceLike, as_trace, drawn, esc, plot_value
+from ..palette import ORIGIN_COLORS, method_color
 
 
 def data(trace: TraceLike) -> dict:
@@ -35,7 +35,11 @@ def data(trace: TraceLike) -> dict:
                 tried[d] = tried.get(d, 0) + 1
                 hit[d] = hit.get(d, 0) + (d <= a)
     ds = sorted(tried)
-    return {"method": tr.method, "depths": ds, "tried": [tried[d] for d in ds], "accepted": [hit[d] for d in ds],
+    # Medusa's nodes come from heads ("head k" origins, one head per depth); EAGLE's from one draft head
+    origins = [((s.info or {}).get("tree") or {}).get("origin") for s in tr.steps]
+    per_head = any(isinstance(o, str) and o.startswith("head ")
+                   for os in origins if isinstance(os, list) for o in os)
+    return {"method": tr.method, "per_head": per_head, "depths": ds, "tried": [tried[d] for d in ds], "accepted": [hit[d] for d in ds],
             "rate": [hit[d] / tried[d] for d in ds], "steps": steps, "accepted_per_step": per_step,
             "mean_accepted": sum(per_step) / len(per_step) if per_step else 0.0}
 
@@ -45,7 +49,7 @@ def figure(trace: TraceLike) -> go.Figure:
     """Left: acceptance rate per head (Medusa) / depth (EAGLE), given the path reached it. Right:
     accepted tokens per step over the run with its mean."""
     d = data(trace)
-    medusa = d["method"] == "medusa"
+    medusa = d["per_head"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6], horizontal_spacing=0.12,
                         subplot_titles=("right when reached, per " + ("head" if medusa else "depth"),
                                         "accepted tokens per step"))

@@ -199,7 +199,7 @@
         root.classList.add("ds-sided");
         document.body.classList.add("ds-narration-beside");  // the host hides its own copy: said once, beside the view
       }
-      if (want === "best" && D.pick && steps[D.pick.k]) {  // the step the narration points at (viz/teach.py)
+      if (want === "best" && D.pick && steps[D.pick.k]) {  // the step the narration points at (viz/exports/teach.py)
         start = D.pick.k;
         const note = q(".ds-pick");
         if (note) { note.textContent = D.pick.shows; note.hidden = false; note.classList.toggle("ds-missing", !D.pick.found); }

@@ -26,14 +26,6 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   const counted = (s) => isNum(s.g) ? `${s.g} guessed token${s.g === 1 ? "" : "s"} + ${esc(s.own)} of the model's own` : `${list(s.a).length} token(s)`;
   const quote = (D, toks) => JSON.stringify(list(toks).map((t) => tok(D, t)).join(""));
   function tok(D, t) { return own(D.vocab, String(t)) ? String(D.vocab[String(t)]) : `<${t}>`; }
-  // A parent is a smaller query index (the engine's rule, decoding/engine/masks.py): a cycle or a parent
-  // past the query is not followed, so every walk up the tree ends.
-  const isParent = (p, i) => Number.isInteger(p) && p >= 0 && p < i;
-  function lineage(par, i) {
-    const out = [i];
-    for (let j = i; isParent(par[j], j); j = par[j]) out.push(par[j]);
-    return out;
-  }
   const MAX_COLS = 256;  // wider than any real window or block (64): a crafted slot cannot make a huge loop
   function cell(D, t, pos, bg, cls, title) {
     const p = pos === null || pos === undefined ? "" : ` data-pos="${esc(pos)}"`;
@@ -94,7 +86,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     for (let k = 0; k < s.r.length; k++) if (s.r[k] === "c") pos[list(s.sl[k])[0] + "," + list(s.sl[k])[1]] = s.p[k];
     const rows = cands.map((c, g) => {
       const m = matched[g] || 0, chosen = g === info.chosen;
-      const source = src[g] || (D.method === "prompt_lookup" ? "text" : "");
+      const source = src[g] || D.pool_source;  // older traces name no source: the method's (viz/steps/pool.py)
       const ok = P.origin[source === "reference" ? "reference" : source && source !== "window" ? "text_ngram" : "candidate"];
       const cells = list(c).map((t, i) => cell(D, t, pos[g + "," + i], i < m ? ok : i === m ? P.state.rejected : P.state.unchecked,
         "", i < m ? "matches the model" : i === m ? "first mismatch" : "not checked")).join("");
@@ -105,7 +97,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   }
 
   // ---- Pool browser: every n-gram in the pool after this step, by key, rebuilt by replaying the trace's
-  // per-step deltas (info.pool_delta: ["t"|"w"|"x", key, ...n-gram], as viz/pool.py contents() does).
+  // per-step deltas (info.pool_delta: ["t"|"w"|"x", key, ...n-gram], as viz/steps/pool.py contents() does).
   let poolOpen = false;  // the list stays open across step changes once opened
   document.addEventListener("toggle", (e) => {
     const d = e.composedPath ? e.composedPath()[0] : e.target;
@@ -143,115 +135,73 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       `<table class="ds-tab ds-pooltab">${rows.slice(0, limit).join("")}</table>${more}</details>`;
   }
 
-  // ---- Token tree (SVG): depth left→right; accepted path green, first rejection red; pruned nodes faint.
-  function treeNodes(s) {
-    const info = s.info || {}, t = info.tree || {};
-    const toks = list(t.tokens || s.t), par = list(t.parents || s.par);
-    const ROLE = { x: "target", w: "window", c: "candidate", d: "draft", s: "stage2", p: "prompt", j: "jacobi" };
-    const origin = list(t.origin || s.r.split("").map((r) => ROLE[r] || "draft"));
-    const depth = [];
-    const nodes = toks.map((tk, i) => {
-      const parent = isParent(par[i], i) ? par[i] : -1;  // a cycle or a bad parent: drawn as a root
-      depth[i] = Array.isArray(t.depth) && isNum(t.depth[i]) ? t.depth[i] : parent < 0 ? 0 : depth[parent] + 1;
-      return { id: i, t: tk, parent, depth: depth[i], origin: origin[i], dp: list(t.draft_prob)[i] };
-    });
-    const pr = t.pruned || {};
-    const n0 = nodes.length;
-    list(pr.tokens).forEach((tk, k) => {
-      const p = list(pr.parents)[k];
-      if (isParent(p, n0)) nodes.push({ id: nodes.length, t: tk, parent: p, depth: nodes[p].depth + 1,
-        dp: list(pr.draft_prob)[k], pruned: true });
-    });
-    return nodes;
-  }
-  function tidy(nodes) {
-    const kids = {}, y = {};
-    let row = 0;
-    nodes.forEach((n) => (kids[n.parent] = kids[n.parent] || []).push(n.id));
-    const place = (i) => {
-      const k = kids[i] || [];
-      y[i] = k.length ? k.reduce((a, c) => a + place(c), 0) / k.length : row++;
-      return y[i];
-    };
-    (kids[-1] || []).forEach(place);
-    return [y, row];
-  }
+  // ---- Token tree (SVG): placed from the step's view-model s.tv (viz/steps/tree.py view: positions, fills,
+  // outlines, labels, tips and the title are decided there, once, for this page and the plotly figure alike;
+  // stepper.py _tree_page packs it: node rows [x, y, style, parent, edge style], a node style [position,
+  // label, fill, stroke, width, flags, name, tip], an edge style [colour, width, dashed]; texts index D.strs).
+  const str = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.strs).length ? String(D.strs[k]) : "");
+  const style = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.styles).length ? list(D.styles[k]) : []);
   function treeView(D, s) {
-    if (s.k === "prefill") return [`Step ${s.i} (prefill): the prompt is read as one chain — no tree`, ""];
-    const P = D.palette, info = s.info || {}, nodes = treeNodes(s);
-    if (!nodes.length) return [`Step ${s.i}: no tree recorded`, ""];
-    const [y, rows] = tidy(nodes);
-    const path = new Set(list(info.accepted_path || s.kept)), rej = info.first_rejected, cut = D.cutoff;
-    const base = s.p.length ? s.p[0] : s.kv, dx = 120, dy = 30, X = (n) => 16 + n.depth * dx, Y = (n) => 18 + y[n.id] * dy;
-    const maxD = Math.min(nodes.reduce((a, n) => Math.max(a, n.depth), 0), MAX_COLS), npr = nodes.filter((n) => n.pruned).length;
+    const v = s.tv || {}, nodes = list(v.n);
+    if (!nodes.length) return [v.t ? String(v.t) : `Step ${s.i}: no tree recorded`, ""];
+    const dx = 120, dy = 30, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
+    const maxD = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS), rows = isNum(v.r) ? v.r : 1;
     const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
     const out = [];
-    nodes.forEach((n) => {
-      if (n.parent < 0) return;
-      const p = nodes[n.parent], good = path.has(n.id) && path.has(p.id);
-      out.push(`<line x1="${esc(X(p))}" y1="${esc(Y(p))}" x2="${esc(X(n))}" y2="${esc(Y(n))}" stroke="${n.pruned ? P.state.pruned : good ? P.state.matched : "#bbb"}"` +
-        ` stroke-width="${good ? 4 : 1.2}"${n.pruned ? ' stroke-dasharray="3 3"' : ""}/>`);
+    nodes.forEach((row) => {
+      const [x, y, , a, es] = list(row), p = list(nodes[a]), [colour, width, dashed] = style(D, es);
+      if (!Number.isInteger(a) || a < 0 || !p.length) return;  // a root (or a crafted index): no edge
+      out.push(`<line x1="${esc(X(p[0]))}" y1="${esc(Y(p[1]))}" x2="${esc(X(x))}" y2="${esc(Y(y))}"` +
+        ` stroke="${esc(str(D, colour))}" stroke-width="${esc(width)}"${dashed ? ' stroke-dasharray="3 3"' : ""}/>`);
     });
-    nodes.forEach((n) => {
-      const acc = path.has(n.id), bad = n.id === rej;
-      const fill = n.pruned ? "#fff" : pick(P.origin, n.origin, pick(P.role, n.origin, "#ccc"));
-      const stroke = n.pruned ? P.state.pruned : acc ? P.state.matched : bad ? P.state.rejected : "#666";
-      const lab = n.pruned ? `${tok(D, n.t)} · ${n.dp === undefined || n.dp === null ? "pruned" :
-        `p=${fixed(n.dp, 2)}` + (cut !== null && cut !== undefined ? ` < cutoff ${fixed(cut, 2)}` : " (pruned)")}` : tok(D, n.t);
-      const tip = n.pruned ? `pruned child of node ${n.parent}: ${lab}` : `node ${n.id} · ${n.origin}` +
-        (n.dp !== undefined && n.dp !== null ? ` · draft p=${fixed(n.dp, 3)}` : "") + (acc ? " · accepted" : "") + (bad ? " · first rejected" : "");
-      out.push(`<g${n.pruned ? ' opacity="0.6"' : ""}><title>${esc(tip)}</title><circle data-pos="${n.pruned ? "" : esc(base + n.depth)}" cx="${esc(X(n))}" cy="${esc(Y(n))}" r="9"` +
-        ` fill="${esc(fill)}" stroke="${esc(stroke)}" stroke-width="${acc || bad ? 3 : 1.5}"/>` + (bad ? `<text x="${esc(X(n))}" y="${esc(Y(n) + 4)}" text-anchor="middle" font-size="12" fill="${esc(P.state.rejected)}">✕</text>` : "") +
-        `<text x="${esc(X(n) + 13)}" y="${esc(Y(n) + 4)}" font-size="12" fill="${n.pruned ? "#777" : "#222"}" style="white-space:pre">${esc(lab)}</text></g>`);
+    nodes.forEach((row, k) => {
+      const [x, y, st] = list(row), [p, label, fill, stroke, sw, flags, name, tip] = style(D, st);
+      const pruned = flags & 2, bad = flags & 1, pos = p === null || p === undefined ? "" : esc(p);
+      const nm = name === -1 ? `node ${k}` : str(D, name);
+      out.push(`<g${pruned ? ' opacity="0.6"' : ""}><title>${esc(nm + ": " + str(D, tip))}</title><circle data-pos="${pos}" cx="${esc(X(x))}" cy="${esc(Y(y))}" r="9"` +
+        ` fill="${esc(str(D, fill))}" stroke="${esc(str(D, stroke))}" stroke-width="${esc(sw)}"/>` +
+        (bad ? `<text x="${esc(X(x))}" y="${esc(Y(y) + 4)}" text-anchor="middle" font-size="12" fill="${esc(str(D, stroke))}">✕</text>` : "") +
+        `<text x="${esc(X(x) + 13)}" y="${esc(Y(y) + 4)}" font-size="12" fill="${pruned ? "#777" : "#222"}" style="white-space:pre">${esc(str(D, label))}</text></g>`);
     });
-    const title = `Step ${s.i}: ${nodes.length - npr}-node tree, accepted path ${Math.max(path.size - 1, 0)} deep (${counted(s)})` +
-      (rej !== null && rej !== undefined ? `, first rejected node ${rej}` : "") +
-      (cut === null || cut === undefined ? "" : ` · confidence cutoff ${fixed(cut, 2)}: ` + ((info.tree || {}).pruned
-        ? `${npr} proposed node(s) below it pruned (faint)` : "pruned nodes not recorded in this trace"));
-    return [title, `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
+    return [String(v.t), `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
   }
 
-  // ---- Attention mask (SVG, one path for every visible cell): query i sees j when j is i or its ancestor.
-  const ROLE_NAME = { p: "p", d: "d", s: "s2" };
-  const ROLE_KEY = { p: "prompt", x: "x0", w: "window", c: "candidate", d: "draft", s: "stage2", j: "jacobi" };
-  function label(s, k, base) {
-    const r = s.r[k], sl = list(s.sl[k]), rel = s.p.length ? s.p[k] - base : k;
-    const name = r === "w" ? (sl[0] === 0 && sl[1] === 0 ? "x0" : "L" + sl[0]) : r === "c" ? "c" + (sl.length ? sl[0] : "")
-      : r === "x" ? "x0" : ROLE_NAME[r] || r;
-    return `${name}·${rel}`;
-  }
+  // ---- Attention mask (SVG, one path for every visible cell): placed from the step's view-model s.mv
+  // (viz/steps/mask.py view: each row's visible columns from the engine's tree_visibility, the role·position
+  // labels, the role colours, the title), as the plotly figure places it.
   function maskView(D, s) {
-    const n = Math.min(list(s.par).length, 400), P = D.palette;
-    if (!n) return [`Step ${s.i}: no query recorded`, ""];
+    const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400);
+    if (!n) return [v.t ? String(v.t) : `Step ${s.i}: no query recorded`, ""];
     // labels readable at arm's length: 12-13 px type, cells as tall as the type
-    const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = s.kv ? 2 * c : 0;
-    const base = s.p.length ? s.p[0] : s.kv, w = m + cache + n * c + 4, h = m + n * c + 4;
+    const c = n <= 30 ? 18 : n <= 60 ? 13 : 5, lab = n <= 60, fs = c >= 18 ? 13 : 12, m = lab ? 86 : 10, cache = v.kv ? 2 * c : 0;
+    const w = m + cache + n * c + 4, h = m + n * c + 4, labels = list(v.l), colours = list(v.c), pos = list(v.p);
     let d = "";
-    for (let i = 0; i < n; i++) for (const j of lineage(s.par, i)) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
-    const out = [`<rect x="${m + cache}" y="${m}" width="${n * c}" height="${n * c}" fill="${P.mask[0]}"/>`,
-      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${P.mask[2]}"><title>KV cache: ${esc(s.kv)} tokens, seen by every query</title></rect>` : "",
-      `<path d="${d}" fill="${P.mask[1]}"/>`];
+    list(v.r).slice(0, n).forEach((ref, i) => {
+      const r = style(D, ref);  // this row's visible runs [a0, b0, a1, b1, ...]
+      for (let k = 0; k + 1 < r.length; k += 2) {
+        if (!isNum(r[k]) || !isNum(r[k + 1]) || r[k] < 0 || r[k + 1] >= n || r[k + 1] < r[k]) continue;  // a crafted run
+        for (let j = r[k]; j <= r[k + 1]; j++) d += `M${m + cache + j * c} ${m + i * c}h${c - 1}v${c - 1}h${1 - c}z`;
+      }
+    });
+    const out = [`<rect x="${m + cache}" y="${m}" width="${n * c}" height="${n * c}" fill="${esc(P.mask[0])}"/>`,
+      cache ? `<rect x="${m}" y="${m}" width="${cache - 1}" height="${n * c}" fill="${esc(P.mask[2])}"><title>KV cache: ${esc(v.kv)} tokens, seen by every query</title></rect>` : "",
+      `<path d="${d}" fill="${esc(P.mask[1])}"/>`];
     for (let k = 0; k < n; k++) {
-      const pos = esc(s.p.length ? s.p[k] : "");
-      out.push(`<rect class="ds-mrow" data-pos="${pos}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
-      out.push(`<rect class="ds-mcol" data-pos="${pos}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
-      // the query token's role, as in every other view; a drafted node by its tree origin (Medusa teal, EAGLE red)
-      const o = list(((s.info || {}).tree || {}).origin)[k], rc = s.r[k] === "d" && o && o !== "target"
-        ? pick(P.origin, o, pick(P.role, "draft", "#ccc")) : pick(P.role, pick(ROLE_KEY, s.r[k], ""), "#ccc");
+      const at = pos[k] === null || pos[k] === undefined ? "" : esc(pos[k]), rc = esc(str(D, colours[k]) || "#ccc");
+      out.push(`<rect class="ds-mrow" data-pos="${at}" x="${m}" y="${m + k * c}" width="${cache + n * c}" height="${c}" fill="none" stroke="none"/>`);
+      out.push(`<rect class="ds-mcol" data-pos="${at}" x="${m + cache + k * c}" y="${m}" width="${c}" height="${n * c}" fill="none" stroke="none"/>`);
       out.push(`<rect x="${m - 7}" y="${m + k * c}" width="5" height="${c - 1}" fill="${rc}"/>`);
       out.push(`<rect x="${m + cache + k * c}" y="${m - 7}" width="${c - 1}" height="5" fill="${rc}"/>`);
       if (lab) {
-        const L = esc(label(s, k, base));
+        const L = esc(str(D, labels[k]));
         out.push(`<text x="${m - 9}" y="${m + k * c + c - 3}" font-size="${fs}" text-anchor="end">${L}</text>`);
         out.push(`<text transform="translate(${m + cache + k * c + c - 3},${m - 9}) rotate(-90)" font-size="${fs}">${L}</text>`);
       }
     }
-    const cut = s.q > n ? ` (first ${n} of ${s.q} shown)` : "";
-    return [`Attention mask of step ${s.i}: ${s.q}×${s.q}${cut}` + (s.kv ? ` + the ${s.kv}-token cache (left)` : ""),
-      `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+    return [String(v.t), `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
   }
 
-  // ---- Jacobi trajectory (viz/trajectory.py): rows = the last iterations up to this step, columns = positions;
+  // ---- Jacobi trajectory (viz/steps/trajectory.py): rows = the last iterations up to this step, columns = positions;
   // a guess is grey until it equals its final token, dark green where it converges, pale green after;
   // the guesses this step accepted are outlined.
   function trajectoryView(D, s) {
@@ -279,7 +229,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       return `<tr class="${r.s === s.i ? "ds-chosen" : ""}"><th>${r.s === s.i ? "▶ " : ""}step ${esc(r.s)}</th>${cells.join("")}</tr>`;
     });
     const here = rows[rows.length - 1], n = here.a.length, pool = here.p || [];
-    const what = D.method === "jacobi" ? "Jacobi block" : "window (newest level per position)";
+    const what = esc(T.what);  // said by Python from the data (viz/steps/trajectory.py data: a block or a window)
     const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool, not the window: ${esc(pool.join(""))}` : "";
     return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined)${fromPool}; ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];

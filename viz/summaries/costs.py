@@ -26,10 +26,10 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace, drawn, esc, number, plot_value
-from .palette import log_axis, method_color
-from .describe import short_name
-from .window import _empty
+from ..common import TraceLike, as_trace, drawn, esc, number, plot_value
+from ..palette import log_axis, method_color
+from ..describe import short_name
+from ..steps.window import _empty
 
 Run = tuple  # (trace, profile | None)
 

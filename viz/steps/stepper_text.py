@@ -2,8 +2,8 @@
 speculative step, how many proposed nodes the confidence cutoff pruned)."""
 from __future__ import annotations
 
-from .common import TraceLike, as_trace, drawn, number, text_of
-from .counts import step_counts
+from ..common import TraceLike, as_trace, drawn, number, text_of
+from ..counts import step_counts
 
 
 def _q(trace, tokens_: list[int]) -> str:

@@ -1,4 +1,4 @@
-// Side by side (viz/side_by_side.py linked_html): every run's token strip aligned by output position, and
+// Side by side (viz/summaries/side_by_side.py linked_html): every run's token strip aligned by output position, and
 // two step views that follow one output position. Click a strip cell, or step either view, and both views
 // show the step that produced that position; the strips outline those steps. Each run's step view travels
 // as a <template> and is drawn (DecodeScope.mount) only when picked in the left / right menus.

@@ -12,9 +12,9 @@ unless peaks={"flops": FLOP/s, "bandwidth": byte/s, "device": name} is given).
 """
 from __future__ import annotations
 
-from .common import TraceLike, as_trace, drawn, number
-from .describe import short_name
-from .palette import log_axis, method_color
+from ..common import TraceLike, as_trace, drawn, number
+from ..describe import short_name
+from ..palette import log_axis, method_color
 
 
 def _steps(costs: dict | list) -> list[dict]:

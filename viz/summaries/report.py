@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 from . import costs as prof
-from .common import PLOTLY_CONFIG, TraceLike, as_trace, drawn, esc
-from .describe import model_words, recorded_on, scrub_paths
-from .plotlyjs import URL, offline_plotlyjs  # noqa: F401  (viz.report.offline_plotlyjs: scripts/screenshots.py)
-from .stepper import SCRIPT, step_view_html
+from ..common import PLOTLY_CONFIG, TraceLike, as_trace, drawn, esc
+from ..describe import model_words, recorded_on, scrub_paths
+from ..page.plotlyjs import URL, offline_plotlyjs  # noqa: F401  (viz.report.offline_plotlyjs: scripts/screenshots.py)
+from ..steps.stepper import SCRIPT, step_view_html
 
 
 def external_urls(page: str) -> list[str]:

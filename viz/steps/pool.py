@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, drawn, esc, number, plot_value, text_of
-from .palette import ORIGIN_COLORS, STATE_COLORS, pool_legend, token_origin
+from ..common import TraceLike, as_trace, box, drawn, esc, number, plot_value, text_of
+from ..palette import ORIGIN_COLORS, STATE_COLORS, method_pictures, pool_legend, token_origin
 from .window import _empty
+
+
+def default_source(method: str) -> str:
+    """Where a pool's candidates come from when an older trace does not say: a method whose spec draws a pool
+    but no Jacobi window fills it from the text (prompt lookup); otherwise the window (lookahead)."""
+    pictures = method_pictures(method)
+    return "text" if "pool" in pictures and "window" not in pictures else ""
 
 
 def data(trace: TraceLike, step_index: int) -> dict | None:
@@ -24,7 +31,7 @@ def data(trace: TraceLike, step_index: int) -> dict | None:
     key_tokens = key if isinstance(key, list) else ([] if key is None else [key])
     cands = [list(c) for c in info["candidates"]]
     matched = list(info.get("matched") or [0] * len(cands))
-    sources = list(info.get("candidate_sources") or [("text" if tr.method == "prompt_lookup" else "")] * len(cands))
+    sources = list(info.get("candidate_sources") or [default_source(tr.method)] * len(cands))
     pos = {tuple(sl): p for r, sl, p in zip(step.roles, step.slots, step.positions) if r == "candidate"}
     positions = [[pos.get((g, i)) for i in range(len(c))] for g, c in enumerate(cands)]
     return {"step": step.index, "key": key_tokens, "key_text": [text_of(tr, t) for t in key_tokens],

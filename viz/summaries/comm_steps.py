@@ -5,15 +5,14 @@ step.info["comm_ms"]) stacked on the rest of the step (compute_ms). Lookahead pa
 bars per rank (step.info["lp"]["compute_ms"] / ["comm_ms"], list index = rank), so an idle or slow rank
 shows. One-process traces have neither: the figure says so.
 
-    python -m viz.comm_steps TRACE.json [--out comm_steps.html]
+    python -m viz comm-steps TRACE.json [--out comm_steps.html]
 """
 from __future__ import annotations
 
-import sys
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, drawn
+from ..common import TraceLike, as_trace, drawn
 
 COMPUTE, COMM = "#4c78a8", "#e45756"
 
@@ -64,28 +63,3 @@ def figure(trace: TraceLike) -> go.Figure:
     fig.update_layout(title=f"{what}, {d['world']} processes ({d['backend']}): compute vs communication per step",
                       xaxis_title="step", yaxis_title="ms", barmode="group", plot_bgcolor="white")
     return fig
-
-
-def main(argv: list[str] | None = None) -> int:
-    from decoding.cli_run import OneLineParser, nonempty, one_line, output_file, parse_args
-    ap = OneLineParser(prog="python -m viz.comm_steps", description=__doc__.splitlines()[0])
-    ap.add_argument("trace", type=nonempty)
-    ap.add_argument("--out", type=output_file, default="comm_steps.html")
-    args = parse_args(ap, argv)
-    if isinstance(args, int):
-        return args
-    try:
-        tr = as_trace(args.trace)
-        figure(tr).write_html(args.out, include_plotlyjs="cdn")
-        for t in totals(data(tr) or {"series": []}):
-            print(f"{t['name']}: compute {t['compute_ms']:.1f} ms, communication {t['comm_ms']:.1f} ms "
-                  f"({100 * t['comm_share']:.0f}%)")
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .common import TraceLike, as_trace
-from .counts import step_counts
+from ..common import TraceLike, as_trace
+from ..counts import step_counts
 
 
 def _chosen_source(s) -> str:

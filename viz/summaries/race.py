@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, drawn, esc
-from .palette import method_color
+from ..common import TraceLike, as_trace, drawn, esc
+from ..palette import method_color
 
 
 def race_data(runs: dict) -> list[dict]:

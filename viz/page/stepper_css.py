@@ -1,7 +1,7 @@
 """The step view's CSS. Why its own file: the responsive rules (stacking at narrow widths, each wide
 picture scrolling in its own box) are the part a 400 px phone depends on."""
 
-from .palette import CURRENT_COLOR, SELECT_COLOR, STATE_COLORS
+from ..palette import CURRENT_COLOR, SELECT_COLOR, STATE_COLORS
 
 _CSS = """
 .ds-stepper{font-family:system-ui,sans-serif;font-size:14px;color:#222;outline:none;max-width:100%;

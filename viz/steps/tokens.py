@@ -6,8 +6,8 @@ controls can highlight the tokens of the current step and clicking a token selec
 """
 from __future__ import annotations
 
-from .common import ORIGIN_COLORS, TraceLike, as_trace, drawn, esc
-from .palette import STEP_COLORS, legend_html as swatches, origin_legend, token_origin
+from ..common import ORIGIN_COLORS, TraceLike, as_trace, drawn, esc
+from ..palette import STEP_COLORS, legend_html as swatches, origin_legend, token_origin
 
 
 def _source(step) -> str | None:

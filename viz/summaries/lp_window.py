@@ -1,21 +1,19 @@
 """Lookahead parallelism's 2D window, coloured by the rank that computed each cell.
 
-Rows are window levels (row 0 = [x0, L0]), columns are window columns, as in viz/window.py. A column is
+Rows are window levels (row 0 = [x0, L0]), columns are window columns, as in viz/steps/window.py. A column is
 one Jacobi trajectory, owned by one rank (decoding/parallel/lookahead_parallel.py): its upper levels are
 computed there only. Row-0 cells left of a rank's columns are recomputed by that rank too (a column needs
 row 0 up to itself): those cells are drawn in the owner's colour with the other ranks named in the hover
 and a dashed outline. Reads step.info["lp"]["cells"] (per rank, [level, column]) and the step's window.
 
-    python -m viz.lp_window TRACE.json [--step K] [--out lp_window.html]
+    python -m viz lp-window TRACE.json [--step K] [--out lp_window.html]
 """
 from __future__ import annotations
 
-import argparse
-import sys
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, drawn, esc, text_of
+from ..common import TraceLike, as_trace, drawn, esc, text_of
 
 RANK_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6")
 MAX_CELLS = 65_536  # a crafted trace cannot make a huge figure
@@ -73,28 +71,3 @@ def figure(trace: TraceLike, step_index: int) -> go.Figure:
                       xaxis=dict(title="window column", dtick=1), yaxis=dict(title="level", dtick=1),
                       plot_bgcolor="white", height=160 + 60 * (1 + max(k[0] for k in d["cells"])))
     return fig
-
-
-def main(argv: list[str] | None = None) -> int:
-    from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_file, parse_args
-    ap = OneLineParser(prog="python -m viz.lp_window", description=__doc__.splitlines()[0])
-    ap.add_argument("trace", type=nonempty)
-    ap.add_argument("--step", type=int_in(0, 10_000), default=1)
-    ap.add_argument("--out", type=output_file, default="lp_window.html")
-    args = parse_args(ap, argv)
-    if isinstance(args, int):
-        return args
-    try:
-        tr = as_trace(args.trace)
-        if args.step >= len(tr.steps):
-            raise ValueError(f"--step {args.step}: the trace has {len(tr.steps)} steps")
-        figure(tr, args.step).write_html(args.out, include_plotlyjs="cdn")
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import uuid
 
-from .common import TraceLike, as_trace, drawn, esc, text_of
-from .palette import CURRENT_COLOR, STEP_COLORS, method_color
+from decoding.methods.registry import BASELINE
+
+from ..common import TraceLike, as_trace, drawn, esc, text_of
+from ..palette import CURRENT_COLOR, STEP_COLORS, method_color
 
 MAX_TOKENS = 96
 
@@ -72,7 +74,7 @@ def _strips(rows: list[dict]) -> str:
 
 def default_pair(names: list[str], best: str | None = None) -> tuple[str, str]:
     """Greedy (the baseline every step is measured against) beside `best`, else the first other run."""
-    left = "greedy" if "greedy" in names else names[0]
+    left = BASELINE if BASELINE in names else names[0]
     others = [n for n in names if n != left] or [left]
     return left, best if best in others else others[0]
 
@@ -84,7 +86,7 @@ def linked_html(runs: dict[str, TraceLike], best: str | None = None, max_tokens:
 
     Every run's step view travels as a <template> (drawn only when picked), so switching the pair is
     instant and a race of five methods costs one compact payload per run. Needs SCRIPT on the page."""
-    from .stepper import step_view_html
+    from ..steps.stepper import step_view_html
     rows = data(runs, max_tokens)
     if not rows:
         return ""

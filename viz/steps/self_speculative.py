@@ -11,8 +11,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import TraceLike, as_trace, drawn, esc, step_at, text_of
-from .palette import STATE_COLORS, method_color
+from ..common import TraceLike, as_trace, drawn, esc, step_at, text_of
+from ..palette import STATE_COLORS, method_color
 
 DRAFT_COLOR, TARGET_COLOR = "#fd8d3c", "#4d4d4d"
 
@@ -78,12 +78,13 @@ def run_data(trace: TraceLike) -> dict:
 @drawn
 def run_figure(trace: TraceLike) -> go.Figure:
     """Per decode step: draft and target ms stacked (bars), tokens kept (line, right axis)."""
-    d = run_data(trace)
+    tr = as_trace(trace)
+    d = run_data(tr)
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=d["steps"], y=d["draft_ms"], name="draft ms", marker_color=DRAFT_COLOR))
     fig.add_trace(go.Bar(x=d["steps"], y=d["target_ms"], name="target ms", marker_color=TARGET_COLOR))
     fig.add_trace(go.Scatter(x=d["steps"], y=d["accepted"], name="tokens kept", mode="lines+markers",
-                             line=dict(color=method_color("self_speculative"), shape="hv")), secondary_y=True)
+                             line=dict(color=method_color(tr.method), shape="hv")), secondary_y=True)
     fig.update_layout(barmode="stack", height=300, margin=dict(l=50, r=50, t=40, b=40), plot_bgcolor="white",
                       title=dict(text="self_speculative: draft cost against the target's step", font=dict(size=13)))
     fig.update_xaxes(title_text="decode step")

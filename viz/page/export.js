@@ -77,7 +77,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     };
     img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg);
   }
-  // The run as one self-contained HTML deck: one slide per step that teaches (D.slides, viz/teach.py: no
+  // The run as one self-contained HTML deck: one slide per step that teaches (D.slides, viz/exports/teach.py: no
   // prefill, the steps where guesses were accepted, capped), each the step's SVG in large type, scaled to
   // fill the screen (the stepper walks those steps, then goes back); ← → Space Home End move, #5 opens slide 5.
   function slidesHTML(root, n, go, back) {

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .common import TraceLike, as_trace, box, drawn, esc, plot_value, text_of
-from .palette import AGE_COLORS, INIT_COLOR, ROLE_COLORS, STATE_COLORS, age_color
+from ..common import TraceLike, as_trace, box, drawn, esc, plot_value, text_of
+from ..palette import AGE_COLORS, INIT_COLOR, ROLE_COLORS, STATE_COLORS, age_color
 
 MAX_COLS = 256  # ticks at most: wider than any real window (64); a crafted slot cannot make a huge axis
 NEW_COLOR = AGE_COLORS[0]  # this step's output: the newest end of the age scale (never an origin colour)
