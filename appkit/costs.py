@@ -26,7 +26,7 @@ def machine_peaks(model) -> dict | None:
 
 
 def run_costs(trace, model) -> dict:
-    """The viz profile dict (viz/costs.py's keys) of a finished or stopped run: per-step FLOPs, bytes and ms,
+    """The viz profile dict (viz/summaries/costs.py's keys) of a finished or stopped run: per-step FLOPs, bytes and ms,
     the model's shape (viz.step_profile draws greedy's cumulative-FLOPs line from it) and the machine's peaks."""
     p = next(model.parameters())
     steps = []

@@ -301,7 +301,7 @@ class Tabs(Handlers):
             tr = Trace.from_dict(last)
         else:
             raise ValueError("upload a trace JSON, pick a recorded trace, or run something first")
-        try:  # it opens on the step that shows the method's point (viz/teach.py), not on the empty prefill
+        try:  # it opens on the step that shows the method's point (viz/exports/teach.py), not on the empty prefill
             html = viz.step_view_html(tr, initial_step=teaching_step(tr)["k"])
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None

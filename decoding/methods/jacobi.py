@@ -6,7 +6,7 @@ prefix equal to its argmax chain) are accepted, plus its own next token, so the 
 Why it is in DecodeScope: on real models a Jacobi step rarely fixes more than one token (a guess made
 from a wrong left context is usually wrong), which is the lesson lookahead decoding starts from: keep
 the n-grams the trajectories produce instead of waiting for the block to converge. The trace records
-every position's guess per iteration (step.info["jacobi"]) so viz/trajectory.py can draw it.
+every position's guess per iteration (step.info["jacobi"]) so viz/steps/trajectory.py can draw it.
 
 Initial guesses: K tokens drawn from the prompt with a seeded RNG, as lookahead's window starts (the
 paper uses pad tokens for encoder-decoder MT; many decoder-only LMs have no pad token, and a prompt
