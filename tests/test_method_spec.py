@@ -164,23 +164,27 @@ def method_names() -> set[str]:
 
 
 def literal_comparisons(path: Path, names: set[str]) -> list[str]:
-    """`x == "eagle"`, `x != "greedy"`, `x in ("medusa", "eagle")`: each comparison of anything with a string
-    literal that is a method name, as file:line."""
+    """`x == "eagle"`, `x != "greedy"`, `x in ("medusa", "eagle")`, `"eagle" in methods`: each comparison of a
+    method with a string literal that is a method name, as file:line. A literal tested against a dict or list
+    that is not about methods (`"jacobi" in step.info`, a picture name in `pictures`) is data, not a method."""
     out = []
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
+    source = path.read_text()
+    for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Compare):
             continue
+        left = node.left
         for op, right in zip(node.ops, node.comparators):
-            sides = [node.left, right]
-            lits = []
-            for side in sides:
-                if isinstance(side, ast.Constant) and isinstance(side.value, str):
-                    lits.append(side.value)
-                elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(side, (ast.Tuple, ast.List, ast.Set)):
-                    lits += [e.value for e in side.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-            if any(v in names for v in lits):
+            hit = False
+            if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+                hit = any(isinstance(x, ast.Constant) and x.value in names for x in (left, right))
+            elif isinstance(op, (ast.In, ast.NotIn)):
+                if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                    hit = any(isinstance(e, ast.Constant) and e.value in names for e in right.elts)
+                elif isinstance(left, ast.Constant) and left.value in names:
+                    hit = "method" in (ast.get_source_segment(source, right) or "").lower()
+            if hit:
                 out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            left = right
     return out
 
 
@@ -210,8 +214,9 @@ def test_no_method_name_is_compared_with_a_literal_outside_the_methods():
 def test_the_comparison_check_can_fail(tmp_path: Path):
     bad = ROOT / "viz" / "_probe_literal.py"
     try:
-        bad.write_text('def f(m):\n    return m in ("medusa", "eagle") or m == "greedy"\n')
-        assert len(literal_comparisons(bad, method_names())) == 2
+        bad.write_text('def f(m, tr):\n    return m in ("medusa", "eagle") or m == "greedy" or "eagle" in tr.methods\n'
+                       'def g(info):\n    return "jacobi" in info\n')
+        assert len(literal_comparisons(bad, method_names())) == 3
     finally:
         bad.unlink()
     js = ROOT / "viz" / "_probe_literal.js"

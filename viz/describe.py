@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
-from .common import TraceLike, as_trace, number
+from decoding.methods.registry import SPECS
+
+from .common import TraceLike, as_trace
 from .counts import run_counts
 
 _ABS = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
@@ -33,33 +35,6 @@ def _num(v: object) -> str:
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
-def _fixed(v: object) -> str:
-    """Two decimals for a number; a crafted trace's string as it is (escaped by whoever writes it)."""
-    return f"{v:.2f}" if number(v) is not None else str(v)
-
-
-def _spec(cfg: dict) -> str:
-    mode, tree = cfg.get("mode") or "chain", cfg.get("tree")
-    if cfg.get("tree_budget"):
-        shape = f"dynamic tree, budget {cfg['tree_budget']}"
-    elif mode == "tree" and tree:
-        shape = "tree " + ",".join(str(w) for w in tree)
-    else:
-        shape = f"chain {cfg.get('draft_tokens')}"
-    parts = [f"speculative {shape}"]
-    if cfg.get("confidence"):
-        parts.append(f"cutoff {_fixed(cfg['confidence'])}")
-    if cfg.get("staged"):
-        parts.append("staged (stage-2 n-grams)")
-    if cfg.get("adaptive"):
-        parts.append("adaptive depth")
-    draft = cfg.get("draft")
-    name = short_name(draft.get("name") if isinstance(draft, dict) else draft)
-    if name or isinstance(draft, dict):
-        parts.append(f"draft: {_draft_words(name)}")
-    return " · ".join(parts)
-
-
 def _draft_words(name: str) -> str:
     """The app's shipped draft model is called what it is; an unnamed one is not guessed at."""
     return "embedded draft" if name.endswith("assets/draft") else name or "unnamed draft model"
@@ -69,24 +44,15 @@ def config_words(trace: TraceLike) -> str:
     """The method and its settings in one line of plain words (no JSON)."""
     tr = as_trace(trace)
     c = tr.config if isinstance(tr.config, dict) else {}
-    if tr.method == "lookahead":
-        parts = [f"lookahead · W {c.get('window')} · N {c.get('ngram')} · G {c.get('guesses')}"]
-        if c.get("text_span"):
-            parts.append(f"text span {c['text_span']}")
-        if c.get("prompt_ngrams") is False and c.get("output_ngrams") is False:
-            parts.append("window n-grams only")
-        line = " · ".join(parts)
-    elif tr.method == "prompt_lookup":
-        line = (f"prompt lookup · n-gram {c.get('min_ngram')}–{c.get('max_ngram')} · copy {c.get('num_tokens')}"
-                f" · {c.get('candidates', 1)} candidate(s)")
-        if c.get("references"):
-            line += f" · {c['references']} reference text(s), copy {c.get('reference_tokens')}"
-    elif tr.method == "jacobi":
-        line = f"jacobi · block {c.get('block')} · initial guesses: {c.get('init', 'prompt tokens')}"
-    elif tr.method == "speculative":
-        line = _spec(c)
-    else:
+    spec = SPECS.get(str(tr.method))
+    try:
+        line = spec.words(c) if spec is not None and spec.words is not None else str(tr.method).replace("_", " ")
+    except (TypeError, ValueError, AttributeError, KeyError):  # a crafted config: the name, not a traceback
         line = str(tr.method).replace("_", " ")
+    draft = c.get("draft")
+    name = short_name(draft.get("name") if isinstance(draft, dict) else draft)
+    if name or isinstance(draft, dict):
+        line += f" · draft: {_draft_words(name)}"
     s = c.get("sampling") if isinstance(c.get("sampling"), dict) else {}
     temp = s.get("temperature") or 0
     line += " · greedy (exact)" if not temp else f" · sampling T {_num(temp)}"

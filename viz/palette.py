@@ -101,13 +101,16 @@ def method_pictures(name: str) -> tuple[str, ...]:
     return tuple(spec.pictures) if spec is not None else UNKNOWN_PICTURES
 
 
+COPY_KEY = {"prompt_lookup": "text_ngram"}  # origin label -> colour key: a looked-up copy is a text n-gram
+
+
 def token_origin(origin: str, source: str | None = None) -> str:
     """A colour key for an accepted token: lookahead candidates from the text become "text_ngram"."""
     if origin == "candidate" and source in ("prompt", "output", "text"):
         return "text_ngram"
-    if source == "reference" and origin in ("candidate", "prompt_lookup"):
+    if source == "reference" and (origin == "candidate" or origin in COPY_KEY):
         return "reference"
-    return "text_ngram" if origin == "prompt_lookup" else origin
+    return COPY_KEY.get(origin, origin)
 
 
 def legend_html(items: list[tuple[str, str]], title: str = "") -> str:

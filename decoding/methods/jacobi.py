@@ -86,6 +86,10 @@ class JacobiParams:
     seed: int = knob(0, help="seed of the first guesses' draw (from the prompt's tokens)")
 
 
+def words(c: dict) -> str:
+    return f"jacobi · block {c.get('block')} · initial guesses: {c.get('init', 'prompt tokens')}"
+
+
 SPEC = MethodSpec(
     name="jacobi", drafter=Jacobi, params=JacobiParams, label="Jacobi", colour="#6b8e23",
     summary="a block of K guesses refined by fixed-point iteration, one forward per step",
@@ -106,4 +110,4 @@ SPEC = MethodSpec(
           "(arXiv 2305.10427)",
     tuner="block",
     presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}},
-    pictures=("mask", "window", "trajectory"))
+    pictures=("mask", "window", "trajectory"), words=words)

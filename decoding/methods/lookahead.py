@@ -137,6 +137,15 @@ class LookaheadParams:
                                "N-1, the paper's pool)")
 
 
+def words(c: dict) -> str:
+    parts = [f"lookahead · W {c.get('window')} · N {c.get('ngram')} · G {c.get('guesses')}"]
+    if c.get("text_span"):
+        parts.append(f"text span {c['text_span']}")
+    if c.get("prompt_ngrams") is False and c.get("output_ngrams") is False:
+        parts.append("window n-grams only")
+    return " · ".join(parts)
+
+
 SPEC = MethodSpec(
     name="lookahead", drafter=Lookahead, params=LookaheadParams, label="lookahead", colour="#1b9e77",
     summary="a 2D Jacobi window makes n-grams; the pool's candidates are verified in the same forward",
@@ -162,4 +171,4 @@ SPEC = MethodSpec(
     presets={"cpu_embedded": {"window": 1, "ngram": 3, "guesses": 2},
              "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
              "teaching": {"window": 5, "ngram": 4, "guesses": 5}},
-    pictures=("mask", "window", "pool", "trajectory"))
+    pictures=("mask", "window", "pool", "trajectory"), words=words)

@@ -145,6 +145,14 @@ def prepare(p: dict, model, tokenizer) -> dict:
     return {**p, "reference_ids": tokenize_references(tokenizer, p.pop("reference"))}
 
 
+def words(c: dict) -> str:
+    line = (f"prompt lookup · n-gram {c.get('min_ngram')}–{c.get('max_ngram')} · copy {c.get('num_tokens')}"
+            f" · {c.get('candidates', 1)} candidate(s)")
+    if c.get("references"):
+        line += f" · {c['references']} reference text(s), copy {c.get('reference_tokens')}"
+    return line
+
+
 SPEC = MethodSpec(
     name="prompt_lookup", drafter=PromptLookup, params=PromptLookupParams, label="prompt lookup", colour="#c51b7d",
     summary="copies what followed the last n-gram earlier in the prompt, the output or a reference text",
@@ -166,4 +174,4 @@ SPEC = MethodSpec(
     prepare=prepare,
     presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10},
              "teaching": {"max_ngram": 3, "num_tokens": 10}},
-    pictures=("mask", "pool", "tree"))
+    pictures=("mask", "pool", "tree"), words=words)

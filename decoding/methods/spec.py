@@ -69,6 +69,8 @@ class MethodSpec:
       parameters is given: for a method whose default shape loses to greedy on some devices (lookahead's
       paper shape on a CPU).
     colour / label / explain / pictures / paper: what the page, the pictures and the docs show.
+    words: (a trace's config) -> the settings in plain words for report headers ("lookahead · W 5 · N 4 ·
+      G 5"); the config comes from a trace file, so it reads it defensively (viz falls back to the name).
     origins: trace origin labels the method's accepted tokens carry (palette keys)."""
     name: str
     drafter: type
@@ -86,6 +88,7 @@ class MethodSpec:
     cli_preset: bool = False
     pictures: tuple[str, ...] = ("mask",)
     exact_greedy: bool = True
+    words: Callable[[dict], str] | None = None
 
     def knobs(self, *, user: bool = True) -> list[Knob]:
         """The parameters in declaration order; user=True leaves out the internal ones the builder fills."""

@@ -257,6 +257,26 @@ def prepare(p: dict, model, tokenizer) -> dict:
     return p
 
 
+def words(c: dict) -> str:
+    """The shape in words (the draft's name is added by the report, which hides server paths)."""
+    mode, tree = c.get("mode") or "chain", c.get("tree")
+    if c.get("tree_budget"):
+        shape = f"dynamic tree, budget {c['tree_budget']}"
+    elif mode == "tree" and tree:
+        shape = "tree " + ",".join(str(w) for w in tree)
+    else:
+        shape = f"chain {c.get('draft_tokens')}"
+    parts = [f"speculative {shape}"]
+    if c.get("confidence"):
+        v = c["confidence"]
+        parts.append(f"cutoff {v:.2f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"cutoff {v}")
+    if c.get("staged"):
+        parts.append("staged (stage-2 n-grams)")
+    if c.get("adaptive"):
+        parts.append("adaptive depth")
+    return " · ".join(parts)
+
+
 SPEC = MethodSpec(
     name="speculative", drafter=Speculative, params=SpeculativeParams, label="speculative", colour="#d94801",
     summary="a smaller draft model proposes a chain or a token tree; the target verifies it in one forward",
@@ -282,4 +302,4 @@ SPEC = MethodSpec(
     needs=("draft_model",), prepare=prepare, check=check, tuner="draft_shapes",
     presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
              "teaching": {"draft_tokens": 4, "staged": False}},
-    pictures=("mask", "tree"))
+    pictures=("mask", "tree"), words=words)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from decoding.methods.registry import SPECS
+
 from ..common import TraceLike, as_trace
 from ..counts import step_counts
 
@@ -61,12 +63,13 @@ WANTS: dict[str, Want] = {
 def want_of(trace: TraceLike) -> str:
     """Which WANTS entry a run is taught by: its method, and for speculative its shape."""
     tr = as_trace(trace)
-    if tr.method == "speculative":
+    spec = SPECS.get(str(tr.method))
+    if spec is not None and "draft_model" in spec.needs:  # a draft model's run is taught by its shape
         c = tr.config if isinstance(tr.config, dict) else {}
         if c.get("staged"):
             return "staged"
         return "tree" if c.get("mode") == "tree" or c.get("tree_budget") else "chain"
-    if tr.method in ("medusa", "eagle"):
+    if spec is not None and "heads" in spec.pictures:
         return "heads"
     return tr.method if tr.method in WANTS else "heads"
 
