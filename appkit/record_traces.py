@@ -16,6 +16,7 @@ import torch
 from decoding import load, run
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
+from .method_fields import spec
 from .tables import public_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     for stem, prompt, method, params in RECORDINGS:
         if a.only and stem not in a.only:
             continue
-        kw = dict(params, draft_model=draft) if method == "speculative" else params
+        kw = dict(params, draft_model=draft) if "draft_model" in spec(method).needs else params
         n = a.max_new_tokens
         while True:
             tr = run(model, tok, prompt, method, max_new_tokens=n, **kw)
