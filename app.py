@@ -36,9 +36,8 @@ from appkit.stream import gpu_seconds  # noqa: E402
 from appkit.tabs import Tabs  # noqa: E402
 from appkit.tables import display_name, no_server_paths  # noqa: E402
 from appkit.method_controls import control_fields, on_method, on_shape, shape_fields  # noqa: E402
-from appkit.method_fields import SHAPE, USER_KNOBS, field_of  # noqa: E402
+from appkit.method_fields import SHAPE, USER_KNOBS, field_of, tune_fields  # noqa: E402
 from appkit.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
-from appkit.tabs import tune_fields  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.fetch_model import MODEL_NAME  # noqa: E402

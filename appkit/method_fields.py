@@ -104,6 +104,11 @@ def groups() -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     return [(f, tuple(m)) for f, m in out.items()]
 
 
+def tune_fields() -> list[str]:
+    """The page fields the Tune button writes: the controls of the page's first method (W, N, G)."""
+    return [field_of(k.name) for k in ui_knobs(registry.SPECS[DEFAULT_METHOD])]
+
+
 def field_values(method: str, params: dict) -> dict:
     """A method's parameters (a preset) as the page's field values: only its controls' fields; a token tree's
     shape also sets the mode radio and shows widths as text ("3,2,1")."""

@@ -19,8 +19,8 @@ from decoding.methods.spec import Knob, MethodSpec
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 
 from .limits import MAX_PROMPT_CHARS, PUBLIC_CAPS, TEMPERATURE, Limits
-from .method_fields import (SHAPE_MODES, USER_KNOBS, field_of, has_shape, knob_fields, range_key, spec, specs,
-                            ui_knobs)
+from .method_fields import (DEFAULT_METHOD, SHAPE_MODES, USER_KNOBS, field_of, has_shape, knob_fields, range_key,
+                            spec, specs, ui_knobs)
 
 # Most query tokens one step may run: beyond it a CPU step costs many greedy steps (W64 N16 G64 is
 # 1,920 tokens a step and took a minute for 64 tokens) and a public GPU slice would be monopolised.
@@ -43,7 +43,7 @@ class _Settings:
     device: str = "auto"
     dtype: str = "auto"
     prompt: str = ""
-    method: str = "lookahead"
+    method: str = DEFAULT_METHOD
     preset: str = "auto"
     max_new: float = 64
     window: float = 5

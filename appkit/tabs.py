@@ -20,14 +20,14 @@ from .costs import for_viz
 from .errors import one_line, reported
 from .handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
 from .limits import MAX_REPLAY_HTML_BYTES
-from .method_fields import DEFAULT_METHOD, accelerated, field_of, field_values, needing, spec, ui_knobs
-from .model_cache import describe as describe_model, human
+from .method_fields import DEFAULT_METHOD, accelerated, field_values, needing, spec, tune_fields
+from .model_cache import model_line
 from .replay import load_trace, shipped_path
 from .settings import FIELDS, Settings, raise_if, whole
 from .fair import PROFILE_COST, Refused
 from .stream import Job
 from .threads import run_key
-from .tables import display_name, public_trace, race_table, stats_md, sweep_table
+from .tables import public_trace, race_table, stats_md, sweep_table
 
 RACE_CHOICES = accelerated()  # every method of the registry but greedy
 # on request: jacobi (the lesson, not a contender), medusa / eagle (heads trained for the target), ...
@@ -244,8 +244,7 @@ class Tabs(Handlers):
         while len(self.session_presets) > 256:
             self.session_presets.pop(next(iter(self.session_presets)))
         first = DEFAULT_METHOD
-        tuned = presets.tune(name, p.model, p.tok, first, save=save)
-        mine[(name, first)] = la = tuned["params"]
+        mine[(name, first)] = la = (tuned := presets.tune(name, p.model, p.tok, first, save=save))["params"]
         note = f"{first.replace('_', ' ')} {presets.describe(first, la)}"
         facts = [f"{first.replace('_', ' ')} — {tuned['measured']}"]
         sp = spec(s.method)
@@ -311,15 +310,3 @@ class Tabs(Handlers):
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
-
-
-def tune_fields() -> list[str]:
-    """The page fields the Tune button writes: the controls of the page's first method (W, N, G)."""
-    return [field_of(k.name) for k in ui_knobs(spec(DEFAULT_METHOD))]
-
-
-def model_line(role: str, model, tok) -> str:
-    d = describe_model(model, tok)
-    return (f"**{role}**: `{display_name(d['name'])}` · {d['type']} · {human(d['params'])} parameters · device "
-            f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "
-            f"{d['positions']:,} positions (prompt + output)")
