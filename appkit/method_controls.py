@@ -69,7 +69,7 @@ def method_controls(p, lim, shown: dict) -> None:
         shaped = {n for names in SHAPE_MODES.values() for n in names} if has_shape(sp) else set()
         with gr.Group(visible=DEFAULT_METHOD in methods) as group:
             if shaped:
-                p.spec_mode = gr.Radio(SPEC_MODES, value=mode, label=f"{sp.label} mode")
+                setattr(p, SHAPE, gr.Radio(SPEC_MODES, value=mode, label=f"{sp.label} mode"))
             numbers = [k for k in knobs if not isinstance(k.default, bool) and not fractional(k)]
             for row in (numbers, [k for k in knobs if k not in numbers]):  # numbers and text, then switches
                 if row:
@@ -81,12 +81,12 @@ def method_controls(p, lim, shown: dict) -> None:
             if DEFAULT_METHOD in methods:
                 p.tune_btn = gr.Button("Tune the auto preset for this model and device now", size="sm")
         p.method_groups.append((group, methods))
-    from .ui import Text
+    from .ui import Text  # the page's text box (ui.py imports this module)
     with gr.Group(visible=False) as p.hd_group:
         with gr.Row():
             p.heads = Text("", label="heads folder (self-speculative: adapter folder)",
-                                 placeholder="empty = the ones shipped for the model (assets/heads)",
-                                 info="made by python -m decoding train-heads for THIS target model")
+                           placeholder="empty = the ones shipped for the model (assets/heads)",
+                           info="made by python -m decoding train-heads for THIS target model")
             p.typical = gr.Checkbox(False, label="typical acceptance (NOT exact)",
                                     info="sampling only (temperature > 0): Medusa's rule accepts any "
                                          "plausible drafted token; longer steps, but the text no longer "

@@ -83,7 +83,7 @@ _declared = {f.name for f in fields(_Settings)}
 # Every method's controls have a field: the declared ones, then one per knob a newer method shows.
 Settings = make_dataclass("Settings", [_knob_field(k) for f, k in knob_fields().items() if f not in _declared],
                           bases=(_Settings,))
-Settings.__doc__ = _Settings.__doc__
+Settings.__doc__, Settings.__module__ = _Settings.__doc__, __name__  # a plain module-level class (pickles)
 FIELDS = tuple(f.name for f in fields(Settings))
 
 
