@@ -8,12 +8,18 @@ what its spec needs or takes. Each method's colour marks its entry in the method
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
 import gradio as gr
 
 from decoding.presets import SHIPPED_CPU
 
+from . import autofields
+from .explain import explain
+
 from .method_fields import (DEFAULT_METHOD, ELEM_ID, SHAPE, SHAPE_MODES, field_of, field_values, groups,
                             has_shape, method_choices, range_key, specs, takes, ui_knobs)
+from .widgets import Int, Text
 
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
 DATASTORES = [("suffix cache: the prompt, the output so far, earlier runs (SuffixDecoding)", ""),
@@ -23,10 +29,8 @@ DATASTORES = [("suffix cache: the prompt, the output so far, earlier runs (Suffi
 def initial(settings_cls) -> dict:
     """The fields' first values: the settings' defaults, then the shipped CPU preset of every method whose
     preset fills its fields (what auto runs on the embedded model, before anything is loaded)."""
-    from dataclasses import fields
-    from .autofields import METHODS
     out = {f.name: f.default for f in fields(settings_cls)}
-    for m in METHODS:
+    for m in autofields.METHODS:
         out.update(field_values(m, SHIPPED_CPU.get(m, {})))
     return out
 
@@ -43,7 +47,6 @@ def elem_id(field: str) -> str:
 def control(k, value, lim):
     """One knob as a page control: a switch, a number showing its range (never clamped in the browser: the
     handlers say what is wrong), or text (tree widths "3,2,1")."""
-    from .ui import Int, Text
     name = field_of(k.name)
     if isinstance(k.default, bool):
         return gr.Checkbox(bool(value), label=k.label, info=k.help, elem_id=elem_id(name))
@@ -81,7 +84,6 @@ def method_controls(p, lim, shown: dict) -> None:
             if DEFAULT_METHOD in methods:
                 p.tune_btn = gr.Button("Tune the auto preset for this model and device now", size="sm")
         p.method_groups.append((group, methods))
-    from .ui import Text  # the page's text box (ui.py imports this module)
     with gr.Group(visible=False) as p.hd_group:
         with gr.Row():
             p.heads = Text("", label="heads folder (self-speculative: adapter folder)",
@@ -110,7 +112,6 @@ def control_fields() -> list[str]:
 
 def on_method(p):
     """The handler of a method pick: its groups shown, every other group hidden, its explanation."""
-    from .explain import explain
     shown = p.method_groups + p.resource_groups
 
     def pick(method: str):

@@ -23,6 +23,7 @@ from .race import MAX_REPEATS, REPEATS
 from .replay import shipped
 from .settings import FIELDS, Settings, budget_line
 from .tabs import RACE_CHOICES, RACE_DEFAULT
+from .widgets import Int, Text
 from .run_status import RUN_STATUS_CSS, RUN_STATUS_HEAD  # noqa: F401 - the head script: app.launch_kwargs
 
 METHOD_CHOICES = method_choices()  # (label, name) per method of the registry, in its order
@@ -61,28 +62,6 @@ class Page:
     def inputs(self, *extra) -> list:
         """The Settings fields' components, in the dataclass's order, then `extra`."""
         return [getattr(self, f) for f in FIELDS] + list(extra)
-
-
-def Text(value, **kw) -> gr.Textbox:  # noqa: N802
-    """A textbox whose API value must be text: Gradio's own preprocess runs str() on anything, so a JSON
-    list sent as the prompt ran as "['a', 'b']"; this one refuses anything but a string by its label.
-    (Set on the instance: a gr.Textbox subclass makes Gradio write a .pyi file beside this module.)"""
-    box = gr.Textbox(value, **kw)
-
-    def preprocess(payload):
-        if payload is not None and not isinstance(payload, str):
-            raise gr.Error(f"{box.label} must be text, got {type(payload).__name__}")
-        return payload
-
-    box.preprocess = preprocess
-    return box
-
-
-def Int(value, label: str, lim: Limits | None = None, key: str = "", info: str = "", **kw):  # noqa: N802
-    """A number field showing its range in `info`; no min/max, so nothing is clamped in the browser."""
-    if lim is not None and key:
-        info = info or lim.info(key)
-    return gr.Number(value, label=label, info=info, **kw)
 
 
 def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list,
