@@ -6,7 +6,7 @@ Offline by default (the embedded models, no CDN); ready for Hugging Face Spaces 
 ZeroGPU through `spaces.GPU` when the package exists, one GPU queue for every model event). Public mode:
 DECODESCOPE_PUBLIC=1 (allow-listed models only, tighter limits, no local paths).
 
-Wiring only: the page is appkit/ui.py, the handlers appkit/handlers.py and appkit/tabs.py.
+Wiring only: the page is appkit/page/ui.py, the handlers appkit/run/handlers.py and appkit/race/tabs.py.
 """
 from __future__ import annotations
 
@@ -26,30 +26,30 @@ import gradio as gr  # noqa: E402
 
 import viz  # noqa: E402
 from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
-from appkit import autofields, lesson  # noqa: E402
-from appkit.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
-from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
-from appkit.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
-from appkit.model_cache import ModelCache  # noqa: E402
-from appkit.settings import Settings, budget_line  # noqa: E402
-from appkit.stream import gpu_seconds  # noqa: E402
-from appkit.tabs import Tabs  # noqa: E402
-from appkit.tables import display_name, no_server_paths  # noqa: E402
-from appkit.method_controls import control_fields, on_method, on_shape, shape_fields  # noqa: E402
-from appkit.method_fields import SHAPE, USER_KNOBS, field_of, tune_fields  # noqa: E402
-from appkit.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
+from appkit.page import autofields, lesson  # noqa: E402
+from appkit.page.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
+from appkit.run.handlers import TMP_MAX_AGE_S  # noqa: E402
+from appkit.public.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
+from appkit.models.model_cache import ModelCache  # noqa: E402
+from appkit.run.settings import Settings, budget_line  # noqa: E402
+from appkit.run.stream import gpu_seconds  # noqa: E402
+from appkit.race.tabs import Tabs  # noqa: E402
+from appkit.page.tables import display_name, no_server_paths  # noqa: E402
+from appkit.page.method_controls import control_fields, on_method, on_shape, shape_fields  # noqa: E402
+from appkit.run.method_fields import SHAPE, USER_KNOBS, field_of, tune_fields  # noqa: E402
+from appkit.page.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.fetch_model import MODEL_NAME  # noqa: E402
 from decoding.fast.cpu_gemm import build_in_background  # noqa: E402
-from appkit.default_model import DefaultModel  # noqa: E402
-from appkit.examples import example_labels, examples_for  # noqa: E402
-from appkit import drafts  # noqa: E402
-from appkit.tabs import RACE_DEFAULT  # noqa: E402
+from appkit.models.default_model import DefaultModel  # noqa: E402
+from appkit.page.examples import example_labels, examples_for  # noqa: E402
+from appkit.models import drafts  # noqa: E402
+from appkit.race.tabs import RACE_DEFAULT  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
-PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/fair.py)
+PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -64,7 +64,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                cache: ModelCache | None = None, queue_size: int | None = None,
                max_trace_bytes: int = MAX_TRACE_BYTES) -> gr.Blocks:
     """The whole app. default_target/default_draft: the models preselected; by default SmolLM2-135M-Instruct
-    (fetched in the background on a first start, appkit/default_model.py) and the embedded draft."""
+    (fetched in the background on a first start, appkit/models/default_model.py) and the embedded draft."""
     dm = DefaultModel().start() if default_target is None else None
     target0 = default_target or dm.name
     local = dm.resolve_now() if dm else target0  # a folder to read the config and chat template from
@@ -118,7 +118,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     # public mode: several events in flight, so a session's job can be refused at once and the model's turns
-    # (appkit/fair.py: one unit of work at a time, the least-served session first) decide who runs next;
+    # (appkit/public/fair.py: one unit of work at a time, the least-served session first) decide who runs next;
     # ZeroGPU and local mode: one event at a time, as the queue serves them
     slots = PUBLIC_SLOTS if h.lim.public and spaces is None else 1
     model = dict(concurrency_id=GPU, concurrency_limit=slots)
@@ -162,14 +162,14 @@ def wire(p: Page, h: Tabs) -> None:
         btn.click(lesson_step(delta, p.target.value), [p.lesson_at], lesson_out, **local).then(
             gpu("run")(named(h.run)), p.inputs(), run_out, show_progress="hidden", js=lesson.RUN_JS, **model)
     # what the controls show is what runs: after each model event (and on picking "auto") the fields
-    # take the auto preset's values for every method whose preset is known (appkit/autofields.py)
+    # take the auto preset's values for every method whose preset is known (appkit/page/autofields.py)
     fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
     for ev in (run_ev, race_ev, tune_ev, load_ev):
         ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     p.preset.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
         ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
-    pick, shown = on_method(p)  # the method's control groups and explanation (appkit/method_controls.py)
+    pick, shown = on_method(p)  # the method's control groups and explanation (appkit/page/method_controls.py)
     p.method.change(pick, [p.method], shown, **local)
     if SHAPE in control_fields():
         getattr(p, SHAPE).change(on_shape, [getattr(p, SHAPE)], [getattr(p, f) for f in shape_fields()], **local)

@@ -52,10 +52,10 @@ PROBE = textwrap.dedent('''
     registry.METHODS = tuple(registry.SPECS)
 
     import app
-    from appkit.limits import Limits
-    from appkit.method_controls import on_method
-    from appkit.prepared import Prepared
-    from appkit.settings import FIELDS, Settings, method_params
+    from appkit.public.limits import Limits
+    from appkit.page.method_controls import on_method
+    from appkit.run.prepared import Prepared
+    from appkit.run.settings import FIELDS, Settings, method_params
     from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
     demo = app.build_demo(EMBEDDED_TARGET, EMBEDDED_DRAFT, public=False)
@@ -123,6 +123,6 @@ def test_a_method_registered_by_its_spec_appears_in_the_app_with_its_controls(tm
 
 def test_the_shipped_page_lists_the_registry():
     """Without the toy: the method list is the registry's, in its order, and nothing else."""
-    from appkit.ui import METHOD_CHOICES
+    from appkit.page.ui import METHOD_CHOICES
     from decoding.methods.registry import METHODS
     assert [m for _, m in METHOD_CHOICES] == list(METHODS) and "toy" not in METHODS

@@ -1,6 +1,6 @@
 """Handlers of the Race, Profile, Sweep and Replay tabs, the preset tuner and the model loader.
 
-They share appkit.handlers (settings checks, models, presets, the error policy) and stream.Job (one
+They share appkit.run.handlers (settings checks, models, presets, the error policy) and stream.Job (one
 worker thread, one Stop). Every figure is drawn in viz/ (viz.race, viz.sweep, viz.costs).
 """
 from __future__ import annotations
@@ -15,19 +15,20 @@ from decoding.methods.registry import BASELINE  # greedy: what every race runs f
 from viz.counts import run_counts
 from viz.teach import teaching_step
 
-from . import presets, race as racekit, sweep as sweepkit
-from .costs import for_viz
-from .errors import one_line, reported
-from .handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
-from .limits import MAX_REPLAY_HTML_BYTES
-from .method_fields import DEFAULT_METHOD, accelerated, field_values, needing, spec, tune_fields
-from .model_cache import model_line
+from . import race as racekit, sweep as sweepkit
+from ..run import presets
+from ..run.costs import for_viz
+from ..errors import one_line, reported
+from ..run.handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
+from ..public.limits import MAX_REPLAY_HTML_BYTES
+from ..run.method_fields import DEFAULT_METHOD, accelerated, field_values, needing, spec, tune_fields
+from ..models.model_cache import model_line
 from .replay import load_trace, shipped_path
-from .settings import FIELDS, Settings, raise_if, whole
-from .fair import PROFILE_COST, Refused
-from .stream import Job
-from .threads import run_key
-from .tables import public_trace, race_table, stats_md, sweep_table
+from ..run.settings import FIELDS, Settings, raise_if, whole
+from ..public.fair import PROFILE_COST, Refused
+from ..run.stream import Job
+from ..run.threads import run_key
+from ..page.tables import public_trace, race_table, stats_md, sweep_table
 
 RACE_CHOICES = accelerated()  # every method of the registry but greedy
 # on request: jacobi (the lesson, not a contender), medusa / eagle (heads trained for the target), ...

@@ -34,7 +34,7 @@ _lock = threading.Lock()
 def pilots(tok) -> list[str]:
     """What the tuners pilot on: chat requests (chat template applied) for a chat model, else code."""
     if getattr(tok, "chat_template", None):
-        from .examples import CHAT
+        from ..page.examples import CHAT
         return [tok.apply_chat_template([{"role": "user", "content": r}], add_generation_prompt=True, tokenize=False)
                 for r in CHAT[:2]]
     return PILOTS

@@ -2,7 +2,7 @@
 presets, the positions check, the finished run's step view and download.
 
 Every model event's outputs start with (message, status): see appkit/errors.py. Race, Profile, Sweep
-and the tuner are in appkit/tabs.py and use the same `Prepared` and the same stream.Job.
+and the tuner are in appkit/race/tabs.py and use the same `Prepared` and the same stream.Job.
 """
 from __future__ import annotations
 
@@ -21,20 +21,20 @@ from decoding.methods.suffix_cache import Histories
 from . import presets
 from .costs import run_costs
 from . import threads
-from .default_model import fetch_waits
-from .disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
-from .drafts import check_draft
+from ..models.default_model import fetch_waits
+from ..public.disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
+from ..models.drafts import check_draft
 from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
-from .errors import reported
-from .fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
-from .limits import PUBLIC_HISTORY, Limits
-from .model_cache import ModelCache
+from ..errors import reported
+from ..public.fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
+from ..public.limits import PUBLIC_HISTORY, Limits
+from ..models.model_cache import ModelCache
 from .method_fields import is_baseline, spec, takes
 from .settings import InputError, Settings, check_common, method_params, raise_if, reference_texts, user_params
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
 from .prepared import Prepared
 from .stream import Job, Recorder, Sessions, Stopped
-from .tables import live_line, public_trace, stats_md
+from ..page.tables import live_line, public_trace, stats_md
 
 CLEAR = ""  # the message output when an event starts: the last error goes away
 
@@ -46,7 +46,7 @@ def _cuda() -> bool:
 
 def thread_setup() -> None:
     """The worker thread inherits nothing from torch's per-thread state; keep grad off and use the thread
-    count measured for the model (appkit/threads.py)."""
+    count measured for the model (appkit/run/threads.py)."""
     import torch
     torch.set_grad_enabled(False)
     if threads.CURRENT:
@@ -55,7 +55,7 @@ def thread_setup() -> None:
 
 def step_views(trace, costs: dict | None, initial_step: int) -> str:
     """The Run tab's step view with the selected step's cost panel beside it: `costs` is
-    appkit.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
+    appkit.run.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
 
 

@@ -14,7 +14,7 @@ from decoding.methods.spec import Knob, MethodSpec
 
 # Page fields (= Settings fields = API parameter names) older than the specs, where they differ from the knob.
 FIELD_OF = {"tree": "widths", "tree_budget": "budget", "budget": "heads_budget"}
-# The app's range of a knob (appkit/limits.py, public caps included) where it is kept under another name.
+# The app's range of a knob (appkit/public/limits.py, public caps included) where it is kept under another name.
 RANGE_OF = {"budget": "tree_budget"}
 # The elem_ids the browser tests and screenshots find the controls by (others: ds-knob-<field>).
 ELEM_ID = {"window": "ds-W", "ngram": "ds-N", "guesses": "ds-G", "confidence": "ds-cutoff"}

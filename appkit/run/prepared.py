@@ -1,6 +1,6 @@
 """What one model event has once its settings are checked and its models loaded, and the drafters it builds.
 
-Every model event (Run, Race, Profile, the tuner) prepares one `Prepared` (appkit/handlers.py, Handlers.plan)
+Every model event (Run, Race, Profile, the tuner) prepares one `Prepared` (appkit/run/handlers.py, Handlers.plan)
 and runs its methods through it, so a drafter is built the same way whichever tab asked.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Prepared:
     notes: dict = field(default_factory=dict)
     user: dict = field(default_factory=dict)  # method -> the controls kept under every preset (the draft cutoff)
     reference: list = field(default_factory=list)  # reference texts prompt lookup also copies from
-    threads: dict | None = None  # the measured CPU thread count (appkit/threads.py), None where not measured
+    threads: dict | None = None  # the measured CPU thread count (appkit/run/threads.py), None where not measured
     # the suffix cache's earlier runs: this session's History, or None (no earlier runs)
     history: object = None
     session: str | None = None
@@ -56,7 +56,7 @@ class Prepared:
         return build(method, kw, self.model, self.tok)
 
     def run(self, method: str, on_step=None, **kw):
-        """One run, holding the model's turn (appkit/fair.py)."""
+        """One run, holding the model's turn (appkit/public/fair.py)."""
         with self.turn():
             return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
                        drafter=self.drafter(method), on_step=on_step, **kw)

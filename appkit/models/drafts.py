@@ -15,8 +15,8 @@ from pathlib import Path
 from decoding import ModelError
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT
 
-from .method_fields import spec
-from .settings import InputError
+from ..run.method_fields import spec
+from ..run.settings import InputError
 
 SHIPPED_DRAFTS = ASSETS / "drafts"
 KNOWN_VOCAB = {DEFAULT_MODEL: 49152}  # the default model's vocabulary, known before its fetch ends (model_card.py)

@@ -17,7 +17,7 @@ from decoding.presets import SHIPPED_CPU
 from . import autofields
 from .explain import explain
 
-from .method_fields import (DEFAULT_METHOD, ELEM_ID, SHAPE, SHAPE_MODES, field_of, field_values, groups,
+from ..run.method_fields import (DEFAULT_METHOD, ELEM_ID, SHAPE, SHAPE_MODES, field_of, field_values, groups,
                             has_shape, method_choices, range_key, specs, takes, ui_knobs)
 from .widgets import Int, Text
 

@@ -2,7 +2,7 @@
 
 Local mode uses the engine's documented caps (decoding.params.LIMITS). Public mode (a shared Space) tightens
 them, accepts only allow-listed models and refuses local paths. The checks of the values themselves are in
-appkit/settings.py (all problems at once, nothing clamped); appkit/errors.py shows them.
+appkit/run/settings.py (all problems at once, nothing clamped); appkit/errors.py shows them.
 """
 from __future__ import annotations
 

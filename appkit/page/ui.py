@@ -1,7 +1,7 @@
 """The app's page: every Gradio component, laid out once, kept by name on a `Page`. app.py wires events.
 
 Why apart from app.py: the layout is long and declarative, the wiring is short and is the logic. The
-settings components carry the names of appkit.settings.Settings' fields, so `page.inputs()` is built
+settings components carry the names of appkit.run.settings.Settings' fields, so `page.inputs()` is built
 from the dataclass, never from a hand-kept positional list. Every number is a plain gr.Number without
 minimum/maximum: the browser must not clamp 0 to 1 silently; the handlers say what is wrong.
 """
@@ -16,13 +16,13 @@ from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR, example_labels  # noqa: F
 from .explain import explain
 from .hints import DTYPE_INFO, prompt_info
 from .method_controls import DATASTORES, SPEC_MODES, initial, method_controls, method_css  # noqa: F401
-from .method_fields import DEFAULT_METHOD, method_choices, needing
-from .model_card import card_md
-from .limits import TEMPERATURE, Limits
-from .race import MAX_REPEATS, REPEATS
-from .replay import shipped
-from .settings import FIELDS, Settings, budget_line
-from .tabs import RACE_CHOICES, RACE_DEFAULT
+from ..run.method_fields import DEFAULT_METHOD, method_choices, needing
+from ..models.model_card import card_md
+from ..public.limits import TEMPERATURE, Limits
+from ..race.race import MAX_REPEATS, REPEATS
+from ..race.replay import shipped
+from ..run.settings import FIELDS, Settings, budget_line
+from ..race.tabs import RACE_CHOICES, RACE_DEFAULT
 from .widgets import Int, Text
 from .run_status import RUN_STATUS_CSS, RUN_STATUS_HEAD  # noqa: F401 - the head script: app.launch_kwargs
 

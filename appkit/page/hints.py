@@ -9,7 +9,7 @@ import gradio as gr
 
 from decoding.models import max_positions
 
-from .limits import MAX_PROMPT_CHARS
+from ..public.limits import MAX_PROMPT_CHARS
 
 
 def prompt_info(positions: int | None, model: str = "") -> str:

@@ -1,6 +1,6 @@
 """Every setting a run, race, sweep or profile takes, as ONE dataclass, and their checks.
 
-Why a dataclass: the UI components carry the same names as the fields (appkit/ui.py builds `Page` with
+Why a dataclass: the UI components carry the same names as the fields (appkit/page/ui.py builds `Page` with
 them), so the inputs of an event are `[getattr(page, f) for f in FIELDS]` — the order lives in one place
 and a handler reads `s.window`, never the 9th positional argument. The API takes the same order.
 
@@ -18,7 +18,7 @@ from decoding.methods.reference_text import check_references
 from decoding.methods.spec import Knob, MethodSpec
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 
-from .limits import MAX_PROMPT_CHARS, PUBLIC_CAPS, TEMPERATURE, Limits
+from ..public.limits import MAX_PROMPT_CHARS, PUBLIC_CAPS, TEMPERATURE, Limits
 from .method_fields import (DEFAULT_METHOD, SHAPE_MODES, USER_KNOBS, field_of, has_shape, knob_fields, range_key,
                             spec, specs, ui_knobs)
 
@@ -35,7 +35,7 @@ class InputError(ValueError):
 
 @dataclass
 class _Settings:
-    """What the user set. Field names = component names in appkit/ui.py = API parameter names. The method
+    """What the user set. Field names = component names in appkit/page/ui.py = API parameter names. The method
     fields below predate the specs (the API keeps their order); a knob shown as a control that none of them
     holds gets a field of its own, added after these (Settings)."""
     target: str = ""

@@ -2,7 +2,7 @@
 the paragraph every method shares."""
 from __future__ import annotations
 
-from .method_fields import spec
+from ..run.method_fields import spec
 
 COMMON = ("**Why extra tokens per step are nearly free.** Decoding one token reads every weight of the model "
           "from memory but does little arithmetic with it: the step is *memory-bound*. Checking 10 or 50 "

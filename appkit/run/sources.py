@@ -47,7 +47,7 @@ def retrieval_source(choice: str) -> str | None:
     if choice in ("", None):
         return None
     if choice == "shipped":
-        return str(Path(__file__).resolve().parent.parent / "assets" / "datastore" / "smollm2")
+        return str(Path(__file__).resolve().parents[2] / "assets" / "datastore" / "smollm2")
     raise InputError(f"**retrieval source**: choose the suffix cache or the shipped datastore, not {choice!r}")
 
 

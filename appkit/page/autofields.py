@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import presets
+from ..run import presets
 from .lesson import TEACH, TEACHING
-from .method_fields import SHAPE, field_values, groups, has_shape, specs  # noqa: F401 - field_values: tests
-from .settings import Settings
+from ..run.method_fields import SHAPE, field_values, groups, has_shape, specs  # noqa: F401 - field_values: tests
+from ..run.settings import Settings
 
 # The methods whose preset fills their controls: those with controls of their own (medusa and eagle share
 # theirs, so neither preset is written into the other's field).

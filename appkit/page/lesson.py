@@ -25,7 +25,7 @@ from decoding.methods.self_spec_adapter import CONFIG as ADAPTER_CONFIG, shipped
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.teach import WANTS
 
-from .method_fields import has_shape, spec
+from ..run.method_fields import has_shape, spec
 from .tables import display_name
 
 # The models as the page names them (never a server path): the default and the embedded pair.
@@ -185,7 +185,7 @@ def _tokenizer(folder: str):
 
 
 def chat(request: str) -> str:
-    """A request as the default model receives it: its chat template applied, as text (appkit/examples.py).
+    """A request as the default model receives it: its chat template applied, as text (appkit/page/examples.py).
     Before the default model is fetched the plain request is shown (a run waits for the fetch anyway)."""
     folder = cached()
     if folder is None:

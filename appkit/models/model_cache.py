@@ -117,7 +117,7 @@ def human(n: int) -> str:
 
 def model_line(role: str, model, tok) -> str:
     """One loaded model in a line of the Model accordion (never a server path)."""
-    from .tables import display_name
+    from ..page.tables import display_name
     d = describe(model, tok)
     return (f"**{role}**: `{display_name(d['name'])}` · {d['type']} · {human(d['params'])} parameters · device "
             f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "

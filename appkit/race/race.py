@@ -17,7 +17,7 @@ from decoding import run
 from decoding.methods.registry import BASELINE
 from viz.escape import esc, md_text
 
-from .method_fields import is_baseline, spec
+from ..run.method_fields import is_baseline, spec
 
 WIN = 1.2  # at or above this speed-up a method "pays"; below, the line says what it would need
 REPEATS, MAX_REPEATS = 3, 10

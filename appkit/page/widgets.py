@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .limits import Limits
+from ..public.limits import Limits
 
 
 def Text(value, **kw) -> gr.Textbox:  # noqa: N802
