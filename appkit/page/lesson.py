@@ -25,7 +25,7 @@ from decoding.methods.self_spec_adapter import CONFIG as ADAPTER_CONFIG, shipped
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.teach import WANTS
 
-from ..run.method_fields import has_shape, spec
+from ..run.method_fields import has_shape, needs, spec
 from .tables import display_name
 
 # The models as the page names them (never a server path): the default and the embedded pair.
@@ -223,7 +223,7 @@ def model_line(stop: Stop, default: str | None = DEFAULT) -> str:
     target, draft, why = where(stop, default)
     if not why:
         return f"**Model:** {MODEL_NAME} (the default), a chat request with its chat template applied."
-    pair = f"the embedded pair (`{target}` + `{draft}`)" if "draft_model" in spec(stop.method).needs else \
+    pair = f"the embedded pair (`{target}` + `{draft}`)" if needs(stop.method, "draft_model") else \
         f"the embedded target (`{target}`)"
     return f"**Model:** {pair}, a code prompt: {WHY[why]}."
 

@@ -65,7 +65,7 @@ def method_controls(p, lim, shown: dict) -> None:
     """Inside the open settings column: one group per set of controls (p.method_groups: (group, methods)),
     each control kept on the page under its Settings field's name; then the resources' groups."""
     p.method_groups = []
-    for fields, methods in groups():
+    for _, methods in groups():
         sp = specs()[methods[0]]
         knobs = ui_knobs(sp)
         mode = shown.get(SHAPE, "chain")
@@ -103,10 +103,10 @@ def method_controls(p, lim, shown: dict) -> None:
 def control_fields() -> list[str]:
     """Every method control's page field, in page order (the mode radio first where there is one)."""
     out = []
-    for fields, methods in groups():
+    for names, methods in groups():
         if has_shape(specs()[methods[0]]):
             out.append(SHAPE)
-        out += [f for f in fields if f not in out]
+        out += [f for f in names if f not in out]
     return out
 
 

@@ -21,7 +21,7 @@ from ..run.costs import for_viz
 from ..errors import one_line, reported
 from ..run.handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
 from ..public.limits import MAX_REPLAY_HTML_BYTES
-from ..run.method_fields import DEFAULT_METHOD, accelerated, field_values, needing, spec, tune_fields
+from ..run.method_fields import DEFAULT_METHOD, accelerated, field_values, needing, needs, spec, tune_fields
 from ..models.model_cache import model_line
 from .replay import load_trace, shipped_path
 from ..run.settings import FIELDS, Settings, raise_if, whole
@@ -131,7 +131,7 @@ class Tabs(Handlers):
                     with p.turn():
                         tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
                                                sampling=p.sampling, drafter=p.drafter(m),
-                                               draft_model=p.dmodel if "draft_model" in spec(m).needs else None,
+                                               draft_model=p.dmodel if needs(m, "draft_model") else None,
                                                perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
                     runs[m] = (tr, for_viz(prof))
                 return runs

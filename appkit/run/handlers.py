@@ -29,7 +29,7 @@ from ..errors import reported
 from ..public.fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from ..public.limits import PUBLIC_HISTORY, Limits
 from ..models.model_cache import ModelCache
-from .method_fields import is_baseline, spec, takes
+from .method_fields import is_baseline, needs, takes
 from .settings import InputError, Settings, check_common, method_params, raise_if, reference_texts, user_params
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
 from .prepared import Prepared
@@ -164,7 +164,7 @@ class Handlers:
         device = "auto"
         try:
             target = self.model_name(s.target, "target")
-            draft = (self.model_name(s.draft, "draft") if any("draft_model" in spec(m).needs for m in methods)
+            draft = (self.model_name(s.draft, "draft") if any(needs(m, "draft_model") for m in methods)
                      else None)
         except ValueError as e:
             problems.append(str(e))

@@ -68,6 +68,12 @@ def needing(resource: str) -> tuple[str, ...]:
     return tuple(n for n, s in registry.SPECS.items() if resource in s.needs)
 
 
+def needs(method: str, resource: str) -> bool:
+    """The method's spec needs `resource` ("draft_model", "heads", "adapter"); False for an unknown name."""
+    s = spec(method)
+    return s is not None and resource in s.needs
+
+
 def takes(method: str, param: str) -> bool:
     """The method's drafter is built with `param` (reference_ids, datastore, acceptance, history...)."""
     s = spec(method)

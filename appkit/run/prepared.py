@@ -12,7 +12,7 @@ from decoding import run
 from decoding.build import build
 from decoding.methods.reference_text import tokenize_references
 
-from .method_fields import spec, takes
+from .method_fields import needs, takes
 from .settings import Settings
 
 
@@ -48,7 +48,7 @@ class Prepared:
         kw = {**self.params.get(method, {}), **self.user.get(method, {}), **self.resources.get(method, {})}
         if takes(method, "reference_ids") and self.reference:  # with any preset: the text is the user's
             kw["reference_ids"] = tokenize_references(self.tok, self.reference)
-        if "draft_model" in spec(method).needs:
+        if needs(method, "draft_model"):
             kw.update(draft_model=self.dmodel, draft_tokenizer=self.dtok)
         if takes(method, "history"):  # this session's earlier runs, never the process's
             kw["history"] = (False if self.history is None else self.history if join_history

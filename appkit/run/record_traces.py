@@ -16,7 +16,7 @@ import torch
 from decoding import load, run
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
-from .method_fields import spec
+from .method_fields import needs
 from ..page.tables import public_trace
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (appkit/<room>/<module>.py)
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     for stem, prompt, method, params in RECORDINGS:
         if a.only and stem not in a.only:
             continue
-        kw = dict(params, draft_model=draft) if "draft_model" in spec(method).needs else params
+        kw = dict(params, draft_model=draft) if needs(method, "draft_model") else params
         n = a.max_new_tokens
         while True:
             tr = run(model, tok, prompt, method, max_new_tokens=n, **kw)
