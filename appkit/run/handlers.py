@@ -156,7 +156,8 @@ class Handlers:
                             "for the same tokens, and the CPU is shared: pick fp32 (or auto)")
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
-        user = {m: user_params(s, m, self.lim, problems) for m in methods}  # the draft cutoff: with every preset
+        # the draft cutoff is the user's under every preset (manual and teaching: among the method's params)
+        user = {m: user_params(s, m, self.lim, problems) for m in methods} if auto else {}
         if s.typical and any(takes(m, "acceptance") for m in methods) and common.get("temperature") == 0:
             problems.append("**typical acceptance** needs sampling (temperature > 0); at temperature 0 the heads' "
                             "verification is exact already")
