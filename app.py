@@ -6,7 +6,7 @@ Offline by default (the embedded models, no CDN); ready for Hugging Face Spaces 
 ZeroGPU through `spaces.GPU` when the package exists, one GPU queue for every model event). Public mode:
 DECODESCOPE_PUBLIC=1 (allow-listed models only, tighter limits, no local paths).
 
-Wiring only: the page is appkit/ui.py, the handlers appkit/handlers.py and appkit/tabs.py.
+Wiring only: the page is appkit/page/ui.py, the handlers appkit/run/handlers.py and appkit/race/tabs.py.
 """
 from __future__ import annotations
 
@@ -26,30 +26,30 @@ import gradio as gr  # noqa: E402
 
 import viz  # noqa: E402
 from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
-from appkit import autofields, lesson  # noqa: E402
-from appkit.explain import explain  # noqa: E402
-from appkit.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
-from appkit.handlers import TMP_MAX_AGE_S  # noqa: E402
-from appkit.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
-from appkit.model_cache import ModelCache  # noqa: E402
-from appkit.settings import Settings, budget_line  # noqa: E402
-from appkit.stream import gpu_seconds  # noqa: E402
-from appkit.tabs import Tabs  # noqa: E402
-from appkit.tables import display_name, no_server_paths  # noqa: E402
-from appkit.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
+from appkit.page import autofields, lesson  # noqa: E402
+from appkit.page.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
+from appkit.run.handlers import TMP_MAX_AGE_S  # noqa: E402
+from appkit.public.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
+from appkit.models.model_cache import ModelCache  # noqa: E402
+from appkit.run.settings import Settings, budget_line  # noqa: E402
+from appkit.run.stream import gpu_seconds  # noqa: E402
+from appkit.race.tabs import Tabs  # noqa: E402
+from appkit.page.tables import display_name, no_server_paths  # noqa: E402
+from appkit.page.method_controls import control_fields, on_method, on_shape, shape_fields  # noqa: E402
+from appkit.run.method_fields import SHAPE, USER_KNOBS, field_of, tune_fields  # noqa: E402
+from appkit.page.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
-from decoding.api import HEADS_METHODS  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.fetch_model import MODEL_NAME  # noqa: E402
 from decoding.fast.cpu_gemm import build_in_background  # noqa: E402
-from appkit.default_model import DefaultModel  # noqa: E402
-from appkit.examples import example_labels, examples_for  # noqa: E402
-from appkit import drafts  # noqa: E402
-from appkit.tabs import RACE_DEFAULT  # noqa: E402
+from appkit.models.default_model import DefaultModel  # noqa: E402
+from appkit.page.examples import example_labels, examples_for  # noqa: E402
+from appkit.models import drafts  # noqa: E402
+from appkit.race.tabs import RACE_DEFAULT  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
-PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/fair.py)
+PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -64,7 +64,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
                cache: ModelCache | None = None, queue_size: int | None = None,
                max_trace_bytes: int = MAX_TRACE_BYTES) -> gr.Blocks:
     """The whole app. default_target/default_draft: the models preselected; by default SmolLM2-135M-Instruct
-    (fetched in the background on a first start, appkit/default_model.py) and the embedded draft."""
+    (fetched in the background on a first start, appkit/models/default_model.py) and the embedded draft."""
     dm = DefaultModel().start() if default_target is None else None
     target0 = default_target or dm.name
     local = dm.resolve_now() if dm else target0  # a folder to read the config and chat template from
@@ -118,7 +118,7 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
 def wire(p: Page, h: Tabs) -> None:
     """Every event: model events share one GPU queue; one Stop handler serves every tab."""
     # public mode: several events in flight, so a session's job can be refused at once and the model's turns
-    # (appkit/fair.py: one unit of work at a time, the least-served session first) decide who runs next;
+    # (appkit/public/fair.py: one unit of work at a time, the least-served session first) decide who runs next;
     # ZeroGPU and local mode: one event at a time, as the queue serves them
     slots = PUBLIC_SLOTS if h.lim.public and spaces is None else 1
     model = dict(concurrency_id=GPU, concurrency_limit=slots)
@@ -138,37 +138,41 @@ def wire(p: Page, h: Tabs) -> None:
     for btn in (p.stop_btn, p.race_stop, p.prof_stop, p.sw_stop):
         btn.click(h.stop, None, None, api_name="stop" if btn is p.stop_btn else None,
                   api_visibility="public" if btn is p.stop_btn else "private", queue=False)
-    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune)), p.inputs(), [p.msg, p.budget_md, p.window, p.ngram, p.guesses, p.preset],
-                     api_name="tune", **model)
+    tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune)), p.inputs(),
+                               [p.msg, p.budget_md, *[getattr(p, f) for f in tune_fields()], p.preset],
+                               api_name="tune", **model)
     load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
                      api_name="load_models", **model)
     # replay needs no model, so it never waits behind one; it waits in the same queue, one at a time, so a
     # crowd of large uploads cannot hold several parsed traces and pages in memory at once
     p.rp_btn.click(h.replay, [p.rp_upload, p.rp_pick, p.last], [p.rp_msg, p.rp_stats, p.rp_view, p.rp_text],
                    api_name="replay", concurrency_id=RENDER, concurrency_limit=1)
-    # live: the per-step query budget follows W, N, G and the draft shape; editing a value means "manual"
-    live = [p.method, p.window, p.ngram, p.guesses, p.spec_mode, p.draft_tokens, p.widths, p.budget, p.staged]
-    for c in live:
+    # live: the per-step query budget follows every method control (W, N, G, the draft shape); editing a
+    # value the presets choose means "manual" (the draft cutoff is the user's under every preset)
+    controls = [getattr(p, f) for f in control_fields()]
+    for c in [p.method, *controls]:
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
-    for c in (p.window, p.ngram, p.guesses, p.max_ngram, p.num_tokens, p.draft_tokens, p.widths, p.budget, p.block):
-        c.input(lambda: "manual", None, [p.preset], **local)
+    kept = {field_of(n) for n in USER_KNOBS}
+    for f in control_fields():
+        if f not in kept:
+            getattr(p, f).input(lambda: "manual", None, [p.preset], **local)
     # lesson: a stop sets the page (prompt, method, teaching preset, values), then runs it
     lesson_out = [p.lesson_at, p.lesson_md, p.lesson_prev, p.lesson_next, p.tabs] + [getattr(p, f) for f in lesson.FIELDS]
     for btn, delta in ((p.lesson_start, None), (p.lesson_prev, -1), (p.lesson_next, 1)):
         btn.click(lesson_step(delta, p.target.value), [p.lesson_at], lesson_out, **local).then(
             gpu("run")(named(h.run)), p.inputs(), run_out, show_progress="hidden", js=lesson.RUN_JS, **model)
     # what the controls show is what runs: after each model event (and on picking "auto") the fields
-    # take the auto preset's values for every method whose preset is known (appkit/autofields.py)
+    # take the auto preset's values for every method whose preset is known (appkit/page/autofields.py)
     fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
     for ev in (run_ev, race_ev, tune_ev, load_ev):
         ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     p.preset.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
         ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
-    for c in (p.spec_mode, p.staged):
-        c.input(lambda: "manual", None, [p.preset], **local)
-    p.method.change(on_method, [p.method], [p.la_group, p.pl_group, p.sp_group, p.explain_md, p.jc_group, p.hd_group], **local)
-    p.spec_mode.change(on_spec_mode, [p.spec_mode], [p.draft_tokens, p.widths, p.budget], **local)
+    pick, shown = on_method(p)  # the method's control groups and explanation (appkit/page/method_controls.py)
+    p.method.change(pick, [p.method], shown, **local)
+    if SHAPE in control_fields():
+        getattr(p, SHAPE).change(on_shape, [getattr(p, SHAPE)], [getattr(p, f) for f in shape_fields()], **local)
 
 
 def follower(dm: DefaultModel, built_from: str, prompt0: str, target: str, status=None):
@@ -196,16 +200,6 @@ def lesson_step(delta: int | None, default: str):
     """The handler of a lesson button: None starts at the first stop, -1/+1 move; default: the page's default
     target (the lesson teaches on the default model, or on the embedded pair when that is the default)."""
     return lambda at: lesson.go(-1 if delta is None else at, delta or 0, default)
-
-
-def on_method(method: str):
-    return (gr.update(visible=method == "lookahead"), gr.update(visible=method == "prompt_lookup"),
-            gr.update(visible=method == "speculative"), explain(method), gr.update(visible=method == "jacobi"),
-            gr.update(visible=method in HEADS_METHODS + ("self_speculative",)))
-
-
-def on_spec_mode(mode: str):
-    return gr.update(visible=mode != "tree"), gr.update(visible=mode == "tree"), gr.update(visible=mode == "budget")
 
 
 def _positions(name: str) -> int | None:

@@ -1,7 +1,16 @@
-"""The Gradio app's parts (app.py only wires them): the page (ui), the settings dataclass and its checks
-(settings), the handlers (handlers: Run tab and what every model event shares; tabs: Race, Profile, Sweep,
-Replay, tuner), one worker/stop mechanism (stream), the error policy (errors), per-device presets
-(presets), analytic run costs (costs), race rows and reasons (race), the scaling sweep (sweep), limits and
-public mode (limits), the model cache (model_cache), trace files (replay), status lines and tables (tables) and
-the plain-words explanations (explain). Decoding, pictures and profiling live in decoding/, viz/, profiling/.
+"""The Gradio app's parts (app.py only wires them), one room each:
+
+- page/: the layout (ui, widgets), the method list and controls generated from the method specs
+  (method_controls), explanations, examples, hints, the lesson, the fields auto presets fill, tables;
+- run/: one event's path to the engine: settings and their checks (settings, method_fields: the specs as the
+  page sees them), the prepared event that builds drafters through decoding.build (prepared, sources), the
+  Run tab's handlers and what every model event shares (handlers), streaming and Stop (stream), presets,
+  CPU threads, analytic costs;
+- race/: the Race, Profile, Sweep and Replay tabs, the tuner and the model loader (tabs), race rows and
+  reasons (race), the scaling sweep (sweep), trace files (replay);
+- public/: public mode: limits on every number (limits), the model's fair turns (fair), downloads on disk;
+- models/: the default model's fetch, the model cache, shipped drafts, the model card.
+
+Top level: the scriptable API's signatures (api) and the error policy (errors). Decoding, pictures and
+profiling live in decoding/, viz/, profiling/.
 """

@@ -13,7 +13,7 @@ import inspect
 
 import gradio as gr
 
-from .settings import FIELDS
+from .run.settings import FIELDS
 
 P = inspect.Parameter
 # Output components without a label of their own: what the API calls them (never shown on the page).

@@ -14,7 +14,7 @@ import gradio as gr
 
 from decoding import ModelError
 
-from .settings import InputError
+from .run.settings import InputError
 
 log = logging.getLogger("decodescope.app")
 NOT_RUN = "Not run — see the message above. The previous result is kept."

@@ -106,7 +106,7 @@ def shipped_heads(model_name: str) -> Path | None:
     return ROOT / "assets" / "heads" / "smollm2" if Path(model_name).name == FOLDER else None
 
 
-HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
+HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/run/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
 
 
 def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,

@@ -1,5 +1,5 @@
 """What the Run tab's always-on profile costs: a 400-token lookahead run of the embedded model, then the
-analytic per-step costs (appkit.costs.run_costs) and the step view drawn with and without its cost panel.
+analytic per-step costs (appkit.run.costs.run_costs) and the step view drawn with and without its cost panel.
 
 Why: profiling stays on by default only if it costs under 10% of the run. Prints the share per
 repetition (the first one pays one-time imports and is reported separately). Run:
@@ -17,9 +17,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import viz  # noqa: E402
-from appkit.costs import run_costs  # noqa: E402
-from appkit.presets import SHIPPED_CPU  # noqa: E402
-from appkit.ui import EXAMPLES  # noqa: E402
+from appkit.run.costs import run_costs  # noqa: E402
+from appkit.run.presets import SHIPPED_CPU  # noqa: E402
+from appkit.page.ui import EXAMPLES  # noqa: E402
 from decoding import load, run  # noqa: E402
 from decoding.models import EMBEDDED_TARGET  # noqa: E402
 

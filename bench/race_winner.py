@@ -22,10 +22,10 @@ sys.path.insert(0, str(ROOT))
 from gradio_client import Client  # noqa: E402
 
 import app as app_module  # noqa: E402
-from appkit.race import REPEATS  # noqa: E402
-from appkit.settings import FIELDS, Settings  # noqa: E402
-from appkit.tabs import RACE_DEFAULT  # noqa: E402
-from appkit.ui import EXAMPLES  # noqa: E402
+from appkit.race.race import REPEATS  # noqa: E402
+from appkit.run.settings import FIELDS, Settings  # noqa: E402
+from appkit.race.tabs import RACE_DEFAULT  # noqa: E402
+from appkit.page.ui import EXAMPLES  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.methods.registry import BASELINE  # noqa: E402
 
@@ -43,7 +43,7 @@ def page_default(demo, elem_id: str):
 
 def race_once(client: Client, max_new: int) -> tuple[str, dict[str, tuple[float, str]]]:
     """(verdict, {method: (median speed-up, 'lo-hi' spread)}) of one default race. The verdict is
-    "Winner: X" or "Too close to call: X and Y" (appkit.race.winner)."""
+    "Winner: X" or "Too close to call: X and Y" (appkit.race.race.winner)."""
     s = Settings(target=EMBEDDED_TARGET, draft=EMBEDDED_DRAFT, prompt=EXAMPLES[0][0], max_new=max_new)
     _, md, table, *_ = client.predict(*[getattr(s, f) for f in FIELDS], list(RACE_DEFAULT), REPEATS, api_name="/race")
     rows = {r[table["headers"].index("method")]: r for r in table["data"]}

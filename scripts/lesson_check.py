@@ -5,7 +5,7 @@
     python scripts/lesson_check.py --out docs/lesson-stops.md
 
 Why a script and not a test: the default model is fetched on first use (the test suite never downloads) and
-a lesson takes a minute on a CPU. Each stop runs through the app's own handlers (appkit.handlers: the page's
+a lesson takes a minute on a CPU. Each stop runs through the app's own handlers (appkit.run.handlers: the page's
 settings, the teaching preset, the same drafters), then viz.teach picks the opening step. Per stop it prints
 the model, the prompt, the step the view opens on and what that step shows (the tokens the method's guesses
 got accepted), the views against the stop's `expect`, and OK or MISSING. Exit status 1 when a stop's run has
@@ -24,12 +24,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from appkit import lesson  # noqa: E402
-from appkit.default_model import DefaultModel  # noqa: E402
-from appkit.limits import Limits  # noqa: E402
-from appkit.model_cache import ModelCache  # noqa: E402
-from appkit.settings import Settings  # noqa: E402
-from appkit.tabs import Tabs  # noqa: E402
+from appkit.page import lesson  # noqa: E402
+from appkit.models.default_model import DefaultModel  # noqa: E402
+from appkit.public.limits import Limits  # noqa: E402
+from appkit.models.model_cache import ModelCache  # noqa: E402
+from appkit.run.settings import Settings  # noqa: E402
+from appkit.race.tabs import Tabs  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
 from decoding.methods.registry import SPECS  # noqa: E402
 from viz.counts import run_counts, step_counts  # noqa: E402

@@ -22,9 +22,9 @@ from gradio_client.exceptions import AppError
 from conftest import other_tokenizer, save_tiny_dir, tiny
 
 import app as app_module
-from appkit.model_cache import ModelCache
-from appkit.settings import FIELDS, Settings
-from appkit.stream import MIN_INTERVAL_S
+from appkit.models.model_cache import ModelCache
+from appkit.run.settings import FIELDS, Settings
+from appkit.run.stream import MIN_INTERVAL_S
 from decoding import Trace, load, run
 
 # Gradio's queue builds DataFrames with options pandas 3 deprecates; not ours to fix.
@@ -235,7 +235,7 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
 def test_race_and_sweep_with_heads(client, dirs, tmp_path):
     """Medusa and EAGLE race as choices (off by default) from one heads folder holding medusa/ and eagle/
     (heads trained a few steps on the target's own greedy text): both rows are greedy's tokens."""
-    from appkit.tabs import RACE_CHOICES, RACE_DEFAULT
+    from appkit.race.tabs import RACE_CHOICES, RACE_DEFAULT
     from test_heads import _train
     assert {"medusa", "eagle"} <= set(RACE_CHOICES) and not {"medusa", "eagle"} & set(RACE_DEFAULT)
     model, _ = load(dirs["target"])
@@ -279,14 +279,14 @@ def test_race_repeats_input_is_checked_and_honoured(client, dirs):
 
 
 def test_race_explains_a_mismatch_by_dtype():
-    from appkit.race import drift_note
+    from appkit.race.race import drift_note
     rows = [{"method": "greedy", "exact": "reference"}, {"method": "lookahead", "exact": "✗ differs from greedy at token 108"}]
     assert "expected bfloat16 drift" in drift_note(rows, "torch.bfloat16") and "fp32" in drift_note(rows, "torch.bfloat16")
     assert "bug" in drift_note(rows, "torch.float32") and drift_note(rows[:1], "torch.bfloat16") == ""
 
 
 def test_prompt_hint_follows_the_loaded_model_and_unreachable_models_are_marked(server, dirs):
-    from appkit.hints import hub_label, prompt_hint
+    from appkit.page.hints import hub_label, prompt_hint
     from decoding.models import max_positions
     url, demo = server
     h = demo.decodescope["handlers"]
@@ -299,7 +299,7 @@ def test_prompt_hint_follows_the_loaded_model_and_unreachable_models_are_marked(
 
 
 def test_lesson_stops_are_data_and_follow_the_methods_that_exist(monkeypatch):
-    from appkit import lesson
+    from appkit.page import lesson
     from decoding.api import METHODS
     assert [s.method for s in lesson.stops()] == [s.method for s in lesson.STOPS if s.method in METHODS]
     order = [s.method for s in lesson.STOPS]
@@ -341,7 +341,7 @@ def test_side_by_side_aligns_runs_by_output_position():
 
 
 def test_race_order_is_interleaved_and_rotated():
-    from appkit.race import order
+    from appkit.race.race import order
     assert [order(["g", "a", "b"], r) for r in range(3)] == [["g", "a", "b"], ["a", "b", "g"], ["b", "g", "a"]]
 
 
@@ -365,7 +365,7 @@ def test_auto_preset_is_tuned_once_and_cached_outside_the_repo(client, dirs, cac
 
 def test_auto_preset_of_a_method_without_tuner_is_its_defaults(dirs, cache_dir):
     """Self-speculative, retrieval and prompt lookup have no tuner: "auto" runs their defaults (was a KeyError)."""
-    from appkit import presets
+    from appkit.run import presets
     from decoding.models import DEFAULT_MODEL
     model, tok = load(dirs["target"])
     for name in (DEFAULT_MODEL, dirs["target"]):
@@ -391,7 +391,7 @@ def test_cpu_threads_are_picked_by_measurement(dirs, monkeypatch):
     """The thread count is what decodes fastest here (as W/N/G are picked), measured once per model; a model
     the engine's one-thread rule covers (small, <= 2 cores) is not measured."""
     import torch
-    from appkit import handlers
+    from appkit.run import handlers
     from decoding.tune import tune_threads
     model, tok = load(dirs["target"])
     before = torch.get_num_threads()
@@ -416,8 +416,8 @@ def test_a_draft_shipped_for_the_default_model_is_found_and_races(tmp_path, monk
     """Until a draft shares SmolLM2's tokenizer, the Race's default leaves speculative out (it cannot run);
     a draft folder shipped under assets/drafts/ with the same vocabulary is picked with no other change."""
     import json as _json
-    from appkit import drafts
-    from appkit.tabs import RACE_DEFAULT
+    from appkit.models import drafts
+    from appkit.race.tabs import RACE_DEFAULT
     from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
     monkeypatch.setattr(drafts, "SHIPPED_DRAFTS", tmp_path / "drafts")
     assert drafts.draft_for(DEFAULT_MODEL) is None and drafts.draft_for(EMBEDDED_TARGET) == EMBEDDED_DRAFT
@@ -439,7 +439,7 @@ def test_tune_button_sets_the_auto_preset(client, dirs, cache_dir):
 
 def test_auto_fields_show_what_auto_runs(server, dirs):
     """After an auto run, every method's fields hold the preset it used; manual then runs the same."""
-    from appkit import autofields
+    from appkit.page import autofields
     url, demo = server
     h = demo.decodescope["handlers"]
     c = Client(url, verbose=False)
@@ -595,7 +595,7 @@ def test_one_token_run_says_mean_accepted_na_and_shows_no_server_path(client, di
 
 
 def test_budget_line_follows_w_n_g(server):
-    from appkit.settings import budget_line
+    from appkit.run.settings import budget_line
     lim = server[1].decodescope["limits"]
     assert "**50** query tokens" in budget_line(Settings(method="lookahead", window=5, ngram=4, guesses=5), lim)
     assert "1,920" in budget_line(Settings(method="lookahead", window=64, ngram=16, guesses=64), lim)
@@ -698,7 +698,7 @@ def test_app_module_contract():
     assert by["stop"].queue is False  # Stop never waits behind the run it stops
     assert demo._queue.max_size == 32  # a bounded queue: a crowd gets "queue full", not an endless wait
     assert torch.get_num_threads() == 1
-    for path in Path(app_module.__file__).parent.glob("appkit/*.py"):  # small, readable modules
+    for path in Path(app_module.__file__).parent.glob("appkit/**/*.py"):  # small, readable modules, every room
         assert len(path.read_text().splitlines()) < 320, path.name
 
 

@@ -9,7 +9,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from appkit.settings import FIELDS
+from appkit.run.settings import FIELDS
 from test_app import PROMPT, cache_dir, client, dirs, reference, server  # noqa: F401 - shared fixtures
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import app as app_module
-from appkit.presets import SHIPPED_CPU
-from appkit.ui import VECTOR
+from appkit.run.presets import SHIPPED_CPU
+from appkit.page.ui import VECTOR
 from decoding import run
 
 # Gradio's queue builds DataFrames with options pandas 3 deprecates; not ours to fix.
@@ -435,10 +435,10 @@ def test_a_newcomer_completes_the_lesson(browser, served):
     """One click per stop, start to end: each stop runs with the teaching preset, opens at its best step and
     its picture matches its narration (asserted on the DOM); no console error, no request to another host.
     The lesson follows the page's default target (here the embedded fallback: the suite never downloads)."""
-    from appkit import lesson
-    from appkit.limits import Limits
-    from appkit.presets import describe
-    from appkit.settings import Settings, method_params
+    from appkit.page import lesson
+    from appkit.public.limits import Limits
+    from appkit.run.presets import describe
+    from appkit.run.settings import Settings, method_params
     from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
     url, default = served[0], served[1].decodescope["page"].target.value
     stops = lesson.stops(default)

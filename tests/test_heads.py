@@ -186,7 +186,7 @@ def test_cli_train_heads_and_generate(tmp_path, capsys):
 def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, monkeypatch):
     """The tuner times every budget and ranks by tokens/s; the app's Tune (presets.tune) uses it with the
     heads it is given and stores the budget as the device's auto preset."""
-    from appkit import presets
+    from appkit.run import presets
     from decoding.tune import autotune_heads
     from decoding.models import load
     model, heads = trained["llama", "medusa"]
@@ -267,9 +267,9 @@ def test_heads_trace_and_viz(trained, kind):
 def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
     """The shipped heads load for assets/target (fingerprint) and decode HF greedy's tokens through the
     app's Prepared event; another target gets one input error naming the heads; the budget is range-checked."""
-    from appkit.handlers import Prepared, check_heads
-    from appkit.limits import Limits
-    from appkit.settings import InputError, Settings, method_params
+    from appkit.run.handlers import Prepared, check_heads
+    from appkit.public.limits import Limits
+    from appkit.run.settings import InputError, Settings, method_params
     from decoding import Sampling, load
     model, tok = load()
     prompt = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
@@ -289,7 +289,7 @@ def test_shipped_heads_are_exact_on_the_embedded_target_and_app_wiring():
 def test_shared_traces_name_the_heads_folder_without_a_server_path():
     """A downloaded / replayed medusa or eagle trace says which heads ran, repo-relative, never the
     server's absolute path (the app's one public_trace() scrub)."""
-    from appkit.tables import ROOT, public_trace
+    from appkit.page.tables import ROOT, public_trace
     from decoding.trace import Trace
     tr = Trace("eagle", {"heads": str(ROOT / "assets" / "heads" / "eagle"), "budget": 16}, [1, 2])
     assert public_trace(tr).config["heads"] == "assets/heads/eagle"

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from appkit import lesson
+from appkit.page import lesson
 from decoding import load, run
 from decoding.models import ASSETS
 from viz.counts import run_counts, step_counts

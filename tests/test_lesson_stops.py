@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from appkit import lesson, model_card
-from appkit.settings import FIELDS
+from appkit.page import lesson
+from appkit.models import model_card
+from appkit.run.settings import FIELDS
 from decoding.api import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import pytest
 from gradio_client import Client
 
 import app as app_module
-from appkit.limits import Limits
+from appkit.public.limits import Limits
 from test_app import cache_dir, expect_msg, free_port  # noqa: F401
 from test_public_sessions import args
 
@@ -161,7 +161,7 @@ def test_work_budget_and_emulated_half_precision_are_refused_in_one_line(public_
 
 def test_a_visitors_tuning_stays_in_that_visitors_session(public_url, cache_dir):  # noqa: F811
     """Tune in session A: A's auto runs use it; B's keep the shipped preset, and nothing is written for the device."""
-    from appkit import presets
+    from appkit.run import presets
     a, b = Client(public_url, verbose=False), Client(public_url, verbose=False)
     line = a.predict(*args("def f(x):\n", "lookahead"), api_name="/tune")[1]
     assert "this session's auto preset" in line, line

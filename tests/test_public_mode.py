@@ -64,7 +64,7 @@ def raw_call(client: Client, api: str, body: str) -> str:
     ("confidence", "NaN", "draft cutoff"),
 ])
 def test_numbers_that_are_not_numbers_name_the_field_and_its_range(public, dirs, field, value, needle):
-    from appkit.settings import FIELDS
+    from appkit.run.settings import FIELDS
 
     method = "speculative" if field == "confidence" else "lookahead"
     args = settings(dirs, method=method)

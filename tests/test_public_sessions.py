@@ -12,8 +12,8 @@ import pytest
 from gradio_client import Client
 
 import app as app_module
-from appkit.settings import FIELDS, Settings
-from appkit.tables import display_name
+from appkit.run.settings import FIELDS, Settings
+from appkit.page.tables import display_name
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load
 from test_app import cache_dir, free_port  # noqa: F401
 
@@ -98,8 +98,8 @@ def test_no_method_carries_one_visitors_prompt_into_another_session(url, tok, me
 def test_every_repeat_of_a_race_starts_from_the_same_state(tok):
     """race_runs: retrieval's repeats draft the same trees (none from an earlier repeat's output), after a
     session's Run tab run (which they all read, frozen)."""
-    from appkit.handlers import Prepared
-    from appkit.race import race_runs
+    from appkit.run.handlers import Prepared
+    from appkit.race.race import race_runs
     from decoding import make_sampling
     from decoding.methods.suffix_cache import History
 

@@ -113,8 +113,8 @@ def test_cli_reference_and_jacobi_runs(tiny_dir, tmp_path, capsys):
 def test_app_edit_example_copies_20_plus_tokens_a_step_on_the_embedded_model():
     """The app's aggressive-decoding example (reference = the input of the edit) on the shipped target:
     identical to HF greedy, and some steps accept 20+ tokens."""
-    from appkit.presets import SHIPPED_CPU
-    from appkit.ui import EDIT_EXAMPLES
+    from appkit.run.presets import SHIPPED_CPU
+    from appkit.page.ui import EDIT_EXAMPLES
     from decoding.exactness import hf_greedy as hf
     prompt, reference_text, method = EDIT_EXAMPLES[0]
     model, tok = load(threads=1)

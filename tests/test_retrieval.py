@@ -230,10 +230,10 @@ def test_cli_build_datastore_then_generate(tiny_dir, tmp_path, capsys):
 def test_app_menu_runs_retrieval_and_refuses_a_datastore_for_another_tokenizer(tiny_dir):
     """The app's retrieval source menu: the suffix cache runs (exact); the shipped datastore (SmolLM2's
     tokenizer) on another model is one input error before any run; an unknown source is refused."""
-    from appkit.handlers import InputError, Handlers
-    from appkit.limits import Limits
-    from appkit.model_cache import ModelCache
-    from appkit.settings import Settings
+    from appkit.run.handlers import InputError, Handlers
+    from appkit.public.limits import Limits
+    from appkit.models.model_cache import ModelCache
+    from appkit.run.settings import Settings
     from transformers import AutoModelForCausalLM, AutoTokenizer
     h = Handlers(Limits(False, tiny_dir), ModelCache())
     s = Settings(target=tiny_dir, prompt="def x ( y ) : return y", method="retrieval", preset="manual", max_new=12)

@@ -43,8 +43,8 @@ def test_caption_counts_match_the_accepted_path(models, method, params):
 def test_the_teaching_preset_puts_the_lesson_values_into_the_fields():
     """Picking "teaching" outside the lesson sets W/N/G to the lesson's W5 N4 G5 (and the other methods'
     teaching values), the values the lesson's own stops run: the run and its stats line then agree."""
-    from appkit import autofields, lesson
-    from appkit.settings import FIELDS, Settings
+    from appkit.page import autofields, lesson
+    from appkit.run.settings import FIELDS, Settings
 
     s = Settings(preset=lesson.TEACH, window=1, ngram=3, guesses=2)
     out = autofields.shown(None, *[getattr(s, f) for f in FIELDS])

@@ -506,8 +506,8 @@ def test_status_lines_of_a_crafted_trace_are_plain_text(traces):
     handler or link comes out."""
     from markdown_it import MarkdownIt
 
-    from appkit import race as racekit
-    from appkit.tables import stats_md
+    from appkit.race import race as racekit
+    from appkit.page.tables import stats_md
     md = MarkdownIt("commonmark", {"html": True})
     md.validateLink = lambda url: True  # stricter than any renderer: a link of any scheme would appear
     g = traces["greedy"]

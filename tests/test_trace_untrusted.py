@@ -193,7 +193,7 @@ def test_a_replay_at_the_caps_is_bounded_in_time_and_memory(tmp_path):
         import copy, json, resource, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from gc import collect
-        from appkit.replay import load_trace
+        from appkit.race.replay import load_trace
         import viz
 
         def rss():

@@ -246,12 +246,12 @@ def test_the_apps_run_handler_runs_on_the_virtual_device(tiny_dir, monkeypatch):
     import types
 
     import app as app_module
-    from appkit import model_cache
+    from appkit.models import model_cache
     from decoding.engine import runner
-    from appkit import costs
+    from appkit.run import costs
     monkeypatch.setattr(model_cache, "precapture", functools.partial(runner.precapture, max_bucket=16))
     monkeypatch.setattr(costs, "machine_peaks", lambda model: None)  # a benchmark of the CPU behind the device
-    from appkit.settings import FIELDS, Settings
+    from appkit.run.settings import FIELDS, Settings
     from decoding import load, make_drafter
     s = Settings(target=tiny_dir, draft=tiny_dir, prompt="def x ( y ) :", method="lookahead", preset="manual",
                  max_new=12, window=4, ngram=3, guesses=4, device="cuda", dtype="fp32")

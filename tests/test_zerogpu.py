@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from appkit.stream import GPU_EVENTS, Job, Sessions, gpu_seconds
-from appkit.settings import FIELDS, Settings
+from appkit.run.stream import GPU_EVENTS, Job, Sessions, gpu_seconds
+from appkit.run.settings import FIELDS, Settings
 
 
 def _handler(sessions: Sessions, started, session: str) -> None:

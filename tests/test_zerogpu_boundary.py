@@ -15,7 +15,7 @@ import torch
 from conftest import save_tiny_dir
 
 import app as app_module
-from appkit.settings import FIELDS, Settings
+from appkit.run.settings import FIELDS, Settings
 
 GPU_EVENTS = ("run", "race", "profile", "sweep", "tune", "load_models")
 

@@ -1,6 +1,6 @@
 """Handlers of the Race, Profile, Sweep and Replay tabs, the preset tuner and the model loader.
 
-They share appkit.handlers (settings checks, models, presets, the error policy) and stream.Job (one
+They share appkit.run.handlers (settings checks, models, presets, the error policy) and stream.Job (one
 worker thread, one Stop). Every figure is drawn in viz/ (viz.race, viz.sweep, viz.costs).
 """
 from __future__ import annotations
@@ -11,24 +11,27 @@ import gradio as gr
 
 import viz
 from decoding import ModelError
+from decoding.methods.registry import BASELINE  # greedy: what every race runs first
 from viz.counts import run_counts
 from viz.exports.teach import teaching_step
 
-from . import presets, race as racekit, sweep as sweepkit
-from .costs import for_viz
-from .errors import one_line, reported
-from .handlers import CLEAR, HEADS_METHODS, Handlers, Prepared, heads_folder, thread_setup
-from .limits import MAX_REPLAY_HTML_BYTES
-from .model_cache import describe as describe_model, human
+from . import race as racekit, sweep as sweepkit
+from ..run import presets
+from ..run.costs import for_viz
+from ..errors import one_line, reported
+from ..run.handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
+from ..public.limits import MAX_REPLAY_HTML_BYTES
+from ..run.method_fields import DEFAULT_METHOD, accelerated, field_values, needing, needs, spec, tune_fields
+from ..models.model_cache import model_line
 from .replay import load_trace, shipped_path
-from .settings import FIELDS, Settings, raise_if, whole
-from .fair import PROFILE_COST, Refused
-from .stream import Job
-from .threads import run_key
-from .tables import display_name, public_trace, race_table, stats_md, sweep_table
+from ..run.settings import FIELDS, Settings, raise_if, whole
+from ..public.fair import PROFILE_COST, Refused
+from ..run.stream import Job
+from ..run.threads import run_key
+from ..page.tables import public_trace, race_table, stats_md, sweep_table
 
-RACE_CHOICES = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
-# on request: jacobi (the lesson, not a contender), medusa / eagle (heads trained for the target)
+RACE_CHOICES = accelerated()  # every method of the registry but greedy
+# on request: jacobi (the lesson, not a contender), medusa / eagle (heads trained for the target), ...
 RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]
 
 
@@ -59,7 +62,7 @@ class Tabs(Handlers):
     def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
         stop = self.sessions.start(session)
         try:
-            p = yield from self.prepare(s, ["greedy", *methods], 6, session, stop, runs=(len(methods) + 1) * repeats,
+            p = yield from self.prepare(s, [BASELINE, *methods], 6, session, stop, runs=(len(methods) + 1) * repeats,
                                         what="race")
             p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
 
@@ -68,14 +71,14 @@ class Tabs(Handlers):
 
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
-                if kind == "done" and runs.get("greedy"):  # a later Run on this prompt shows its speed against it
-                    rates = sorted(t.stats()["tokens_per_s"] for t in runs["greedy"])
+                if kind == "done" and runs.get(BASELINE):  # a later Run on this prompt shows its speed against it
+                    rates = sorted(t.stats()["tokens_per_s"] for t in runs[BASELINE])
                     self.greedy_rates[run_key(p)] = rates[len(rates) // 2]
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
                     current = f"running {current}…" if current else None
-                if runs.get("greedy"):
+                if runs.get(BASELINE):
                     yield (gr.skip(), *self._race_view(p, runs, current or ""))
                 elif current:
                     yield gr.skip(), current, gr.skip(), gr.skip(), gr.skip(), gr.skip()
@@ -84,7 +87,7 @@ class Tabs(Handlers):
 
     def _race_view(self, p: Prepared, runs: dict, status: str) -> tuple:
         """runs: {method: [trace per repeat]}; the figures draw each method's median-time run."""
-        g = runs["greedy"]
+        g = runs[BASELINE]
         rows, reasons = [], []
         param = next(p.model.parameters())
         device, dtype = str(param.device), str(param.dtype)
@@ -115,7 +118,7 @@ class Tabs(Handlers):
         from profiling import profile_run
         stop = self.sessions.start(session)
         try:
-            methods = sorted({"greedy", s.method}, key=lambda m: m != "greedy")
+            methods = sorted({BASELINE, s.method}, key=lambda m: m != BASELINE)
             p = yield from self.prepare(s, methods, 7, session, stop, runs=len(methods) * PROFILE_COST,
                                         what="profile")
             p.history = self.histories.get(session)  # read, never joined (a frozen copy, Prepared.drafter)
@@ -128,7 +131,7 @@ class Tabs(Handlers):
                     with p.turn():
                         tr, prof = profile_run(p.model, p.tok, p.prompt, m, max_new_tokens=p.max_new,
                                                sampling=p.sampling, drafter=p.drafter(m),
-                                               draft_model=p.dmodel if m == "speculative" else None,
+                                               draft_model=p.dmodel if needs(m, "draft_model") else None,
                                                perfetto_path=out / f"{m}.perfetto.json", on_step=job.check)
                     runs[m] = (tr, for_viz(prof))
                 return runs
@@ -177,7 +180,7 @@ class Tabs(Handlers):
         n = len(FIELDS)
         s = Settings.from_values(values[:n])
         ns, ws, n_new, heads, budgets = (list(values[n:]) + [None] * 5)[:5]
-        ns, ws, heads, budgets = ns or [], ws or [], [m for m in heads or [] if m in HEADS_METHODS], budgets or []
+        ns, ws, heads, budgets = ns or [], ws or [], [m for m in heads or [] if m in needing("heads")], budgets or []
         problems: list[str] = []
         if not heads and (not ns or not ws):
             problems.append("**sweep**: pick at least one N and one W (or a heads method and a tree budget)")
@@ -199,7 +202,7 @@ class Tabs(Handlers):
         stop = self.sessions.start(session)
         total = len(cells) + len(trees)
         try:
-            p = yield from self.prepare(s, ["greedy", *heads], 4, session, stop, runs=total + 1, what="sweep")
+            p = yield from self.prepare(s, [BASELINE, *heads], 4, session, stop, runs=total + 1, what="sweep")
 
             def work(job: Job):
                 with p.turn():
@@ -211,7 +214,7 @@ class Tabs(Handlers):
                 for m, b in trees:
                     job.report(list(points))
                     with p.turn():
-                        points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, heads_folder(s.heads, m, p.model),
+                        points.append(sweepkit.heads_point(p.model, p.tok, p.prompt, m, p.resources[m]["heads"],
                                                            b, n_new, on_step=job.check))
                 return points
 
@@ -228,39 +231,37 @@ class Tabs(Handlers):
 
     @reported(6, status=None, client_error=True)
     def tune(self, request: gr.Request, *values):
-        """Tune lookahead (and speculative / medusa / eagle when chosen) now: the device's auto preset, or in
-        public mode this session's only (one visitor's tuning never rewrites another's)."""
+        """Tune the page's first method (lookahead), and the chosen one when it has a tuner, now: the device's
+        auto preset, or in public mode this session's only (one visitor's tuning never rewrites another's)."""
         with self.held(request):
             return self._tune(Settings.from_values(values), getattr(request, "session_hash", None))
 
     def _tune(self, s: Settings, session: str | None):
-        p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": "greedy"}), ["greedy"])
+        p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": BASELINE}), [BASELINE])
         name = self.model_name(s.target, "target")
         t0 = time.perf_counter()
         save = not self.lim.public  # public: kept for at most 256 sessions, the oldest session's dropped first
         mine = {} if save else self.session_presets.setdefault(session or "", {})
         while len(self.session_presets) > 256:
             self.session_presets.pop(next(iter(self.session_presets)))
-        tuned = presets.tune(name, p.model, p.tok, "lookahead", save=save)
-        mine[(name, "lookahead")] = la = tuned["params"]
-        note = f"lookahead {presets.describe('lookahead', la)}"
-        facts = [f"lookahead — {tuned['measured']}"]
-        if s.method == "speculative":
-            dmodel = self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok, self.lim.device(s.device),
-                                      s.dtype)[0]
-            sp = presets.tune(name, p.model, p.tok, "speculative", dmodel, save=save)
-            mine[(name, "speculative")] = sp["params"]
-            note += f", speculative {presets.describe('speculative', sp['params'])}"
-            facts.append(f"speculative — {sp['measured']}")
-        if s.method in HEADS_METHODS:  # the heads' tree budget, with the heads the Run tab names
-            hp = presets.tune(name, p.model, p.tok, s.method, heads=heads_folder(s.heads, s.method, p.model), save=save)
+        first = DEFAULT_METHOD
+        mine[(name, first)] = la = (tuned := presets.tune(name, p.model, p.tok, first, save=save))["params"]
+        note = f"{first.replace('_', ' ')} {presets.describe(first, la)}"
+        facts = [f"{first.replace('_', ' ')} — {tuned['measured']}"]
+        sp = spec(s.method)
+        if s.method != first and sp is not None and sp.tuner:  # its shape, with the draft or heads the page names
+            dmodel = (self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok, self.lim.device(s.device),
+                                       s.dtype)[0] if "draft_model" in sp.needs else None)
+            heads = heads_folder(s.heads, s.method, p.model) if "heads" in sp.needs else None
+            hp = presets.tune(name, p.model, p.tok, s.method, dmodel, heads=heads, save=save)
             mine[(name, s.method)] = hp["params"]
             note += f", {s.method} {presets.describe(s.method, hp['params'])}"
             facts.append(f"{s.method} — {hp['measured']}")
         kept = "saved as the auto preset" if save else "this session's auto preset; other visitors keep theirs"
         line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} ({kept}).\n\n"
                 "What it measured: " + "\n\n".join(facts))
-        return CLEAR, line, la["window"], la["ngram"], la["guesses"], "auto"
+        shown = field_values(first, la)
+        return CLEAR, line, *[shown.get(f) for f in tune_fields()], "auto"
 
     @reported(2, status=None)
     def load_models(self, target, draft, device, dtype, request: gr.Request = None):
@@ -310,10 +311,3 @@ class Tabs(Handlers):
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
-
-
-def model_line(role: str, model, tok) -> str:
-    d = describe_model(model, tok)
-    return (f"**{role}**: `{display_name(d['name'])}` · {d['type']} · {human(d['params'])} parameters · device "
-            f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "
-            f"{d['positions']:,} positions (prompt + output)")

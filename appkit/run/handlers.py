@@ -2,7 +2,7 @@
 presets, the positions check, the finished run's step view and download.
 
 Every model event's outputs start with (message, status): see appkit/errors.py. Race, Profile, Sweep
-and the tuner are in appkit/tabs.py and use the same `Prepared` and the same stream.Job.
+and the tuner are in appkit/race/tabs.py and use the same `Prepared` and the same stream.Job.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import gradio as gr
 
 import viz
 from decoding import make_sampling, run
-from decoding.api import HEADS_METHODS, vocab_for
+from decoding.api import vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
 from decoding.methods.suffix_cache import Histories
@@ -21,19 +21,20 @@ from decoding.methods.suffix_cache import Histories
 from . import presets
 from .costs import run_costs
 from . import threads
-from .default_model import fetch_waits
-from .disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
-from .drafts import check_draft
+from ..models.default_model import fetch_waits
+from ..public.disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 - TMP_MAX_AGE_S: app.py's Gradio cache
+from ..models.drafts import check_draft
 from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
-from .errors import reported
-from .fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
-from .limits import PUBLIC_HISTORY, Limits
-from .model_cache import ModelCache
-from .settings import InputError, Settings, check_common, draft_cutoff, method_params, raise_if, reference_texts
-from .sources import check_heads, check_retrieval, heads_folder, retrieval_source  # noqa: F401 - also imported from here
+from ..errors import reported
+from ..public.fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
+from ..public.limits import PUBLIC_HISTORY, Limits
+from ..models.model_cache import ModelCache
+from .method_fields import is_baseline, needs, takes
+from .settings import InputError, Settings, check_common, method_params, raise_if, reference_texts, user_params
+from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
 from .prepared import Prepared
 from .stream import Job, Recorder, Sessions, Stopped
-from .tables import live_line, public_trace, stats_md
+from ..page.tables import live_line, public_trace, stats_md
 
 CLEAR = ""  # the message output when an event starts: the last error goes away
 
@@ -45,7 +46,7 @@ def _cuda() -> bool:
 
 def thread_setup() -> None:
     """The worker thread inherits nothing from torch's per-thread state; keep grad off and use the thread
-    count measured for the model (appkit/threads.py)."""
+    count measured for the model (appkit/run/threads.py)."""
     import torch
     torch.set_grad_enabled(False)
     if threads.CURRENT:
@@ -54,7 +55,7 @@ def thread_setup() -> None:
 
 def step_views(trace, costs: dict | None, initial_step: int) -> str:
     """The Run tab's step view with the selected step's cost panel beside it: `costs` is
-    appkit.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
+    appkit.run.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
 
 
@@ -122,7 +123,7 @@ class Handlers:
             yield (gr.skip(), "timing greedy at each CPU thread count for this model (once, a few seconds)…", *rest)
         with turn():
             p.threads = threads_for(p.model, p.tok)
-        if s.preset == "auto" and any(self._preset(p, target, m) is None for m in methods if m != "greedy"):
+        if s.preset == "auto" and any(self._preset(p, target, m) is None for m in methods if not is_baseline(m)):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
         try:
@@ -155,15 +156,17 @@ class Handlers:
                             "for the same tokens, and the CPU is shared: pick fp32 (or auto)")
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
-        cutoff = draft_cutoff(s, problems) if "speculative" in methods else None
-        if s.typical and any(m in HEADS_METHODS for m in methods) and common.get("temperature") == 0:
+        # the draft cutoff is the user's under every preset (manual and teaching: among the method's params)
+        user = {m: user_params(s, m, self.lim, problems) for m in methods} if auto else {}
+        if s.typical and any(takes(m, "acceptance") for m in methods) and common.get("temperature") == 0:
             problems.append("**typical acceptance** needs sampling (temperature > 0); at temperature 0 the heads' "
                             "verification is exact already")
-        reference = reference_texts(s, problems) if "prompt_lookup" in methods else []
+        reference = reference_texts(s, problems) if any(takes(m, "reference_ids") for m in methods) else []
         device = "auto"
         try:
             target = self.model_name(s.target, "target")
-            draft = self.model_name(s.draft, "draft") if "speculative" in methods else None
+            draft = (self.model_name(s.draft, "draft") if any(needs(m, "draft_model") for m in methods)
+                     else None)
         except ValueError as e:
             problems.append(str(e))
         try:  # public mode: the device is the server's and the heads are the shipped ones, whatever was sent
@@ -178,10 +181,11 @@ class Handlers:
             check_draft(model, tok, dmodel, dtok, str(s.target), str(s.draft))
         p = Prepared(s, common["prompt"], common["max_new"],
                  make_sampling(common["temperature"], common["top_k"], common["top_p"], common["seed"]),
-                 model, tok, dmodel, dtok, params, cutoff=cutoff, reference=reference)
+                 model, tok, dmodel, dtok, params, user=user, reference=reference)
+        p.resources = {m: resources(s, m, model) for m in methods}  # heads folders etc.: resolved here, once
         if not auto:  # the stats line says which preset a run used (teaching or manual; auto: apply_presets)
             for m in methods:
-                if m != "greedy":
+                if not is_baseline(m):
                     p.notes[m] = f"{'teaching' if s.preset == 'teach' else 'manual'} preset {presets.describe(m, params[m])}"
         check_heads(p, methods)
         check_retrieval(p, methods)
@@ -194,13 +198,12 @@ class Handlers:
         every method's span is checked against the model's positions."""
         target = self.model_name(p.settings.target, "target")
         for m in methods:
-            if p.settings.preset == "auto" and m != "greedy":
+            if p.settings.preset == "auto" and not is_baseline(m):
                 pr = self._preset(p, target, m) or presets.resolve(
-                    target, p.model, p.tok, m, p.dmodel,
-                    heads_folder(p.settings.heads, m, p.model) if m in HEADS_METHODS else None)
+                    target, p.model, p.tok, m, p.dmodel, p.resources.get(m, {}).get("heads"))
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
-            if p.settings.typical and m in HEADS_METHODS:  # the stats line says this text is not the target's
+            if p.settings.typical and takes(m, "acceptance"):  # the stats line says this text is not the target's
                 p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
             self.check_positions(p, m)
 

@@ -8,6 +8,7 @@ settings, or that greedy was not measured.
 from __future__ import annotations
 
 from . import presets
+from .method_fields import is_baseline
 
 CURRENT: list[int] = []  # the CPU thread count measured for the model of the event now running
 
@@ -45,7 +46,7 @@ def threads_note(r: dict | None) -> str:
 
 def speed_note(method: str, tps: float, greedy: float | None) -> str:
     """The run's speed against greedy's on the same prompt, settings and model, or says it was not measured."""
-    if method == "greedy":
+    if is_baseline(method):
         return ""
     if not greedy:
         return "speed vs greedy: **not measured** (run greedy on this prompt, or race)"
@@ -63,6 +64,6 @@ def run_key(p) -> tuple:
 def speed_of(rates: dict, key: tuple, tr, done: bool) -> str:
     """A finished greedy run records its rate under `key`; any other run gets its speed against it."""
     tps = tr.stats()["tokens_per_s"]
-    if done and tr.method == "greedy" and tps > 0:
+    if done and is_baseline(tr.method) and tps > 0:
         rates[key] = tps
     return speed_note(tr.method, tps, rates.get(key))

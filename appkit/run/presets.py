@@ -17,12 +17,13 @@ import tempfile
 import threading
 from pathlib import Path
 
-from decoding.api import HEADS_METHODS
 from decoding.fetch_model import FOLDER
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET
 # The shipped rows (measured on the dev box, with the reasons) and the lookup live in decoding/presets.py: the
 # CLI's lookahead without W/N/G runs the same preset as the page.
 from decoding.presets import SHIPPED_CPU, SHIPPED_CPU_DEFAULT, device_key, is_default, lookup  # noqa: F401
+
+from .method_fields import has_shape, is_baseline, spec
 
 # The code examples the tuners pilot on (the embedded models know the Python standard library).
 PILOTS = ["class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):",
@@ -33,7 +34,7 @@ _lock = threading.Lock()
 def pilots(tok) -> list[str]:
     """What the tuners pilot on: chat requests (chat template applied) for a chat model, else code."""
     if getattr(tok, "chat_template", None):
-        from .examples import CHAT
+        from ..page.examples import CHAT
         return [tok.apply_chat_template([{"role": "user", "content": r}], add_generation_prompt=True, tokenize=False)
                 for r in CHAT[:2]]
     return PILOTS
@@ -69,7 +70,7 @@ def cached(model_name: str, model, method: str) -> dict | None:
     if found is not None:
         return found
     from decoding.tune import TUNERS
-    if method not in TUNERS and method != "greedy":  # nothing to tune (prompt lookup, retrieval, self-speculative)
+    if method not in TUNERS and not is_baseline(method):  # nothing to tune (prompt lookup, retrieval, ...)
         return {"params": dict(SHIPPED_CPU.get(method, {})), "source": "the method's defaults: it has no tuner"}
     return None
 
@@ -84,11 +85,11 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
 
     measured = ""
     if method in TUNERS:  # the same tuner as the CLI's --auto (decoding/tune.py)
-        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=32, reps=2 if method == "jacobi" else 1,
+        tuner = spec(method).tuner
+        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=32, reps=REPS.get(tuner, 1),
                           draft=draft, heads=heads or str(ASSETS / "heads" / method))
         params, res = tuned["params"], tuned["result"]
-        measured = {"lookahead": measured_lookahead, "speculative": measured_speculative, "medusa": measured_heads,
-                    "eagle": measured_heads}.get(method, lambda r: "")(res)
+        measured = MEASURED.get(tuner, lambda r: "")(res)
     else:
         params = dict(SHIPPED_CPU.get(method, {}))  # no tuner (prompt lookup, retrieval, self-speculative): its defaults
     if not save:
@@ -128,22 +129,32 @@ def resolve(model_name: str, model, tok, method: str, draft=None, heads: str | N
 
 
 def describe(method: str, params: dict) -> str:
-    """'W1 N3 G1', 'tree 2,1,1', 'chain K4', 'max n-gram 3, copy 10'."""
-    if method == "lookahead":
+    """'W1 N3 G1', 'tree 2,1,1', 'chain K4', 'max n-gram 3, copy 10', 'block 8', 'tree budget 8': a method's
+    shape in the words of its parameters (read from its spec: its knobs and what it needs)."""
+    sp = spec(method)
+    if sp is None or is_baseline(method):
+        return ""
+    names = {k.name for k in sp.knobs()}
+    if {"window", "ngram", "guesses"} <= names:
         return f"W{params['window']} N{params['ngram']} G{params['guesses']}"
-    if method == "speculative":
+    if has_shape(sp):
         shape = f"tree {','.join(map(str, params['tree']))}" if "tree" in params else \
             f"chain K{params.get('draft_tokens', 4)}"
         return ("staged " if params.get("staged") else "") + shape
-    if method == "prompt_lookup":
+    if {"max_ngram", "num_tokens"} <= names:
         return f"max n-gram {params['max_ngram']}, copy {params['num_tokens']}"
-    if method == "jacobi":
+    if "block" in names:
         return f"block {params['block']}"
-    if method == "retrieval":
-        return f"budget {params.get('budget', 64)}"
-    if method == "self_speculative":
-        return f"depth {params.get('depth', 6)}" + (f", stop {params['stop']}" if "stop" in params else "")
-    if method in HEADS_METHODS:
+    if "heads" in sp.needs:
         from decoding.tune import heads_label
         return f"tree {heads_label(params)}"  # the words --auto prints
-    return ""
+    if "adapter" in sp.needs:
+        return f"depth {params.get('depth', 6)}" + (f", stop {params['stop']}" if "stop" in params else "")
+    if "datastore" in names:
+        return f"budget {params.get('budget', 64)}"
+    return ", ".join(f"{k} {v}" for k, v in params.items())
+
+
+# What each tuner measured, in one sentence (by the tuner a spec names), and its repeats per pilot.
+MEASURED = {"latency_curve": measured_lookahead, "draft_shapes": measured_speculative, "heads_budget": measured_heads}
+REPS = {"block": 2}

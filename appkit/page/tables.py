@@ -13,9 +13,9 @@ import pandas as pd
 
 from viz.escape import md_text, one_line
 
-from .race import mean_accepted
+from ..race.race import mean_accepted
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (appkit/<room>/<module>.py)
 
 
 def display_name(name) -> str:

@@ -2,13 +2,14 @@
 
 Local mode uses the engine's documented caps (decoding.params.LIMITS). Public mode (a shared Space) tightens
 them, accepts only allow-listed models and refuses local paths. The checks of the values themselves are in
-appkit/settings.py (all problems at once, nothing clamped); appkit/errors.py shows them.
+appkit/run/settings.py (all problems at once, nothing clamped); appkit/errors.py shows them.
 """
 from __future__ import annotations
 
 import os
 
 from decoding.params import LIMITS
+from decoding.methods.registry import needing
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
 # Tighter caps for a public Space: a step stays small and a run stays short.
@@ -30,7 +31,7 @@ MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused (decoding.t
 PUBLIC_MAX_TRACE_BYTES = 5 * 2**20  # public mode: a 19 MB trace took 11.6 s of the shared CPU to replay
 MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused (docs/trace.md: measured sizes)
 # Heads a public Space may use: the shipped folders by name ("" = the shipped heads of the chosen method).
-PUBLIC_HEADS = ("", "medusa", "eagle", "assets/heads", "assets/heads/medusa", "assets/heads/eagle")
+PUBLIC_HEADS = ("", *needing("heads"), "assets/heads", *(f"assets/heads/{m}" for m in needing("heads")))
 DEVICES = ("auto", "cpu", "cuda")
 MAX_PROMPT_CHARS = 20000
 # The suffix cache's per-session histories on a public Space: at most this many sessions (least recently used

@@ -1,7 +1,7 @@
 """The app's page: every Gradio component, laid out once, kept by name on a `Page`. app.py wires events.
 
 Why apart from app.py: the layout is long and declarative, the wiring is short and is the logic. The
-settings components carry the names of appkit.settings.Settings' fields, so `page.inputs()` is built
+settings components carry the names of appkit.run.settings.Settings' fields, so `page.inputs()` is built
 from the dataclass, never from a hand-kept positional list. Every number is a plain gr.Number without
 minimum/maximum: the browser must not clamp 0 to 1 silently; the handlers say what is wrong.
 """
@@ -10,32 +10,25 @@ from __future__ import annotations
 import gradio as gr
 
 import viz
-from decoding.params import DEFAULT_CONFIDENCE
 
 from . import lesson
-from .autofields import field_values
 from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR, example_labels  # noqa: F401 - VECTOR: the tests' code prompt
 from .explain import explain
-from .hints import CONTROL_INFO, DTYPE_INFO, prompt_info
-from .model_card import card_md
-from .limits import TEMPERATURE, Limits
-from .presets import SHIPPED_CPU
-from .race import MAX_REPEATS, REPEATS
-from .replay import shipped
-from .settings import FIELDS, Settings, budget_line
-from .tabs import RACE_CHOICES, RACE_DEFAULT
+from .hints import DTYPE_INFO, prompt_info
+from .method_controls import DATASTORES, SPEC_MODES, initial, method_controls, method_css  # noqa: F401
+from ..run.method_fields import DEFAULT_METHOD, method_choices, needing
+from ..models.model_card import card_md
+from ..public.limits import TEMPERATURE, Limits
+from ..race.race import MAX_REPEATS, REPEATS
+from ..race.replay import shipped
+from ..run.settings import FIELDS, Settings, budget_line
+from ..race.tabs import RACE_CHOICES, RACE_DEFAULT
+from .widgets import Int, Text
 from .run_status import RUN_STATUS_CSS, RUN_STATUS_HEAD  # noqa: F401 - the head script: app.launch_kwargs
 
-METHOD_CHOICES = [("greedy", "greedy"), ("lookahead (W, N, G)", "lookahead"), ("prompt lookup", "prompt_lookup"),
-                  ("speculative (draft model)", "speculative"), ("Jacobi decoding (block K)", "jacobi"),
-                  ("Medusa heads (self-drafting)", "medusa"), ("EAGLE head (self-drafting)", "eagle"),
-                  ("self-speculative (own first layers + adapter)", "self_speculative"),
-                  ("retrieval (REST datastore / SuffixDecoding suffix cache)", "retrieval")]
-DATASTORES = [("suffix cache: the prompt, the output so far, earlier runs (SuffixDecoding)", ""),
-              ("shipped datastore: Python stdlib for SmolLM2-135M-Instruct (REST)", "shipped")]
+METHOD_CHOICES = method_choices()  # (label, name) per method of the registry, in its order
 PRESETS = [("auto: tuned for this model and device (speed)", "auto"), ("manual: the values below", "manual"),
            ("teaching: the lesson's values (the picture, not speed)", "teach")]
-SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
 CSS = """
 #ds-stats table,#ds-race-md table{display:block;overflow-x:auto;max-width:100%}
 #ds-stats th,#ds-stats td{white-space:nowrap}
@@ -53,7 +46,7 @@ CSS = """
   display:block;background:#fff4d6;border-left:4px solid #e6a700;padding:4px 8px;margin-bottom:4px;font-size:13px}
 @media (pointer:coarse),(max-width:700px){.js-plotly-plot .modebar-container{display:none !important}}
 """ + lesson.CSS
-CSS += RUN_STATUS_CSS
+CSS += RUN_STATUS_CSS + method_css()
 # run on the click in the browser: the step view on the page now belongs to the previous run
 UNMARK_STALE_ON_ERROR = ("(m) => { const e = document.querySelector('#ds-stepview'); if (m && e) "
                          "e.classList.remove('ds-stale'); }")
@@ -69,28 +62,6 @@ class Page:
     def inputs(self, *extra) -> list:
         """The Settings fields' components, in the dataclass's order, then `extra`."""
         return [getattr(self, f) for f in FIELDS] + list(extra)
-
-
-def Text(value, **kw) -> gr.Textbox:  # noqa: N802
-    """A textbox whose API value must be text: Gradio's own preprocess runs str() on anything, so a JSON
-    list sent as the prompt ran as "['a', 'b']"; this one refuses anything but a string by its label.
-    (Set on the instance: a gr.Textbox subclass makes Gradio write a .pyi file beside this module.)"""
-    box = gr.Textbox(value, **kw)
-
-    def preprocess(payload):
-        if payload is not None and not isinstance(payload, str):
-            raise gr.Error(f"{box.label} must be text, got {type(payload).__name__}")
-        return payload
-
-    box.preprocess = preprocess
-    return box
-
-
-def Int(value, label: str, lim: Limits | None = None, key: str = "", info: str = "", **kw):  # noqa: N802
-    """A number field showing its range in `info`; no min/max, so nothing is clamped in the browser."""
-    if lim is not None and key:
-        info = info or ", ".join(x for x in (CONTROL_INFO.get(key, ""), lim.info(key)) if x)
-    return gr.Number(value, label=label, info=info, **kw)
 
 
 def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list,
@@ -126,8 +97,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     with gr.Accordion("Model card: where the default model's weights come from, its licence; the embedded models",
                       open=False, elem_id="ds-card"):
         gr.Markdown(card_md())
-    la = SHIPPED_CPU["lookahead"]
-    sp = field_values("speculative", SHIPPED_CPU["speculative"])  # the fields show what auto runs
+    shown0 = initial(Settings)  # the fields show what auto runs (the shipped CPU presets)
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
             p.prompt = Text(shown[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
@@ -142,7 +112,7 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                      info="reference lookup (LLMA); the input of an edit = aggressive decoding. "
                                           "Empty = plain prompt lookup")
         with gr.Column(scale=2, min_width=280):
-            p.method = gr.Radio(METHOD_CHOICES, value="lookahead", label="method")
+            p.method = gr.Radio(METHOD_CHOICES, value=DEFAULT_METHOD, label="method", elem_id="ds-method")
             p.preset = gr.Radio(PRESETS, value="auto", label="parameters", elem_id="ds-preset",
                                 info="auto: the autotuner's choice for this device (cached; the embedded model "
                                      "on a CPU ships one). Editing a value below switches to manual.")
@@ -150,49 +120,9 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                       "after each run they show what auto chose for the loaded model and device.",
                                       elem_id="ds-preset-md")
             p.max_new = Int(128, "max new tokens", lim, "max_new_tokens", elem_id="ds-max-new")
-            with gr.Group(visible=True) as p.la_group:
-                with gr.Row():
-                    p.window = Int(la["window"], "W window", lim, "window", elem_id="ds-W", min_width=80)
-                    p.ngram = Int(la["ngram"], "N n-gram", lim, "ngram", elem_id="ds-N", min_width=80)
-                    p.guesses = Int(la["guesses"], "G guesses", lim, "guesses", elem_id="ds-G", min_width=80)
-                p.tune_btn = gr.Button("Tune the auto preset for this model and device now", size="sm")
-            with gr.Group(visible=False) as p.pl_group:
-                with gr.Row():
-                    p.max_ngram = Int(3, "max n-gram to match", lim, "max_ngram")
-                    p.num_tokens = Int(10, "tokens to copy", lim, "num_tokens")
-            with gr.Group(visible=False) as p.jc_group:
-                p.block = Int(8, "K block (guesses per step)", lim, "block", elem_id="ds-block")
-            with gr.Group(visible=False) as p.sp_group:
-                p.spec_mode = gr.Radio(SPEC_MODES, value=sp["spec_mode"], label="speculative mode")
-                with gr.Row():
-                    p.draft_tokens = Int(sp.get("draft_tokens", 4), "K draft tokens (depth)", lim, "draft_tokens",
-                                         visible=sp["spec_mode"] != "tree")
-                    p.widths = Text(sp.get("widths", "3,2,1"), label="tree widths per depth",
-                                          visible=sp["spec_mode"] == "tree",
-                                          info=f"e.g. 3,2,1; each {lim.info('tree_width')}, ≤ {lim.hi('tree_depth')} depths")
-                    p.budget = Int(sp.get("budget", 16), "tree budget (nodes)", lim, "tree_budget",
-                                   visible=sp["spec_mode"] == "budget")
-                with gr.Row():
-                    p.staged = gr.Checkbox(sp["staged"], label="staged (n-gram stage 2 drafts for the draft model)")
-                    p.confidence = Int(DEFAULT_CONFIDENCE, "draft cutoff", elem_id="ds-cutoff",
-                                       info="0–1: a draft token below this draft probability is not extended "
-                                            "(the tree view shows what it pruned); 0 = full tree")
-            with gr.Group(visible=False) as p.hd_group:
-                with gr.Row():
-                    p.heads = Text("", label="heads folder (self-speculative: adapter folder)",
-                                   placeholder="empty = the ones shipped for the model (assets/heads)",
-                                   info="made by python -m decoding train-heads for THIS target model")
-                    p.heads_budget = Int(16, "tree budget (nodes)", lim, "tree_budget")
-                    p.typical = gr.Checkbox(False, label="typical acceptance (NOT exact)",
-                                            info="sampling only (temperature > 0): Medusa's rule accepts any "
-                                                 "plausible drafted token; longer steps, but the text no longer "
-                                                 "follows the target's distribution")
-            with gr.Group(visible=False) as p.rt_group:
-                p.datastore = gr.Dropdown(DATASTORES, value="", label="retrieval source",
-                                          info="the shipped datastore fits SmolLM2-135M-Instruct's tokenizer only")
-            p.method.change(lambda m: gr.update(visible=m == "retrieval"), [p.method], [p.rt_group],
-                            api_visibility="private", queue=False)  # shown with its method only
-            p.budget_md = gr.Markdown(budget_line(Settings(method="lookahead", **la), lim), elem_id="ds-budget")
+            method_controls(p, lim, shown0)  # one group per method's controls, from its spec (method_controls.py)
+            p.budget_md = gr.Markdown(budget_line(Settings(**{**shown0, "method": DEFAULT_METHOD}), lim),
+                                      elem_id="ds-budget")
             with gr.Accordion("sampling (temperature 0 = greedy, exact)", open=False):
                 with gr.Row():
                     p.temperature = Int(0.0, "temperature", info=f"{TEMPERATURE[0]}–{TEMPERATURE[1]}")
@@ -222,7 +152,7 @@ def run_tab(p: Page) -> None:
                 p.trace_file = gr.File(label="trace JSON (replay it anywhere)", interactive=False,
                                        elem_id="ds-trace-file")
                 with gr.Accordion("How this method works", open=False):
-                    p.explain_md = gr.Markdown(explain("lookahead"), elem_id="ds-explain")
+                    p.explain_md = gr.Markdown(explain(DEFAULT_METHOD), elem_id="ds-explain")
             with gr.Column(scale=3, min_width=300, elem_id="ds-run-right"):
                 gr.Markdown("#### Step through the run\n◀ ▶ or the arrow keys; click a token to jump to the "
                             "step that produced it. The profile plots follow the selected step.", elem_id="ds-step-intro")
@@ -281,7 +211,7 @@ def sweep_tab(p: Page, lim: Limits) -> None:
             p.sw_w = gr.CheckboxGroup([1, 2, 4, 8, 16], value=[1, 2, 4, 8], label="W (window sizes)")
             p.sw_max = Int(48, "new tokens per run", lim, "max_new_tokens")
         with gr.Row():
-            p.sw_heads = gr.CheckboxGroup(["medusa", "eagle"], value=[], label="heads methods (tree-size sweep)",
+            p.sw_heads = gr.CheckboxGroup(list(needing("heads")), value=[], label="heads methods (tree-size sweep)",
                                           info="self-drafting heads (the heads folder of the Run tab; the shipped "
                                                "ones for the embedded model): one line per method")
             p.sw_budget = gr.CheckboxGroup([4, 8, 16, 24, 32], value=[4, 8, 16, 32], label="tree budgets",

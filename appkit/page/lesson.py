@@ -19,12 +19,13 @@ from functools import lru_cache
 
 import gradio as gr
 
-from decoding.api import METHODS
+from decoding.api import METHODS, SPECS
 from decoding.fetch_model import MODEL_NAME, cached
 from decoding.methods.self_spec_adapter import CONFIG as ADAPTER_CONFIG, shipped_adapter
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.exports.teach import WANTS
 
+from ..run.method_fields import has_shape, needs, spec
 from .tables import display_name
 
 # The models as the page names them (never a server path): the default and the embedded pair.
@@ -44,9 +45,8 @@ JSON_FILE = "Write a Python function that reads a JSON file and returns its cont
 TEACH = "teach"  # the teaching preset: the lesson's own values, never the tuner's
 # The teaching preset's values per method, as drafter parameters: what the lesson's stops run (the paper's
 # W5 N4 G5 window, a 4-token draft chain), applied to the fields whenever "teaching" is picked.
-TEACHING = {"lookahead": {"window": 5, "ngram": 4, "guesses": 5},
-            "prompt_lookup": {"max_ngram": 3, "num_tokens": 10},
-            "speculative": {"draft_tokens": 4, "staged": False}}
+# Read from each method's spec (presets["teaching"]).
+TEACHING = {n: dict(s.presets["teaching"]) for n, s in SPECS.items() if "teaching" in s.presets}
 GOTO_BEST = "best"  # the step view opens at the step its narration points at (viz.teach picks it from the run)
 # Where a stop runs: "default" = the page's default model; "pair" = the embedded target and draft (a draft
 # with the target's tokenizer); "heads" = the default model when its heads ship, else the embedded target;
@@ -185,7 +185,7 @@ def _tokenizer(folder: str):
 
 
 def chat(request: str) -> str:
-    """A request as the default model receives it: its chat template applied, as text (appkit/examples.py).
+    """A request as the default model receives it: its chat template applied, as text (appkit/page/examples.py).
     Before the default model is fetched the plain request is shown (a run waits for the fetch anyway)."""
     folder = cached()
     if folder is None:
@@ -213,7 +213,7 @@ FIELDS = ("target", "draft", "prompt", "method", "preset", "max_new", "window", 
 def opens_on(stop: Stop) -> str:
     """What the stop's opening step shows, in the words viz.teach uses to pick it from the finished run."""
     kind = stop.method if stop.method in WANTS else "heads"
-    if stop.method == "speculative":
+    if has_shape(spec(stop.method)):  # a token tree's picture: by its shape
         kind = "staged" if stop.settings.get("staged") else "tree" if stop.settings.get("spec_mode") == "tree" else "chain"
     return WANTS[kind][0]
 
@@ -223,7 +223,7 @@ def model_line(stop: Stop, default: str | None = DEFAULT) -> str:
     target, draft, why = where(stop, default)
     if not why:
         return f"**Model:** {MODEL_NAME} (the default), a chat request with its chat template applied."
-    pair = f"the embedded pair (`{target}` + `{draft}`)" if stop.method == "speculative" else \
+    pair = f"the embedded pair (`{target}` + `{draft}`)" if needs(stop.method, "draft_model") else \
         f"the embedded target (`{target}`)"
     return f"**Model:** {pair}, a code prompt: {WHY[why]}."
 

@@ -9,7 +9,7 @@ import gradio as gr
 
 from decoding.models import max_positions
 
-from .limits import MAX_PROMPT_CHARS
+from ..public.limits import MAX_PROMPT_CHARS
 
 
 def prompt_info(positions: int | None, model: str = "") -> str:
@@ -41,10 +41,5 @@ def hub_label(model_id: str) -> str:
     return model_id if isinstance(hit, str) else f"{model_id} (not downloaded: needs internet on first use)"
 
 
-# One short line per number field that names a concept, shown under it beside its range (ui.Int).
-CONTROL_INFO = {"window": "W: guesses per Jacobi level", "ngram": "N: tokens per pooled n-gram (N−1 levels)",
-                "guesses": "G: pool n-grams checked per step", "block": "guesses refined per step",
-                "draft_tokens": "tokens the draft writes per step", "tree_budget": "nodes verified per step",
-                "max_ngram": "longest recent n-gram looked up", "num_tokens": "tokens copied after a match"}
 DTYPE_INFO = ("fp32: exact, greedy's tokens; bf16/fp16: half the memory, faster on a GPU, may drift. "
               "auto = fp32 on CPU, bf16 on GPU")

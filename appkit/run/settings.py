@@ -1,6 +1,6 @@
 """Every setting a run, race, sweep or profile takes, as ONE dataclass, and their checks.
 
-Why a dataclass: the UI components carry the same names as the fields (appkit/ui.py builds `Page` with
+Why a dataclass: the UI components carry the same names as the fields (appkit/page/ui.py builds `Page` with
 them), so the inputs of an event are `[getattr(page, f) for f in FIELDS]` — the order lives in one place
 and a handler reads `s.window`, never the 9th positional argument. The API takes the same order.
 
@@ -10,24 +10,23 @@ of 1,000 query tokens) is told to the user with the field's name and range; noth
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 
-from decoding.api import HEADS_METHODS
+from decoding.build import checked
 from decoding.methods.draft_tree import make_shape, speculative_query_tokens
 from decoding.methods.reference_text import check_references
+from decoding.methods.spec import Knob, MethodSpec
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 
-from .limits import MAX_PROMPT_CHARS, TEMPERATURE, Limits
+from ..public.limits import MAX_PROMPT_CHARS, PUBLIC_CAPS, TEMPERATURE, Limits
+from .method_fields import (DEFAULT_METHOD, SHAPE_MODES, USER_KNOBS, field_of, has_shape, knob_fields, range_key,
+                            spec, specs, ui_knobs)
 
 # Most query tokens one step may run: beyond it a CPU step costs many greedy steps (W64 N16 G64 is
 # 1,920 tokens a step and took a minute for 64 tokens) and a public GPU slice would be monopolised.
 QUERY_BUDGET, PUBLIC_QUERY_BUDGET = 256, 128
-LABELS = {"max_new": ("max new tokens", "max_new_tokens"), "window": ("W window", "window"),
-          "ngram": ("N n-gram", "ngram"), "guesses": ("G guesses", "guesses"),
-          "max_ngram": ("max n-gram to match", "max_ngram"), "num_tokens": ("tokens to copy", "num_tokens"),
-          "draft_tokens": ("K draft tokens", "draft_tokens"), "budget": ("tree budget", "tree_budget"),
-          "top_k": ("top-k", "top_k"), "block": ("K block", "block"),
-          "heads_budget": ("heads tree budget", "tree_budget")}
+# The fields every method shares (a method's own fields are labelled by its knobs, method_fields.py).
+LABELS = {"max_new": ("max new tokens", "max_new_tokens"), "top_k": ("top-k", "top_k")}
 
 
 class InputError(ValueError):
@@ -35,14 +34,16 @@ class InputError(ValueError):
 
 
 @dataclass
-class Settings:
-    """What the user set. Field names = component names in appkit/ui.py = API parameter names."""
+class _Settings:
+    """What the user set. Field names = component names in appkit/page/ui.py = API parameter names. The method
+    fields below predate the specs (the API keeps their order); a knob shown as a control that none of them
+    holds gets a field of its own, added after these (Settings)."""
     target: str = ""
     draft: str = ""
     device: str = "auto"
     dtype: str = "auto"
     prompt: str = ""
-    method: str = "lookahead"
+    method: str = DEFAULT_METHOD
     preset: str = "auto"
     max_new: float = 64
     window: float = 5
@@ -73,6 +74,16 @@ class Settings:
         return cls(**dict(zip(FIELDS, values)))
 
 
+def _knob_field(k: Knob) -> tuple:
+    typ = bool if isinstance(k.default, bool) else str if k.kind or isinstance(k.default, str) else float
+    return (field_of(k.name), typ, field(default=k.default))
+
+
+_declared = {f.name for f in fields(_Settings)}
+# Every method's controls have a field: the declared ones, then one per knob a newer method shows.
+Settings = make_dataclass("Settings", [_knob_field(k) for f, k in knob_fields().items() if f not in _declared],
+                          bases=(_Settings,))
+Settings.__doc__, Settings.__module__ = _Settings.__doc__, __name__  # a plain module-level class (pickles)
 FIELDS = tuple(f.name for f in fields(Settings))
 
 
@@ -105,17 +116,23 @@ def check_types(s: Settings, problems: list[str]) -> None:
 
 
 def whole(s: Settings, name: str, lim: Limits, problems: list[str]) -> int | None:
-    """s.<name> as a whole number inside its range, else a problem naming the field and the range."""
+    """s.<name> (max new tokens, top-k) as a whole number inside its range, else a problem naming the field."""
     label, key = LABELS[name]
-    lo, hi = lim.ranges[key]
-    value = getattr(s, name)
+    return integer(getattr(s, name), label, key, lim, problems)
+
+
+def integer(value, label: str, key: str, lim: Limits, problems: list[str],
+            bounds: tuple | None = None) -> int | None:
+    """A whole number inside the app's range of `key` (public caps included; else `bounds`), else a problem
+    naming the field and the range."""
+    lo, hi = lim.ranges.get(key, bounds)
     f = number(value)
     if f is None:
         problems.append(f"**{label}** must be a whole number in [{lo}, {hi}], got {brief(value)}")
         return None
     if f != int(f) or not lo <= f <= hi:
         shown = int(f) if f == int(f) else f
-        extra = " in public mode" if lim.public and key in ("max_new_tokens", "window", "ngram", "guesses") else ""
+        extra = " in public mode" if lim.public and key in PUBLIC_CAPS else ""
         problems.append(f"**{label}** must be a whole number in [{lo}, {hi}]{extra}, got {shown}")
         return None
     return int(f)
@@ -148,62 +165,98 @@ def check_common(s: Settings, lim: Limits, problems: list[str]) -> dict:
     return out
 
 
-def method_params(s: Settings, method: str, lim: Limits, problems: list[str]) -> dict:
-    """The drafter parameters of `method` (models not included), checked against the ranges and the
-    per-step query-token budget."""
-    if method == "greedy":
+def method_params(s: Settings, method: str, lim: Limits, problems: list[str], only: tuple | None = None) -> dict:
+    """The drafter parameters `method`'s controls set (models and resources not included), each read from its
+    page field and range-checked with its label, then checked by the builder (decoding.build.checked: the
+    combinations, one sentence) and against the per-step query-token budget. only: these knobs alone."""
+    sp = spec(method)
+    if sp is None:
+        problems.append(f"**method** {method!r} is unknown; choose {', '.join(specs())}")
         return {}
-    if method == "lookahead":
-        p = {k: whole(s, k, lim, problems) for k in ("window", "ngram", "guesses")}
-        if None not in p.values():
-            over_budget(lookahead_query_tokens(p["window"], p["ngram"], p["guesses"]), lim, problems,
-                        f"W={p['window']}, N={p['ngram']}, G={p['guesses']}")
+    knobs = [k for k in ui_knobs(sp) if only is None or k.name in only]
+    shape = {n for names in SHAPE_MODES.values() for n in names} if has_shape(sp) and only is None else set()
+    p = shape_params(s, sp, lim, problems) if shape else {}
+    for k in knobs:
+        if k.name not in shape:
+            p[k.name] = knob_value(s, k, lim, problems)
+    if None in p.values() or only is not None:
+        return {k: v for k, v in p.items() if v is not None}
+    try:
+        checked(sp, p)
+    except ValueError as e:
+        problems.append(f"**{sp.label}**: {e}")
         return p
-    if method == "prompt_lookup":
-        return {k: whole(s, k, lim, problems) for k in ("max_ngram", "num_tokens")}
-    if method == "jacobi":
-        p = {"block": whole(s, "block", lim, problems)}
-        if p["block"] is not None:
-            over_budget(p["block"] + 1, lim, problems, f"block K={p['block']}")
-        return p
-    if method == "speculative":
-        return speculative_params(s, lim, problems)
-    if method in HEADS_METHODS:
-        return {"budget": whole(s, "heads_budget", lim, problems)}
-    if method in ("retrieval", "self_speculative"):  # their source (datastore, adapter) is read by Prepared.drafter
-        return {}
-    problems.append(f"**method** {method!r} is unknown; choose greedy, lookahead, prompt_lookup, speculative, "
-                    "jacobi, medusa, eagle, self_speculative or retrieval")
-    return {}
+    q = query_tokens(sp, p)
+    if q is not None:
+        what = ", ".join(f"{k.label.split()[0]}={p[k.name]}" for k in knobs if len(k.label.split()[0]) == 1
+                         and k.name in p and not isinstance(p[k.name], bool)) or "this draft shape"
+        over_budget(q, lim, problems, what)
+    return p
 
 
-def speculative_params(s: Settings, lim: Limits, problems: list[str]) -> dict:
-    p: dict = {"staged": bool(s.staged)}
+def user_params(s: Settings, method: str, lim: Limits, problems: list[str]) -> dict:
+    """The controls that stay the user's under every preset (the draft cutoff): checked, never tuned."""
+    sp = spec(method)
+    mine = tuple(k.name for k in ui_knobs(sp) if k.name in USER_KNOBS) if sp is not None else ()
+    return method_params(s, method, lim, problems, only=mine) if mine else {}
+
+
+def knob_value(s: Settings, k: Knob, lim: Limits, problems: list[str]):
+    """One control's value as its knob takes it: a switch, a whole number or a number in range, or text."""
+    value = getattr(s, field_of(k.name))
+    if isinstance(k.default, bool):
+        return bool(value)
+    if k.lo is not None and k.hi is not None:
+        if isinstance(k.lo, int) and isinstance(k.hi, int):
+            return integer(value, k.label, range_key(k.name), lim, problems, (k.lo, k.hi))
+        f = number(value)
+        if f is not None and k.lo <= f <= k.hi:
+            return f
+        problems.append(f"**{k.label}** must be a number in [{k.lo:g}, {k.hi:g}], got {brief(value)}")
+        return None
+    return value
+
+
+def shape_params(s: Settings, sp: MethodSpec, lim: Limits, problems: list[str]) -> dict:
+    """A token tree's shape from the mode radio: a chain of K, tree widths per depth, or a node budget."""
+    knobs = {k.name: k for k in ui_knobs(sp)}
+    tree = next(k for k in knobs.values() if k.kind == "widths")
+    p: dict = {}
     if s.spec_mode == "tree":
-        parts = [x for x in str(s.widths or "").replace(" ", "").split(",") if x]
+        text = getattr(s, field_of(tree.name))
+        parts = [x for x in str(text or "").replace(" ", "").split(",") if x]
         if not parts or not all(x.isdigit() for x in parts):
-            problems.append(f"**tree widths** must be comma-separated whole numbers like 3,2,1, got {s.widths!r}")
-            return p
+            problems.append(f"**{tree.label}** must be comma-separated whole numbers like 3,2,1, got {text!r}")
+            return {tree.name: None}
         widths = [int(x) for x in parts]
         lo, hi = lim.ranges["tree_width"]
         if len(widths) > lim.hi("tree_depth") or not all(lo <= w <= hi for w in widths):
-            problems.append(f"**tree widths**: at most {lim.hi('tree_depth')} depths, each in [{lo}, {hi}], "
-                            f"got {s.widths}")
-            return p
-        p["tree"] = widths
-    elif s.spec_mode == "budget":
-        p.update(tree_budget=whole(s, "budget", lim, problems), draft_tokens=whole(s, "draft_tokens", lim, problems))
+            problems.append(f"**{tree.label}**: at most {lim.hi('tree_depth')} depths, each in [{lo}, {hi}], "
+                            f"got {text}")
+            return {tree.name: None}
+        p[tree.name] = widths
     else:
-        p["draft_tokens"] = whole(s, "draft_tokens", lim, problems)
-    if None in p.values():
-        return p
-    try:
-        shape = make_shape(p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"), p["staged"])
-    except ValueError as e:
-        problems.append(f"**speculative**: {e}")
-        return p
-    over_budget(speculative_query_tokens(shape), lim, problems, "this draft shape")
+        for name in SHAPE_MODES.get(s.spec_mode, SHAPE_MODES["chain"]):
+            p[name] = knob_value(s, knobs[name], lim, problems)
     return p
+
+
+def has_query(sp: MethodSpec) -> bool:
+    """Its controls say how many query tokens a step runs (query_tokens has a formula for them)."""
+    names = {k.name for k in ui_knobs(sp)}
+    return {"window", "ngram", "guesses"} <= names or has_shape(sp) or "block" in names
+
+
+def query_tokens(sp: MethodSpec, p: dict) -> int | None:
+    """Most query tokens one step of these parameters runs (None: no formula for this method's shape)."""
+    if {"window", "ngram", "guesses"} <= p.keys():
+        return lookahead_query_tokens(p["window"], p["ngram"], p["guesses"])
+    if has_shape(sp):
+        return speculative_query_tokens(make_shape(p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
+                                                   bool(p.get("staged"))))
+    if "block" in p:
+        return p["block"] + 1
+    return None
 
 
 def reference_texts(s: Settings, problems: list[str]) -> list[str]:
@@ -218,16 +271,6 @@ def reference_texts(s: Settings, problems: list[str]) -> list[str]:
         return []
 
 
-def draft_cutoff(s: Settings, problems: list[str]) -> float | None:
-    """The speculative draft cutoff: a drafted node below this draft probability is not extended (the
-    tree view draws what it pruned). Checked with every preset: it is the user's, not the tuner's."""
-    c = number(s.confidence)
-    if c is not None and 0 <= c <= 1:
-        return c
-    problems.append(f"**draft cutoff** must be in [0, 1] (0 = never prune), got {brief(s.confidence)}")
-    return None
-
-
 def query_budget(lim: Limits) -> int:
     return PUBLIC_QUERY_BUDGET if lim.public else QUERY_BUDGET
 
@@ -239,20 +282,17 @@ def over_budget(q: int, lim: Limits, problems: list[str], what: str) -> None:
 
 
 def budget_line(s: Settings, lim: Limits) -> str:
-    """The live line under W, N, G (and the speculative shape): query tokens per step vs the budget."""
+    """The live line under the method's controls: query tokens per step vs the budget ("" where the method
+    has no formula for it, greedy)."""
     problems: list[str] = []
-    if s.method not in ("lookahead", "speculative"):
+    sp = spec(s.method)
+    if sp is None or not has_query(sp):
         return ""
     params = method_params(s, s.method, lim, problems)
     if problems:
         return "⚠️ " + " · ".join(problems)
-    if s.method == "lookahead":
-        q = lookahead_query_tokens(params["window"], params["ngram"], params["guesses"])
-    else:
-        q = speculative_query_tokens(make_shape(params.get("draft_tokens"), params.get("tree"),
-                                                params.get("tree_budget"), params["staged"]))
-    return (f"up to **{q}** query tokens per step: the positions one forward pass computes (budget "
-            f"{query_budget(lim)}; greedy runs 1, more cost time)")
+    return (f"up to **{query_tokens(sp, params)}** query tokens per step: the positions one forward pass computes "
+            f"(budget {query_budget(lim)}; greedy runs 1, more cost time)")
 
 
 def raise_if(problems: list[str]) -> None:

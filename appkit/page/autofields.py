@@ -10,30 +10,18 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import presets
+from ..run import presets
 from .lesson import TEACH, TEACHING
-from .settings import Settings
+from ..run.method_fields import SHAPE, field_values, groups, has_shape, specs  # noqa: F401 - field_values: tests
+from ..run.settings import Settings
 
-# The components this writes, in order (names = Settings fields = Page attributes), then the note.
-FIELDS = ("window", "ngram", "guesses", "max_ngram", "num_tokens", "spec_mode", "draft_tokens", "widths", "budget",
-          "staged")
-METHODS = ("lookahead", "prompt_lookup", "speculative")
-
-
-def field_values(method: str, params: dict) -> dict:
-    """A method's preset parameters as the page's field values."""
-    if method == "lookahead":
-        return {k: params[k] for k in ("window", "ngram", "guesses")}
-    if method == "prompt_lookup":
-        return {k: params[k] for k in ("max_ngram", "num_tokens")}
-    out = {"staged": bool(params.get("staged"))}
-    if params.get("tree"):
-        out.update(spec_mode="tree", widths=",".join(map(str, params["tree"])))
-    elif params.get("tree_budget"):
-        out.update(spec_mode="budget", budget=params["tree_budget"], draft_tokens=params.get("draft_tokens", 4))
-    else:
-        out.update(spec_mode="chain", draft_tokens=params.get("draft_tokens", 4))
-    return out
+# The methods whose preset fills their controls: those with controls of their own (medusa and eagle share
+# theirs, so neither preset is written into the other's field).
+METHODS = tuple(methods[0] for fields, methods in groups() if len(methods) == 1)
+# The components this writes, in order (names = Settings fields = Page attributes), then the note: those
+# methods' controls (and a token tree's mode radio).
+FIELDS = tuple(dict.fromkeys(f for fields, methods in groups() if len(methods) == 1
+                             for f in ((SHAPE,) if has_shape(specs()[methods[0]]) else ()) + fields))
 
 
 def known(h, s: Settings) -> dict:

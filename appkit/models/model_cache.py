@@ -113,3 +113,12 @@ def human(n: int) -> str:
         if n >= div:
             return f"{n / div:.1f}{unit}"
     return str(n)
+
+
+def model_line(role: str, model, tok) -> str:
+    """One loaded model in a line of the Model accordion (never a server path)."""
+    from ..page.tables import display_name
+    d = describe(model, tok)
+    return (f"**{role}**: `{display_name(d['name'])}` · {d['type']} · {human(d['params'])} parameters · device "
+            f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "
+            f"{d['positions']:,} positions (prompt + output)")

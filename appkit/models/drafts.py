@@ -15,7 +15,8 @@ from pathlib import Path
 from decoding import ModelError
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT
 
-from .settings import InputError
+from ..run.method_fields import needs
+from ..run.settings import InputError
 
 SHIPPED_DRAFTS = ASSETS / "drafts"
 KNOWN_VOCAB = {DEFAULT_MODEL: 49152}  # the default model's vocabulary, known before its fetch ends (model_card.py)
@@ -72,7 +73,7 @@ def draft_for(target: str | None) -> str | None:
 
 def race_default(methods: list[str], target: str | None, draft: str | None) -> list[str]:
     """The Race's default selection without a method that cannot run here (speculative without a fitting draft)."""
-    return [m for m in methods if m != "speculative" or fits(target, draft)]
+    return [m for m in methods if not needs(m, "draft_model") or fits(target, draft)]
 
 
 def no_draft(target: str, draft: str, why: str) -> str:

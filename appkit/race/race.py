@@ -14,7 +14,10 @@ from __future__ import annotations
 from statistics import median
 
 from decoding import run
+from decoding.methods.registry import BASELINE
 from viz.escape import esc, md_text
+
+from ..run.method_fields import is_baseline, spec
 
 WIN = 1.2  # at or above this speed-up a method "pays"; below, the line says what it would need
 REPEATS, MAX_REPEATS = 3, 10
@@ -59,7 +62,7 @@ def race_row(name: str, traces: list, greedy_traces: list, sampled: bool) -> dic
     walls = [t.stats()["wall_s"] for t in traces]
     g_med = median(t.stats()["wall_s"] for t in greedy_traces) if greedy_traces else median(walls)
     med = median(walls)
-    exact = [badge(t, g, sampled) for t in traces] if name != "greedy" else ["reference"]
+    exact = [badge(t, g, sampled) for t in traces] if not is_baseline(name) else ["reference"]
     st = tr.stats()
     return {"method": name, "config": "", "tokens": st["new_tokens"], "steps": st["steps"],
             "compression": round(st["compression"], 3), "mean accepted": mean_accepted(tr),
@@ -81,9 +84,11 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
     """One line with measured numbers for every method: its step's cost in 1-token steps against the
     tokens it accepted per step, the speed-up those two predict, and the one measured."""
     where = "on this GPU" if device.startswith("cuda") else "on this CPU"
+    sp, baseline = spec(name), is_baseline(name)
+    needs = sp.needs if sp is not None else ()
     name = md_text(name)  # markdown: a method's name is shown as text, never read as a link or a tag
     g_ms = _mean_ms(greedy_traces)
-    if name == "greedy":
+    if baseline:
         return (f"**greedy** is the baseline: 1 token per step, {g_ms:.1f} ms per step {where} "
                 f"(mean over {len(greedy_traces)} runs).") if g_ms > 0 else ""
     steps = [s for t in traces for s in decode_steps(t)]
@@ -93,8 +98,8 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
     q = sum(s.n_query for s in steps) / len(steps)
     acc = sum(len(s.accepted) for s in steps) / len(steps)
     cost = ms / g_ms
-    what = (f"a speculative step (draft forwards + a {q:.0f}-token check)" if name == "speculative"
-            else f"a {name} step (head forwards + a {q:.0f}-token check)" if name in ("medusa", "eagle")
+    what = (f"a {name} step (draft forwards + a {q:.0f}-token check)" if "draft_model" in needs
+            else f"a {name} step (head forwards + a {q:.0f}-token check)" if "heads" in needs
             else f"a {q:.0f}-token {name.replace('_', ' ')} step")
     facts = (f"{what} costs {cost:.1f}x a 1-token step {where} ({ms:.1f} vs {g_ms:.1f} ms) and accepted "
              f"{acc:.2f} tokens per step: {acc / cost:.2f}x predicted, {speedup:.2f}x measured")
@@ -107,7 +112,7 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
 
 def fastest(rows: list[dict]) -> str | None:
     """The accelerated method with the best median speed-up (the side-by-side view's default partner)."""
-    others = [r for r in rows if r["method"] != "greedy"]
+    others = [r for r in rows if not is_baseline(r["method"])]
     return max(others, key=lambda r: r["speedup vs greedy"])["method"] if others else None
 
 
@@ -180,14 +185,14 @@ def race_runs(p, methods: list[str], repeats: int, job) -> dict[str, list]:
     and for retrieval a frozen copy of the session's earlier runs (Prepared.drafter), so no repeat drafts from
     an earlier repeat's or another contender's output."""
     with p.turn():
-        run(p.model, p.tok, p.prompt, "greedy", max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
-    runs: dict[str, list] = {m: [] for m in ["greedy", *methods]}
+        run(p.model, p.tok, p.prompt, BASELINE, max_new_tokens=2, trace=False)  # warm-up: first forwards are slow
+    runs: dict[str, list] = {m: [] for m in [BASELINE, *methods]}
 
     def done() -> dict:
         return {m: list(t) for m, t in runs.items() if t}
 
     for r in range(repeats):
-        for m in order(["greedy", *methods], r):
+        for m in order([BASELINE, *methods], r):
             job.report((done(), f"{m} (run {r + 1} of {repeats})"))
             runs[m].append(p.run(m, on_step=job.check))
     job.report((done(), None))

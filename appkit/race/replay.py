@@ -7,7 +7,7 @@ from decoding import Trace
 from decoding.models import ASSETS
 from decoding.trace_check import load_file
 
-from .limits import MAX_TRACE_BYTES
+from ..public.limits import MAX_TRACE_BYTES
 
 TRACES = ASSETS / "traces"  # assets/traces in a checkout, decodescope/assets/traces installed
 

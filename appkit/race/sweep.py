@@ -9,6 +9,7 @@ profiling.trace_costs averaged over the decode steps.
 from __future__ import annotations
 
 from decoding import run
+from decoding.methods.registry import BASELINE
 from profiling import trace_costs
 
 
@@ -49,5 +50,5 @@ def heads_point(model, tok, prompt: str, method: str, heads: str, budget: int, m
 
 
 def baseline(model, tok, prompt: str, max_new_tokens: int, on_step=None) -> dict:
-    tr = run(model, tok, prompt, "greedy", max_new_tokens=max_new_tokens, trace=False, on_step=on_step)
+    tr = run(model, tok, prompt, BASELINE, max_new_tokens=max_new_tokens, trace=False, on_step=on_step)
     return {**_measured(model, tr, N=1, W=0, G=0), "query_per_step": 1.0}

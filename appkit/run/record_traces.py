@@ -1,6 +1,6 @@
 """Record the traces shipped for the app's Replay tab (assets/traces/) with the embedded models.
 
-    python -m appkit.record_traces [--target DIR] [--draft DIR] [--out assets/traces] [--max-new-tokens 64] [--only STEM]
+    python -m appkit.run.record_traces [--target DIR] [--draft DIR] [--out assets/traces] [--max-new-tokens 64] [--only STEM]
 
 Each file is a plain decoding.Trace JSON (≤ 1 MB) so a workshop without a GPU can step through it.
 """
@@ -16,9 +16,10 @@ import torch
 from decoding import load, run
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 
-from .tables import public_trace
+from .method_fields import needs
+from ..page.tables import public_trace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (appkit/<room>/<module>.py)
 CODE = "import os\n\n\ndef list_python_files(root):\n    \"\"\"Return every .py file under root.\"\"\""
 CODE2 = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):"
 RECORDINGS = [  # (file stem, prompt, method, parameters)
@@ -50,13 +51,13 @@ def main(argv=None) -> int:
     model, tok = load(a.target, device="cpu")
     draft = load(a.draft, device="cpu")[0]
     where = (f"{platform.machine()} CPU ({os.cpu_count()} cores, {torch.get_num_threads()} thread), "
-             f"torch {torch.__version__}, by python -m appkit.record_traces")
+             f"torch {torch.__version__}, by python -m appkit.run.record_traces")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for stem, prompt, method, params in RECORDINGS:
         if a.only and stem not in a.only:
             continue
-        kw = dict(params, draft_model=draft) if method == "speculative" else params
+        kw = dict(params, draft_model=draft) if needs(method, "draft_model") else params
         n = a.max_new_tokens
         while True:
             tr = run(model, tok, prompt, method, max_new_tokens=n, **kw)

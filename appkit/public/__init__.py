@@ -1,0 +1,1 @@
+"""Public mode: limits on every number, the model's fair turns between sessions, downloads on disk."""
