@@ -3,7 +3,7 @@ shipped for the models we measured on a CPU, or tuned on this machine and cached
 
 Why here: the paper's GPU lookahead setting (W5 N4 G5) loses to greedy on a CPU (a wide step costs several
 1-token steps there), so `decodescope generate --method lookahead` without W/N/G runs the preset the app
-runs, from one table. The app's tuning (appkit/presets.py) writes the cache this module reads.
+runs, from one table. The app's tuning (appkit/run/presets.py) writes the cache this module reads.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .methods.registry import SPECS
 # Declared in each method's spec (spec.presets["cpu_embedded"]); this dict is derived from them.
 SHIPPED_CPU = {name: spec.presets["cpu_embedded"] for name, spec in SPECS.items() if "cpu_embedded" in spec.presets}
 # The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
-# page's own tuners (appkit/presets.py tune(), on the page's example chat requests, never the held-out bench ones)
+# page's own tuners (appkit/run/presets.py tune(), on the page's example chat requests, never the held-out bench ones)
 # chose on the 2-core dev box, 1 thread, 2026-11-25: lookahead W1 N3 G1 (0.80x a greedy step's rate: no window
 # pays here, bench/results/cpu-smollm2-135m-instruct-heldout_chat.md), Jacobi block 1, EAGLE budget 4 with cut
 # 0.1 (2.21 tokens/step, 54.8 tokens/s on the pilots), Medusa budget 4 with cut 0.1. Speculative with the

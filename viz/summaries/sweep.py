@@ -1,7 +1,7 @@
 """The lookahead paper's scaling picture: compression (tokens per step) against per-step FLOPs on a log
 axis, one line per n-gram size N, one point per window W (G = W), greedy as the reference cross.
 
-Moved here from appkit/sweep.py (which still runs the points): drawing belongs to viz/ and its colours to
+Moved here from appkit/race/sweep.py (which still runs the points): drawing belongs to viz/ and its colours to
 viz/palette.py. points = [{"N", "W", "G", "compression", "flops_per_step", ...}]; N == 1 is greedy, N == 0
 plain Jacobi decoding with block K = W (the flat line lookahead is measured against). Points with a
 "budget" are self-drafting heads runs ({"method": "medusa" | "eagle", "budget": nodes per step}): one
