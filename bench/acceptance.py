@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from decoding import load, run  # noqa: E402
 from decoding.api import eos_of  # noqa: E402
 from decoding.exactness import measure  # noqa: E402
-from decoding.methods.suffix_cache import HISTORY  # noqa: E402
+from decoding.methods.retrieve.suffix_cache import HISTORY  # noqa: E402
 from heads_acceptance import _value as value  # noqa: E402 - the same k=v reading as the heads script
 
 

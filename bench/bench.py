@@ -32,7 +32,7 @@ import transformers  # noqa: E402
 from decoding import load, run  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, resolve  # noqa: E402
 from decoding.api import load_draft  # noqa: E402
-from decoding.methods import shipped_draft  # noqa: E402
+from decoding.methods.draft_model import shipped_draft  # noqa: E402
 from decoding.methods.registry import SPECS  # noqa: E402
 
 # (W, N, G, text_span): None = the engine's default span; N - 1 = the paper's pool; (15, 5, 15) = its GPU setting
@@ -90,7 +90,7 @@ def layout_row(model, hf_model, tok) -> dict:
 def ours_runner(model, tok, method: str, **params):
     def go(prompt: str, n: int) -> tuple[list[int], int]:
         if "history" in SPECS[method].param_names():  # the suffix cache's history would hold this prompt's runs
-            from decoding.methods.suffix_cache import HISTORY
+            from decoding.methods.retrieve.suffix_cache import HISTORY
             HISTORY.clear()
         tr = run(model, tok, prompt, method, max_new_tokens=n, trace=False, **params)
         return tr.output_ids, tr.stats()

@@ -58,7 +58,7 @@ def quick_models():
 
 def corpus_table(tok, cache=Path("/tmp/decodescope_stage2_table.json")):
     """Stage-2 n-gram table from the training split only (bench prompts are held-out files)."""
-    from decoding.methods.stage2 import build_table, load_table, save_table
+    from decoding.methods.draft_model.stage2 import build_table, load_table, save_table
     if cache.exists():
         return load_table(cache)
     sys.path.insert(0, str(ROOT / "assets"))

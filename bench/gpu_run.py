@@ -131,7 +131,7 @@ def capture_item(out: Path, rehearse: bool) -> dict:
             m = Models(Path(tmp) / dname)
             m.target, m.draft = m.target.to(dtype), m.draft.to(dtype)
             m.heads = {k: heads_dir(m.target, k, Path(tmp) / dname / k) for k in ("medusa", "eagle")}
-            from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+            from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
             layer, cfg = new_adapter(m.target, 1)
             save_adapter(layer, cfg, Path(tmp) / dname / "adapter")
             m.adapter = str(Path(tmp) / dname / "adapter")

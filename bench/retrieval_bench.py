@@ -36,7 +36,7 @@ from bench import load_prompts  # noqa: E402
 from decoding.api import eos_of, run  # noqa: E402
 from decoding.exactness import hf_greedy  # noqa: E402
 from decoding.methods.registry import BASELINE  # noqa: E402
-from decoding.methods.suffix_cache import HISTORY  # noqa: E402
+from decoding.methods.retrieve.suffix_cache import HISTORY  # noqa: E402
 
 RETRIEVAL = "retrieval"  # every config here is a retrieval drafter's
 
@@ -57,7 +57,7 @@ def store_timings(tok, copies: int = 3, lookups: int = 300) -> dict:
     import sys as _sys
     _sys.path.insert(0, str(ROOT / "assets"))
     import stdlib_corpus
-    from decoding.methods.datastore import Datastore, build
+    from decoding.methods.retrieve.datastore import Datastore, build
     root = stdlib_corpus.stdlib_root()
     rels = [r for r in stdlib_corpus.list_files(root) if not stdlib_corpus.is_heldout(r)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,8 +100,8 @@ def store_timings(tok, copies: int = 3, lookups: int = 300) -> dict:
 def cache_timings(lookups: int = 200) -> dict:
     """The suffix cache's lookup: ~1M tokens of history (the shipped datastore's text in 2,000-token runs, the
     history's cap) and a 1,500-token request, contexts taken past the history's text."""
-    from decoding.methods.datastore import Datastore
-    from decoding.methods.suffix_cache import History, lookup
+    from decoding.methods.retrieve.datastore import Datastore
+    from decoding.methods.retrieve.suffix_cache import History, lookup
     ds = Datastore(SHIPPED)
     toks = ds.tokens.astype(np.int64)
     toks = toks[toks != ds.sep]

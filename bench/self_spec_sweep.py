@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from decoding import load, run  # noqa: E402
-from decoding.methods.self_spec_adapter import CONFIG  # noqa: E402
-from decoding.methods.self_spec_train import train_adapter  # noqa: E402
-from decoding.methods.train_heads import read_texts  # noqa: E402
+from decoding.methods.self_draft.self_spec_adapter import CONFIG  # noqa: E402
+from decoding.training.self_spec_train import train_adapter  # noqa: E402
+from decoding.training.train_heads import read_texts  # noqa: E402
 from decoding.stats import spec_decode_stats  # noqa: E402
 
 MODEL = Path("~/.cache/decodescope/models/smollm2-135m-instruct").expanduser()

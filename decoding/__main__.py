@@ -18,10 +18,10 @@ from .cli_run import (SEPARATOR, THREADS, OneLineParser, check_writable, compare
 from .cli_setup import add_generate_arguments, setup, target_name
 from .models import ModelError, load
 from .exactness import measure
-from .methods.heads import KINDS
+from decoding.methods.self_draft.heads import KINDS
 from .methods.registry import BASELINE, SPECS, needing
 
-MEDUSA, EAGLE = KINDS  # train-heads' kinds of heads (decoding/methods/heads.py)
+MEDUSA, EAGLE = KINDS  # train-heads' kinds of heads (decoding/methods/self_draft/heads.py)
 ADAPTER = needing("adapter")[0]  # train-heads' kind for the self-speculative adapter: the method that needs one
 TRAIN = {"n_heads": (1, 16), "max_tokens": (1, 1_000_000_000), "seq": (2, 65536), "batch": (1, 4096),
          "distill": (0, 65535), "unroll": (1, 16), "epochs": (0, 1000), "lr": (0, 1)}  # train-heads' ranges
@@ -175,7 +175,7 @@ def build_datastore(args: argparse.Namespace) -> int:
     """python -m decoding build-datastore: only the tokenizer is loaded; a tqdm bar counts files and tokens."""
     from tqdm import tqdm
     from transformers import AutoTokenizer
-    from .methods.datastore import build, source_files
+    from decoding.methods.retrieve.datastore import build, source_files
     files = source_files(args.sources)  # a missing or empty source fails before the tokenizer loads
     tok = AutoTokenizer.from_pretrained(target_name(args.model), trust_remote_code=args.trust_remote_code)
     bar = tqdm(total=len(files), desc="build-datastore", unit="file", file=sys.stderr)
@@ -195,7 +195,7 @@ def build_datastore(args: argparse.Namespace) -> int:
 def train_heads(args: argparse.Namespace) -> int:
     """python -m decoding train-heads: bad input (unknown kind, no text, missing data) fails before the
     model loads."""
-    from .methods.train_heads import read_texts, stderr_log, train
+    from decoding.training.train_heads import read_texts, stderr_log, train
     if args.kind not in KINDS + (ADAPTER,):
         raise ValueError(f"unknown --kind {args.kind!r}; choose one of {', '.join(KINDS)}, {ADAPTER}")
     if (args.kind == ADAPTER) != (args.exit_layer is not None):
@@ -215,8 +215,8 @@ def train_heads(args: argparse.Namespace) -> int:
     positions = max_positions(model.config)
     if positions is not None and args.seq > positions:
         raise ValueError(f"--seq {args.seq} is longer than the model's {positions} positions")
-    if args.kind == ADAPTER:  # Kangaroo's adapter after exit layer K (methods/self_spec_train.py)
-        from .methods.self_spec_train import train_adapter
+    if args.kind == ADAPTER:  # Kangaroo's adapter after exit layer K (training/self_spec_train.py)
+        from decoding.training.self_spec_train import train_adapter
         best = train_adapter(model, tok, texts, args.out, exit_layer=args.exit_layer, seq=args.seq,
                              max_tokens=args.max_tokens, epochs=args.epochs, batch=args.batch, lr=args.lr,
                              cache=args.cache, log=stderr_log)

@@ -4,10 +4,10 @@ from __future__ import annotations
 from .build import ALIASES, HOOKS, SAMPLING_FIELDS, build, check_params, params_of
 from .engine.runner import generate
 from .engine.sampling import Sampling
-from .methods.heads import default_heads, heads_folder
-from .methods.reference_text import tokenize_references
+from decoding.methods.self_draft.heads import default_heads, heads_folder
+from decoding.methods.lookup.reference_text import tokenize_references
 from .methods.registry import METHODS, SPECS, needing
-from .methods.shipped_draft import AUTO_DRAFT, NO_DRAFT, default_draft, load_draft, with_layout
+from decoding.methods.draft_model.shipped_draft import AUTO_DRAFT, NO_DRAFT, default_draft, load_draft, with_layout
 from .models import check_window, describe, max_positions
 from .params import check_range
 from .trace import Trace

@@ -193,7 +193,7 @@ def _speculative(model, tok, prompts, *, method, pilot_tokens, reps, draft=None,
     if draft is None:
         raise ValueError("tuning speculative decoding needs a draft model")
     if draft_tokenizer is not None:  # before piloting: a clear error, not a crash mid-tune
-        from .methods.speculative import check_compatible
+        from decoding.methods.draft_model.speculative import check_compatible
         check_compatible(model, draft, tok, draft_tokenizer)
     res = autotune_speculative(model, draft, tok, prompts, pilot_tokens=pilot_tokens, reps=reps, **fixed)
     return {"params": res["best"], "label": label(res["best"]), "result": res}

@@ -117,7 +117,7 @@ def lp_project(trace: Any, device: str = "A100", gpus: int = 8, link: str = "nvl
     over `gpus`: each step costs its slowest GPU's roofline plus the K/V broadcast of the accepted path.
     Against the same steps on one GPU and against greedy (one token per forward). arch: the model's shape
     (default the trace's; LLAMA_7B for the paper's 7B setting). Every input is named in the result."""
-    from decoding.methods.lookahead import SPEC as LOOKAHEAD  # the method whose window is split
+    from decoding.methods.windows.lookahead import SPEC as LOOKAHEAD  # the method whose window is split
     from decoding.trace import Trace
 
     tr = trace if isinstance(trace, Trace) else Trace.from_dict(trace)

@@ -27,7 +27,7 @@ CASES = {
 
 def heads_dir(model, kind: str, path) -> str:
     """Untrained heads of `kind` for `model`, saved as a heads folder."""
-    from decoding.methods.heads import new_heads, save_heads
+    from decoding.methods.self_draft.heads import new_heads, save_heads
     module, cfg = new_heads(model, kind)
     save_heads(module, cfg, path)
     return str(path)
@@ -39,7 +39,7 @@ class Models:
     def __init__(self, tmp):
         self.target, self.draft = tiny("llama", seed=0), tiny("llama", seed=1)
         self.heads = {k: heads_dir(self.target, k, tmp / k) for k in ("medusa", "eagle")}
-        from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+        from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
         layer, cfg = new_adapter(self.target, 1)
         save_adapter(layer, cfg, tmp / "adapter")
         self.adapter = str(tmp / "adapter")

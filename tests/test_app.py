@@ -705,7 +705,7 @@ def test_app_module_contract():
 def test_jacobi_and_the_reference_box(client, dirs):
     """The Jacobi method and the reference text box reach the engine through the app's API;
     a bad block or an oversize reference gets the field's message."""
-    from decoding.methods.reference_text import MAX_REFERENCE_CHARS
+    from decoding.methods.lookup.reference_text import MAX_REFERENCE_CHARS
     greedy = reference(dirs)
     msg, stats, text, html, path = client.predict(*settings(dirs, method="jacobi", block=3), api_name="/run")
     tr = saved_trace(path)
@@ -733,7 +733,7 @@ def test_self_speculative_and_retrieval_run_in_the_app(client, dirs, tmp_path):
     """Both survey families reach the engine through the app's API with their pictures: self-speculative with
     the adapter named in the heads box (exactly HF greedy's ids), retrieval from the suffix cache; a model
     without a shipped adapter and the shipped datastore on another tokenizer each get the field's message."""
-    from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+    from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
     greedy = reference(dirs)
     model, _ = load(dirs["target"])
     save_adapter(*new_adapter(model, 1), tmp_path / "adapter")

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from decoding.methods import datastore as dsm
-from decoding.methods.datastore import SA, TOKENS, Datastore, DatastoreError, write
-from decoding.methods.retrieval import open_datastore
+from decoding.methods.retrieve import datastore as dsm
+from decoding.methods.retrieve.datastore import SA, TOKENS, Datastore, DatastoreError, write
+from decoding.methods.retrieve.retrieval import open_datastore
 
 DOCS = [[random.Random(i).randrange(0, 300) for _ in range(400)] for i in range(5)] + [[1, 2, 3, 4, 1, 2, 5] * 9]
 

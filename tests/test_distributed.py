@@ -84,8 +84,8 @@ def _worker(rank: int, world: int, port: int, dirs: dict, out: str) -> None:
 def trained_folders(model_dir: str, root) -> dict:
     """Medusa and EAGLE heads and a self-speculative adapter for the tiny model, saved as training saves
     them (fresh weights, seeded: exactness never depends on how well they draft)."""
-    from decoding.methods.heads import new_heads, save_heads
-    from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+    from decoding.methods.self_draft.heads import new_heads, save_heads
+    from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     out = {}
@@ -175,7 +175,7 @@ def test_parallel_package_defines_no_decode_loop():
 def test_every_rank_share_is_a_piece_of_the_one_process_plan(world, shape):
     """Each rank's query maps node for node onto the one-process plan (same token, parent onto parent), and
     every row the plan reads is computed by the rank whose prediction counts there."""
-    from decoding.methods.lookahead import Lookahead
+    from decoding.methods.windows.lookahead import Lookahead
     from decoding.parallel.lookahead_parallel import Split, split_columns
     words = [3, 4, 5, 3, 4, 6, 3, 4, 5, 7, 3, 4]
     la = Lookahead(**shape)

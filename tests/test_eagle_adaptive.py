@@ -91,7 +91,7 @@ def test_adaptive_retrieval_is_exact_whatever_the_curve(tmp_path, row_ms):
     """Retrieval's nodes priced the same way (a node's probability: its share of the continuations): HF
     greedy's tokens from the datastore and the suffix cache; dear rows make every step a plain step."""
     from test_retrieval import PROMPT, store_of
-    from decoding.methods.suffix_cache import HISTORY
+    from decoding.methods.retrieve.suffix_cache import HISTORY
     model = tiny("llama")
     ref = hf_greedy(model, PROMPT, 40)
     ds = store_of(model, tmp_path / "ds")

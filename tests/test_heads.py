@@ -13,9 +13,9 @@ from conftest import WORDS, hf_greedy, save_tiny_dir, tiny
 from decoding import Sampling
 from decoding.api import run
 from decoding.engine.core import Core
-from decoding.methods.heads import HeadsError, load_heads
+from decoding.methods.self_draft.heads import HeadsError, load_heads
 from decoding.engine.core import core_options
-from decoding.methods.train_heads import train
+from decoding.training.train_heads import train
 
 ARCHS = ("llama", "qwen2", "gpt2")
 PROMPTS = ([5, 6, 7], [1, 9, 9, 2, 30])
@@ -302,7 +302,7 @@ def test_self_distill_rows_continue_with_the_models_own_greedy_text(tmp_path):
     text greedy verification accepts); the rows are cached, and a prompt as long as a row is refused."""
     import numpy as np
 
-    from decoding.methods.train_heads import self_distill
+    from decoding.training.train_heads import self_distill
     model = tiny("llama")
     rows = np.asarray([[5, 6, 7, 8] + [0] * 12, [1, 9, 9, 2] + [0] * 12, [3, 3, 4, 4] + [1] * 12], dtype=np.int32)
     out = self_distill(model, rows, 4, tmp_path / "k", batch=2, log=lambda *a: None)
@@ -319,8 +319,8 @@ def test_self_distill_rows_continue_with_the_models_own_greedy_text(tmp_path):
 def test_distilled_loss_ignores_guesses_of_the_prompt(kind):
     """With start = P only guesses of positions >= P count: labels before P may change without changing the
     loss, a label at P changes it."""
-    from decoding.methods.heads import new_heads
-    from decoding.methods.head_loss import head_loss
+    from decoding.methods.self_draft.heads import new_heads
+    from decoding.training.head_loss import head_loss
     model = tiny("llama")
     module, _ = new_heads(model, kind, 2)
     torch.manual_seed(0)
@@ -342,8 +342,8 @@ def test_eagle_drafting_layer_equals_the_heads_own_forward(kv_heads):
     through transformers' decoder layer: a causal prefill from scratch (past the first KV capacity and the
     first rotary table), then tree rows appended with an additive mask."""
     from transformers import DynamicCache
-    from decoding.methods.eagle_layer import EagleLayer
-    from decoding.methods.heads import EagleHead
+    from decoding.methods.self_draft.eagle_layer import EagleLayer
+    from decoding.methods.self_draft.heads import EagleHead
     from decoding.engine.masks import chain_parents, step_mask
     torch.manual_seed(0)
     spec = dict(hidden=32, heads=4, kv_heads=kv_heads, head_dim=8, intermediate=64, max_positions=4096,
@@ -375,7 +375,7 @@ def test_draft_vocabulary_drafts_only_frequent_tokens_and_stays_exact(trained, k
     """Training writes the target's token counts; draft_vocab=N drafts only the N most frequent tokens
     (FR-Spec), the default a quarter of the vocabulary, 0 all of it; greedy output is HF greedy in every
     case (verification uses the whole vocabulary). A damaged counts file is one clear error."""
-    from decoding.methods.heads import COUNTS, load_counts
+    from decoding.methods.self_draft.heads import COUNTS, load_counts
     model, heads = trained["llama", kind]
     counts = load_counts(heads)
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -455,9 +455,9 @@ def test_unrolled_training_sees_what_drafting_sees():
     """EAGLE's training-time test (--unroll): level j's prediction at start t, computed for every t at once
     under one mask, equals drafting it with EagleLayer: catch-up on the real pairs up to t, then one tree
     node per level on the previous level's predicted feature. Level 1 equals the plain (unroll 1) loss."""
-    from decoding.methods.eagle_layer import EagleLayer
-    from decoding.methods.heads import EagleHead
-    from decoding.methods.head_loss import head_loss, unrolled_features
+    from decoding.methods.self_draft.eagle_layer import EagleLayer
+    from decoding.methods.self_draft.heads import EagleHead
+    from decoding.training.head_loss import head_loss, unrolled_features
     torch.manual_seed(0)
     spec = dict(hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=64, max_positions=512, eps=1e-6,
                 rope_theta=10000.0)
@@ -477,7 +477,7 @@ def test_unrolled_training_sees_what_drafting_sees():
                 f = layer(emb[0, t + 1 + j:t + 2 + j], f[-1:], [t + j], None)
                 torch.testing.assert_close(f[0], levels[j][0, t], rtol=1e-5, atol=1e-5)
     model = tiny("llama")
-    from decoding.methods.heads import new_heads
+    from decoding.methods.self_draft.heads import new_heads
     module, _ = new_heads(model, "eagle")
     ids = torch.randint(0, 50, (2, 16))
     with torch.no_grad():
@@ -507,7 +507,7 @@ def test_eagle_tree_shapes_follow_the_budget(trained):
 def test_loaded_heads_are_kept_per_model_until_their_files_change(trained, tmp_path):
     """Prompt after prompt reuses one load (the app, the benches); rewritten files or another model load anew."""
     import shutil
-    from decoding.methods.heads import load_drafting
+    from decoding.methods.self_draft.heads import load_drafting
     model, heads = trained["llama", "eagle"]
     copy = shutil.copytree(heads, tmp_path / "eagle")
     first = load_drafting(copy, model, "eagle", None)
@@ -527,8 +527,8 @@ def test_heads_and_adapters_load_in_any_dtype(tmp_path):
     written with the older value fingerprint still loads on the fp32 model it was trained for."""
     from decoding import load
     from decoding.api import default_heads
-    from decoding.methods.heads import base_fingerprint, new_heads, save_heads
-    from decoding.methods.self_spec_adapter import AdapterError, load_adapter, new_adapter, save_adapter
+    from decoding.methods.self_draft.heads import base_fingerprint, new_heads, save_heads
+    from decoding.methods.self_draft.self_spec_adapter import AdapterError, load_adapter, new_adapter, save_adapter
     from decoding.models import EMBEDDED_TARGET
     fps = {}
     for dtype in ("fp32", "bf16", "fp16"):
@@ -549,7 +549,7 @@ def test_heads_and_adapters_load_in_any_dtype(tmp_path):
     load_adapter(tmp_path / "a", tiny("llama").to(torch.float16))
     with pytest.raises(AdapterError, match="another base model"):
         load_adapter(tmp_path / "a", tiny("llama", seed=1))
-    from decoding.methods.heads import base_fingerprints
+    from decoding.methods.self_draft.heads import base_fingerprints
     card = json.loads((tmp_path / "m" / "heads.json").read_text())
     old = base_fingerprints(small)[1]
     (tmp_path / "m" / "heads.json").write_text(json.dumps({**card, "base_fingerprint": old}))
@@ -563,14 +563,14 @@ def test_eagle_levels_chained_on_the_device_draft_the_level_loops_tree(trained, 
     """Greedy EAGLE on CUDA chains its levels on the device (one host read a step, eagle._device_tree): its
     trees are the level loop's, node for node (tokens, parents, draft probabilities, ranks), with or without
     a confidence cut (the device then runs rows the loop skips), and greedy output is HF greedy."""
-    from decoding.methods import draft_tree
+    from decoding.methods.draft_model import draft_tree
     model, heads = trained[arch, "eagle"]
     want = hf_greedy(model, PROMPTS[1], 30)
     if shape == "cut":  # the median node of the uncut trees: some levels lose rows, some frontiers end early
         full = run(model, None, PROMPTS[1], "eagle", max_new_tokens=30, heads=heads, budget=64, branch=2)
         probs = sorted(p for s in full.steps if "tree" in s.info for p in _path_probs(s.info["tree"]))
         shape = dict(budget=64, branch=2, confidence=probs[len(probs) // 2])
-    from decoding.methods.eagle import Eagle
+    from decoding.methods.self_draft.eagle import Eagle
     calls, device_tree = [], Eagle._device_tree
     monkeypatch.setattr(Eagle, "_device_tree", lambda self, *a: calls.append(1) or device_tree(self, *a))
     trees, forwards = {}, {}

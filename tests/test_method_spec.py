@@ -111,7 +111,7 @@ def add_toy(dest: Path) -> None:
     (dest / "decoding" / "methods" / "toy_repeat.py").write_text(TOY)
     reg = dest / "decoding" / "methods" / "registry.py"
     text = reg.read_text()
-    anchor = '    "decoding.methods.self_speculative",\n'
+    anchor = '    "decoding.methods.self_draft.self_speculative",\n'
     assert anchor in text
     reg.write_text(text.replace(anchor, anchor + '    "decoding.methods.toy_repeat",\n'))
 

@@ -1,5 +1,5 @@
 """The shared n-gram index: where n-grams ended, their latest and distinct newest-first continuations."""
-from decoding.methods.ngrams import NGramIndex
+from decoding.methods.lookup.ngrams import NGramIndex
 
 
 def test_incremental_index_and_continuations():

@@ -1,5 +1,5 @@
 """The lookahead n-gram pool: text n-grams first (two-token key first), newest first, longer text spans."""
-from decoding.methods.lookahead_pool import Pool
+from decoding.methods.windows.pool import Pool
 
 
 def test_text_ngrams_before_window_guesses_and_two_token_key_first():
@@ -27,7 +27,7 @@ def test_text_span_offers_what_followed_the_latest_occurrence():
 def test_pool_rebuilt_from_trace_deltas_equals_the_engines_pool_at_every_step(tiny_models):
     """The pool browser's data: replaying info["pool_delta"] up to step i gives exactly the engine's pool
     after step i (small cap, so window evictions happen); without tracing no delta is recorded."""
-    from decoding.methods.lookahead import Lookahead
+    from decoding.methods.windows.lookahead import Lookahead
     from decoding.engine.runner import generate
     from viz import pool as pool_view
     model = tiny_models["llama"]

@@ -101,7 +101,7 @@ def test_every_repeat_of_a_race_starts_from_the_same_state(tok):
     from appkit.run.handlers import Prepared
     from appkit.race.race import race_runs
     from decoding import make_sampling
-    from decoding.methods.suffix_cache import History
+    from decoding.methods.retrieve.suffix_cache import History
 
     model, _ = load(EMBEDDED_TARGET)
     history = History()

@@ -14,9 +14,9 @@ from conftest import hf_greedy, tiny
 from decoding import generate
 from decoding.api import make_drafter, run
 from decoding.engine.sampling import Sampling
-from decoding.methods.datastore import SA, TOKENS, Datastore, DatastoreError, write
-from decoding.methods.retrieval import Retrieval, trie
-from decoding.methods.suffix_cache import HISTORY, History, longest_suffix, lookup
+from decoding.methods.retrieve.datastore import SA, TOKENS, Datastore, DatastoreError, write
+from decoding.methods.retrieve.retrieval import Retrieval, trie
+from decoding.methods.retrieve.suffix_cache import HISTORY, History, longest_suffix, lookup
 from decoding.trace import Trace
 
 PROMPT = [3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 9, 10, 3, 4, 5]
@@ -203,7 +203,7 @@ def test_cli_build_datastore_then_generate(tiny_dir, tmp_path, capsys):
     meta = json.loads((tmp_path / "ds" / "datastore.json").read_text())
     assert meta["tokens"] > 100
     from transformers import AutoTokenizer as AT
-    from decoding.methods.datastore import Datastore as DS
+    from decoding.methods.retrieve.datastore import Datastore as DS
     want = AT.from_pretrained(tiny_dir)((src / "a.txt").read_text(), add_special_tokens=False)["input_ids"]
     store = DS(tmp_path / "ds")
     a_start = store.file_starts[[n.endswith("a.txt") for n in store.file_names].index(True)]

@@ -101,7 +101,7 @@ def test_heads_sampled_trees_match_target_distribution(kind, tmp_path):
     EAGLE node two children, so the without-replacement draws are exercised. Recording another q than
     the one drawn from fails this test (p ~ 1e-44, checked by hand)."""
     from conftest import hf_greedy
-    from decoding.methods.train_heads import train
+    from decoding.training.train_heads import train
     from test_heads import IntTok
     model = peaky_model()
     texts = [" ".join(map(str, p + hf_greedy(model, p, 60))) for p in ([0, 1, 2], [3, 4, 5], [1, 3, 5], [2, 0, 4])]

@@ -11,7 +11,7 @@ from conftest import WORDS, hf_greedy, save_tiny_dir, tiny
 from decoding import generate, make_drafter
 from decoding.engine.sampling import Sampling
 from decoding.engine.shallow import ShallowError, decoder_parts, run_layers
-from decoding.methods.self_spec_adapter import AdapterError, load_adapter, new_adapter, save_adapter
+from decoding.methods.self_draft.self_spec_adapter import AdapterError, load_adapter, new_adapter, save_adapter
 from decoding.trace import Trace
 from decoding.trace_check import TraceError, check_document
 
@@ -82,7 +82,7 @@ def test_sampling_keeps_the_target_distribution(shape, tmp_path):
     distribution)."""
     from test_heads import IntTok
     from test_sampling import PROMPT as SP, chi2_pvalue, exact_joint, peaky_model
-    from decoding.methods.self_spec_train import train_adapter
+    from decoding.training.self_spec_train import train_adapter
     model = peaky_model()
     texts = [" ".join(map(str, p + hf_greedy(model, p, 60))) for p in ([0, 1, 2], [3, 4, 5], [1, 3, 5], [2, 0, 4])]
     train_adapter(model, IntTok(), texts, tmp_path, exit_layer=1, seq=16, max_tokens=400, epochs=4, batch=4, lr=3e-3,
@@ -217,8 +217,8 @@ def test_levels_chained_on_the_device_draft_the_level_loops_tree(shape, tmp_path
     """Greedy self-speculative on CUDA chains its levels on the device (one host read a step,
     SelfSpeculative._device_tree): its trees are the level loop's, node for node, early stop included (the
     device then runs rows the loop skips, whose cache rows are never kept), and output is HF greedy."""
-    from decoding.methods import draft_tree
-    from decoding.methods.self_speculative import SelfSpeculative
+    from decoding.methods.draft_model import draft_tree
+    from decoding.methods.self_draft.self_speculative import SelfSpeculative
     model = tiny4("llama")
     ad = adapter_dir(model, 2, tmp_path / "a")
     ref = hf_greedy(model, PROMPT, 40)

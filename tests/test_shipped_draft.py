@@ -13,7 +13,7 @@ from conftest import hf_greedy, tiny
 from decoding import generate
 from decoding.api import build_drafter, load_draft
 from decoding.fast import blocks
-from decoding.methods import shipped_draft as sd
+from decoding.methods.draft_model import shipped_draft as sd
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 

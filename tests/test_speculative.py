@@ -221,7 +221,7 @@ def test_cli(tmp_path, capsys):
 
 
 def test_stage2_ngram_model_and_table(tmp_path):
-    from decoding.methods.stage2 import NGramStage2, build_table, load_table, save_table
+    from decoding.methods.draft_model.stage2 import NGramStage2, build_table, load_table, save_table
     s2 = NGramStage2(max_n=2)
     s2.start([1, 2, 3, 4, 2, 3])
     assert s2.propose([9, 2, 3], 3) == [4, 2, 3]       # latest occurrence of (2, 3) continues with 4

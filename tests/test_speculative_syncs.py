@@ -13,7 +13,7 @@ import pytest
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
 from decoding.engine.core import core_options
-from decoding.methods import draft_tree
+from decoding.methods.draft_model import draft_tree
 from test_gpu_stage import PROMPT, _per_step
 
 MODES = [pytest.param(dict(draft_tokens=4, confidence=0.0), id="chain"),
@@ -114,7 +114,7 @@ def test_device_parents_give_the_host_trees_logits(pair, static):
     """Core._run_rows (parents as a device tensor, the mask built from region_vis) against the same tree
     run with host parents: the same logits, and a host-tree forward before commit() is refused."""
     import torch
-    from decoding.methods.draft_tree import DraftCore
+    from decoding.methods.draft_model.draft_tree import DraftCore
     _, draft = pair
     outs = []
     for rows in (False, True):

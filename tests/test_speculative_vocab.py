@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 
 from conftest import hf_greedy, save_tiny_dir, tiny
 from decoding import ModelError, load, make_drafter, run
-from decoding.methods.speculative import check_compatible
+from decoding.methods.draft_model.speculative import check_compatible
 
 PROMPT = "def x ( y ) : return x ( y ) + x ( y ) + x ( y"
 

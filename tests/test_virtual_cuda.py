@@ -42,7 +42,7 @@ def models(tmp_path_factory):
     """CPU models per dtype and their virtual-CUDA copies (moved once, as a user's model.to("cuda")); heads
     and adapters made for each dtype's target (their fingerprint names the weights). The CPU GEMM kernel is
     off: its build is not what this file tests, and the CPU rows compare with the device's F.linear."""
-    from decoding.methods.self_spec_adapter import new_adapter, save_adapter
+    from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
     tmp = tmp_path_factory.mktemp("vcuda")
     gemm = os.environ.get("DECODESCOPE_CPU_GEMM")
     os.environ["DECODESCOPE_CPU_GEMM"] = "0"
@@ -81,7 +81,7 @@ def per_step_reads(vc, steps: list) -> object:
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_method_runs_exact_on_the_virtual_cuda_device(models, case, dtype, sampled, record_property):
-    from decoding.methods.suffix_cache import HISTORY
+    from decoding.methods.retrieve.suffix_cache import HISTORY
     cpu, dev = models[dtype]
     sampling = SAMPLED if sampled else Sampling()
     HISTORY.commit_pending()  # retrieval drafts from earlier runs of the process: both runs start from none
@@ -111,7 +111,7 @@ def test_every_method_runs_exact_on_the_virtual_cuda_device(models, case, dtype,
 def test_the_read_count_sees_a_read_per_draft_level(models, case, monkeypatch):
     """The count can fail: with the levels forced back to one host read each (DEVICE_DRAFT=0, the CPU's
     path), the same greedy run on the device exceeds the goal of 2, each read named by its line."""
-    from decoding.methods import draft_tree
+    from decoding.methods.draft_model import draft_tree
     monkeypatch.setattr(draft_tree, "DEVICE_DRAFT", False)
     cpu, dev = models["fp32"]
     steps: list = []
@@ -132,7 +132,7 @@ def test_a_traced_run_reads_the_targets_tree_probabilities_and_an_untraced_one_d
         with virtual_cuda() as vc:
             tr = generate(dev.target, PROMPT, dev.drafter("medusa"), max_new_tokens=N, trace=trace,
                           step_context=per_step_reads(vc, steps))
-        reads[trace] = [s for step in steps[1:] for s in step if s.where.startswith("methods/medusa.py")]
+        reads[trace] = [s for step in steps[1:] for s in step if s.where.startswith("methods/self_draft/medusa.py")]
         if trace:
             assert all(st.info["tree"]["target_prob"][1] is not None for st in tr.steps[1:] if "tree" in st.info)
     assert reads[True] and not reads[False]

@@ -579,7 +579,7 @@ def test_pool_browser_lists_the_rebuilt_pool_by_key(tiny_models, tmp_path):
     """The step view carries each step's pool delta; Chromium's pool browser at step k lists exactly the pool
     viz.pool.contents rebuilds (= the engine's pool, tests/test_pool.py), the looked-up key first and marked."""
     import screenshots
-    from decoding.methods.lookahead import Lookahead
+    from decoding.methods.windows.lookahead import Lookahead
     from decoding.engine.runner import generate
     tr = generate(tiny_models["llama"], [5, 9, 3, 5, 9, 7, 5, 9, 3, 11, 5, 9], Lookahead(window=4, ngram=3, guesses=2,
                   pool_cap=1), max_new_tokens=16)
@@ -684,5 +684,5 @@ def test_red_means_only_rejected_and_token_text_stays_readable():
     unnamed = [k for k in palette.ORIGIN_COLORS if palette._origin_key(k) not in palette.ORIGIN_LABELS
                and palette.ORIGIN_COLORS[k] not in named]
     assert not unnamed, unnamed
-    for src in ("datastore", "suffix"):  # retrieval's origins (decoding/methods/retrieval.py)
+    for src in ("datastore", "suffix"):  # retrieval's origins (decoding/methods/retrieve/retrieval.py)
         assert src in palette.ORIGIN_LABELS and dict(palette.origin_legend({src}))

@@ -26,7 +26,7 @@ def vocab_size(name: str | None) -> int | None:
     """A local model folder's vocabulary size from its config.json (nothing loaded); None where unknown."""
     if not name:
         return None
-    try:  # a model folder's config.json, or a layers-only draft's card (decoding/methods/shipped_draft.py)
+    try:  # a model folder's config.json, or a layers-only draft's card (decoding/methods/draft_model/shipped_draft.py)
         folder = Path(name)
         cfg = json.loads((folder / ("draft.json" if layers_only(name) else "config.json")).read_text())
     except (OSError, ValueError):
@@ -87,7 +87,7 @@ def no_draft(target: str, draft: str, why: str) -> str:
 def check_draft(model, tok, dmodel, dtok, target: str, draft: str) -> None:
     """Before a speculative run: a draft that does not share the target's tokenizer is refused in one line
     that says what to pick instead (not the engine's error from the middle of the run)."""
-    from decoding.methods.speculative import check_compatible
+    from decoding.methods.draft_model.speculative import check_compatible
     try:
         check_compatible(model, dmodel, tok, dtok)
     except ModelError as e:

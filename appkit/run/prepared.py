@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from decoding import run
 from decoding.build import build
-from decoding.methods.reference_text import tokenize_references
+from decoding.methods.lookup.reference_text import tokenize_references
 
 from .method_fields import needs, takes
 from .settings import Settings

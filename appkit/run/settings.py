@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field, fields, make_dataclass
 
 from decoding.build import checked
-from decoding.methods.draft_tree import make_shape, speculative_query_tokens
-from decoding.methods.reference_text import check_references
+from decoding.methods.draft_model.draft_tree import make_shape, speculative_query_tokens
+from decoding.methods.lookup.reference_text import check_references
 from decoding.methods.spec import Knob, MethodSpec
 from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
 

@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "smollm2"))
     args = ap.parse_args()
     from transformers import AutoTokenizer
-    from decoding.methods.datastore import build
+    from decoding.methods.retrieve.datastore import build
     tok = AutoTokenizer.from_pretrained(MODEL)
     root = stdlib_corpus.stdlib_root()
     rels = [r for r in stdlib_corpus.list_files(root) if not stdlib_corpus.is_heldout(r)]

@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT / "assets"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from decoding.methods.heads import save_counts  # noqa: E402
+from decoding.methods.self_draft.heads import save_counts  # noqa: E402
 from decoding.models import EMBEDDED_TARGET, load  # noqa: E402
-from decoding.methods.train_heads import _eos, chunk  # noqa: E402
+from decoding.training.train_heads import _eos, chunk  # noqa: E402
 from stdlib_corpus import load_split  # noqa: E402
 
 

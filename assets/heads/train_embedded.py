@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "assets"))
 import torch  # noqa: E402
 
 from decoding.models import EMBEDDED_TARGET, load  # noqa: E402
-from decoding.methods.train_heads import stderr_log, train, write_card_json  # noqa: E402
+from decoding.training.train_heads import stderr_log, train, write_card_json  # noqa: E402
 from stdlib_corpus import load_split  # noqa: E402
 
 SETTINGS = {"medusa": dict(n_heads=4, epochs=2.0, lr=2e-3, batch=4, val_every=50),  # 2: top-1 0.384 vs 0.322

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from decoding.fetch_model import fetch_default  # noqa: E402
 from decoding.models import load  # noqa: E402
-from decoding.methods.train_heads import stderr_log, train, write_card_json  # noqa: E402
+from decoding.training.train_heads import stderr_log, train, write_card_json  # noqa: E402
 
 SETTINGS = {"eagle": dict(epochs=3.0, lr=1e-3, batch=8),
             "medusa": dict(n_heads=3, epochs=1.0, lr=2e-3, batch=4, val_every=50)}

@@ -12,14 +12,14 @@ from .spec import MethodSpec
 
 MODULES = (
     "decoding.methods.greedy",
-    "decoding.methods.lookahead",
-    "decoding.methods.prompt_lookup",
-    "decoding.methods.speculative",
-    "decoding.methods.jacobi",
-    "decoding.methods.medusa",
-    "decoding.methods.eagle",
-    "decoding.methods.retrieval",  # REST datastore (datastore=) or SuffixDecoding's suffix cache (default)
-    "decoding.methods.self_speculative",
+    "decoding.methods.windows.lookahead",
+    "decoding.methods.lookup.prompt_lookup",
+    "decoding.methods.draft_model.speculative",
+    "decoding.methods.windows.jacobi",
+    "decoding.methods.self_draft.medusa",
+    "decoding.methods.self_draft.eagle",
+    "decoding.methods.retrieve.retrieval",  # REST datastore (datastore=) or SuffixDecoding's suffix cache (default)
+    "decoding.methods.self_draft.self_speculative",
 )
 BASELINE = "greedy"  # the method every other one is measured against and must reproduce exactly
 

@@ -8,7 +8,7 @@ import atexit
 import os
 import sys
 
-from ..methods.lookahead import SPEC as LOOKAHEAD  # lookahead parallelism splits this method's window
+from decoding.methods.windows.lookahead import SPEC as LOOKAHEAD  # lookahead parallelism splits this method's window
 from .group import launched
 
 

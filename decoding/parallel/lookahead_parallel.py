@@ -43,7 +43,7 @@ from ..engine.drafter import Plan
 from ..engine.masks import add_chains, add_trie, chain_parents
 from ..engine.runner import generate
 from ..engine.verify import Verdict, greedy
-from ..methods.lookahead import Lookahead
+from decoding.methods.windows.lookahead import Lookahead
 from ..trace import Trace
 from .group import ensure
 

@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 
-from decoding.methods.shipped_draft import LAYERS_FROM, draft_config, save_draft  # noqa: E402
+from decoding.methods.draft_model.shipped_draft import LAYERS_FROM, draft_config, save_draft  # noqa: E402
 
 DATASTORE = ROOT / "assets" / "datastore" / "smollm2"
 
@@ -111,7 +111,7 @@ def main() -> None:
     draft.model.embed_tokens = target.model.embed_tokens  # shared and frozen, as at run time
     draft.lm_head = target.lm_head
     if a.init:  # go on from a saved draft (its de-quantised weights)
-        from decoding.methods.shipped_draft import load_draft_folder
+        from decoding.methods.draft_model.shipped_draft import load_draft_folder
         draft.load_state_dict(load_draft_folder(target, a.init).state_dict())
     for p in target.parameters():
         p.requires_grad_(False)

@@ -30,14 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.drafter import Abilities, Plan, tree_record
-from ..engine.verify import Verdict
-from .datastore import Datastore, DatastoreError, Match
-from .medusa import record_verdict
-from .row_cost import RowCost, measured_curve, parse_curve
-from .suffix_cache import HISTORY, History, lookup as suffix_lookup
-from ..params import MAX_TREE_NODES
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Abilities, Plan, tree_record
+from decoding.engine.verify import Verdict
+from decoding.methods.retrieve.datastore import Datastore, DatastoreError, Match
+from decoding.methods.self_draft.medusa import record_verdict
+from decoding.methods.row_cost import RowCost, measured_curve, parse_curve
+from decoding.methods.retrieve.suffix_cache import HISTORY, History, lookup as suffix_lookup
+from decoding.params import MAX_TREE_NODES
+from decoding.methods.spec import MethodSpec, knob
 
 # Defaults per source. REST's paper verifies 64 nodes and has no adaptive length (budget=64, max_spec_factor=64,
 # with_cache=False reproduce it); ArcticInference's suffix cache uses max_spec_factor 1.0. On the CPU every
@@ -75,7 +75,7 @@ def open_datastore(path: str | Path, tokenizer=None) -> Datastore:
         if key:
             _OPEN[key] = ds
     if tokenizer is not None:
-        from .datastore import tokenizer_fingerprint
+        from decoding.methods.retrieve.datastore import tokenizer_fingerprint
         ds.check_tokenizer(tokenizer_fingerprint(tokenizer))
     return ds
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 import random
 
-from ..engine.drafter import Abilities, Plan
-from ..engine.masks import chain_parents
-from ..engine.verify import Verdict
-from ..params import LIMITS
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Abilities, Plan
+from decoding.engine.masks import chain_parents
+from decoding.engine.verify import Verdict
+from decoding.params import LIMITS
+from decoding.methods.spec import MethodSpec, knob
 
 
 class Jacobi:

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine.core import Core
-from ..engine.drafter import best_closed
-from ..params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
-from ..engine.sampling import Sampling, uniform, warp
+from decoding.engine.core import Core
+from decoding.engine.drafter import best_closed
+from decoding.params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
+from decoding.engine.sampling import Sampling, uniform, warp
 
 
 # Chain the draft levels on the device (one host read per draft): None = where the draft runs on CUDA and

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from ..models import cache_kwarg
-from .head_loss import head_loss
-from .heads import KINDS, HeadsError, base_fingerprint, load_heads, new_heads, save_counts, save_heads
+from decoding.models import cache_kwarg
+from decoding.training.head_loss import head_loss
+from decoding.methods.self_draft.heads import KINDS, HeadsError, base_fingerprint, load_heads, new_heads, save_counts, save_heads
 
 TEXT_SUFFIXES = {".py", ".txt", ".md", ".rst", ".json", ".jsonl", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs",
                  ".html", ".css", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".tex", ".csv", ""}

@@ -1,7 +1,7 @@
 """Prompt lookup decoding: find the latest earlier occurrence of the context's last n-gram and propose
 the tokens that followed it. Several distinct continuations can be verified in the same forward pass.
 
-The shared n-gram index (decoding/methods/ngrams.py: n-gram → positions where it ended) is updated
+The shared n-gram index (decoding/methods/lookup/ngrams.py: n-gram → positions where it ended) is updated
 incrementally, so a lookup costs O(1) instead of a scan of the whole context every step.
 
 Reference lookup (LLMA, Yang et al. 2023, "Inference with Reference"): the same lookup also searches
@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 import bisect
 
-from ..engine.drafter import Abilities, Plan
-from ..engine.masks import add_trie, depths_of
-from .ngrams import NGramIndex
-from ..engine.verify import Verdict, common_prefix
-from ..params import LIMITS
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Abilities, Plan
+from decoding.engine.masks import add_trie, depths_of
+from decoding.methods.lookup.ngrams import NGramIndex
+from decoding.engine.verify import Verdict, common_prefix
+from decoding.params import LIMITS
+from decoding.methods.spec import MethodSpec, knob
 
 
 class PromptLookup:
@@ -140,7 +140,7 @@ def prepare(p: dict, model, tokenizer) -> dict:
     them."""
     if p.get("reference") is None:
         return p
-    from .reference_text import tokenize_references
+    from decoding.methods.lookup.reference_text import tokenize_references
     p = dict(p)
     return {**p, "reference_ids": tokenize_references(tokenizer, p.pop("reference"))}
 

@@ -22,19 +22,19 @@ from dataclasses import dataclass
 import time
 
 import torch
-from ..engine.drafter import Plan, best_closed, tree_record
-from .eagle_layer import EagleLayer
-from .heads import CONFIDENCE, HeadsDrafter, load_drafting
-from ..engine.masks import chain_parents, grow_level, step_mask
-from .medusa import check_acceptance, record_verdict
-from .row_cost import RowCost, measured_curve, parse_curve
-from .sampled_tree import draw, q_rows, sampled_shape
-from ..engine.sampling import Sampling, make_generator
-from ..fast.uploads import Uploads
-from ..engine.verify import Verdict
-from ..params import LIMITS, MAX_TREE_NODES
-from .heads import prepare_heads
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Plan, best_closed, tree_record
+from decoding.methods.self_draft.eagle_layer import EagleLayer
+from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
+from decoding.engine.masks import chain_parents, grow_level, step_mask
+from decoding.methods.self_draft.medusa import check_acceptance, record_verdict
+from decoding.methods.row_cost import RowCost, measured_curve, parse_curve
+from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
+from decoding.engine.sampling import Sampling, make_generator
+from decoding.fast.uploads import Uploads
+from decoding.engine.verify import Verdict
+from decoding.params import LIMITS, MAX_TREE_NODES
+from decoding.methods.self_draft.heads import prepare_heads
+from decoding.methods.spec import MethodSpec, knob
 
 
 def tree_shape(budget: int) -> tuple[int, int]:
@@ -276,7 +276,7 @@ class Eagle(HeadsDrafter):
 def _device_draft(device: torch.device) -> bool:
     """Whether greedy levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read
     per level stalls the GPU; on the CPU a read is free and the level loop skips what the cut leaves)."""
-    from . import draft_tree
+    from decoding.methods.draft_model import draft_tree
     return draft_tree.DEVICE_DRAFT if draft_tree.DEVICE_DRAFT is not None else device.type == "cuda"
 
 

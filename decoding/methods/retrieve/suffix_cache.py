@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .datastore import Match
+from decoding.methods.retrieve.datastore import Match
 
 HISTORY_TOKENS = 1_000_000
 SEP = -1

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import check_fingerprint, read_card, require_files
+from decoding.methods.checkpoint import check_fingerprint, read_card, require_files
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "drafts" / "smollm2"
 CARD, WEIGHTS = "draft.json", "layers.safetensors"
@@ -78,7 +78,7 @@ def save_draft(draft, out: Path, target, trained_with: dict, storage: str = "q8_
     """Write the draft's own tensors (layers, final norm) and its card; the 2-D weights as ggml blocks
     (`storage`: q8_0, 8.5 bits a weight, or q4_1, 5 bits, the target's own format)."""
     from safetensors.torch import save_file
-    from .heads import base_fingerprint
+    from decoding.methods.self_draft.heads import base_fingerprint
     tensors = {}
     for name, p in draft.named_parameters():
         if name.startswith(("model.embed_tokens", "lm_head")):
@@ -112,7 +112,7 @@ def load_draft_folder(target, folder: str | Path | None = None):
     target's embedding and LM head shared. DraftError (one line) for a folder that does not fit."""
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
-    from .heads import base_fingerprints
+    from decoding.methods.self_draft.heads import base_fingerprints
     folder = Path(folder if folder is not None else SHIPPED)
     require_files(folder, (CARD, WEIGHTS), DraftError, f"{folder} is not a draft folder (needs {CARD} and "
                   f"{WEIGHTS})", MAX_BYTES, "a draft model")
@@ -168,7 +168,7 @@ def load_draft_folder(target, folder: str | Path | None = None):
 
 def fits(target, folder: str | Path | None = None) -> bool:
     """Whether the folder's draft was distilled for this target (its card's fingerprint), without loading it."""
-    from .heads import base_fingerprints
+    from decoding.methods.self_draft.heads import base_fingerprints
     try:
         card = json.loads((Path(folder if folder is not None else SHIPPED) / CARD).read_text())
     except (OSError, ValueError):
@@ -186,7 +186,7 @@ def default_draft(model):
     """(draft model, None) shipped for `model`: the distilled SmolLM2 draft (assets/drafts/smollm2, sharing the
     target's embedding and LM head) when the base-model fingerprint fits, the embedded draft for the embedded
     target; else a ValueError that says how to get one."""
-    from ..models import EMBEDDED_DRAFT, EMBEDDED_TARGET
+    from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
     if fits(model):
         return with_layout(load_draft_folder(model), getattr(model, "weight_layout_", None)), None
     if Path(getattr(model, "name_or_path_", "") or "").expanduser().resolve() == Path(EMBEDDED_TARGET).resolve():
@@ -203,7 +203,7 @@ def load_draft(model, draft) -> tuple:
         return default_draft(model)
     if not isinstance(draft, (str, Path)):
         return draft, None
-    from ..models import load
+    from decoding.models import load
     layout = getattr(model, "weight_layout_", None)
     if (Path(draft).expanduser() / CARD).is_file():
         d = load_draft_folder(model, Path(draft).expanduser())
@@ -218,6 +218,6 @@ def with_layout(draft, layout: str | None):
     """A draft that borrows the target's embedding and head gets the target's weight layout for its own
     layers (the shared head is packed already, and packing skips it); a target without one (not loaded by
     decoding.load) keeps transformers' stock layout, and so does its draft."""
-    from ..fast.layout import apply_layout
+    from decoding.fast.layout import apply_layout
     draft.weight_layout_ = apply_layout(draft, layout if layout in ("stock", "column", "packed") else "stock")
     return draft

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from .ngrams import NGramIndex
+from decoding.methods.lookup.ngrams import NGramIndex
 
 Table = dict[tuple[int, ...], int]
 
@@ -93,11 +93,11 @@ def load_table(path: str | Path) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m decoding.methods.stage2 --tokenizer DIR --out table.json PATH... (files or directories of .py)"""
+    """python -m decoding.methods.draft_model.stage2 --tokenizer DIR --out table.json PATH... (files or directories of .py)"""
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m decoding.methods.stage2", description="build a stage-2 n-gram table")
+    ap = argparse.ArgumentParser(prog="python -m decoding.methods.draft_model.stage2", description="build a stage-2 n-gram table")
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--out", required=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..engine.shallow import check_exit, decoder_parts
-from .checkpoint import check_fingerprint, load_weights, read_card, require_files
-from .heads import HeadsError, base_fingerprint, base_fingerprints
+from decoding.engine.shallow import check_exit, decoder_parts
+from decoding.methods.checkpoint import check_fingerprint, load_weights, read_card, require_files
+from decoding.methods.self_draft.heads import HeadsError, base_fingerprint, base_fingerprints
 
 KIND = "self_speculative"
 CONFIG, WEIGHTS = "adapter.json", "adapter.safetensors"
@@ -83,7 +83,7 @@ def load_adapter(path: str | Path, model) -> tuple[nn.Module, dict]:
 
 
 def shipped_adapter() -> Path:
-    from ..models import ASSETS
+    from decoding.models import ASSETS
     return ASSETS / "heads" / "smollm2-self_speculative"
 
 

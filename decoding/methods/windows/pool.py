@@ -6,7 +6,7 @@ they are what prompt lookup exploits, and a window guess rarely beats text that 
 Text n-grams are also indexed by the two tokens (previous, key), so a lookup that knows the token
 before x0 offers the continuations of the longer, more specific match first.
 
-Text n-grams are read from the shared n-gram index (decoding/methods/ngrams.py), which also serves prompt
+Text n-grams are read from the shared n-gram index (decoding/methods/lookup/ngrams.py), which also serves prompt
 lookup and the staged stage 2. A text n-gram also remembers where it occurred, so a lookup given the text can offer a longer
 continuation (`span` tokens) than N-1: measured on the embedded model and the code prompts, 89% of the
 extra tokens lookahead accepted came from text n-grams and most such accepts used all N-1 tokens, so
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .ngrams import NGramIndex
+from decoding.methods.lookup.ngrams import NGramIndex
 
 
 class Pool:

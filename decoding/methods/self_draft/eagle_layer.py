@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .heads import EagleHead
+from decoding.methods.self_draft.heads import EagleHead
 
 
 class EagleLayer:

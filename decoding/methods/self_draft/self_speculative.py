@@ -24,17 +24,17 @@ import time
 
 import torch
 
-from ..engine.drafter import Abilities, Plan, best_closed, tree_record
-from ..engine.masks import chain_parents, grow_level, step_mask
-from ..engine.sampling import Sampling, make_generator
-from ..engine.shallow import decoder_parts, keep_rows, run_layers, attention_only
-from ..engine.verify import Verdict
-from .heads import DraftLM, load_counts
-from .medusa import record_verdict
-from .sampled_tree import draw, q_rows
-from .self_spec_adapter import default_adapter, load_adapter
-from ..params import LIMITS, MAX_TREE_NODES
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Abilities, Plan, best_closed, tree_record
+from decoding.engine.masks import chain_parents, grow_level, step_mask
+from decoding.engine.sampling import Sampling, make_generator
+from decoding.engine.shallow import decoder_parts, keep_rows, run_layers, attention_only
+from decoding.engine.verify import Verdict
+from decoding.methods.self_draft.heads import DraftLM, load_counts
+from decoding.methods.self_draft.medusa import record_verdict
+from decoding.methods.sampled_tree import draw, q_rows
+from decoding.methods.self_draft.self_spec_adapter import default_adapter, load_adapter
+from decoding.params import LIMITS, MAX_TREE_NODES
+from decoding.methods.spec import MethodSpec, knob
 
 STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts/chat.jsonl (docs/self-speculative.md)
 
@@ -88,7 +88,7 @@ class SelfSpeculative:
             self.head = DraftLM(model.get_output_embeddings(), load_counts(self.path), self.draft_vocab)
             self.n_layers = len(self.inner.layers)
             self._model = model
-            from ..fast.uploads import Uploads
+            from decoding.fast.uploads import Uploads
             self.uploads = Uploads(self.adapter.input_layernorm.weight.device)  # pinned, non-blocking on CUDA
         self.sampling = sampling
         self.gen = None if sampling.greedy else make_generator(Sampling(seed=sampling.seed + 104729))
@@ -275,7 +275,7 @@ class SelfSpeculative:
 def _device_draft(device: torch.device) -> bool:
     """Whether greedy levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read
     per level stalls the GPU; on the CPU a read is free and the level loop skips what the early stop leaves)."""
-    from . import draft_tree
+    from decoding.methods.draft_model import draft_tree
     return draft_tree.DEVICE_DRAFT if draft_tree.DEVICE_DRAFT is not None else device.type == "cuda"
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..engine.drafter import Abilities, Plan
-from ..params import LIMITS, TEXT_SPAN
-from ..engine.masks import add_chains, add_trie, level_start, lookahead_layout
-from .lookahead_pool import Pool
-from ..engine.verify import Verdict, common_prefix
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Abilities, Plan
+from decoding.params import LIMITS, TEXT_SPAN
+from decoding.engine.masks import add_chains, add_trie, level_start, lookahead_layout
+from decoding.methods.windows.pool import Pool
+from decoding.engine.verify import Verdict, common_prefix
+from decoding.methods.spec import MethodSpec, knob
 
 
 class Lookahead:

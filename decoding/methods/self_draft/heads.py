@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..fast.cpu_gemm import PackedLinear
-from ..fast.layout import column_major_linears
-from ..engine.drafter import Abilities
-from ..engine.sampling import Sampling, warp
-from ..models import ASSETS, cache_kwarg
-from .checkpoint import check_fingerprint, load_weights, read_card, require_files
+from decoding.fast.cpu_gemm import PackedLinear
+from decoding.fast.layout import column_major_linears
+from decoding.engine.drafter import Abilities
+from decoding.engine.sampling import Sampling, warp
+from decoding.models import ASSETS, cache_kwarg
+from decoding.methods.checkpoint import check_fingerprint, load_weights, read_card, require_files
 
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
@@ -228,7 +228,7 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     and the target's LM head as the drafts read it. Kept per model while its heads files are unchanged
     (their sizes and times): the app and the benches decode prompt after prompt with one set of heads, and
     reading, fingerprinting and packing them again cost ~40 ms a run on the embedded target."""
-    from ..fast.layout import apply_layout
+    from decoding.fast.layout import apply_layout
     path = Path(path)
     stats = [f.stat() if f.is_file() else None for f in (path / CONFIG, path / WEIGHTS, path / COUNTS)]
     stamp = tuple(st and (st.st_mtime_ns, st.st_size) for st in stats)

@@ -1,6 +1,6 @@
 """Speculative decoding as a drafter on the shared engine: a draft model proposes a chain or a token tree,
 the target verifies it in the runner's one forward (decoding/engine/runner.py), optionally staged (an n-gram
-stage 2 drafts for the draft model, decoding/methods/stage2.py). Draft-side machinery: decoding/methods/draft_tree.py.
+stage 2 drafts for the draft model, decoding/methods/draft_model/stage2.py). Draft-side machinery: decoding/methods/draft_model/draft_tree.py.
 
 Modes: chain (draft_tokens=K: K tokens, the target checks K + 1 positions), tree (widths per depth, e.g.
 [3, 2, 1]) and dynamic (tree_budget=B: the B best nodes by cumulative draft probability, depth <= K).
@@ -18,15 +18,15 @@ import time
 
 import torch
 
-from .draft_tree import DraftCore, TreeBuilder, make_shape
-from ..engine.drafter import Abilities, Plan, tree_record
-from ..models import ModelError
-from ..engine.sampling import Sampling, make_generator, warp
-from .stage2 import NGramStage2, Table, load_table
-from ..engine.verify import Verdict
-from ..params import LIMITS
-from .shipped_draft import NO_DRAFT, load_draft
-from .spec import MethodSpec, knob
+from decoding.methods.draft_model.draft_tree import DraftCore, TreeBuilder, make_shape
+from decoding.engine.drafter import Abilities, Plan, tree_record
+from decoding.models import ModelError
+from decoding.engine.sampling import Sampling, make_generator, warp
+from decoding.methods.draft_model.stage2 import NGramStage2, Table, load_table
+from decoding.engine.verify import Verdict
+from decoding.params import LIMITS
+from decoding.methods.draft_model.shipped_draft import NO_DRAFT, load_draft
+from decoding.methods.spec import MethodSpec, knob
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
     """Refuse a draft that does not share the target's tokenizer (one clear message). What is compared is
@@ -215,7 +215,7 @@ class SpeculativeParams:
                                     "draft folder (default: the draft shipped for the target)")
     # the draft's own options before the shape: the CLI names the shape flags last when it refuses them
     ngram_table: object = knob(None, cli="--ngram-table", kind="file",
-                               help="staged: JSON n-gram table (decoding.methods.stage2.save_table)")
+                               help="staged: JSON n-gram table (decoding.methods.draft_model.stage2.save_table)")
     adaptive: bool = knob(False, cli="--adaptive",
                           help="speculative: skip drafting while plain target steps are faster (measured online)")
     draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",

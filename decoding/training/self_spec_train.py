@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..engine.shallow import check_exit, decoder_parts, run_layers
-from .heads import base_fingerprint, save_counts
-from .self_spec_adapter import new_adapter, save_adapter
-from .train_heads import _autocast, _eos, _progress, chunk, hidden_features, split_rows, warmup_cosine
+from decoding.engine.shallow import check_exit, decoder_parts, run_layers
+from decoding.methods.self_draft.heads import base_fingerprint, save_counts
+from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
+from decoding.training.train_heads import _autocast, _eos, _progress, chunk, hidden_features, split_rows, warmup_cosine
 
 
 def layer_features(model, rows: np.ndarray, k: int, cache: Path, batch: int = 8, log=print,

@@ -20,13 +20,13 @@ import time
 
 import torch
 
-from ..engine.drafter import Plan, tree_record
-from .heads import CONFIDENCE, HeadsDrafter, load_drafting
-from ..engine.sampling import Sampling
-from ..engine.verify import Verdict
-from ..params import LIMITS, MAX_TREE_NODES
-from .heads import prepare_heads
-from .spec import MethodSpec, knob
+from decoding.engine.drafter import Plan, tree_record
+from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
+from decoding.engine.sampling import Sampling
+from decoding.engine.verify import Verdict
+from decoding.params import LIMITS, MAX_TREE_NODES
+from decoding.methods.self_draft.heads import prepare_heads
+from decoding.methods.spec import MethodSpec, knob
 
 
 class Medusa(HeadsDrafter):

@@ -1,0 +1,1 @@
+"""Speculative decoding with a draft model: chain, token tree, dynamic tree and staged drafting."""

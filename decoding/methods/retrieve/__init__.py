@@ -1,0 +1,1 @@
+"""Retrieval drafting: REST's datastore and SuffixDecoding's suffix cache."""
