@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .methods.spec import BASELINE  # a leaf: data modules read traces, not the registry
+
 DRAFT_ROLES = frozenset({"candidate", "draft", "stage2", "jacobi"})  # proposals the target verifies
 
 
@@ -33,9 +35,8 @@ def _proposed(tr, s) -> tuple[int | None, int]:
         idx = [i for i, r in enumerate(s.roles) if r in DRAFT_ROLES]
         depth = max((s.positions[i] - s.kv_len for i in idx), default=0) if len(s.positions) == len(s.roles) else 0
         return len(idx), depth
-    from .methods.registry import SPECS
-    spec = SPECS.get(tr.method)
-    if spec is not None and spec.drafter.abilities.structure == "window":  # the query holds the window too
+    c = tr.config if isinstance(tr.config, dict) else {}
+    if "window" in c and "ngram" in c:  # a lookahead window's config: the query holds the (unverified) window too
         return None, 0
     return max(s.n_query - 1, 0), 0
 
@@ -53,7 +54,6 @@ def spec_decode_stats(tr) -> dict:
       (sequential forwards of a separate drafting network: the draft model, the EAGLE layer; null for
       methods that run none)."""
     decode = [s for s in tr.steps if s.kind == "decode"]
-    from .methods.registry import BASELINE
     if tr.method == BASELINE or not decode:
         return {}
     drafts, draft_tokens, accepted, depth, known = 0, 0, 0, 0, True

@@ -99,8 +99,8 @@ class Trace:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["stats"] = {**self.stats(), **spec_decode_stats(self)}  # + the serving engines' names (stats.py)
-        from .methods.registry import SPECS
-        if "draft_model" in getattr(SPECS.get(self.method), "needs", ()):  # a draft model's tree statistics
+        if isinstance(self.config, dict) and isinstance(self.config.get("draft"), dict):  # a draft model's run
+            # (read from the trace itself, which replays without the registry)
             d["speculative"] = speculative_stats(self)
         return d
 

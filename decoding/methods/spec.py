@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+BASELINE = "greedy"  # the method every other one is measured against and must reproduce exactly
+
 # Resources a method can need, resolved by the builder (decoding/build.py) before the drafter is made:
 # "draft_model" (a smaller model with the target's tokenizer), "heads" (Medusa / EAGLE heads folder),
 # "adapter" (self-speculation adapter folder), "datastore" (a REST datastore folder, optional).
