@@ -119,7 +119,7 @@ def test_decoding_imports_nothing_from_profiling_viz_or_the_app():
 
 def test_the_rooms_of_decoding():
     builders = {"decoding", "decoding.api", "decoding.build", "decoding.tune", "decoding.hf_generate",
-                "decoding.__main__", "decoding.cli_run"}
+                "decoding.__main__", "decoding.cli_run", "decoding.cli_setup"}
     readers = {"decoding.methods.registry", "decoding.methods.spec"}  # the specs, read by name, build nothing
     for name, deps in GRAPH.items():
         if not name.startswith("decoding"):
