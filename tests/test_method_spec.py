@@ -182,14 +182,28 @@ def literal_comparisons(path: Path, names: set[str]) -> list[str]:
             if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
                 hit = any(isinstance(x, ast.Constant) and x.value in names for x in (left, right))
             elif isinstance(op, (ast.In, ast.NotIn)):
-                if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
-                    hit = any(isinstance(e, ast.Constant) and e.value in names for e in right.elts)
+                if isinstance(right, (ast.Tuple, ast.List, ast.Set, ast.BinOp)):  # BinOp: HEADS + ("retrieval",)
+                    hit = any(v in names for v in spelled(right))
                 elif isinstance(left, ast.Constant) and left.value in names:
                     hit = "method" in (ast.get_source_segment(source, right) or "").lower()
             if hit:
                 out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
             left = right
+    for node in ast.walk(ast.parse(source)):  # match method: case "jacobi": ...
+        if isinstance(node, ast.MatchValue) and any(v in names for v in spelled(node.value)):
+            out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return out
+
+
+def spelled(node: ast.AST) -> list:
+    """The string constants a literal container (or a sum of them) spells out."""
+    if isinstance(node, ast.Constant):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    if isinstance(node, ast.BinOp):
+        return spelled(node.left) + spelled(node.right)
+    return []
 
 
 def js_comparisons(path: Path, names: set[str]) -> list[str]:
@@ -219,8 +233,9 @@ def test_the_comparison_check_can_fail(tmp_path: Path):
     bad = ROOT / "viz" / "_probe_literal.py"
     try:
         bad.write_text('def f(m, tr):\n    return m in ("medusa", "eagle") or m == "greedy" or "eagle" in tr.methods\n'
-                       'def g(info):\n    return "jacobi" in info\n')
-        assert len(literal_comparisons(bad, method_names())) == 3
+                       'def g(info, m):\n    return "jacobi" in info or m in HEADS + ("retrieval",)\n'
+                       'def h(m):\n    match m:\n        case "lookahead":\n            return 1\n')
+        assert len(literal_comparisons(bad, method_names())) == 5
     finally:
         bad.unlink()
     js = ROOT / "viz" / "_probe_literal.js"

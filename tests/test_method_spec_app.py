@@ -126,20 +126,3 @@ def test_the_shipped_page_lists_the_registry():
     from appkit.page.ui import METHOD_CHOICES
     from decoding.methods.registry import METHODS
     assert [m for _, m in METHOD_CHOICES] == list(METHODS) and "toy" not in METHODS
-
-
-def test_the_app_compares_no_method_name_with_a_literal():
-    """What differs between methods is read from their specs: app.py and appkit/ never compare a method's
-    name with a string literal (== "speculative", in ("medusa", "eagle"))."""
-    import re
-    from decoding.methods.registry import METHODS
-    names = "|".join(METHODS)
-    lit = rf"""["'](?:{names})["']"""
-    compare = re.compile(rf"""(?:==|!=|\bin)\s*[(\[{{]?\s*{lit}|{lit}\s*(?:==|!=|\bin\b)""")
-    bad = []
-    for path in [ROOT / "app.py", *sorted((ROOT / "appkit").rglob("*.py"))]:
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            code = line.split("#")[0]
-            if compare.search(code):
-                bad.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
-    assert not bad, "\n".join(bad)
