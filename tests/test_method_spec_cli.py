@@ -1,6 +1,6 @@
 """The CLI reads the method specs: a method declared in one new file (a SPEC) and one registry entry shows up
-in `decodescope generate --help` with its flag, its range check and its "needs --method" sentence; and no CLI-side
-file compares a method name with a string literal (method_literal_comparisons, reusable by other folders' tests).
+in `decodescope generate --help` with its flag, its range check and its "needs --method" sentence (the literal
+check for every folder is tests/test_method_spec.py's).
 """
 from __future__ import annotations
 
