@@ -12,7 +12,7 @@ runs() {  # $1 checkout, $2 output folder
   mkdir -p "$2"
   local p=$'def fibonacci(n):\n    '
   while read -r name args; do
-    (cd "$1" && python -m decoding generate --prompt "$p" --max-new-tokens 40 --json "$2/$name.json" $args >/dev/null 2>&1)
+    (cd "$1" && OMP_NUM_THREADS=1 python -m decoding generate --prompt "$p" --max-new-tokens 40 --json "$2/$name.json" $args >/dev/null 2>&1)
   done <<'RUNS'
 greedy --method greedy
 lookahead --method lookahead --window 3 --ngram 4 --guesses 3
@@ -27,6 +27,11 @@ eagle --method eagle --heads assets/heads/eagle
 la_sample --method lookahead --temperature 0.8 --seed 3
 spec_sample --method speculative --temperature 0.8 --seed 3 --tree 2,2
 eagle_sample --method eagle --heads assets/heads/eagle --temperature 0.8 --seed 3
+retrieval --method retrieval
+retrieval_rest --method retrieval --datastore assets/datastore/smollm2
+self_spec --method self_speculative
+spec_self_sample --method self_speculative --temperature 0.8 --seed 3
+ref_lookup --method prompt_lookup --reference constraints.txt
 RUNS
 }
 runs "$tmp/old" "$tmp/a"
@@ -40,6 +45,10 @@ def clean(step):
             for k, x in step.items() if k != "wall_ms"}
 bad = 0
 for f in sorted(a.glob("*.json")):
+    if not (b / f.name).exists():
+        bad += 1
+        print(f"{f.stem:14s} MISSING in the new run")
+        continue
     x, y = json.loads(f.read_text()), json.loads((b / f.name).read_text())
     same = x["output_ids"] == y["output_ids"] and [clean(s) for s in x["steps"]] == [clean(s) for s in y["steps"]]
     bad += not same
