@@ -52,5 +52,15 @@ def sample(probs: torch.Tensor, gen: torch.Generator) -> int:
     return int(torch.multinomial(probs.cpu(), 1, generator=gen).item())
 
 
+def draw(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws on p's device, no host read: per row of p ([..., V], unnormalised) the first token
+    whose cumulative mass exceeds u * the row's mass (u [...], uniforms drawn on the host with the run's
+    generator; float64 sums), never a token of zero mass (a row without mass gives token 0)."""
+    cum = p.double().cumsum(-1)
+    idx = (cum <= u.double().unsqueeze(-1) * cum[..., -1:]).sum(-1)
+    last = torch.where(p > 0, torch.arange(p.shape[-1], device=p.device), 0).amax(-1)
+    return torch.minimum(idx, last)
+
+
 def uniform(gen: torch.Generator) -> float:
     return float(torch.rand((), generator=gen).item())
