@@ -62,5 +62,18 @@ def draw(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(idx, last)
 
 
+def draw_children(q: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of q [R, V], u.shape[1] children drawn without replacement in order (inverse CDF with the
+    host's uniforms u [R, w], on q's device): their ids and q probabilities [R, w]. A draw after q's
+    tokens ran out has probability 0 (dropped by the host)."""
+    r, ids, probs = q, [], []
+    for j in range(u.shape[1]):
+        t = draw(r, u[:, j])[:, None]
+        ids.append(t)
+        probs.append(torch.where(r.sum(-1, keepdim=True) > 0, q.gather(1, t), 0.0))
+        r = r.scatter(1, t, 0.0)
+    return torch.cat(ids, 1), torch.cat(probs, 1)
+
+
 def uniform(gen: torch.Generator) -> float:
     return float(torch.rand((), generator=gen).item())

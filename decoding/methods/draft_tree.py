@@ -46,7 +46,7 @@ import torch
 from ..engine.core import Core
 from ..engine.drafter import best_closed
 from ..params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
-from ..engine.sampling import Sampling, draw, uniform, warp
+from ..engine.sampling import Sampling, draw_children, uniform, warp
 
 
 # Chain the draft levels on the device (one host read per draft): None = where the draft runs on CUDA and
@@ -279,7 +279,7 @@ class TreeBuilder:
             idxs.append(top.indices)
             if sampled:
                 dists.append(q)
-                ids, pr = _draw_children(q, rand[d].view(q.shape[0], widths[d]))
+                ids, pr = draw_children(q, rand[d].view(q.shape[0], widths[d]))
                 kids.append(ids)
                 kid_p.append(pr)
             if d == D - 1:  # the deepest children are leaves: never run
@@ -585,19 +585,6 @@ class _Replay:
     def real(self, v: int) -> int:
         """A replayed row's row in the draft's region (catch-up rows, and -1, are the same)."""
         return v if v < self.catch_end else self.table[self.paths[v]][1]
-
-
-def _draw_children(q: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row of q [R, V], u.shape[1] children drawn without replacement in order (inverse CDF with the
-    host's uniforms u [R, w], on q's device): their ids and q probabilities [R, w]. A draw after q's
-    tokens ran out has probability 0 (dropped by the host)."""
-    r, ids, probs = q, [], []
-    for j in range(u.shape[1]):
-        t = draw(r, u[:, j])[:, None]
-        ids.append(t)
-        probs.append(torch.where(r.sum(-1, keepdim=True) > 0, q.gather(1, t), 0.0))
-        r = r.scatter(1, t, 0.0)
-    return torch.cat(ids, 1), torch.cat(probs, 1)
 
 
 def _top_list(toks: list[float], probs: list[float]) -> list[tuple[int, float]]:
