@@ -98,8 +98,9 @@ def walk(tokens: list[int], parents: list[int], proposal: list[bool], logits: to
     trials use only its own numbers and the walk visits a node at most once, so deciding every node's
     outcome at once (which child it accepts, or none) and then following the outcomes from x0 draws
     exactly what visiting the nodes in turn would. The children of a node are tried slot by slot for all
-    nodes together; the end node's token is an inverse-CDF draw from its residual r. The host gets the
-    accepted child of every node and the end's token in the read, and follows them itself.
+    nodes together (a slot works on the rows that have such a child only); the end node's token is an
+    inverse-CDF draw from its residual r. The host gets the accepted child of every node and the end's
+    token in the read, and follows them itself.
 
     Deterministic proposals first merge nodes with the same token under merged parents (identical
     contexts, sampled()'s duplicates): the rule runs on the trie of distinct token paths, each trie node
@@ -109,44 +110,49 @@ def walk(tokens: list[int], parents: list[int], proposal: list[bool], logits: to
     m, w = len(members), max(len(k) for k in kids)
     dev = logits.device
     rows = [g[0] for g in members]
-    kid_at = [k + [-1] * (w - len(k)) for k in kids]
-    kid_tok = [[tokens[members[c][0]] if c >= 0 else 0 for c in k] for k in kid_at]
+    sel = [[u for u in range(m) if len(kids[u]) > j] for j in range(w)]  # walk nodes with a j-th child
+    ints = rows + [v for j in range(w) for v in sel[j] + [kids[u][j] for u in sel[j]]
+                   + [tokens[members[kids[u][j]][0]] for u in sel[j]]]
     rand = torch.rand((m, w + 1), generator=gen)  # the step's random numbers, before any device work
-    ints = torch.tensor(rows + sum(kid_at, []) + sum(kid_tok, []), dtype=torch.long)  # one upload
+    ints = torch.tensor(ints, dtype=torch.long)  # one upload: rows, then per slot its nodes, children, tokens
     if dev.type != "cpu":
         up = upload or (lambda t: t.to(dev))
         rand, ints = up(rand), up(ints)
-    rows_t = ints[:m]
-    r = warp(logits.index_select(0, rows_t), s)  # [m, V]: the target's warped distribution at each walk node
+    r = warp(logits.index_select(0, ints[:m]), s)  # [m, V]: the target's warped distribution at each walk node
     acc = torch.full((m,), -1, dtype=torch.long, device=dev)
     if w:
-        at, xs = ints[m:m + m * w].view(m, w), ints[m + m * w:].view(m, w)
         done = torch.zeros(m, dtype=torch.bool, device=dev)
         if q is not None:  # the draft's rows where they live (host drafts: one more upload)
-            qq = q.index_select(0, rows_t if q.device == dev else torch.tensor(rows)).float()
+            qq = q.index_select(0, ints[:m] if q.device == dev else torch.tensor(rows)).float()
             if qq.device != dev:
                 qq = (upload or (lambda t: t.to(dev)))(qq)
-        for j in range(w):
-            x = xs[:, j:j + 1]
-            active = (at[:, j] >= 0) & done.logical_not()
-            rx = r.gather(1, x)[:, 0]
-            if q is None:  # a point mass on x: accept with r(x); the residual is r without x
-                ok = active & (rand[:, j] < rx)
-                res = r.scatter(1, x, 0.0)
-            else:
-                qx = qq.gather(1, x)[:, 0]
-                ok = active & (qx > 0) & (rand[:, j] * qx < rx)
-                res = (r - qq).clamp_min(0)
-            acc = torch.where(ok, at[:, j], acc)
-            no = active & ok.logical_not()
-            mass = res.sum(-1, keepdim=True)
-            r = torch.where(no[:, None] & (mass > 1e-12), res / mass.clamp_min(1e-30), r)
-            done = done | ok
-            if q is not None:  # the next child's law: q' without x, renormalised (none left: stop trying)
-                qq = torch.where(no[:, None], qq.scatter(1, x, 0.0), qq)
-                qm = qq.sum(-1, keepdim=True)
-                qq = torch.where(no[:, None] & (qm > 0), qq / qm.clamp_min(1e-30), qq)
-                done = done | (no & (qm[:, 0] <= 0))
+    at = m
+    for j in range(w):  # slot j: the j-th child of every node that has one (rows without one do no work)
+        nj = len(sel[j])
+        su, cj, x = ints[at:at + nj], ints[at + nj:at + 2 * nj], ints[at + 2 * nj:at + 3 * nj, None]
+        at += 3 * nj
+        rj, uj = r.index_select(0, su), rand[:, j].index_select(0, su)
+        active = done.index_select(0, su).logical_not()
+        rx = rj.gather(1, x)[:, 0]
+        if q is None:  # a point mass on x: accept with r(x); the residual is r without x
+            ok = active & (uj < rx)
+            res = rj.scatter(1, x, 0.0)
+        else:
+            qj = qq.index_select(0, su)
+            qx = qj.gather(1, x)[:, 0]
+            ok = active & (qx > 0) & (uj * qx < rx)
+            res = (rj - qj).clamp_min(0)
+        acc.index_copy_(0, su, torch.where(ok, cj, acc.index_select(0, su)))
+        no = active & ok.logical_not()
+        mass = res.sum(-1, keepdim=True)
+        r.index_copy_(0, su, torch.where(no[:, None] & (mass > 1e-12), res / mass.clamp_min(1e-30), rj))
+        stop = active.logical_not() | ok
+        if q is not None:  # the next child's law: q' without x, renormalised (none left: stop trying)
+            qn = torch.where(no[:, None], qj.scatter(1, x, 0.0), qj)
+            qm = qn.sum(-1, keepdim=True)
+            qq.index_copy_(0, su, torch.where(no[:, None] & (qm > 0), qn / qm.clamp_min(1e-30), qn))
+            stop = stop | (no & (qm[:, 0] <= 0))
+        done.index_copy_(0, su, stop)
     end = torch.zeros(1, dtype=torch.long, device=dev)
     for _ in range(max(depth)):  # follow the accepted children from x0 (no read)
         nxt = acc.index_select(0, end)
