@@ -137,7 +137,11 @@ V = 6
 SAMPLING_CASES = [("chain", dict(draft_tokens=2), Sampling(1.0), 600),
                   ("tree", dict(tree=[2, 2]), Sampling(0.9, top_k=4), 500),
                   ("staged_tree", dict(tree=[2, 1], staged=True), Sampling(1.0, top_p=0.9), 400),
-                  ("dynamic", dict(tree_budget=4, draft_tokens=2), Sampling(1.0), 400)]
+                  ("dynamic", dict(tree_budget=4, draft_tokens=2), Sampling(1.0), 400),
+                  # uncut: the levels chained, children drawn on the device (inverse CDF from host uniforms);
+                  # top-k 2 under width 3: the third draw finds no mass left and is dropped
+                  ("chain_device_draws", dict(draft_tokens=2, confidence=0.0), Sampling(1.0), 500),
+                  ("tree_device_draws", dict(tree=[3, 2], confidence=0.0), Sampling(1.0, top_k=2), 400)]
 
 
 @pytest.fixture(scope="module")

@@ -137,7 +137,9 @@ def test_device_parents_give_the_host_trees_logits(pair, static):
 
 def test_default_chains_on_cuda_where_no_cut_could_save_forwards(pair, monkeypatch):
     """DEVICE_DRAFT None: chained on CUDA for uncut greedy chains, trees and dynamic trees (a read per level
-    would stall the GPU on every level), never with a confidence cut, never on CPU, never when sampling."""
+    would stall the GPU on every level), never with a confidence cut, never on CPU. Sampled: dynamic trees
+    as greedy ones; uncut chains and trees on every device (their draws are one algorithm, so a seed gives
+    one text on CPU and CUDA), cut ones and staged trees never."""
     monkeypatch.setattr(draft_tree, "DEVICE_DRAFT", None)
     target, draft = pair
     d = make_drafter("speculative", draft_model=draft, draft_tokens=4, confidence=0.0)
@@ -156,11 +158,18 @@ def test_default_chains_on_cuda_where_no_cut_could_save_forwards(pair, monkeypat
     assert dyn.builder.chained()
     dyn.builder.shape.confidence = 0.4
     assert not dyn.builder.chained()
-    sampled = make_drafter("speculative", draft_model=draft, tree_budget=8)
-    sampled.bind(target, __import__("decoding").Sampling(0.8, seed=1))
-    sampled.start(PROMPT)
-    sampled.core.device = __import__("torch").device("cuda")
-    assert not sampled.builder.chained()
+    on = {}
+    for name, params in {"dynamic": dict(tree_budget=8), "chain": dict(draft_tokens=4, confidence=0.0),
+                         "tree": dict(tree=[2, 2], confidence=0.0), "chain-cut": dict(draft_tokens=4),
+                         "staged": dict(tree=[2, 2], staged=True, confidence=0.0)}.items():
+        sampled = make_drafter("speculative", draft_model=draft, **params)
+        sampled.bind(target, __import__("decoding").Sampling(0.8, seed=1))
+        sampled.start(PROMPT)
+        on[name] = [sampled.builder.chained()]
+        sampled.core.device = __import__("torch").device("cuda")
+        on[name].append(sampled.builder.chained())
+    assert on == {"dynamic": [False, True], "chain": [True, True], "tree": [True, True],
+                  "chain-cut": [False, False], "staged": [False, False]}
 
 
 def main(argv: list[str]) -> None:

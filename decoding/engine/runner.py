@@ -85,6 +85,8 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
     out: list[int] = []
     context = list(prompt_ids)
     t_run = time.perf_counter()
+    ups = getattr(core, "uploads", None)  # the target's pinned, non-blocking uploads (sampled verification)
+    upload = None if ups is None else ups.upload
 
     with ctx_mgr(0, "prefill"):
         t0 = time.perf_counter()
@@ -121,15 +123,17 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
             else:  # the same forward hands back the features the drafter asked for (observe reads them)
                 logits, hidden = core.forward(plan.tokens, plan.parents, plan.depths, plan.rows,
                                               plan.hidden_rows, drafter.abilities.hidden_layers)
-            preds = logits.argmax(-1).tolist()  # the one host sync of the step
             if gen is None:
+                preds = logits.argmax(-1).tolist()  # the one host sync of the step
                 v = verify.greedy(plan.tokens, plan.parents, plan.proposal, preds)
-            elif plan.q is not None:  # drafts sampled from a draft model: exact speculative sampling
-                v = verify.speculative(plan.tokens, plan.parents, plan.proposal, logits, plan.q, sampling, gen)
-            elif drafter.abilities.acceptance == "typical":  # opted in, labelled not exact (trace config)
+            elif plan.q is not None or drafter.abilities.acceptance != "typical":
+                # exact: speculative sampling with the draft's q (drafts sampled from a draft model), else the
+                # point-mass rule; walked on the device, read once with the argmax (the step's one sync)
+                preds, v = verify.walk(plan.tokens, plan.parents, plan.proposal, logits, plan.q, sampling, gen,
+                                       upload)
+            else:  # typical acceptance: opted in, labelled not exact (trace config)
+                preds = logits.argmax(-1).tolist()
                 v = verify.typical(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
-            else:
-                v = verify.sampled(plan.tokens, plan.parents, plan.proposal, logits, sampling, gen)
             core.commit(v.path)
             step = Step(index, "decode", kv_len, len(plan.tokens), [], [])
             origin = plan.origin if plan.origins is None else [plan.origins[i] for i in v.path[1:]]

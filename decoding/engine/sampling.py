@@ -52,5 +52,28 @@ def sample(probs: torch.Tensor, gen: torch.Generator) -> int:
     return int(torch.multinomial(probs.cpu(), 1, generator=gen).item())
 
 
+def draw(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws on p's device, no host read: per row of p ([..., V], unnormalised) the first token
+    whose cumulative mass exceeds u * the row's mass (u [...], uniforms drawn on the host with the run's
+    generator; float64 sums), never a token of zero mass (a row without mass gives token 0)."""
+    cum = p.double().cumsum(-1)
+    idx = (cum <= u.double().unsqueeze(-1) * cum[..., -1:]).sum(-1)
+    last = torch.where(p > 0, torch.arange(p.shape[-1], device=p.device), 0).amax(-1)
+    return torch.minimum(idx, last)
+
+
+def draw_children(q: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of q [R, V], u.shape[1] children drawn without replacement in order (inverse CDF with the
+    host's uniforms u [R, w], on q's device): their ids and q probabilities [R, w]. A draw after q's
+    tokens ran out has probability 0 (dropped by the host)."""
+    r, ids, probs = q, [], []
+    for j in range(u.shape[1]):
+        t = draw(r, u[:, j])[:, None]
+        ids.append(t)
+        probs.append(torch.where(r.sum(-1, keepdim=True) > 0, q.gather(1, t), 0.0))
+        r = r.scatter(1, t, 0.0)
+    return torch.cat(ids, 1), torch.cat(probs, 1)
+
+
 def uniform(gen: torch.Generator) -> float:
     return float(torch.rand((), generator=gen).item())

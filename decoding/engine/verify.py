@@ -5,12 +5,14 @@ node; output is the accepted path (node indices, root x0 first) plus the token t
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from .sampling import Sampling, sample, uniform, warp
+from .sampling import Sampling, draw, sample, warp
 
 
 @dataclass
@@ -55,30 +57,10 @@ def sampled(tokens: list[int], parents: list[int], proposal: list[bool], logits:
     rejected, sample the next token from r / sum(r) and stop. Then P(next = d1) = p(d1),
     P(next = d2) = (1 - p(d1)) * p(d2) / (1 - p(d1)) = p(d2), and any unproposed x gets p(x): every token
     is drawn from exactly p, whatever the proposals were. Accepting d moves to the children of all nodes
-    with token d (identical contexts: duplicates of one prefix), so deeper tokens follow the same rule."""
-    children: dict[int, list[int]] = {}
-    for i in range(1, len(tokens)):
-        if proposal[i]:
-            children.setdefault(parents[i], []).append(i)
-    cur, out = [0], []
-    while True:
-        r = warp(logits[cur[0]], s).cpu()
-        kids = [c for u in cur for c in children.get(u, [])]
-        chosen = None
-        for d in dict.fromkeys(tokens[c] for c in kids):
-            mass = float(r.sum())
-            if mass > 0 and uniform(gen) < float(r[d]) / mass:
-                chosen = d
-                break
-            r[d] = 0.0
-        if chosen is None:
-            if float(r.sum()) <= 0:  # every token with mass was proposed and rejected: cannot happen
-                r = warp(logits[cur[0]], s).cpu()
-            out.append(sample(r / r.sum(), gen))
-            break
-        out.append(chosen)
-        cur = [c for c in kids if tokens[c] == chosen]
-    return Verdict(_path_to(cur[0], parents), out)
+    with token d (identical contexts: duplicates of one prefix), so deeper tokens follow the same rule.
+    This is speculative()'s rule with q = the point mass on d for each child. Computed on the logits'
+    device with one host read (walk)."""
+    return walk(tokens, parents, proposal, logits, None, s, gen)[1]
 
 
 def speculative(tokens: list[int], parents: list[int], proposal: list[bool], logits: torch.Tensor,
@@ -94,34 +76,120 @@ def speculative(tokens: list[int], parents: list[int], proposal: list[bool], log
     next child. If every child is rejected, or u has no children (the bonus token after a fully accepted
     path), sample the next token from r and stop. Each trial is one Leviathan step with proposal q', whose
     output is distributed as the current r; so the token that leaves u is distributed exactly as p_u, and
-    the accepted text is distributed exactly as plain sampling from the target."""
+    the accepted text is distributed exactly as plain sampling from the target. Computed on the logits'
+    device with one host read (walk)."""
+    return walk(tokens, parents, proposal, logits, q, s, gen)[1]
+
+
+Upload = Callable[[torch.Tensor], torch.Tensor]
+
+
+@torch.inference_mode()  # the engine's pinned staging buffers are inference tensors
+def walk(tokens: list[int], parents: list[int], proposal: list[bool], logits: torch.Tensor,
+         q: torch.Tensor | None, s: Sampling, gen: torch.Generator,
+         upload: Upload | None = None) -> tuple[list[int], Verdict]:
+    """The exact sampled acceptance (speculative() with the draft's q; sampled() for deterministic
+    proposals, q = a point mass per child) on the logits' device, read ONCE together with the target's
+    argmax per node: returns (argmax per node, Verdict).
+
+    Why this shape: walking the tree on the host reads the target's warped row at every node it visits
+    (a GPU stall each). Here every random number is drawn on the host before the step, a fixed number per
+    node (one per child trial, one for the node's own sample), from the run's generator: each node's
+    trials use only its own numbers and the walk visits a node at most once, so deciding every node's
+    outcome at once (which child it accepts, or none) and then following the outcomes from x0 draws
+    exactly what visiting the nodes in turn would. The children of a node are tried slot by slot for all
+    nodes together (a slot works on the rows that have such a child only); the end node's token is an
+    inverse-CDF draw from its residual r. The host gets the accepted child of every node and the end's
+    token in the read, and follows them itself.
+
+    Deterministic proposals first merge nodes with the same token under merged parents (identical
+    contexts, sampled()'s duplicates): the rule runs on the trie of distinct token paths, each trie node
+    verified at its first tree node. upload: host tensor -> device (the engine's pinned, non-blocking
+    uploads; None: a plain copy)."""
+    members, kids, depth = _trie(tokens, parents, proposal, merge=q is None)
+    m, w = len(members), max(len(k) for k in kids)
+    dev = logits.device
+    rows = [g[0] for g in members]
+    sel = [[u for u in range(m) if len(kids[u]) > j] for j in range(w)]  # walk nodes with a j-th child
+    ints = rows + [v for j in range(w) for v in sel[j] + [kids[u][j] for u in sel[j]]
+                   + [tokens[members[kids[u][j]][0]] for u in sel[j]]]
+    rand = torch.rand((m, w + 1), generator=gen)  # the step's random numbers, before any device work
+    ints = torch.tensor(ints, dtype=torch.long)  # one upload: rows, then per slot its nodes, children, tokens
+    if dev.type != "cpu":
+        up = upload or (lambda t: t.to(dev))
+        rand, ints = up(rand), up(ints)
+    r = warp(logits.index_select(0, ints[:m]), s)  # [m, V]: the target's warped distribution at each walk node
+    acc = torch.full((m,), -1, dtype=torch.long, device=dev)
+    if w:
+        done = torch.zeros(m, dtype=torch.bool, device=dev)
+        if q is not None:  # the draft's rows where they live (host drafts: one more upload)
+            qq = q.index_select(0, ints[:m] if q.device == dev else torch.tensor(rows)).float()
+            if qq.device != dev:
+                qq = (upload or (lambda t: t.to(dev)))(qq)
+    at = m
+    for j in range(w):  # slot j: the j-th child of every node that has one (rows without one do no work)
+        nj = len(sel[j])
+        su, cj, x = ints[at:at + nj], ints[at + nj:at + 2 * nj], ints[at + 2 * nj:at + 3 * nj, None]
+        at += 3 * nj
+        rj, uj = r.index_select(0, su), rand[:, j].index_select(0, su)
+        active = done.index_select(0, su).logical_not()
+        rx = rj.gather(1, x)[:, 0]
+        if q is None:  # a point mass on x: accept with r(x); the residual is r without x
+            ok = active & (uj < rx)
+            res = rj.scatter(1, x, 0.0)
+        else:
+            qj = qq.index_select(0, su)
+            qx = qj.gather(1, x)[:, 0]
+            ok = active & (qx > 0) & (uj * qx < rx)
+            res = (rj - qj).clamp_min(0)
+        acc.index_copy_(0, su, torch.where(ok, cj, acc.index_select(0, su)))
+        no = active & ok.logical_not()
+        mass = res.sum(-1, keepdim=True)
+        r.index_copy_(0, su, torch.where(no[:, None] & (mass > 1e-12), res / mass.clamp_min(1e-30), rj))
+        stop = active.logical_not() | ok
+        if q is not None:  # the next child's law: q' without x, renormalised (none left: stop trying)
+            qn = torch.where(no[:, None], qj.scatter(1, x, 0.0), qj)
+            qm = qn.sum(-1, keepdim=True)
+            qq.index_copy_(0, su, torch.where(no[:, None] & (qm > 0), qn / qm.clamp_min(1e-30), qn))
+            stop = stop | (no & (qm[:, 0] <= 0))
+        done.index_copy_(0, su, stop)
+    end = torch.zeros(1, dtype=torch.long, device=dev)
+    for _ in range(max(depth)):  # follow the accepted children from x0 (no read)
+        nxt = acc.index_select(0, end)
+        end = torch.where(nxt >= 0, nxt, end)
+    bonus = draw(r.index_select(0, end), rand[:, w].index_select(0, end))  # the end's own token
+    preds = logits.argmax(-1)
+    got = torch.cat([preds, acc, bonus.view(1)]).tolist()  # the one host read
+    n = logits.shape[0]
+    preds_l, acc_l = got[:n], got[n:n + m]
+    t, out = 0, []
+    while acc_l[t] >= 0:
+        t = acc_l[t]
+        out.append(tokens[members[t][0]])
+    out.append(got[-1])
+    return preds_l, Verdict(_path_to(members[t][0], parents), out)
+
+
+def _trie(tokens: list[int], parents: list[int], proposal: list[bool],
+          merge: bool) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """The proposal tree below x0 as the walk sees it: per walk node its tree nodes (first one verified),
+    its child walk nodes in query order, and its depth. merge: children with one token under one walk node
+    are one node (deterministic proposals); otherwise every proposal node is its own."""
     children: dict[int, list[int]] = {}
     for i in range(1, len(tokens)):
         if proposal[i]:
             children.setdefault(parents[i], []).append(i)
-    u, out = 0, []
-    while True:
-        r = warp(logits[u], s).cpu()
-        qq = q[u].float().cpu().clone()
-        nxt = None
-        for c in children.get(u, []):
-            x = tokens[c]
-            if float(qq[x]) > 0 and uniform(gen) < min(1.0, float(r[x]) / float(qq[x])):
-                nxt = c
-                break
-            res = (r - qq).clamp_min(0)
-            if float(res.sum()) > 1e-12:  # else r == q' up to rounding: rejection was (almost) impossible
-                r = res / res.sum()
-            qq[x] = 0.0
-            if float(qq.sum()) <= 0:
-                break
-            qq = qq / qq.sum()
-        if nxt is None:
-            out.append(sample(r, gen))
+    members, kids, depth = [[0]], [], [0]
+    for i in itertools.count():
+        if i >= len(members):
             break
-        out.append(tokens[nxt])
-        u = nxt
-    return Verdict(_path_to(u, parents), out)
+        groups: dict[int, list[int]] = {}
+        for c in (c for u in members[i] for c in children.get(u, [])):
+            groups.setdefault(tokens[c] if merge else c, []).append(c)
+        kids.append(list(range(len(members), len(members) + len(groups))))
+        members += list(groups.values())
+        depth += [depth[i] + 1] * len(groups)
+    return members, kids, depth
 
 
 TYPICAL_EPSILON, TYPICAL_DELTA = 0.09, 0.3  # Medusa's posterior_threshold and posterior_alpha (= sqrt(eps))

@@ -36,8 +36,8 @@ def draw(q: torch.Tensor, k: int, gen: torch.Generator) -> list[int]:
 
 def q_rows(n: int, q_of: dict[int, torch.Tensor]) -> torch.Tensor:
     """[n, vocab] draft distributions by node (zero rows for nodes without children): Plan.q."""
-    vocab = next(iter(q_of.values())).shape[-1]
-    q = torch.zeros((n, vocab), dtype=torch.float32)
+    first = next(iter(q_of.values()))
+    q = torch.zeros((n, first.shape[-1]), dtype=torch.float32, device=first.device)  # where the rows live
     for i, row in q_of.items():
         q[i] = row
     return q

@@ -29,7 +29,12 @@ replayed; the device runs every level while the host's pruning may stop early (2
 tiny CPU models with their flat distributions; a confident draft prunes less). They chain by default on
 CUDA all the same: a read per level stalls the GPU on every level of every step (up to depth + 1 syncs
 a step), while a wasted level is one more small draft forward queued behind the others; on the CPU, where
-a read is free, they keep the level-by-level path. Sampled trees (drawn on the host) read once per level.
+a read is free, they keep the level-by-level path. Sampled dynamic trees chain as greedy ones (their
+children are the best ones too). Sampled chains and fixed-width trees without a cut chain on every device:
+each level's children are drawn without replacement from the draft's warped q on the device, by inverse
+CDF from uniforms the run's generator drew on the host before the step, and q stays there for the
+verification; one algorithm on CPU and CUDA, so a seed gives the same text on both. With a cut, and for
+sampled staged trees (stage 2's checks draw on the host), levels are drawn on the host: a read per level.
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ import torch
 from decoding.engine.core import Core
 from decoding.engine.drafter import best_closed
 from decoding.params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
-from decoding.engine.sampling import Sampling, uniform, warp
+from decoding.engine.sampling import Sampling, draw_children, uniform, warp
 
 
 # Chain the draft levels on the device (one host read per draft): None = where the draft runs on CUDA and
@@ -174,6 +179,10 @@ class TreeBuilder:
     def _dist(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.softmax(-1) if self.gen is None else warp(logits, self.s).cpu()  # CPU generator
 
+    def _dev_dist(self, logits: torch.Tensor) -> torch.Tensor:
+        """_dist where the logits live (the chained levels: drawn from on the device)."""
+        return logits.softmax(-1) if self.gen is None else warp(logits, self.s)
+
     def build(self, context: list[int]) -> tuple[list[Node], int, dict]:
         """Expand the draft tree for the next step; returns (nodes, catch-up length, counters)."""
         if self.chained():
@@ -233,10 +242,17 @@ class TreeBuilder:
 
     def chained(self) -> bool:
         """Whether the levels run chained on the device (module doc): greedy chains, fixed-width trees
-        (staged too: replayed on the host) and dynamic trees (a device-side frontier, _build_frontier)."""
+        (staged too: replayed on the host) and dynamic trees (a device-side frontier, _build_frontier);
+        sampled chains and fixed-width trees without a cut on every device (draws on the device)."""
+        if self.gen is not None and self.stage2 is None and self.shape.mode != "dynamic" and DEVICE_DRAFT is None:
+            # sampled chains and trees: one algorithm (inverse-CDF draws from host uniforms) on every device,
+            # so a seed gives the same text on CPU and CUDA; with a cut, level by level on every device
+            return self.shape.confidence == 0
         on = DEVICE_DRAFT if DEVICE_DRAFT is not None else (  # default: on CUDA, where no cut could save forwards
             self.core.device.type == "cuda" and self.shape.confidence == 0)
-        return bool(on) and self.gen is None and self.shape.mode in ("chain", "tree", "dynamic")
+        # sampled staged trees draw stage 2's checks on the host: level by level
+        return bool(on) and (self.gen is None or self.stage2 is None) and self.shape.mode in ("chain", "tree",
+                                                                                                "dynamic")
 
     def _build_chained(self, context: list[int]) -> tuple[list[Node], int, dict]:
         """build() with every level's children fed to the next draft forward on the device and ONE host
@@ -250,19 +266,47 @@ class TreeBuilder:
         k = min(max(widths) + 1, logits.shape[-1])  # as _tops: the same top-k call, the same order
         vals, idxs, base = [], [], [root_spec]  # base[d]: region index of level d's first node
         runs, n_run = 1, len(catch)
+        sampled = self.gen is not None  # children drawn without replacement from q on the device
+        if sampled:  # every level's uniforms, drawn on the host before the step: one per full-tree child
+            n_draw = [_level_rows(widths, d) * widths[d] for d in range(D)]
+            rand = torch.rand(sum(n_draw), generator=self.gen)
+            rand = self.core.uploads.upload(rand) if self.core.device.type != "cpu" else rand
+            rand, dists, kids, kid_p = list(rand.split(n_draw)), [], [], []
         for d in range(D):
-            top = torch.topk(logits.softmax(-1), k)
+            q = self._dev_dist(logits)
+            top = torch.topk(q, k)
             vals.append(top.values)
             idxs.append(top.indices)
+            if sampled:
+                dists.append(q)
+                ids, pr = draw_children(q, rand[d].view(q.shape[0], widths[d]))
+                kids.append(ids)
+                kid_p.append(pr)
             if d == D - 1:  # the deepest children are leaves: never run
                 break
             w = widths[d]
             first = len(self.core.spec_parents)
             parents = [base[d] + j for j in range(top.indices.shape[0]) for _ in range(w)]
-            logits = self.core.grow_ids(top.indices[:, :w].reshape(-1), parents)
+            logits = self.core.grow_ids((kids[d] if sampled else top.indices[:, :w]).reshape(-1), parents)
             base.append(first)
             runs, n_run = runs + 1, n_run + len(parents)
-        probs, toks = torch.stack([torch.cat(vals).double(), torch.cat(idxs).double()]).tolist()  # the one read
+        flat = [torch.cat(vals).double().reshape(-1), torch.cat(idxs).double().reshape(-1)]
+        if sampled:
+            flat += [x.double().reshape(-1) for x in kids + kid_p]
+        flat = torch.cat(flat).tolist()  # the one read
+        rows = sum(v.shape[0] for v in vals)
+        probs = [flat[r * k:(r + 1) * k] for r in range(rows)]
+        toks = [flat[(rows + r) * k:(rows + r + 1) * k] for r in range(rows)]
+        drawn = []  # sampled: per row, its drawn children (token, q probability) in draw order
+        if sampled:
+            at, n_kid = 2 * rows * k, sum(n_draw)
+            for d in range(D):
+                w = widths[d]
+                for j in range(_level_rows(widths, d)):
+                    ts = flat[at + j * w:at + (j + 1) * w]
+                    ps = flat[at + n_kid + j * w:at + n_kid + (j + 1) * w]
+                    drawn.append([(int(t), p) for t, p in zip(ts, ps)])
+                at += n_draw[d]
         offset = [0]
         for d in range(D - 1):
             offset.append(offset[-1] + _level_rows(widths, d))  # level d's first row in the read
@@ -288,7 +332,11 @@ class TreeBuilder:
                 row = offset[d] + pos[i]
                 nd.spec, nd.expanded = base[d] + pos[i], True
                 nd.top = [(int(t), p) for t, p in zip(toks[row], probs[row])]
-                picks = [(t, p) for t, p in nd.top if p > 0][:widths[d]]
+                if sampled:  # zero-probability draws (q had fewer tokens than the width) are no children
+                    nd.dist = dists[d][pos[i]]
+                    picks = [(t, p) for t, p in drawn[row] if p > 0]
+                else:
+                    picks = [(t, p) for t, p in nd.top if p > 0][:widths[d]]
                 for c, (t, p) in enumerate(picks):
                     kid = self._add(nodes, i, t, "draft", p)
                     pos[kid] = pos[i] * widths[d] + c
@@ -311,7 +359,7 @@ class TreeBuilder:
         root_depth = self.core.spec_depths[root_spec]
         k = min(self.shape.branch + 1, logits.shape[-1])  # as _tops
         bw = min(self.shape.branch, k)
-        top = torch.topk(logits.softmax(-1), k)
+        top = torch.topk(self._dev_dist(logits), k)
         vals, idxs, picks = [top.values], [top.indices], []
         score = torch.ones(1, dtype=torch.float64, device=logits.device)
         base, runs, n_run = [root_spec], 1, len(catch)
@@ -324,7 +372,7 @@ class TreeBuilder:
             base.append(len(self.core.spec_parents))
             logits = self.core.grow_rows(top.indices[:, :bw].reshape(-1).index_select(0, order),
                                          order // bw + base[d - 1], root_depth + d)
-            top = torch.topk(logits.softmax(-1), k)
+            top = torch.topk(self._dev_dist(logits), k)
             vals.append(top.values)
             idxs.append(top.indices)
             picks.append(order)

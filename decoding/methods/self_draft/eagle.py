@@ -29,7 +29,7 @@ from decoding.engine.masks import chain_parents, grow_level, step_mask
 from decoding.methods.self_draft.medusa import check_acceptance, record_verdict
 from decoding.methods.row_cost import RowCost, measured_curve, parse_curve
 from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
-from decoding.engine.sampling import Sampling, make_generator
+from decoding.engine.sampling import Sampling, draw_children, make_generator, warp
 from decoding.fast.uploads import Uploads
 from decoding.engine.verify import Verdict
 from decoding.params import LIMITS, MAX_TREE_NODES
@@ -134,9 +134,11 @@ class Eagle(HeadsDrafter):
         forwards, q_of, t_level = 1, {}, None
         kids, depth = (self.branch, self.depth) if self.gen is None else sampled_shape(self.budget, self.depth,
                                                                                           self.beam)
-        on_device = self.gen is None and _device_draft(out.device)  # greedy levels chained on the device
+        # levels chained on the device: greedy on CUDA; sampled (draws from host uniforms) on every device,
+        # one algorithm, so a seed gives the same text on CPU and CUDA
+        on_device = _device_draft(out.device) if self.gen is None else _device_draft(None)
         if on_device:
-            nodes, forwards = self._device_tree(out[-1], context[-1], kids, depth)
+            nodes, forwards, q_of = self._device_tree(out[-1], context[-1], kids, depth)
         for d in range(1, 1 if on_device else depth + 1):  # the level-by-level tree (a host read per level)
             x = torch.stack([feat_of[i] for i in frontier])
             if self.gen is None:
@@ -200,29 +202,46 @@ class Eagle(HeadsDrafter):
                     hidden_rows=list(range(n)),
                     q=q_rows(n, q_of) if q_of and n > 1 else None)
 
-    def _device_tree(self, feat: torch.Tensor, x0: int, kids: int, depth: int) -> tuple[list[list], int]:
+    def _device_tree(self, feat: torch.Tensor, x0: int, kids: int,
+                     depth: int) -> tuple[list[list], int, dict[int, torch.Tensor]]:
         """The greedy tree of plan()'s level loop with every level on the device and ONE host read: each
         level's top-k, the `beam` best children by cumulative probability (float64 products, stable sort:
         ties to the earlier node, as the loop's sorted()), their tokens, parent features and tree mask are
         picked and built there and go straight into the next head forward. The host then makes the loop's
         nodes from the read; with a confidence cut the device runs rows (and levels) the loop would have
-        skipped. Returns (nodes, head forwards run)."""
+        skipped. Sampling: each row's `kids` children are drawn without replacement from the head's warped
+        distribution there (inverse CDF from uniforms drawn on the host before the step), a draw after q
+        ran out has probability 0 and is no node (as sampled_tree.draw gives fewer), and the q rows stay on
+        the device for the verification. Returns (nodes, head forwards run, q row by expanded node)."""
         dev, dtype, n0 = feat.device, feat.dtype, self.n
         x = feat[None]  # [rows, h]: the predicted features the level's children are drafted from
         score = torch.ones(1, dtype=torch.float64, device=dev)
-        vals, toks, picks = [], [], []
+        vals, toks, picks, qs = [], [], [], []
         anc = torch.zeros((0, 0), dtype=torch.bool, device=dev)  # region rows x region rows: ancestor-or-self
         first, forwards = 0, 1  # first: the region row of the frontier's first node
+        if self.gen is not None:  # every level's uniforms, before any device work: rows x kids per level
+            n_rows = [1]
+            for _ in range(depth - 1):
+                n_rows.append(min(self.beam, n_rows[-1] * kids))
+            rand = torch.rand(sum(n_rows) * kids, generator=self.gen)
+            rand = (self.uploads.upload(rand) if dev.type != "cpu" else rand).split([r * kids for r in n_rows])
         for d in range(1, depth + 1):
-            probs = self.draft.logits(x).float().softmax(-1)  # as DraftLM.topk
-            top = torch.topk(probs, min(kids, probs.shape[-1]))
-            ids = top.indices if self.draft.ids is None else self.draft.ids[top.indices]
-            vals.append(top.values)
+            if self.gen is None:
+                probs = self.draft.logits(x).float().softmax(-1)  # as DraftLM.topk
+                top = torch.topk(probs, min(kids, probs.shape[-1]))
+                top_v, top_i = top.values, top.indices
+            else:
+                probs = warp(self.draft.logits(x).float(), self.sampling)  # as DraftLM.dist
+                top_i, top_v = draw_children(probs, rand[d - 1].view(probs.shape[0], kids))
+                qs.append(probs if self.draft.ids is None else torch.zeros(
+                    (probs.shape[0], self.draft.lm.weight.shape[0]), device=dev).index_copy_(1, self.draft.ids, probs))
+            ids = top_i if self.draft.ids is None else self.draft.ids[top_i]
+            vals.append(top_v)
             toks.append(ids)
             if d == depth:
                 break
-            k = top.values.shape[-1]
-            cand = (score[:, None] * top.values.double()).reshape(-1)
+            k = top_v.shape[-1]
+            cand = (score[:, None] * top_v.double()).reshape(-1)
             n = min(self.beam, cand.shape[0])
             order = torch.sort(cand, descending=True, stable=True).indices[:n]
             score, par = cand.index_select(0, order), order // k  # par: the parent's row in this level
@@ -240,12 +259,17 @@ class Eagle(HeadsDrafter):
         probs_, toks_, at = flat[:total], flat[total:2 * total], 2 * total
         nodes = [[x0, -1, 0, None, 1.0, None]]
         frontier, row_of, base = [0], {0: 0}, 0  # row_of: a frontier node's row in its level's read
+        q_of: dict[int, torch.Tensor] = {}
         for d in range(1, len(vals) + 1):
             new = []
             for i in frontier:
                 r0 = (base + row_of[i]) * k
+                if qs:
+                    q_of[i] = qs[d - 1][row_of[i]]
                 for r in range(k):
                     p = probs_[r0 + r]
+                    if qs and p <= 0:  # a draw after q ran out: no child
+                        continue
                     nodes.append([int(toks_[r0 + r]), i, d, p, nodes[i][4] * p, r])
                     new.append(len(nodes) - 1)
             if d == depth or d > len(picks):
@@ -260,7 +284,7 @@ class Eagle(HeadsDrafter):
             if any(c not in slot for c in cands.values()):  # the device ran the loop's best: cannot happen
                 raise RuntimeError("eagle: the device's frontier misses a node of the host's")
             row_of = {j: slot[c] for j, c in cands.items()}
-        return nodes, forwards
+        return nodes, forwards, q_of
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.pending = [verdict.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
@@ -273,11 +297,14 @@ class Eagle(HeadsDrafter):
             self.cost.observe(sum(score[1:]), len(verdict.tokens))
 
 
-def _device_draft(device: torch.device) -> bool:
-    """Whether greedy levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read
-    per level stalls the GPU; on the CPU a read is free and the level loop skips what the cut leaves)."""
+def _device_draft(device: torch.device | None) -> bool:
+    """Whether levels chain on the device: draft_tree.DEVICE_DRAFT when set, else on CUDA (a host read per
+    level stalls the GPU; on the CPU a read is free and the level loop skips what the cut leaves); device
+    None (sampled trees: one algorithm on every device): anywhere."""
     from decoding.methods.draft_model import draft_tree
-    return draft_tree.DEVICE_DRAFT if draft_tree.DEVICE_DRAFT is not None else device.type == "cuda"
+    if draft_tree.DEVICE_DRAFT is not None:
+        return draft_tree.DEVICE_DRAFT
+    return device is None or device.type == "cuda"  # None: on every device
 
 
 def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
