@@ -12,7 +12,8 @@ runs() {  # $1 checkout, $2 output folder
   mkdir -p "$2"
   local p=$'def fibonacci(n):\n    '
   while read -r name args; do
-    (cd "$1" && OMP_NUM_THREADS=1 python -m decoding generate --prompt "$p" --max-new-tokens 40 --json "$2/$name.json" $args >/dev/null 2>&1)
+    (cd "$1" && OMP_NUM_THREADS=1 python -m decoding generate --prompt "$p" --max-new-tokens 40 --json "$2/$name.json" $args >/dev/null 2>"$2/$name.err") \
+      || echo "$name: the run failed in $1 ($(tail -n 1 "$2/$name.err"))" >&2
   done <<'RUNS'
 greedy --method greedy
 lookahead --method lookahead --window 3 --ngram 4 --guesses 3
@@ -22,11 +23,11 @@ spec_tree --method speculative --tree 3,2,1
 spec_staged --method speculative --staged
 spec_budget --method speculative --tree-budget 8
 jacobi --method jacobi --block 4
-medusa --method medusa --heads assets/heads/medusa
-eagle --method eagle --heads assets/heads/eagle
+medusa --method medusa
+eagle --method eagle
 la_sample --method lookahead --temperature 0.8 --seed 3
 spec_sample --method speculative --temperature 0.8 --seed 3 --tree 2,2
-eagle_sample --method eagle --heads assets/heads/eagle --temperature 0.8 --seed 3
+eagle_sample --method eagle --temperature 0.8 --seed 3
 retrieval --method retrieval
 retrieval_rest --method retrieval --datastore assets/datastore/smollm2
 self_spec --method self_speculative
@@ -44,6 +45,10 @@ def clean(step):
     return {k: ({i: v for i, v in x.items() if not i.endswith("_ms")} if k == "info" else x)
             for k, x in step.items() if k != "wall_ms"}
 bad = 0
+for f in sorted(a.glob("*.err")):
+    if not f.with_suffix(".json").exists():
+        bad += 1
+        print(f"{f.stem:14s} FAILED in the old run")
 for f in sorted(a.glob("*.json")):
     if not (b / f.name).exists():
         bad += 1
