@@ -130,4 +130,4 @@ def test_cli_adaptive_reaches_retrieval_and_stays_refused_elsewhere(tiny_dir, tm
     assert main(["generate", "--model", tiny_dir, "--method", "lookahead", "--adaptive", "--prompt", "def x",
                  "--max-new-tokens", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "need --method speculative" in err[0]
+    assert len(err) == 1 and "--adaptive needs --method speculative, eagle or retrieval" in err[0]

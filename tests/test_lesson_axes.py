@@ -43,7 +43,7 @@ def test_a_one_decade_roofline_has_readable_ticks():
 
 def test_one_unit_convention():
     assert [si(v) for v in (2e9, 5.2e9, 1.5e12, 4e5, 5e-4, 3)] == ["2G", "5.2G", "1.5T", "400k", "500µ", "3"]
-    js = (Path(costs.__file__).parent / "views.js").read_text()
+    js = (Path(costs.__file__).parent.parent / "page" / "views.js").read_text()
     assert ".3g} FLOP" not in js and "toExponential" not in js
     roof = costs.roofline_figure(prof("lookahead"), load("lookahead")).to_dict()
     hovers = " ".join(tr.get("hovertemplate", "") for tr in roof["data"])

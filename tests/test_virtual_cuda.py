@@ -136,7 +136,7 @@ def test_a_traced_run_reads_the_targets_tree_probabilities_and_an_untraced_one_d
         with virtual_cuda() as vc:
             tr = generate(dev.target, PROMPT, dev.drafter("medusa"), max_new_tokens=N, trace=trace,
                           step_context=per_step_reads(vc, steps))
-        reads[trace] = [s for step in steps[1:] for s in step if s.where.startswith("methods/self_draft/medusa.py")]
+        reads[trace] = [s for step in steps[1:] for s in step if s.where.startswith("self_draft/medusa.py")]
         if trace:
             assert all(st.info["tree"]["target_prob"][1] is not None for st in tr.steps[1:] if "tree" in st.info)
     assert reads[True] and not reads[False]

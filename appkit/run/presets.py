@@ -69,8 +69,8 @@ def cached(model_name: str, model, method: str) -> dict | None:
     found = lookup(model_name, model, method, _path())
     if found is not None:
         return found
-    from decoding.tune import TUNERS
-    if method not in TUNERS and not is_baseline(method):  # nothing to tune (prompt lookup, retrieval, ...)
+    from decoding.tune import tuner_of
+    if tuner_of(method) is None and not is_baseline(method):  # nothing to tune (prompt lookup, retrieval, ...)
         return {"params": dict(SHIPPED_CPU.get(method, {})), "source": "the method's defaults: it has no tuner"}
     return None
 
@@ -81,10 +81,10 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
     heads: the medusa / eagle heads folder the budget is tuned with (default: the shipped heads); save=False:
     return it only (a public Space keeps a visitor's tuning in that visitor's session)."""
     from decoding.models import ASSETS
-    from decoding.tune import TUNERS, tune as run_tuner
+    from decoding.tune import tune as run_tuner, tuner_of
 
     measured = ""
-    if method in TUNERS:  # the same tuner as the CLI's --auto (decoding/tune.py)
+    if tuner_of(method) is not None:  # the same tuner as the CLI's --auto (decoding/tune.py)
         tuner = spec(method).tuner
         tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=32, reps=REPS.get(tuner, 1),
                           draft=draft, heads=heads or str(ASSETS / "heads" / method))

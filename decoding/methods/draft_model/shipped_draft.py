@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 from decoding.methods.checkpoint import check_fingerprint, read_card, require_files
+from decoding.models import ASSETS
 
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "drafts" / "smollm2"
+SHIPPED = ASSETS / "drafts" / "smollm2"  # the repo's assets/, or decodescope/assets when installed
 CARD, WEIGHTS = "draft.json", "layers.safetensors"
 FORMAT = "decodescope.draft/1"
 LAYERS_FROM = (0, 1)  # the target's layers the draft's layers start from (train.py)
