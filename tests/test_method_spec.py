@@ -36,7 +36,7 @@ TOY = textwrap.dedent('''
 
     class Repeat:
         name = "toy_repeat"
-        abilities = Abilities(structure="chain")
+        abilities = Abilities()
 
         @classmethod
         def from_params(cls, **p) -> "Repeat":

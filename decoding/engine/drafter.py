@@ -17,8 +17,8 @@ from .verify import Verdict
 
 @dataclass(frozen=True)
 class Abilities:
-    """What a drafter needs and does, declared once.
-    structure: the shape of its proposal ("chain", "tree", "window": lookahead's 2D window + candidates).
+    """What a drafter needs from the runner, declared once (what the app, CLI, tuner and pictures need is its
+    MethodSpec's: decoding/methods/spec.py).
     hidden_layers: target hidden states it reads (transformers' hidden_states index, -1 = last, normed):
       the runner hands the prompt's rows to prefill_features() and each step's hidden_rows to observe().
     own_model: it runs a model of its own (a draft), or prices the target's rows (adaptive trees): the
@@ -26,14 +26,11 @@ class Abilities:
     wants_tracing: it records trace-only quantities (host transfers) only when told the run is traced
       (the runner sets drafter.tracing).
     acceptance: the verification rule when sampling: "exact" (the target's distribution) or "typical"
-      (Medusa's typical acceptance: opted in, labelled NOT exact).
-    knobs: the parameters decoding/tune.py may choose for it."""
-    structure: str = "chain"
+      (Medusa's typical acceptance: opted in, labelled NOT exact)."""
     hidden_layers: tuple[int, ...] = ()
     own_model: bool = False
     wants_tracing: bool = False
     acceptance: str = "exact"
-    knobs: tuple[str, ...] = ()
 
 
 @dataclass

@@ -62,8 +62,7 @@ def _vocab_size(model) -> int:
 class Speculative:
     """Drafter: the draft model (and optionally stage 2) proposes, the runner's target forward verifies."""
     name = "speculative"
-    abilities = Abilities(structure="tree", own_model=True, wants_tracing=True,
-                          knobs=("draft_tokens", "tree", "tree_budget", "staged"))
+    abilities = Abilities(own_model=True, wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Speculative":

@@ -27,7 +27,7 @@ from decoding.methods.spec import MethodSpec, knob
 
 class PromptLookup:
     name = "prompt_lookup"
-    abilities = Abilities(structure="tree")  # candidate chains merged into a trie
+    abilities = Abilities()
 
     @classmethod
     def from_params(cls, **p) -> "PromptLookup":

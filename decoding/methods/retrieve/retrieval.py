@@ -128,8 +128,7 @@ class Retrieval:
     @property
     def abilities(self) -> Abilities:
         """adaptive: bound to the target (bind) to measure what its rows cost."""
-        return Abilities(structure="tree", knobs=("budget",), own_model=self.adaptive,
-                         wants_tracing=True)
+        return Abilities(own_model=self.adaptive, wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Retrieval":

@@ -33,7 +33,7 @@ from decoding.methods.spec import MethodSpec, knob
 
 class Jacobi:
     name = "jacobi"
-    abilities = Abilities(structure="chain", knobs=("block",))
+    abilities = Abilities()
 
     @classmethod
     def from_params(cls, **p) -> "Jacobi":

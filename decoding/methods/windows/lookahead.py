@@ -21,7 +21,7 @@ from decoding.methods.spec import MethodSpec, knob
 
 class Lookahead:
     name = "lookahead"
-    abilities = Abilities(structure="window", wants_tracing=True, knobs=("window", "ngram", "guesses"))
+    abilities = Abilities(wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Lookahead":
