@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 import weakref
 
+from decoding.methods.spec import knob
+
 PRIOR_TOKENS = 4.0          # the rate starts at the 1-row step's rate, worth this many tokens of evidence
 CALIBRATION = (0.25, 4.0)   # the draft's probabilities are scaled by accepted / predicted, within these
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # rows at which the curve is measured (interpolated between)
@@ -108,3 +110,15 @@ class RowCost:
         self.tokens += new_tokens
         self.predicted += predicted
         self.accepted += new_tokens - 1
+
+
+def adaptive_knob():
+    """The `adaptive` parameter of every method whose tree this module prices (EAGLE, retrieval): one flag."""
+    return knob(False, cli="--adaptive",
+                help="eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
+                     "continuations' shares) and this device's row-cost curve (--budget is then the most nodes)")
+
+
+def row_ms_knob():
+    return knob(None, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: measured "
+                           "once per model)")

@@ -34,7 +34,7 @@ from decoding.engine.drafter import Abilities, Plan, tree_record
 from decoding.engine.verify import Verdict
 from decoding.methods.retrieve.datastore import Datastore, DatastoreError, Match
 from decoding.methods.self_draft.medusa import record_verdict
-from decoding.methods.row_cost import RowCost, measured_curve, parse_curve
+from decoding.methods.row_cost import RowCost, adaptive_knob, measured_curve, parse_curve, row_ms_knob
 from decoding.methods.retrieve.suffix_cache import HISTORY, History, lookup as suffix_lookup
 from decoding.params import MAX_TREE_NODES
 from decoding.methods.spec import MethodSpec, knob
@@ -281,12 +281,8 @@ class RetrievalParams:
     history: object = knob(True, help="the suffix cache's earlier runs: True (this process), False, or a History")
     with_cache: bool = knob(True, help="with a datastore, also match the suffix cache and take the longer match")
     model_vocab: int = knob(None, internal=True, help="the target's vocabulary size, checked against the datastore")
-    adaptive: bool = knob(False, cli="--adaptive",
-                          help="eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
-                               "continuations' shares) and this device's row-cost curve (--budget is then the most "
-                               "nodes)")
-    row_ms: str = knob(None, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: "
-                                  "measured once per model)")
+    adaptive: bool = adaptive_knob()
+    row_ms: str = row_ms_knob()
 
 
 def prepare(p: dict, model, tokenizer) -> dict:

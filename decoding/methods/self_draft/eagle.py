@@ -27,13 +27,14 @@ from decoding.methods.self_draft.eagle_layer import EagleLayer
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.masks import chain_parents, grow_level, step_mask
 from decoding.methods.self_draft.medusa import check_acceptance, record_verdict
-from decoding.methods.row_cost import RowCost, measured_curve, parse_curve
+from decoding.methods.row_cost import RowCost, adaptive_knob, measured_curve, parse_curve, row_ms_knob
 from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
 from decoding.engine.sampling import Sampling, draw_children, make_generator, warp
 from decoding.fast.uploads import Uploads
 from decoding.engine.verify import Verdict
-from decoding.params import LIMITS, MAX_TREE_NODES
-from decoding.methods.self_draft.heads import prepare_heads
+from decoding.params import MAX_TREE_NODES
+from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
+                                             prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
 
 
@@ -317,30 +318,17 @@ def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
 
 @dataclass
 class EagleParams:
-    heads: object = knob(None, cli="--heads", kind="path",
-                         help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding "
-                              "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the "
-                              "one they were trained for)")
+    heads: object = heads_knob()
     budget: int = knob(16, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     depth: int = knob(None, lo=1, hi=64, help="draft depth (default: from the budget)")
     branch: int = knob(4, lo=1, hi=64, help="children per expanded node")
     beam: int = knob(None, lo=1, hi=64, help="nodes expanded per level (default: from the budget)")
-    draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
-                            help="draft only the N tokens the target chose most often in the heads' training "
-                                 "(FR-Spec; verification still uses the whole vocabulary; 0 = all)")
-    confidence: float = knob(CONFIDENCE, lo=0.0, hi=1.0, cli="--draft-confidence",
-                             help="medusa / eagle: do not verify (or expand) a node whose path's draft probability "
-                                  "is below it (default 0)")
-    acceptance: str = knob("exact", choices=("exact", "typical"), cli="--acceptance",
-                           help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths "
-                                "but NOT exact (the output no longer follows the target's distribution); default exact")
-    adaptive: bool = knob(False, cli="--adaptive",
-                          help="eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
-                               "continuations' shares) and this device's row-cost curve (--budget is then the most "
-                               "nodes)")
-    row_ms: str = knob(None, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: "
-                                  "measured once per model)")
+    draft_vocab: int = draft_vocab_knob()
+    confidence: float = cut_knob()
+    acceptance: str = acceptance_knob()
+    adaptive: bool = adaptive_knob()
+    row_ms: str = row_ms_knob()
 
 
 SPEC = MethodSpec(

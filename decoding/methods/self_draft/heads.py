@@ -26,6 +26,8 @@ from decoding.engine.drafter import Abilities
 from decoding.engine.sampling import Sampling, warp
 from decoding.models import ASSETS, cache_kwarg
 from decoding.methods.checkpoint import check_fingerprint, load_weights, read_card, require_files
+from decoding.methods.spec import knob
+from decoding.params import LIMITS
 
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
@@ -356,3 +358,29 @@ def prepare_heads(method: str):
     def prepare(p: dict, model, tokenizer) -> dict:
         return p if p.get("heads") else {**p, "heads": default_heads(model, method)}
     return prepare
+
+
+# The parameters Medusa and EAGLE share, declared once (each spec's dataclass lists them in its own order).
+def heads_knob():
+    return knob(None, cli="--heads", kind="path",
+                help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding medusa/ "
+                     "and eagle/ (default: the shipped assets/heads/<method> when the model is the one they were "
+                     "trained for)")
+
+
+def draft_vocab_knob():
+    return knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
+                help="draft only the N tokens the target chose most often in the heads' training (FR-Spec; "
+                     "verification still uses the whole vocabulary; 0 = all)")
+
+
+def cut_knob():
+    return knob(CONFIDENCE, lo=0.0, hi=1.0, cli="--draft-confidence",
+                help="medusa / eagle: do not verify (or expand) a node whose path's draft probability is below it "
+                     "(default 0)")
+
+
+def acceptance_knob():
+    return knob("exact", choices=("exact", "typical"), cli="--acceptance",
+                help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths but NOT "
+                     "exact (the output no longer follows the target's distribution); default exact")

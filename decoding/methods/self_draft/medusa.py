@@ -24,8 +24,9 @@ from decoding.engine.drafter import Plan, tree_record
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.sampling import Sampling
 from decoding.engine.verify import Verdict
-from decoding.params import LIMITS, MAX_TREE_NODES
-from decoding.methods.self_draft.heads import prepare_heads
+from decoding.params import MAX_TREE_NODES
+from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
+                                             prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
 
 
@@ -127,22 +128,13 @@ def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
 
 @dataclass
 class MedusaParams:
-    heads: object = knob(None, cli="--heads", kind="path",
-                         help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding "
-                              "medusa/ and eagle/ (default: the shipped assets/heads/<method> when the model is the "
-                              "one they were trained for)")
+    heads: object = heads_knob()
     budget: int = knob(12, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     branch: int = knob(4, lo=1, hi=64, help="top-k of each head")
-    draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
-                            help="draft only the N tokens the target chose most often in the heads' training "
-                                 "(FR-Spec; verification still uses the whole vocabulary; 0 = all)")
-    confidence: float = knob(CONFIDENCE, lo=0.0, hi=1.0, cli="--draft-confidence",
-                             help="medusa / eagle: do not verify (or expand) a node whose path's draft probability "
-                                  "is below it (default 0)")
-    acceptance: str = knob("exact", choices=("exact", "typical"), cli="--acceptance",
-                           help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths "
-                                "but NOT exact (the output no longer follows the target's distribution); default exact")
+    draft_vocab: int = draft_vocab_knob()
+    confidence: float = cut_knob()
+    acceptance: str = acceptance_knob()
 
 
 SPEC = MethodSpec(
