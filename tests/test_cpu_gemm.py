@@ -102,13 +102,17 @@ def test_packed_speculative_with_a_packed_draft():
 
 def test_build_name_is_a_hash_of_the_source_not_its_path(tmp_path):
     """An installed copy and a checkout of the same source share one build; an edit or a new torch gets its own."""
-    src = cpu_gemm.SOURCE.read_bytes()
-    a, b = tmp_path / "a" / "cpu_gemm.cpp", tmp_path / "b" / "cpu_gemm.cpp"
-    for p, text in ((a, src), (b, src)):
-        p.parent.mkdir()
-        p.write_bytes(text)
-    assert cpu_gemm.build_name(a) == cpu_gemm.build_name(b) == cpu_gemm.build_name() == cpu_gemm.build_name(src)
-    assert cpu_gemm.build_name(src + b"\n// edited") != cpu_gemm.build_name(src)
+    src = tuple(p.read_bytes() for p in cpu_gemm.SOURCES)
+    copies = {}
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        copies[where] = tuple(tmp_path / where / p.name for p in cpu_gemm.SOURCES)
+        for p, text in zip(copies[where], src):
+            p.write_bytes(text)
+    assert (cpu_gemm.build_name(copies["a"]) == cpu_gemm.build_name(copies["b"]) == cpu_gemm.build_name()
+            == cpu_gemm.build_name(src))
+    assert cpu_gemm.build_name((src[0] + b"\n// edited", src[1])) != cpu_gemm.build_name(src)
+    assert cpu_gemm.build_name((src[0], src[1] + b"\n// edited")) != cpu_gemm.build_name(src)
     assert cpu_gemm.build_name(src, "9.9.9") != cpu_gemm.build_name(src)
     assert cpu_gemm.build_name().startswith(cpu_gemm.NAME + "_")
 
@@ -137,7 +141,7 @@ def test_kernel_builds_under_the_hashed_name_and_says_so_once(monkeypatch, tmp_p
     monkeypatch.setattr(cpu_gemm, "_FAILED", [])
     monkeypatch.setattr(cpu_gemm, "why_not", lambda: None)
     assert cpu_gemm.kernel.__wrapped__() is None
-    assert calls == [(cpu_gemm.build_name(), [str(cpu_gemm.SOURCE)])]
+    assert calls == [(cpu_gemm.build_name(), [str(p) for p in cpu_gemm.SOURCES])]
     assert cpu_gemm.BUILDING in capsys.readouterr().err
     (tmp_path / calls[0][0]).mkdir(exist_ok=True)
     (tmp_path / calls[0][0] / f"{calls[0][0]}.so").write_bytes(b"")

@@ -25,6 +25,7 @@ from ..fast.cache_pool import acquire, release
 from ..models import cache_kwarg, check_architecture, sliding_window
 from ..fast.uploads import Uploads
 from ..fast.static_cache import StaticKV
+from ..fast.cpu_step import CpuKV, cpu_kv
 
 # Defaults for Cores built while runner.generate runs, so that a drafter's own Core (the speculative
 # draft) follows the run's static setting without the drafter knowing about it.
@@ -33,7 +34,8 @@ _OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("decodescope_cor
 
 @contextlib.contextmanager
 def core_options(**options):
-    """Within the block, Core(model) takes these defaults (static: bool, capacity: int; compiled: bool,
+    """Within the block, Core(model) takes these defaults (static: bool, capacity: int; fused: bool, the one-call
+    CPU step where the model allows it (fast/cpu_step.py; default on); compiled: bool,
     torch.compile of the static buckets, an experiment measured by bench/bench_static.py; graphs: bool,
     CUDA graphs on/off for new static caches (None = on CUDA); fixed: the graph path's data path run
     eagerly (CPU tests); caches: a list every static Core of the
@@ -59,7 +61,7 @@ def attention_backends(device: torch.device) -> contextlib.AbstractContextManage
 def _kv_tensors(cache) -> list[torch.Tensor]:
     """Every tensor of a cache with the sequence axis at -2: one for the static cache's fused store,
     keys and values per layer for a DynamicCache."""
-    if isinstance(cache, StaticKV):
+    if isinstance(cache, (StaticKV, CpuKV)):
         return cache.tensors()
     return [t for layer in cache.layers if layer.is_initialized for t in (layer.keys, layer.values)]
 
@@ -68,7 +70,8 @@ class Core:
     """A model plus its KV cache; `length` is the number of cached (accepted) tokens."""
     role = "target"
 
-    def __init__(self, model: PreTrainedModel, static: bool | None = None, capacity: int | None = None):
+    def __init__(self, model: PreTrainedModel, static: bool | None = None, capacity: int | None = None,
+                 fused: bool | None = None):
         check_architecture(model.config)  # model objects given directly (target or draft) skip load()'s check
         opts = _OPTIONS.get()
         self.model = model
@@ -82,6 +85,8 @@ class Core:
             weakref.finalize(self, release, weakref.ref(model), self.cache)
             if opts.get("caches") is not None:
                 opts["caches"].append((self.role, self.cache))
+        elif (fused if fused is not None else opts.get("fused", True)) and (kv := cpu_kv(model)) is not None:
+            self.cache = kv  # the whole step in one kernel call (CPU, Llama-shaped, packed layout)
         else:
             # full-attention layers everywhere: a sliding-window layer would drop KV entries the commit
             # still indexes; runs are only allowed where the window covers all of them (models.check_window)
@@ -188,16 +193,21 @@ class Core:
             keep = 0 if rows is None else rows
         else:
             keep = self.uploads.longs(rows)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **{self.cache_kw: self.cache},
-                         use_cache=True, logits_to_keep=keep, output_hidden_states=hidden is not None)
-        if not torch.is_tensor(keep):
-            logits = out.logits[0].float()
+        if isinstance(self.cache, CpuKV):
+            rows_out, states = self.cache.run(ids, pos, mask, keep, list(layers) if hidden is not None else [])
         else:
-            logits = torch.zeros((q, out.logits.shape[-1]), dtype=torch.float32, device=self.device)
-            logits[keep] = out.logits[0].float()
+            out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **{self.cache_kw: self.cache},
+                             use_cache=True, logits_to_keep=keep, output_hidden_states=hidden is not None)
+            rows_out = out.logits[0]
+            states = [out.hidden_states[k][0] for k in layers] if hidden is not None else []
+        if not torch.is_tensor(keep):
+            logits = rows_out.float()
+        else:
+            logits = torch.zeros((q, rows_out.shape[-1]), dtype=torch.float32, device=self.device)
+            logits[keep] = rows_out.float()
         if hidden is None:
             return logits
-        return logits, torch.stack([out.hidden_states[k][0, hidden] for k in layers])
+        return logits, torch.stack([s[hidden] for s in states])
 
     @torch.inference_mode()
     def commit(self, keep: list[int]) -> None:
@@ -207,7 +217,7 @@ class Core:
             idx = self.uploads.longs(keep) + past  # pinned, non_blocking: no host sync
             for t in _kv_tensors(self.cache):
                 t[..., past:past + k, :] = t.index_select(-2, idx)
-        if k < n and not self.static:
+        if k < n and isinstance(self.cache, DynamicCache):
             self.cache.crop(-(n - k))  # transformers 5: a negative count removes tokens
         self.length = past + k
         self.spec_parents, self.spec_depths, self.region_vis = [], [], None

@@ -57,6 +57,7 @@ from . import blocks
 
 NAME = "decodescope_cpu_gemm"  # the stem of the extension's name (and its build folder under torch_extensions)
 SOURCE = Path(__file__).with_suffix(".cpp")
+SOURCES = (SOURCE, SOURCE.with_name("cpu_step.cpp"))  # one extension: the Linears, and the whole step (cpu_step.py)
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp")
 LDFLAGS = ("-fopenmp",)  # OpenMP: parallel_for
 BUILDING = "building the CPU kernel (once, ~30 s)..."
@@ -86,16 +87,17 @@ def python_abi() -> str:
     return f"{sys.implementation.cache_tag}{getattr(sys, 'abiflags', '')}-{platform.machine()}"
 
 
-def build_name(source: bytes | str | Path = SOURCE, torch_version: str | None = None, *,
+def build_name(source: bytes | str | Path | tuple = SOURCES, torch_version: str | None = None, *,
                compiler: str | None = None, abi: str | None = None, prefix: str | None = None) -> str:
     """NAME + a hash of everything that changes the binary or who may share it: the source text, the compiler
     flags, torch's version, the compiler, the Python ABI and the interpreter's prefix (each venv builds its
     own, since the build folder is per user, not per environment). The same source from any path (an
     installed copy, a checkout) in one environment gives the same name, so one build serves both; an edit,
     a new torch or compiler gives a new name (a new build) instead of rebuilding the old one back and forth."""
-    text = source if isinstance(source, bytes) else Path(source).read_bytes() if isinstance(source, Path) \
-        else source.encode()
-    h = hashlib.sha256(text)
+    h = hashlib.sha256()
+    for part in source if isinstance(source, tuple) else (source,):
+        h.update(part if isinstance(part, bytes) else Path(part).read_bytes() if isinstance(part, Path)
+                 else part.encode())
     h.update(f"|{' '.join(CFLAGS)}|{' '.join(LDFLAGS)}|torch={torch_version or torch.__version__}".encode())
     h.update(f"|cxx={compiler if compiler is not None else compiler_id()}".encode())
     h.update(f"|abi={abi or python_abi()}|prefix={prefix or os.path.realpath(sys.prefix)}".encode())
@@ -188,7 +190,7 @@ def _kernel():
                 return None
             if sys.stderr.isatty() and not built(name, folder.parent):  # a piped stderr keeps its one-line errors
                 _say(BUILDING)
-            load(name, [str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+            load(name, [str(s) for s in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
                  build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build, no writable folder: "use MKL"
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""

@@ -193,7 +193,7 @@ class LPCore:
     plan node (one-hot rows: lookahead parallelism is greedy, and only token ids cross between ranks)."""
 
     def __init__(self, model: PreTrainedModel, split: Split):
-        self.core = Core(model, static=False)  # K/V rows are exchanged through the DynamicCache's tensors
+        self.core = Core(model, static=False, fused=False)  # K/V rows are exchanged through the DynamicCache's tensors
         self.split = split
         self.device = self.core.device
         self._held: list[dict[int, int]] = []  # per rank: plan node -> its query index, for the last forward

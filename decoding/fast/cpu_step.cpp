@@ -1,0 +1,209 @@
+// A whole decoding step of a Llama-shaped decoder on CPU in one call (decoding/fast/cpu_step.py says why and
+// when it is used): per layer RMSNorm, the fused q/k/v kernel call, rotary embedding, the KV write, attention
+// over the cache with the engine's additive tree mask, o_proj, the residual, RMSNorm, the fused gate/up call,
+// SiLU x up, down_proj, the residual; then the final RMSNorm. The Linears are the packed kernel's own ops
+// (called through the dispatcher, so the profiler still names them); everything between them is plain loops
+// here instead of ~40 Python-dispatched tensor ops per layer.
+//
+// Values: RMSNorm and rotary are computed as transformers' Llama code computes them, one rounding per
+// operation in its order (no FMA contraction in this file); the variance's sum and the attention's dot
+// products and softmax sum in another order than ATen's kernels (differences of an ulp or so, as between
+// MKL and the packed kernel). The engine's exactness tests compare the tokens with HF greedy.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <vector>
+
+#pragma GCC optimize("fp-contract=off")
+
+namespace {
+
+using OptT = std::optional<torch::Tensor>;
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& P, int64_t N) {
+  static auto block = c10::Dispatcher::singleton().findSchemaOrThrow("decodescope::block_linear", "")
+      .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t, const OptT&)>();
+  static auto packed = c10::Dispatcher::singleton().findSchemaOrThrow("decodescope::packed_linear", "")
+      .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t, const OptT&)>();
+  return P.scalar_type() == torch::kUInt8 ? block.call(x, P, N, std::nullopt) : packed.call(x, P, N, std::nullopt);
+}
+
+std::vector<torch::Tensor> fused(const torch::Tensor& x, const torch::Tensor& P, std::vector<int64_t> ns) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("decodescope::fused_linear", "")
+      .typed<std::vector<torch::Tensor>(const torch::Tensor&, const torch::Tensor&, c10::ArrayRef<int64_t>,
+                                        const c10::List<OptT>&)>();
+  return op.call(x, P, ns, c10::List<OptT>());
+}
+
+// transformers' LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)), each product rounded to float32.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, float eps) {
+  const int64_t M = x.size(0), H = x.size(1);
+  auto out = torch::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t r = 0; r < M; ++r) {
+    const float* xr = xp + r * H;
+    double ss = 0.0;
+    for (int64_t i = 0; i < H; ++i) ss += static_cast<double>(xr[i] * xr[i]);
+    const float var = static_cast<float>(ss / static_cast<double>(H));
+    const float inv = 1.0f / std::sqrt(var + eps);
+    for (int64_t i = 0; i < H; ++i) {
+      const float t = xr[i] * inv;
+      op[r * H + i] = wp[i] * t;
+    }
+  }
+  return out;
+}
+
+// transformers' apply_rotary_pos_emb on rows x [M, heads * D] in place: x * cos + rotate_half(x) * sin.
+void rotary(torch::Tensor& x, int64_t heads, int64_t D, const float* cos, const float* sin) {
+  const int64_t M = x.size(0), half = D / 2;
+  float* xp = x.data_ptr<float>();
+  std::vector<float> tmp(D);
+  for (int64_t r = 0; r < M; ++r) {
+    const float* c = cos + r * D;
+    const float* s = sin + r * D;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = xp + (r * heads + h) * D;
+      for (int64_t i = 0; i < D; ++i) {
+        const float rot = i < half ? -v[i + half] : v[i - half];
+        const float a = v[i] * c[i];
+        const float b = rot * s[i];
+        tmp[i] = a + b;
+      }
+      std::copy(tmp.begin(), tmp.end(), v);
+    }
+  }
+}
+
+inline float dot(const float* a, const float* b, int64_t D) {
+  int64_t i = 0;
+  float out = 0.0f;
+  if (D >= 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= D; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    out = _mm_cvtss_f32(s);
+  }
+  for (; i < D; ++i) out += a[i] * b[i];
+  return out;
+}
+
+// softmax(q k^T * scale + mask) v per (row, head); K/V [kv_heads, cap, D] of one layer, q [M, heads * D].
+torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, int64_t cap, const float* mask,
+                        int64_t kvlen, int64_t heads, int64_t kv_heads, int64_t D, float scale) {
+  const int64_t M = q.size(0), group = heads / kv_heads;
+  auto out = torch::empty({M, heads * D}, q.options());
+  const float* qp = q.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, M * heads, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> p(kvlen);
+    std::vector<float> acc(D);
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t r = job / heads, h = job % heads, g = h / group;
+      const float* qv = qp + (r * heads + h) * D;
+      const float* Kg = K + g * cap * D;
+      const float* Vg = V + g * cap * D;
+      const float* mr = mask + r * kvlen;
+      float top = -INFINITY;
+      for (int64_t j = 0; j < kvlen; ++j) {
+        const float sc = dot(qv, Kg + j * D, D) * scale;
+        p[j] = sc + mr[j];
+        top = std::max(top, p[j]);
+      }
+      float sum = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < kvlen; ++j) {
+        const float w = std::exp(p[j] - top);
+        if (w == 0.0f) continue;  // a masked column: exp(finfo.min - max) is exactly 0
+        sum += w;
+        const float* vj = Vg + j * D;
+        for (int64_t i = 0; i < D; ++i) acc[i] += w * vj[i];
+      }
+      float* o = op + (r * heads + h) * D;
+      for (int64_t i = 0; i < D; ++i) o[i] = acc[i] / sum;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+// x [M, H] (the step's input embeddings), cos / sin [M, D] (the model's rotary embedding at the rows'
+// positions), store [L, 2, kv_heads, cap, D] (every layer's keys and values; the step's rows are written at
+// slots kvlen - M .. kvlen - 1), mask [M, kvlen] additive (0 or a large negative), weights: per layer
+// (input norm, q/k/v panels, o panels, post-attention norm, gate/up panels, down panels), then the final norm;
+// dims (heads, kv_heads, D, intermediate). Returns the final-normed hidden states, then the hidden states
+// transformers would return at the indices `want` (0: the embeddings, k: after layer k, L: the final-normed).
+std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Tensor& cos_in,
+                                      const torch::Tensor& sin_in, const torch::Tensor& store,
+                                      const torch::Tensor& mask_in, std::vector<torch::Tensor> weights,
+                                      at::IntArrayRef dims, double eps_d, double scale_d, at::IntArrayRef want) {
+  TORCH_CHECK(dims.size() == 4, "llama_step: dims are (heads, kv_heads, head_dim, intermediate)");
+  const int64_t heads = dims[0], kv_heads = dims[1], D = dims[2], I = dims[3];
+  TORCH_CHECK(weights.size() % 6 == 1, "llama_step: 6 weights per layer, then the final norm");
+  const int64_t L = static_cast<int64_t>(weights.size()) / 6;
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == torch::kFloat32, "llama_step: x [rows, hidden] float32");
+  const int64_t M = x_in.size(0), H = x_in.size(1);
+  TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && D % 2 == 0, "llama_step: head shapes");
+  TORCH_CHECK(store.dim() == 5 && store.size(0) == L && store.size(1) == 2 && store.size(2) == kv_heads &&
+              store.size(4) == D && store.is_contiguous() && store.scalar_type() == torch::kFloat32,
+              "llama_step: store [layers, 2, kv_heads, capacity, head_dim] float32");
+  const auto mask = mask_in.reshape({M, -1}).contiguous();
+  const int64_t kvlen = mask.size(1), cap = store.size(3), slot0 = kvlen - M;
+  TORCH_CHECK(slot0 >= 0 && kvlen <= cap && mask.scalar_type() == torch::kFloat32, "llama_step: mask [rows, kv]");
+  const auto cs = cos_in.reshape({M, D}).contiguous(), sn = sin_in.reshape({M, D}).contiguous();
+  const float eps = static_cast<float>(eps_d), scale = static_cast<float>(scale_d);
+  for (auto w : want) TORCH_CHECK(0 <= w && w <= L, "llama_step: hidden-state indices in 0..layers");
+
+  std::vector<torch::Tensor> outs(1 + want.size());
+  auto keep = [&](int64_t idx, const torch::Tensor& h) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (want[i] == idx) outs[1 + i] = h.clone();
+  };
+  auto h = x_in.contiguous().clone();  // the residual stream
+  keep(0, h);
+  float* sp = store.data_ptr<float>();
+  const int64_t layer_stride = 2 * kv_heads * cap * D, half_stride = kv_heads * cap * D;
+  for (int64_t l = 0; l < L; ++l) {
+    const torch::Tensor* w = weights.data() + 6 * l;
+    auto qkv = fused(rms_norm(h, w[0], eps), w[1], {heads * D, kv_heads * D, kv_heads * D});
+    rotary(qkv[0], heads, D, cs.data_ptr<float>(), sn.data_ptr<float>());
+    rotary(qkv[1], kv_heads, D, cs.data_ptr<float>(), sn.data_ptr<float>());
+    float* Kl = sp + l * layer_stride;
+    float* Vl = Kl + half_stride;
+    const float* kp = qkv[1].data_ptr<float>();
+    const float* vp = qkv[2].data_ptr<float>();
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        std::copy(kp + (r * kv_heads + g) * D, kp + (r * kv_heads + g + 1) * D, Kl + (g * cap + slot0 + r) * D);
+        std::copy(vp + (r * kv_heads + g) * D, vp + (r * kv_heads + g + 1) * D, Vl + (g * cap + slot0 + r) * D);
+      }
+    auto a = attention(qkv[0], Kl, Vl, cap, mask.data_ptr<float>(), kvlen, heads, kv_heads, D, scale);
+    h.add_(linear(a, w[2], H));
+    auto gu = fused(rms_norm(h, w[3], eps), w[4], {I, I});
+    float* gp = gu[0].data_ptr<float>();
+    const float* up = gu[1].data_ptr<float>();
+    for (int64_t i = 0; i < M * I; ++i) {
+      const float s = gp[i] / (1.0f + std::exp(-gp[i]));  // SiLU as ATen's CPU kernel writes it
+      gp[i] = s * up[i];
+    }
+    h.add_(linear(gu[0], w[5], H));
+    if (l + 1 < L) keep(l + 1, h);
+  }
+  outs[0] = rms_norm(h, weights.back(), eps);
+  keep(L, outs[0]);
+  return outs;
+}
+
+TORCH_LIBRARY_FRAGMENT(decodescope, m) {
+  m.def("llama_step(Tensor x, Tensor cos, Tensor sin, Tensor(a!) store, Tensor mask, Tensor[] weights, "
+        "int[] dims, float eps, float scale, int[] want) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(decodescope, CPU, m) { m.impl("llama_step", &llama_step); }
