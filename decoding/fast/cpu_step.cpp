@@ -79,6 +79,39 @@ void rotary(torch::Tensor& x, int64_t heads, int64_t D, const float* cos, const 
   }
 }
 
+// e^x for 8 lanes (Cephes' expf: x = n ln2 + r, a degree-5 polynomial in r, times 2^n; ~1 ulp like the
+// Sleef exp ATen's vectorised kernels use); exactly 0 below -87.3, where float32 e^x is denormal or 0, so a
+// masked attention column (score ~ -3.4e38) contributes exactly nothing.
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 dead = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), lo);
+  __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(dead, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+// e^x over n floats in place (8 lanes at a time, the tail through a padded lane block).
+void exp_inplace(float* p, int64_t n) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, exp8(_mm256_loadu_ps(p + j)));
+  if (j < n) {
+    alignas(32) float t[8] = {0};
+    std::copy(p + j, p + n, t);
+    _mm256_store_ps(t, exp8(_mm256_load_ps(t)));
+    std::copy(t, t + (n - j), p + j);
+  }
+}
+
 inline float dot(const float* a, const float* b, int64_t D) {
   int64_t i = 0;
   float out = 0.0f;
@@ -116,11 +149,13 @@ torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, 
         p[j] = sc + mr[j];
         top = std::max(top, p[j]);
       }
+      for (int64_t j = 0; j < kvlen; ++j) p[j] -= top;
+      exp_inplace(p.data(), kvlen);
       float sum = 0.0f;
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < kvlen; ++j) {
-        const float w = std::exp(p[j] - top);
-        if (w == 0.0f) continue;  // a masked column: exp(finfo.min - max) is exactly 0
+        const float w = p[j];
+        if (w == 0.0f) continue;  // a masked column
         sum += w;
         const float* vj = Vg + j * D;
         for (int64_t i = 0; i < D; ++i) acc[i] += w * vj[i];
@@ -130,6 +165,17 @@ torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, 
     }
   });
   return out;
+}
+
+// g = silu(g) * u, SiLU written as ATen's CPU kernel writes it: g / (1 + e^-g).
+void silu_mul(float* g, const float* u, int64_t n) {
+  std::vector<float> e(n);
+  for (int64_t i = 0; i < n; ++i) e[i] = -g[i];
+  exp_inplace(e.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = g[i] / (1.0f + e[i]);
+    g[i] = s * u[i];
+  }
 }
 
 }  // namespace
@@ -189,10 +235,7 @@ std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Te
     auto gu = fused(rms_norm(h, w[3], eps), w[4], {I, I});
     float* gp = gu[0].data_ptr<float>();
     const float* up = gu[1].data_ptr<float>();
-    for (int64_t i = 0; i < M * I; ++i) {
-      const float s = gp[i] / (1.0f + std::exp(-gp[i]));  // SiLU as ATen's CPU kernel writes it
-      gp[i] = s * up[i];
-    }
+    silu_mul(gp, up, M * I);
     h.add_(linear(gu[0], w[5], H));
     if (l + 1 < L) keep(l + 1, h);
   }
