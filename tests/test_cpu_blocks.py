@@ -23,18 +23,8 @@ ISAS = ("AVX2", "AVX512")  # where the CPU has no AVX-512, select_isa keeps AVX2
 
 
 def quantize(w: torch.Tensor, kind: str) -> blocks.Blocks:
-    """llama.cpp's reference Q4_1 / Q8_0 quantisation of w [N, K] (blocks of 32 along K)."""
-    n, k = w.shape
-    v = w.reshape(-1, blocks.QK)
-    if kind == "q8_0":
-        d = v.abs().amax(dim=1) / 127
-        q = torch.where(d[:, None] > 0, v / d[:, None], 0.0).round()
-        return blocks.Blocks("q8_0", q.to(torch.int8).reshape(n, k), d.half().reshape(n, -1))
-    lo, hi = torch.aminmax(v, dim=1)
-    d = (hi - lo) / 15
-    q = torch.where(d[:, None] > 0, (v - lo[:, None]) / d[:, None], 0.0)
-    q = (q + 0.5).to(torch.int32).clamp(max=15)  # ggml: MIN(15, (int8_t)(x + 0.5f))
-    return blocks.Blocks("q4_1", q.to(torch.uint8).reshape(n, k), d.half().reshape(n, -1), lo.half().reshape(n, -1))
+    """llama.cpp's reference quantisers, as the library writes them (blocks.quantize)."""
+    return blocks.quantize(w, kind)
 
 
 def quantized(n: int, k: int, kind: str, seed: int = 0) -> torch.Tensor:

@@ -42,6 +42,27 @@ def dequantize(b: Blocks) -> torch.Tensor:
     return w + b.m.float().repeat_interleave(QK, dim=1) if b.kind == "q4_1" else w
 
 
+def quantize(w: torch.Tensor, kind: str) -> Blocks:
+    """llama.cpp's reference Q4_1 / Q8_0 quantisation (quantize_row_q4_1_ref / q8_0_ref) of a float weight
+    [N, K] (K a multiple of 32). Used for weights whose values need not be kept: a drafter's (its drafts
+    are verified by the exact target), and by the tests to make weights that are exactly blocks."""
+    n, k = w.shape
+    if k % QK:
+        raise ValueError(f"quantize: {k} inputs are not whole blocks of {QK}")
+    v = w.detach().float().reshape(-1, QK)
+    if kind == "q8_0":
+        d = v.abs().amax(dim=1) / 127
+        q = torch.where(d[:, None] > 0, v / d[:, None], 0.0).round()
+        return Blocks("q8_0", q.to(torch.int8).reshape(n, k), d.half().reshape(n, -1))
+    if kind != "q4_1":
+        raise ValueError(f"quantize: kind is q4_1 or q8_0, got {kind!r}")
+    lo, hi = torch.aminmax(v, dim=1)
+    d = (hi - lo) / 15
+    q = torch.where(d[:, None] > 0, (v - lo[:, None]) / d[:, None], 0.0)
+    q = (q + 0.5).to(torch.int32).clamp(max=15)  # ggml: MIN(15, (int8_t)(x + 0.5f))
+    return Blocks("q4_1", q.to(torch.uint8).reshape(n, k), d.half().reshape(n, -1), lo.half().reshape(n, -1))
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per block: every value bitwise equal (so -0.0 != 0.0 and a NaN never passes)."""
     return (a.view(torch.int32) == b.view(torch.int32)).all(dim=1)
