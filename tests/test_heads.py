@@ -585,3 +585,28 @@ def test_eagle_levels_chained_on_the_device_draft_the_level_loops_tree(trained, 
     assert len(calls) == len(trees[True])  # the chained run drafted every tree on the device
     assert trees[True] == trees[False] and any(max(t["depth"]) > 2 for t in trees[True]) == ("depth" not in shape)
     assert all(c >= f for c, f in zip(forwards[True], forwards[False]))
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_drafters_beside_a_block_packed_target_store_q8_0_blocks_and_stay_exact(trained, kind, monkeypatch):
+    """A GGUF-like target on the CPU kernel: the heads' own Linears are rounded to Q8_0 blocks (8.5 bits a
+    weight to read per drafting forward), the drafts change a little, the output is still HF greedy's."""
+    import copy
+    from decoding.fast.cpu_gemm import PackedLinear
+    from decoding.fast.layout import apply_layout
+    from decoding.methods.self_draft.heads import load_drafting
+    from test_cpu_blocks import quantize_model
+    model, heads = trained["llama", kind]
+    stock = quantize_model(copy.deepcopy(model), lambda name: "q8_0" if name == "lm_head" else "q4_1")
+    packed = copy.deepcopy(stock)
+    assert apply_layout(packed, "packed") == "packed"
+    module = load_drafting(heads, packed, kind, None)[0]
+    assert {m.storage for m in module.modules() if isinstance(m, PackedLinear)} == {"q8_0"}
+    for prompt in PROMPTS:
+        tr = run(packed, None, prompt, kind, max_new_tokens=32, heads=heads)
+        assert tr.output_ids == hf_greedy(stock, prompt, 32)
+    assert any(len(s.accepted) > 1 for s in tr.steps)
+    monkeypatch.setenv("DECODESCOPE_DRAFT_BLOCKS", "0")
+    module = load_drafting(heads, packed, kind, 0)[0]  # another key: loaded again
+    assert {m.storage for m in module.modules() if isinstance(m, PackedLinear)} == {"fp32"}
+    assert load_drafting(heads, stock, kind, None)[0] is not None  # a stock target: nothing rounded, no error

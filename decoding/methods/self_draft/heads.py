@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import weakref
 from pathlib import Path
 
@@ -239,11 +240,36 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     per_model = _LOADED.setdefault(model, {})
     if key not in per_model:
         module, cfg = load_heads(path, model, kind)
+        if draft_blocks(model):
+            quantize_drafting(module)
         apply_layout(module, layout)
         if len(per_model) >= 4:
             per_model.pop(next(iter(per_model)))
         per_model[key] = module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
     return per_model[key]
+
+
+def draft_blocks(model) -> bool:
+    """Whether a drafter bound to `model` stores its own weights as Q8_0 blocks: where the target's LM head is
+    block-packed (a GGUF-converted model on the CPU kernel, decoding/fast/blocks.py), a drafting forward is
+    bound by reading weights as the target's is; DECODESCOPE_DRAFT_BLOCKS=0 keeps them float32."""
+    lm = model.get_output_embeddings()
+    return getattr(lm, "storage", "fp32") != "fp32" and os.environ.get("DECODESCOPE_DRAFT_BLOCKS", "1") != "0"
+
+
+@torch.no_grad()
+def quantize_drafting(module: nn.Module) -> int:
+    """Round every Linear weight of a drafting module (K a multiple of 32) to llama.cpp's Q8_0 blocks in place,
+    so that the packed layout stores it at 8.5 bits a weight instead of 32. Only drafts change (by ~0.4% of a
+    weight's block maximum): the target verifies every token, so greedy output stays exact and sampling keeps
+    the target's distribution. Returns how many weights were rounded."""
+    from decoding.fast.blocks import dequantize, quantize
+    done = 0
+    for mod in module.modules():
+        if isinstance(mod, nn.Linear) and mod.weight.dtype == torch.float32 and mod.in_features % 32 == 0:
+            mod.weight.copy_(dequantize(quantize(mod.weight, "q8_0")))
+            done += 1
+    return done
 
 
 class DraftLM:
