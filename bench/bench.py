@@ -106,6 +106,7 @@ def shipped_heads(model_name: str) -> Path | None:
     return ROOT / "assets" / "heads" / "smollm2" if Path(model_name).name == FOLDER else None
 
 
+DRAFT_VOCAB = 4096  # a smaller drafting vocabulary than the heads' default quarter, for one EAGLE row
 HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/run/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
 
 
@@ -153,13 +154,18 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         if runs_here(model, tok, method, **p):  # rows only where the adapter / datastore fits this model
             c[name] = ours_runner(model, tok, method, **p)
     # self-drafting heads: rows only where heads for it exist; EAGLE also at twice the budget and adaptive
-    for kind, budgets, adaptive in (("medusa", (HEADS_BUDGET,), False), ("eagle", (HEADS_BUDGET, 2 * HEADS_BUDGET), True)):
+    for kind, budgets, adaptive in (("medusa", (HEADS_BUDGET,), False),
+                                    ("eagle", (HEADS_BUDGET // 2, HEADS_BUDGET, 2 * HEADS_BUDGET), True)):
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
             for b in budgets:
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
             if adaptive:  # the tree sized per step from the draft's confidence and the row-cost curve
                 c[f"ours {kind} adaptive budget {2 * HEADS_BUDGET}"] = ours_runner(
                     model, tok, kind, heads=str(Path(heads) / kind), budget=2 * HEADS_BUDGET, adaptive=1)
+                # and drafting over the 4,096 tokens the target chose most often (FR-Spec) instead of a quarter
+                c[f"ours {kind} adaptive budget {2 * HEADS_BUDGET} draft vocab {DRAFT_VOCAB}"] = ours_runner(
+                    model, tok, kind, heads=str(Path(heads) / kind), budget=2 * HEADS_BUDGET, adaptive=1,
+                    draft_vocab=DRAFT_VOCAB)
     return c
 
 

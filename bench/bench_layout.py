@@ -11,7 +11,9 @@ cpu-layout-<M>.{md,json}).
 the "packed fp32" column is the same kernel on fp32 panels (the packed layout before block storage), and on
 an AVX-512 CPU "packed AVX2" is the block kernel restricted to AVX2 (select_isa), and "packed unfused" the block
 storage without the step-level levers (each Linear its own kernel call instead of fused q/k/v and gate/up, and
-transformers' own attention with its repeat_kv copy instead of cpu_attention's), all in the same run.
+transformers' own attention with its repeat_kv copy instead of cpu_attention's), and "packed transformers" the
+block storage run through transformers' forward instead of the one-call step (decoding/fast/cpu_step.py; the
+engine's Core takes the one-call step wherever it can run, as in every other packed column), all in the same run.
 """
 from __future__ import annotations
 
@@ -34,12 +36,13 @@ from decoding.fast import cpu_gemm  # noqa: E402
 
 
 ISA_OF = {"packed_avx2": "AVX2"}  # models timed with the kernel held to another instruction set
+FORWARD_OF = {"packed_transformers"}  # models timed through transformers' forward, not the one-call step
 
 
 def compare(models: dict, sizes: tuple[int, ...], kv_len: int, reps: int) -> list[dict]:
     cores = {}
     for name, m in models.items():
-        cores[name] = Core(m)
+        cores[name] = Core(m, fused=name not in FORWARD_OF)
         cores[name].prefill([1 + i % 50 for i in range(kv_len)])
         cores[name].commit(list(range(kv_len)))
     ops = cpu_gemm.kernel() if "packed" in models else None
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
               "packed": load(name, device="cpu", layout="packed", threads=a.threads)[0]}
     models["packed_fp32"] = packed_fp32(name, a.threads)
     models["packed_unfused"] = packed_unfused(name, a.threads)
+    models["packed_transformers"] = models["packed"]
     if cpu_gemm.ISA == ["AVX512"] and not a.quick:
         models["packed_avx2"] = models["packed"]
     sizes = (1, 2, 4, 8) if a.quick else (1, 2, 4, 8, 12, 16, 24, 32)

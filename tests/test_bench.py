@@ -32,9 +32,12 @@ def test_bench_heads_rows_are_exact(tmp_path):
         _train(model, kind, tmp_path / kind, epochs=2)
     rows = bench.bench(model, tok, None, prompts, 1, 16, 4, "budget", hf_model=hf_model, heads=tmp_path)
     assert [r["method"] for r in rows] == ["HF greedy", f"ours medusa budget {bench.HEADS_BUDGET}",
+                                           f"ours eagle budget {bench.HEADS_BUDGET // 2}",
                                            f"ours eagle budget {bench.HEADS_BUDGET}",
                                            f"ours eagle budget {2 * bench.HEADS_BUDGET}",
-                                           f"ours eagle adaptive budget {2 * bench.HEADS_BUDGET}"]
+                                           f"ours eagle adaptive budget {2 * bench.HEADS_BUDGET}",
+                                           f"ours eagle adaptive budget {2 * bench.HEADS_BUDGET} draft vocab "
+                                           f"{bench.DRAFT_VOCAB}"]
     assert all(r["exact"] and r["tokens"] == 16 for r in rows), rows
     assert not any("budget" in n for n in bench.contenders(model, tok, None, 4, heads=tmp_path / "none"))
 
@@ -249,3 +252,49 @@ def test_under_load_discounts_the_benchs_own_threads():
     from bench import under_load
     assert not under_load(0.3, 1.0, 1) and not under_load(0.49, 2.4, 2)
     assert under_load(0.6, 0.7, 1) and under_load(0.3, 2.2, 1)
+
+
+def test_readme_speed_table_comes_from_the_newest_quiet_heldout_run_with_llama_cpp(monkeypatch, tmp_path):
+    """The README's CPU speed block: generated from the newest held-out chat result that has our greedy and
+    llama.cpp's greedy (never one measured under load), each row against both; --check says when it is stale."""
+    import readme_table
+    res = tmp_path / "bench" / "results"
+    res.mkdir(parents=True)
+
+    def row(method, rate, exact=True, acc=None):
+        return {"method": method, "tokens_per_s": rate, "vs_hf_greedy": 1.0, "exact": exact, "mean_accepted": acc}
+    meta = {"prompts": "heldout_chat", "command": "python bench/bench.py --prompts heldout_chat", "date": "2026-01-02",
+            "runs": 2, "cpus": 2, "machine": "x86_64", "torch": "2.13.0+cpu", "max_new_tokens": 96, "load_before": 0.1}
+    rows = [row("ours greedy", 100.0, acc=1.0), row("ours eagle", 120.0, acc=2.0), row("llama.cpp greedy", 80.0, False)]
+    (res / "cpu-old.json").write_text(json.dumps({"meta": {**meta, "date": "2026-01-01"}, "rows": rows}))
+    (res / "cpu-new.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+    (res / "cpu-loaded.json").write_text(json.dumps({"meta": {**meta, "date": "2026-02-01", "under_load": True},
+                                                     "rows": rows}))
+    (res / "cpu-nollama.json").write_text(json.dumps({"meta": {**meta, "date": "2026-03-01"}, "rows": rows[:2]}))
+    monkeypatch.setattr(readme_table, "ROOT", tmp_path)
+    assert readme_table.speed_source().name == "cpu-new.json"
+    block = readme_table.speed_block()
+    assert "| ours eagle | 120.0 | 1.20x | 1.50x | 2.00 | yes |" in block
+    assert "| llama.cpp greedy | 80.0 | 0.80x | 1.00x | – | no (its own kernels) |" in block
+    assert "`python bench/bench.py --prompts heldout_chat` on 2026-01-02 (`bench/results/cpu-new.json`)" in block
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "performance.md"
+    page.write_text("# P\n")
+    front = tmp_path / "README.md"
+    front.write_text(f"# x\n\n{readme_table.SPEED_BEGIN}\nold\n{readme_table.SPEED_END}\n\nafter\n")
+    assert readme_table.main(["--check"], page, front) == 1
+    _load(monkeypatch, 2.5)
+    assert readme_table.main(["--allow-load"], page, front) == 0 and "old" in front.read_text()  # never under load
+    _load(monkeypatch, 0.1)
+    assert readme_table.main([], page, front) == 0
+    assert readme_table.main(["--check"], page, front) == 0
+    text = front.read_text()
+    assert "old" not in text and "| ours eagle | 120.0 |" in text and text.endswith(f"{readme_table.SPEED_END}\n\nafter\n")
+
+
+def test_the_shipped_readme_speed_table_is_current():
+    """The README's speed numbers are exactly what bench/results holds (python bench/readme_table.py writes them)."""
+    import readme_table
+    assert readme_table.SPEED_BEGIN in (readme_table.ROOT / "README.md").read_text()
+    assert readme_table.speed_source() is not None
+    assert readme_table.check() == []  # both generated blocks: the README's and docs/performance.md's
