@@ -127,6 +127,67 @@ inline float dot(const float* a, const float* b, int64_t D) {
   return out;
 }
 
+// q . K[t] for the 8 rows K[0..7] (row stride D, D a multiple of 8) in one vector: 8 lanes of partial sums per
+// row, then one transpose-and-add (hadd) instead of a horizontal sum per row.
+inline __m256 dot8(const float* q, const float* K, int64_t D) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int64_t i = 0; i < D; i += 8) {
+    const __m256 v = _mm256_loadu_ps(q + i);
+    a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + i), a0);
+    a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + D + i), a1);
+    a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + 2 * D + i), a2);
+    a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + 3 * D + i), a3);
+    a4 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + 4 * D + i), a4);
+    a5 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + 5 * D + i), a5);
+    a6 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + 6 * D + i), a6);
+    a7 = _mm256_fmadd_ps(v, _mm256_loadu_ps(K + 7 * D + i), a7);
+  }
+  const __m256 s03 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 s47 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s03, s47, 0x20), _mm256_permute2f128_ps(s03, s47, 0x31));
+}
+
+// One (row, head): p = softmax(q K^T * scale + mask) over kvlen keys, o = p V. D = 8 * NV (a template, so that
+// the output's NV vectors stay in registers across the keys), or NV = 0: any D, accumulated in memory.
+template <int NV>
+void attend(const float* qv, const float* Kg, const float* Vg, const float* mr, int64_t kvlen, int64_t D,
+            float scale, float* p, float* acc, float* o) {
+  int64_t j = 0;
+  if (D % 8 == 0) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (; j + 8 <= kvlen; j += 8)
+      _mm256_storeu_ps(p + j, _mm256_add_ps(_mm256_mul_ps(dot8(qv, Kg + j * D, D), sc), _mm256_loadu_ps(mr + j)));
+  }
+  for (; j < kvlen; ++j) p[j] = dot(qv, Kg + j * D, D) * scale + mr[j];
+  float top = -INFINITY;
+  for (j = 0; j < kvlen; ++j) top = std::max(top, p[j]);
+  for (j = 0; j < kvlen; ++j) p[j] -= top;
+  exp_inplace(p, kvlen);
+  float sum = 0.0f;
+  if constexpr (NV > 0) {
+    __m256 a[NV];
+    for (int v = 0; v < NV; ++v) a[v] = _mm256_setzero_ps();
+    for (j = 0; j < kvlen; ++j) {
+      if (p[j] == 0.0f) continue;  // a masked column
+      sum += p[j];
+      const __m256 w = _mm256_set1_ps(p[j]);
+      const float* vj = Vg + j * 8 * NV;
+      for (int v = 0; v < NV; ++v) a[v] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * v), a[v]);
+    }
+    const __m256 s = _mm256_set1_ps(sum);
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o + 8 * v, _mm256_div_ps(a[v], s));
+  } else {
+    std::fill(acc, acc + D, 0.0f);
+    for (j = 0; j < kvlen; ++j) {
+      if (p[j] == 0.0f) continue;
+      sum += p[j];
+      const float* vj = Vg + j * D;
+      for (int64_t i = 0; i < D; ++i) acc[i] += p[j] * vj[i];
+    }
+    for (int64_t i = 0; i < D; ++i) o[i] = acc[i] / sum;
+  }
+}
+
 // softmax(q k^T * scale + mask) v per (row, head); K/V [kv_heads, cap, D] of one layer, q [M, heads * D].
 torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, int64_t cap, const float* mask,
                         int64_t kvlen, int64_t heads, int64_t kv_heads, int64_t D, float scale) {
@@ -135,33 +196,16 @@ torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, 
   const float* qp = q.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, M * heads, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> p(kvlen);
-    std::vector<float> acc(D);
+    std::vector<float> p(kvlen), acc(D);
     for (int64_t job = b; job < e; ++job) {
       const int64_t r = job / heads, h = job % heads, g = h / group;
-      const float* qv = qp + (r * heads + h) * D;
+      const float* args_q = qp + (r * heads + h) * D;
       const float* Kg = K + g * cap * D;
       const float* Vg = V + g * cap * D;
-      const float* mr = mask + r * kvlen;
-      float top = -INFINITY;
-      for (int64_t j = 0; j < kvlen; ++j) {
-        const float sc = dot(qv, Kg + j * D, D) * scale;
-        p[j] = sc + mr[j];
-        top = std::max(top, p[j]);
-      }
-      for (int64_t j = 0; j < kvlen; ++j) p[j] -= top;
-      exp_inplace(p.data(), kvlen);
-      float sum = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < kvlen; ++j) {
-        const float w = p[j];
-        if (w == 0.0f) continue;  // a masked column
-        sum += w;
-        const float* vj = Vg + j * D;
-        for (int64_t i = 0; i < D; ++i) acc[i] += w * vj[i];
-      }
       float* o = op + (r * heads + h) * D;
-      for (int64_t i = 0; i < D; ++i) o[i] = acc[i] / sum;
+      if (D == 64) attend<8>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o);
+      else if (D == 128) attend<16>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o);
+      else attend<0>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o);
     }
   });
   return out;
