@@ -130,4 +130,29 @@ def test_cli_adaptive_reaches_retrieval_and_stays_refused_elsewhere(tiny_dir, tm
     assert main(["generate", "--model", tiny_dir, "--method", "lookahead", "--adaptive", "--prompt", "def x",
                  "--max-new-tokens", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--adaptive needs --method speculative, eagle or retrieval" in err[0]
+    assert len(err) == 1 and "--adaptive needs --method prompt_lookup, speculative, eagle or retrieval" in err[0]
+
+
+@pytest.mark.parametrize("row_ms", [None, "1:1,64:1.000001", "1:1,2:1000", "1:10,2:10.5,16:17.5"],
+                         ids=["measured", "free rows", "dear rows", "moderate"])
+def test_adaptive_prompt_lookup_is_exact_and_copies_as_far_as_pays(row_ms):
+    """Prompt lookup's copies priced by the run's acceptance per position: HF greedy's tokens whatever the
+    curve; free rows copy as far as without pricing, dear rows make every step a plain step."""
+    model = tiny("llama")
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12, 5, 6, 7]
+    ref = hf_greedy(model, prompt, 40)
+    tr = run(model, None, prompt, "prompt_lookup", max_new_tokens=40, adaptive=1, row_ms=row_ms)
+    assert tr.output_ids == ref
+    assert tr.config["adaptive"] is True and tr.config["row_ms"]["1"] > 0
+    sizes = [len(s.tokens) for s in tr.steps[1:]]
+    plain = run(model, None, prompt, "prompt_lookup", max_new_tokens=40)
+    if row_ms == "1:1,2:1000":
+        assert max(sizes) == 1
+    if row_ms == "1:1,64:1.000001":
+        assert sizes == [len(s.tokens) for s in plain.steps[1:]]
+    if row_ms == "1:10,2:10.5,16:17.5":
+        assert max(sizes) > 1 and sum(sizes) < sum(len(s.tokens) for s in plain.steps[1:])
+    with pytest.raises(ValueError, match="adaptive is 0"):
+        run(model, None, prompt, "prompt_lookup", max_new_tokens=4, adaptive=2)
+    with pytest.raises(ValueError, match="greedy steps only"):
+        run(model, None, prompt, "prompt_lookup", max_new_tokens=4, adaptive=1, sampling=Sampling(0.8, seed=0))

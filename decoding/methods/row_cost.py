@@ -113,10 +113,12 @@ class RowCost:
 
 
 def adaptive_knob():
-    """The `adaptive` parameter of every method whose tree this module prices (EAGLE, retrieval): one flag."""
+    """The `adaptive` parameter of every method whose tree this module prices (EAGLE, retrieval, prompt lookup):
+    one flag."""
     return knob(False, cli="--adaptive",
-                help="eagle / retrieval: size each step's tree from the draft's confidence (retrieval: the "
-                     "continuations' shares) and this device's row-cost curve (--budget is then the most nodes)")
+                help="eagle / retrieval / prompt lookup: size each step's tree from the draft's confidence "
+                     "(retrieval: the continuations' shares; prompt lookup: the run's acceptance per copied "
+                     "position) and this device's row-cost curve (--budget / --num-tokens is then the most)")
 
 
 def row_ms_knob():

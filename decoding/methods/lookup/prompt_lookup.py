@@ -11,6 +11,12 @@ Aggressive decoding (Ge et al.) is its special case where the reference is the i
 (fix typos, rewrite a function): the output copies long spans of it. Each reference keeps a cursor
 (where the last accepted copy ended), and the occurrence at or after it is offered first: in an edit
 the output walks through the input in order, and a frequent n-gram (`self.x`) must not jump back.
+
+adaptive=1 (greedy) copies only as far as pays on this device: position d of a copy is accepted with the run's
+own rate so far (accepted / tried at that position, from a prior of one half), so a copy's node at depth d
+has path probability q_1 x ... x q_d, and the row-cost pricing (row_cost.py) keeps the depth whose expected
+tokens pay for its rows at the run's going rate; no node pays, a plain step. On a CPU a 10-token copy costs an
+11-row step (2-3 one-row steps) whether chat accepts one token of it or code ten.
 """
 from __future__ import annotations
 
@@ -22,23 +28,35 @@ from decoding.engine.masks import add_trie, depths_of
 from decoding.methods.lookup.ngrams import NGramIndex
 from decoding.engine.verify import Verdict, common_prefix
 from decoding.params import LIMITS
+from decoding.methods.row_cost import RowCost, adaptive_knob, measured_curve, parse_curve, row_ms_knob
 from decoding.methods.spec import MethodSpec, knob
 
 
 class PromptLookup:
     name = "prompt_lookup"
-    abilities = Abilities()
+
+    @property
+    def abilities(self) -> Abilities:
+        """adaptive: bound to the target (bind) to measure what its rows cost."""
+        return Abilities(own_model=self.adaptive)
 
     @classmethod
     def from_params(cls, **p) -> "PromptLookup":
         return cls(p.get("max_ngram", 3), p.get("num_tokens", 10), p.get("candidates", 1),
-                   reference=p.get("reference_ids"), reference_tokens=p.get("reference_tokens", 24))
+                   reference=p.get("reference_ids"), reference_tokens=p.get("reference_tokens", 24),
+                   adaptive=p.get("adaptive") or 0, row_ms=p.get("row_ms"))
 
     def __init__(self, max_ngram: int = 3, num_tokens: int = 10, candidates: int = 1, min_ngram: int = 1,
-                 reference: list[list[int]] | None = None, reference_tokens: int = 24):
+                 reference: list[list[int]] | None = None, reference_tokens: int = 24, adaptive: int = 0,
+                 row_ms: str | None = None):
         if not (1 <= min_ngram <= max_ngram) or num_tokens < 1 or candidates < 1 or reference_tokens < 1:
             raise ValueError("prompt lookup needs 1 <= min_ngram <= max_ngram, num_tokens >= 1, candidates >= 1, "
                              "reference_tokens >= 1")
+        if adaptive not in (0, 1, True, False):
+            raise ValueError("prompt lookup: adaptive is 0 (copy num_tokens) or 1 (copies priced by the row-cost curve)")
+        self.adaptive = bool(adaptive)
+        self.row_ms = parse_curve(row_ms) if row_ms else None
+        self.cost: RowCost | None = None
         if reference is not None and (not reference or not all(reference)):
             raise ValueError("a reference text is empty (it has no tokens)")
         self.max_ngram, self.min_ngram, self.K, self.C = max_ngram, min_ngram, num_tokens, candidates
@@ -50,7 +68,16 @@ class PromptLookup:
         if self.reference:  # sizes only: the texts are the user's and can be long
             c.update(references=len(self.reference), reference_tokens=self.R,
                      reference_lengths=[len(r) for r in self.reference])
+        if self.adaptive:
+            c.update(adaptive=True, row_ms={str(q): round(ms, 3) for q, ms in self.cost.curve.items()}
+                     if self.cost is not None else None)
         return c
+
+    def bind(self, model, sampling) -> None:
+        """adaptive only: the target's row-cost curve (given, or measured once per model)."""
+        if not sampling.greedy:
+            raise ValueError("prompt lookup: adaptive prices greedy steps only (drop adaptive when sampling)")
+        self.cost = RowCost(self.row_ms or measured_curve(model, self.max_depth()))
 
     def max_depth(self) -> int:
         return max(self.K, self.R if self.reference else 0) + 1
@@ -64,7 +91,27 @@ class PromptLookup:
             idx.update(r)
             self.refs.append(idx)
         self.cursor = [0] * len(self.refs)  # per reference: the position after the last accepted copy
+        depth = self.max_depth()
+        self.tried, self.hit = [0] * depth, [0] * depth  # adaptive: per copy position, tried and accepted
+        if self.cost is not None:
+            self.cost.start()
 
+    def _priced(self, cands: list[list[int]]) -> tuple[int, list[float]]:
+        """adaptive: how deep to copy (0: not at all) and the kept nodes' path probabilities. Position d is
+        accepted at the run's rate so far (Laplace's rule from 1/2); the row-cost pricing keeps the best
+        prefix of the nodes in depth order (a depth's nodes are at least as likely as the next depth's)."""
+        probs, p, depth_of = [], 1.0, []
+        for d in range(1, max(map(len, cands)) + 1):
+            p *= (self.hit[d] + 1) / (self.tried[d] + 2)
+            nodes = len({tuple(c[:d]) for c in cands if len(c) >= d})  # the trie's nodes at depth d
+            probs += [p] * nodes
+            depth_of += [d] * nodes
+        keep = self.cost.keep(probs)
+        if keep == 0:
+            return 0, []
+        depth = depth_of[keep - 1] if keep == len(probs) or depth_of[keep] != depth_of[keep - 1] \
+            else depth_of[keep - 1] - 1  # whole depths only: every candidate is cut at the same length
+        return depth, [q for q, d in zip(probs, depth_of) if d <= depth]
     def _from_references(self, key: tuple[int, ...]) -> list[tuple[list[int], int, int]]:
         """(continuation, reference, end of the matched key) for up to C references that contain key:
         the occurrence at or after the reference's cursor first, else the nearest before it."""
@@ -83,6 +130,8 @@ class PromptLookup:
         return out
 
     def plan(self, context: list[int]) -> Plan:
+        if self.cost is not None:
+            self.cost.tick()
         self.index.update(context)
         cands: list[list[int]] = []
         key: list[int] = []
@@ -95,10 +144,16 @@ class PromptLookup:
                 key = context[-n:]
                 cands = [c for c, _, _ in refs] + [list(c) for c, _ in found if list(c) not in [r[0] for r in refs]]
                 break
+        priced = None
+        if self.cost is not None and cands:
+            depth, priced = self._priced(cands)
+            cands, refs = [c[:depth] for c in cands if depth], refs if depth else []
         sources = ["reference"] * len(refs) + ["text"] * (len(cands) - len(refs))
         parents, roles, slots = [-1], ["x0"], [(0, 0)]
         tokens = [context[-1]] + add_trie(parents, roles, slots, cands)  # shared prefixes verified once
         info = {"key": key, "candidates": cands}
+        if priced is not None:
+            info["priced"] = round(sum(priced), 4)  # the kept nodes' expected tokens, before calibration
         origins = None
         if self.refs:  # a node first proposed by a reference candidate is a reference copy
             info.update(candidate_sources=sources, reference_at=[[d, e] for _, d, e in refs])
@@ -110,6 +165,12 @@ class PromptLookup:
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         acc = verdict.tokens
         plan.info["matched"] = [common_prefix(c, acc) for c in plan.info["candidates"]]
+        if self.cost is not None:
+            drafted, got = max(map(len, plan.info["candidates"]), default=0), len(verdict.path) - 1
+            for d in range(1, min(drafted, got + 1) + 1):  # position d is tried when d - 1 was accepted
+                self.tried[d] += 1
+                self.hit[d] += d <= got
+            self.cost.observe(plan.info.get("priced", 0.0), len(verdict.tokens))
         chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None
         plan.info["chosen"] = chosen
         at = plan.info.get("reference_at") or []
@@ -133,6 +194,8 @@ class PromptLookupParams:
     reference_tokens: int = knob(24, lo=LIMITS["reference_tokens"][0], hi=LIMITS["reference_tokens"][1],
                                  cli="--reference-tokens",
                                  help="prompt lookup: tokens copied from a reference per step (default 24)")
+    adaptive: bool = adaptive_knob()
+    row_ms: str = row_ms_knob()
 
 
 def prepare(p: dict, model, tokenizer) -> dict:
@@ -172,6 +235,6 @@ SPEC = MethodSpec(
     "tokens per step where the input was right."),
     paper="Saxena 2023, Prompt Lookup Decoding; Yang et al. 2023, Inference with Reference (LLMA, arXiv 2304.04487)",
     prepare=prepare,
-    presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10},
+    presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10, "adaptive": 1},
              "teaching": {"max_ngram": 3, "num_tokens": 10}},
     pictures=("mask", "pool", "tree"), words=words)
