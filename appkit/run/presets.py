@@ -130,7 +130,13 @@ def resolve(model_name: str, model, tok, method: str, draft=None, heads: str | N
 
 def describe(method: str, params: dict) -> str:
     """'W1 N3 G1', 'tree 2,1,1', 'chain K4', 'max n-gram 3, copy 10', 'block 8', 'tree budget 8': a method's
-    shape in the words of its parameters (read from its spec: its knobs and what it needs)."""
+    shape in the words of its parameters (read from its spec: its knobs and what it needs); a shape sized per
+    step by the row-cost curve (adaptive) says so: 'tree budget 8, sized per step'."""
+    words = _shape(method, params)
+    return f"{words}, sized per step" if words and params.get("adaptive") else words
+
+
+def _shape(method: str, params: dict) -> str:
     sp = spec(method)
     if sp is None or is_baseline(method):
         return ""
