@@ -30,8 +30,9 @@ SHIPPED_CPU = {name: spec.presets["cpu_embedded"] for name, spec in SPECS.items(
 # 1.68 tokens/step, 1.06x greedy's 62 tokens/s on the pilots (chain-like trees 2,1,1: 1.03x).
 # Re-measured on 2026-11-27 after the one-call CPU step (decoding/fast/cpu_step.py) made a 1-row step 14 -> 8.4 ms,
 # so that every verified row costs relatively more: on the page's 4 example chat requests, 64 tokens, 2 rounds
-# (load 0.6), EAGLE budget 4 cut 0.1 1.01x greedy, adaptive budget 8 1.09x (so the preset is now adaptive);
-# prompt lookup copying 10 tokens 0.74x, 3 tokens 1.03x, adaptive (copies priced per step) 1.03x (now adaptive).
+# (python bench/cpu_presets.py, load 0.6), EAGLE budget 4 cut 0.1 0.97x greedy, adaptive budget 8 1.06x (so the
+# preset is now adaptive); prompt lookup copying 10 tokens 0.71x, 3 tokens 0.98x, adaptive (copies priced per
+# step) 0.99x (now adaptive: it still copies far where the text repeats, as code does).
 # Declared in each method's spec (spec.presets["cpu_default"]); this dict is derived from them.
 SHIPPED_CPU_DEFAULT = {name: spec.presets["cpu_default"] for name, spec in SPECS.items()
                        if "cpu_default" in spec.presets}
