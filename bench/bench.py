@@ -126,10 +126,12 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             model, tok, "lookahead", **auto)
     if is_default_model(model):  # the app's Run tab on a CPU: the shipped preset for the default model
         from decoding.presets import SHIPPED_CPU_DEFAULT
+        from appkit.run.presets import describe
         from decoding.methods.registry import spec_of
         for method, preset in SHIPPED_CPU_DEFAULT.items():
             if not spec_of(method).needs:  # the presets of the methods that need nothing shipped beside the model
-                c[f"ours {method.replace('_', ' ')} (app CPU preset {preset})"] = ours_runner(model, tok, method, **preset)
+                c[f"ours {method.replace('_', ' ')} {describe(method, preset)} (app CPU preset)"] = ours_runner(
+                    model, tok, method, **preset)
     c["HF prompt lookup"] = hf_runner(hf_model, tok, prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
     c["ours prompt lookup"] = ours_runner(model, tok, "prompt_lookup")
     for block in (4, 8):  # plain Jacobi: the lesson row, expected near greedy
@@ -165,10 +167,11 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         if heads is not None and (Path(heads) / kind / "heads.json").is_file():
             for b in budgets:
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
+            from appkit.run.presets import describe
             from decoding.presets import SHIPPED_CPU_DEFAULT
             preset = SHIPPED_CPU_DEFAULT.get(kind) if is_default_model(model) else None
             if preset:  # the app's shipped CPU preset for the default model
-                c[f"ours {kind} (app CPU preset {preset})"] = ours_runner(
+                c[f"ours {kind} {describe(kind, preset)} (app CPU preset)"] = ours_runner(
                     model, tok, kind, heads=str(Path(heads) / kind), **preset)
             if adaptive:  # the tree sized per step from the draft's confidence and the row-cost curve
                 c[f"ours {kind} adaptive budget {2 * HEADS_BUDGET}"] = ours_runner(
