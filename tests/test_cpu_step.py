@@ -20,9 +20,9 @@ from decoding.fast.layout import apply_layout
 from test_cpu_blocks import ISAS, isa, quantize_model  # noqa: F401 - isa is a fixture
 
 
-def models(kind: str, seed: int = 5, hidden: int = 64, layers: int = 3):
-    """(stock, packed) copies of one tiny Llama: fp32 weights, or weights that are exactly ggml blocks."""
-    stock = tiny("llama", seed=seed, hidden=hidden, layers=layers, vocab=96)
+def models(kind: str, seed: int = 5, hidden: int = 64, layers: int = 3, arch: str = "llama"):
+    """(stock, packed) copies of one tiny Llama (or Qwen2): fp32 weights, or weights that are exactly ggml blocks."""
+    stock = tiny(arch, seed=seed, hidden=hidden, layers=layers, vocab=96)
     if kind == "blocks":
         quantize_model(stock, lambda name: "q8_0" if name == "lm_head" else "q4_1")
     packed = copy.deepcopy(stock)
@@ -35,9 +35,9 @@ def random_tree(rng: random.Random, q: int) -> list[int]:
 
 
 @pytest.mark.parametrize("isa", ISAS, indirect=True)
-@pytest.mark.parametrize("kind", ["fp32", "blocks"])
-def test_logits_and_hidden_states_equal_transformers_forward(isa, kind):
-    _, packed = models(kind)
+@pytest.mark.parametrize("kind,arch", [("fp32", "llama"), ("blocks", "llama"), ("fp32", "qwen2")])
+def test_logits_and_hidden_states_equal_transformers_forward(isa, kind, arch):
+    _, packed = models(kind, arch=arch)
     fused, plain = Core(packed), Core(packed, fused=False)
     assert isinstance(fused.cache, CpuKV) and not isinstance(plain.cache, CpuKV)
     rng = random.Random(0)
@@ -69,15 +69,15 @@ def test_logits_and_hidden_states_equal_transformers_forward(isa, kind):
     assert torch.equal(picked[[0, 2]], full[[0, 2]]) and not picked[1].any()
 
 
-@pytest.mark.parametrize("kind", ["fp32", "blocks"])
+@pytest.mark.parametrize("kind,arch", [("fp32", "llama"), ("blocks", "llama"), ("blocks", "qwen2")])
 @pytest.mark.parametrize("method,params", [
     ("greedy", {}),
     ("lookahead", dict(window=4, ngram=3, guesses=4)),
     ("prompt_lookup", {}),
     ("jacobi", dict(block=4)),
 ])
-def test_methods_return_hf_greedy_tokens(kind, method, params):
-    stock, packed = models(kind)
+def test_methods_return_hf_greedy_tokens(kind, arch, method, params):
+    stock, packed = models(kind, arch=arch)
     multi = False
     for prompt in ([5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12], list(range(40, 60))):
         tr = generate(packed, prompt, make_drafter(method, **params), max_new_tokens=40)
@@ -109,9 +109,13 @@ def test_what_it_cannot_run_keeps_transformers_forward(monkeypatch):
     stock, packed = models("fp32")
     assert "not packed" in cpu_step.why_not(stock)
     assert cpu_step.why_not(packed) is None
-    qwen = tiny("qwen2", hidden=64)
-    apply_layout(qwen, "packed")
-    assert "LlamaForCausalLM" in cpu_step.why_not(qwen) and not isinstance(Core(qwen).cache, CpuKV)
+    gpt2 = tiny("gpt2", hidden=64)
+    apply_layout(gpt2, "packed")
+    assert "LlamaForCausalLM" in cpu_step.why_not(gpt2) and not isinstance(Core(gpt2).cache, CpuKV)
+    _, qwen = models("fp32", arch="qwen2")
+    assert cpu_step.why_not(qwen) is None and isinstance(Core(qwen).cache, CpuKV)
+    qwen.config.sliding_window, qwen.config.layer_types = 8, ["sliding_attention"] * 3
+    assert "sliding" in cpu_step.why_not(qwen)
     handle = packed.model.layers[1].mlp.register_forward_hook(lambda *a: None)
     assert "hooks" in cpu_step.why_not(packed) and not isinstance(Core(packed).cache, CpuKV)
     handle.remove()
@@ -140,12 +144,14 @@ def test_the_kernel_checks_its_input():
     dims = [4, 2, 16, 128]
     op = torch.ops.decodescope.llama_step
     with pytest.raises(RuntimeError, match="6 weights per layer"):
-        op(x, cs, cs, kv.store, mask, kv.weights()[:-2], dims, 1e-6, 0.25, [])
+        op(x, cs, cs, kv.store, mask, kv.weights()[:-2], [], dims, 1e-6, 0.25, [])
+    with pytest.raises(RuntimeError, match="3 per layer"):
+        op(x, cs, cs, kv.store, mask, kv.weights(), [torch.zeros(64)], dims, 1e-6, 0.25, [])
     with pytest.raises(RuntimeError, match="head shapes"):
-        op(x, cs, cs, kv.store, mask, kv.weights(), [4, 3, 16, 128], 1e-6, 0.25, [])
+        op(x, cs, cs, kv.store, mask, kv.weights(), [], [4, 3, 16, 128], 1e-6, 0.25, [])
     with pytest.raises(RuntimeError, match="mask"):
-        op(x, cs, cs, kv.store, torch.zeros(2, 1), kv.weights(), dims, 1e-6, 0.25, [])
+        op(x, cs, cs, kv.store, torch.zeros(2, 1), kv.weights(), [], dims, 1e-6, 0.25, [])
     with pytest.raises(RuntimeError, match="hidden-state indices"):
-        op(x, cs, cs, kv.store, mask, kv.weights(), dims, 1e-6, 0.25, [4])
-    out = op(x, cs, cs, kv.store, mask, kv.weights(), dims, 1e-6, 0.25, [0, 3])
+        op(x, cs, cs, kv.store, mask, kv.weights(), [], dims, 1e-6, 0.25, [4])
+    out = op(x, cs, cs, kv.store, mask, kv.weights(), [], dims, 1e-6, 0.25, [0, 3])
     assert [t.shape for t in out] == [(2, 64)] * 3

@@ -58,7 +58,10 @@ def path_of(core: Core) -> dict:
     """Which path a timing took: static or dynamic, graphs on/off, buckets used / captured, capture
     errors; `label` is the one-line form reports print next to every timed row."""
     if not core.static:
-        return {"static": False, "graphs": False, "used": [], "captured": [], "failed": {}, "label": "dynamic (eager)"}
+        from ..fast.cpu_step import CpuKV
+        one_call = isinstance(core.cache, CpuKV)  # decoding/fast/cpu_step.py: the whole step in one call
+        return {"static": False, "graphs": False, "used": [], "captured": [], "failed": {},
+                "label": "one-call CPU step (eager)" if one_call else "dynamic (eager)"}
     st = core.cache.status()
     label = (f"static, graphs {'on' if st['graphs'] else 'off'}, {len(st['captured'])} buckets captured"
              + (f", {len(st['failed'])} capture errors ({next(iter(st['failed'].values()))})" if st["failed"] else ""))

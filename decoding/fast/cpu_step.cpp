@@ -1,4 +1,4 @@
-// A whole decoding step of a Llama-shaped decoder on CPU in one call (decoding/fast/cpu_step.py says why and
+// A whole decoding step of a Llama-shaped decoder (Llama, Qwen2, Mistral) on CPU in one call (decoding/fast/cpu_step.py says why and
 // when it is used): per layer RMSNorm, the fused q/k/v kernel call, rotary embedding, the KV write, attention
 // over the cache with the engine's additive tree mask, o_proj, the residual, RMSNorm, the fused gate/up call,
 // SiLU x up, down_proj, the residual; then the final RMSNorm. The Linears are the packed kernel's own ops
@@ -30,11 +30,12 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& P, int64_t N) 
   return P.scalar_type() == torch::kUInt8 ? block.call(x, P, N, std::nullopt) : packed.call(x, P, N, std::nullopt);
 }
 
-std::vector<torch::Tensor> fused(const torch::Tensor& x, const torch::Tensor& P, std::vector<int64_t> ns) {
+std::vector<torch::Tensor> fused(const torch::Tensor& x, const torch::Tensor& P, std::vector<int64_t> ns,
+                                 const c10::List<OptT>& biases = c10::List<OptT>()) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("decodescope::fused_linear", "")
       .typed<std::vector<torch::Tensor>(const torch::Tensor&, const torch::Tensor&, c10::ArrayRef<int64_t>,
                                         const c10::List<OptT>&)>();
-  return op.call(x, P, ns, c10::List<OptT>());
+  return op.call(x, P, ns, biases);
 }
 
 // transformers' LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)), each product rounded to float32.
@@ -228,16 +229,20 @@ void silu_mul(float* g, const float* u, int64_t n) {
 // positions), store [L, 2, kv_heads, cap, D] (every layer's keys and values; the step's rows are written at
 // slots kvlen - M .. kvlen - 1), mask [M, kvlen] additive (0 or a large negative), weights: per layer
 // (input norm, q/k/v panels, o panels, post-attention norm, gate/up panels, down panels), then the final norm;
-// dims (heads, kv_heads, D, intermediate). Returns the final-normed hidden states, then the hidden states
+// dims (heads, kv_heads, D, intermediate); qkv_bias: empty, or the q/k/v biases of every layer (Qwen2).
+// Returns the final-normed hidden states, then the hidden states
 // transformers would return at the indices `want` (0: the embeddings, k: after layer k, L: the final-normed).
 std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Tensor& cos_in,
                                       const torch::Tensor& sin_in, const torch::Tensor& store,
                                       const torch::Tensor& mask_in, std::vector<torch::Tensor> weights,
-                                      at::IntArrayRef dims, double eps_d, double scale_d, at::IntArrayRef want) {
+                                      std::vector<torch::Tensor> qkv_bias, at::IntArrayRef dims, double eps_d,
+                                      double scale_d, at::IntArrayRef want) {
   TORCH_CHECK(dims.size() == 4, "llama_step: dims are (heads, kv_heads, head_dim, intermediate)");
   const int64_t heads = dims[0], kv_heads = dims[1], D = dims[2], I = dims[3];
   TORCH_CHECK(weights.size() % 6 == 1, "llama_step: 6 weights per layer, then the final norm");
   const int64_t L = static_cast<int64_t>(weights.size()) / 6;
+  TORCH_CHECK(qkv_bias.empty() || static_cast<int64_t>(qkv_bias.size()) == 3 * L,
+              "llama_step: no q/k/v biases, or 3 per layer");
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == torch::kFloat32, "llama_step: x [rows, hidden] float32");
   const int64_t M = x_in.size(0), H = x_in.size(1);
   TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && D % 2 == 0, "llama_step: head shapes");
@@ -262,7 +267,10 @@ std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Te
   const int64_t layer_stride = 2 * kv_heads * cap * D, half_stride = kv_heads * cap * D;
   for (int64_t l = 0; l < L; ++l) {
     const torch::Tensor* w = weights.data() + 6 * l;
-    auto qkv = fused(rms_norm(h, w[0], eps), w[1], {heads * D, kv_heads * D, kv_heads * D});
+    c10::List<OptT> bias;
+    if (!qkv_bias.empty())
+      for (int64_t j = 0; j < 3; ++j) bias.push_back(qkv_bias[3 * l + j]);
+    auto qkv = fused(rms_norm(h, w[0], eps), w[1], {heads * D, kv_heads * D, kv_heads * D}, bias);
     rotary(qkv[0], heads, D, cs.data_ptr<float>(), sn.data_ptr<float>());
     rotary(qkv[1], kv_heads, D, cs.data_ptr<float>(), sn.data_ptr<float>());
     float* Kl = sp + l * layer_stride;
@@ -290,7 +298,7 @@ std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Te
 
 TORCH_LIBRARY_FRAGMENT(decodescope, m) {
   m.def("llama_step(Tensor x, Tensor cos, Tensor sin, Tensor(a!) store, Tensor mask, Tensor[] weights, "
-        "int[] dims, float eps, float scale, int[] want) -> Tensor[]");
+        "Tensor[] qkv_bias, int[] dims, float eps, float scale, int[] want) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(decodescope, CPU, m) { m.impl("llama_step", &llama_step); }

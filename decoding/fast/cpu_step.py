@@ -5,8 +5,9 @@ one thread); the rest is ~40 small tensor ops per layer dispatched from Python (
 concatenation, SDPA, residuals), each microseconds of overhead on a 576-wide row. llama.cpp pays none of it.
 cpu_step.cpp runs a step's 30 layers in one call: the same packed Linears, the glue as plain loops.
 
-When: a model whose layers are transformers' Llama layers (LlamaForCausalLM: RMSNorm, no biases, SiLU gate,
-rotary from the model's own rotary_emb, every layer full attention), packed by the packed layout with fused
+When: a model whose layers are transformers' Llama layers (LlamaForCausalLM, Qwen2ForCausalLM with its q/k/v
+biases, MistralForCausalLM: RMSNorm, SiLU gate, rotary from the model's own rotary_emb, every layer full
+attention), packed by the packed layout with fused
 q/k/v and gate/up (cpu_gemm.fuse_linears), float32 on CPU. Anything else — and DECODESCOPE_CPU_STEP=0 —
 keeps transformers' forward (why_not() says why). The engine's Core uses it through CpuKV, a cache of its
 own ([layers, 2, kv_heads, capacity, head_dim], grown by doubling), with the same mask and the same commit
@@ -26,6 +27,10 @@ import torch
 from . import cpu_gemm
 
 ROUND = 256  # capacity granularity of a CpuKV (doubles when a step needs more)
+# transformers' classes whose decoder layer is Llama's (RMSNorm, rotary, SiLU gate), by model_type; Qwen2 adds
+# biases to q/k/v, Mistral a sliding window (refused where a layer uses it).
+ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
+NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")  # all three: w * (x * rsqrt(mean(x^2) + eps))
 
 
 def why_not(model) -> str | None:
@@ -33,17 +38,17 @@ def why_not(model) -> str | None:
     if os.environ.get("DECODESCOPE_CPU_STEP", "1") == "0":
         return "switched off (DECODESCOPE_CPU_STEP=0)"
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) != "llama" or type(model).__name__ != "LlamaForCausalLM":
-        return f"{type(model).__name__} is not a LlamaForCausalLM"
+    if cfg is None or ARCHS.get(type(model).__name__) != getattr(cfg, "model_type", None):
+        return f"{type(model).__name__} is not one of {', '.join(ARCHS)}"
     if cpu_gemm.kernel() is None:
         return f"no CPU kernel ({cpu_gemm.why_not()})"
     emb = model.get_input_embeddings().weight
     if emb.device.type != "cpu" or emb.dtype != torch.float32:
         return "float32 on CPU only"
-    if getattr(cfg, "hidden_act", None) != "silu" or getattr(cfg, "attention_bias", False) or \
-            getattr(cfg, "mlp_bias", False) or getattr(cfg, "pretraining_tp", 1) != 1:
-        return "not the plain Llama block (SiLU, no biases)"
-    if getattr(cfg, "sliding_window", None):
+    if getattr(cfg, "hidden_act", None) != "silu" or getattr(cfg, "pretraining_tp", 1) != 1:
+        return "not the plain Llama block (SiLU gate)"
+    from ..models import sliding_window
+    if sliding_window(cfg):
         return "sliding-window attention"
     if model._forward_hooks or model._forward_pre_hooks:
         return "the model has forward hooks"
@@ -51,15 +56,17 @@ def why_not(model) -> str | None:
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
         mods = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        if not all(isinstance(m, PackedLinear) and m.bias is None for m in mods):
+        if not all(isinstance(m, PackedLinear) for m in mods):
             return "its Linears are not packed (layout packed)"
+        if any(m.bias is not None for m in mods[3:]) or len({m.bias is None for m in mods[:3]}) != 1:
+            return "biases other than on all of q/k/v (Qwen2's)"
         if attn.q_proj._group is None or attn.q_proj._group.members != mods[:3] or \
                 mlp.gate_proj._group is None or mlp.gate_proj._group.members != mods[4:6]:
             return "q/k/v or gate/up are not fused"
         if any(m._forward_hooks or m._forward_pre_hooks for m in layer.modules()):
             return "a layer has forward hooks"
-        if not all(type(n).__name__ == "LlamaRMSNorm" for n in (layer.input_layernorm, layer.post_attention_layernorm)):
-            return "its norms are not LlamaRMSNorm"
+        if not all(type(n).__name__ in NORMS for n in (layer.input_layernorm, layer.post_attention_layernorm)):
+            return f"its norms are not {' / '.join(NORMS)}"
     return None
 
 
@@ -96,6 +103,12 @@ class CpuKV:
                     layer.post_attention_layernorm.weight, m.gate_proj._group.panels, m.down_proj.panels]
         return out + [self.model.model.norm.weight]
 
+    def biases(self) -> list[torch.Tensor]:
+        """Every layer's q/k/v biases (Qwen2), or [] where they have none."""
+        if self.layers[0].self_attn.q_proj.bias is None:
+            return []
+        return [getattr(layer.self_attn, n).bias for layer in self.layers for n in ("q_proj", "k_proj", "v_proj")]
+
     def reserve(self, n: int) -> None:
         if n <= self.capacity:
             return
@@ -118,7 +131,7 @@ class CpuKV:
         cos, sin = self.model.model.rotary_emb(x, position_ids=pos)
         n = len(self.layers)
         outs = torch.ops.decodescope.llama_step(
-            x[0], cos, sin, self.store, mask.to(torch.float32), self.weights(),
+            x[0], cos, sin, self.store, mask.to(torch.float32), self.weights(), self.biases(),
             [self.heads, self.kv_heads, self.head_dim, self.inter], self.eps, self.scale,
             [k % (n + 1) for k in want])
         h = outs[0]
