@@ -336,24 +336,29 @@ def test_distilled_loss_ignores_guesses_of_the_prompt(kind):
     assert not torch.equal(head_loss(kind, module, model, ids, feats, late, start=6)[0], base)
 
 
-@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
-def test_eagle_drafting_layer_equals_the_heads_own_forward(kv_heads):
-    """EagleLayer (own KV tensors, rotary table, one SDPA call) computes what EagleHead.forward computes
-    through transformers' decoder layer: a causal prefill from scratch (past the first KV capacity and the
-    first rotary table), then tree rows appended with an additive mask."""
+@pytest.mark.parametrize("kv_heads,head_dim,packed", [(4, 8, False), (2, 8, False), (2, 8, True), (2, 64, True)],
+                         ids=["mha", "gqa", "gqa-one-call", "gqa-one-call-d64"])
+def test_eagle_drafting_layer_equals_the_heads_own_forward(kv_heads, head_dim, packed):
+    """EagleLayer (own KV tensors, rotary table, one SDPA call; packed: the one-call CPU op) computes what
+    EagleHead.forward computes through transformers' decoder layer: a causal prefill from scratch (past the
+    first KV capacity and the first rotary table), then tree rows appended with an additive mask."""
     from transformers import DynamicCache
     from decoding.methods.self_draft.eagle_layer import EagleLayer
     from decoding.methods.self_draft.heads import EagleHead
     from decoding.engine.masks import chain_parents, step_mask
     torch.manual_seed(0)
-    spec = dict(hidden=32, heads=4, kv_heads=kv_heads, head_dim=8, intermediate=64, max_positions=4096,
+    spec = dict(hidden=32, heads=4, kv_heads=kv_heads, head_dim=head_dim, intermediate=64, max_positions=4096,
                 eps=1e-6, rope_theta=10000.0)
     head = EagleHead(spec).eval()
     for p in head.parameters():
         torch.nn.init.normal_(p, std=0.2)
+    if packed:
+        from decoding.fast.layout import apply_layout
+        assert apply_layout(head, "packed") == "packed"
     T = 1030  # > the layer's first rotary table (1024 positions) and KV capacity
     emb, feat = torch.randn(1, T + 3, 32), torch.randn(1, T + 3, 32)
     layer = EagleLayer(head, capacity=8)
+    assert layer.fast is packed
     with torch.no_grad():
         ref = head(emb[:, :T], feat[:, :T], past_key_values=(cache := DynamicCache(config=head.body.config)),
                    use_cache=True)

@@ -52,22 +52,46 @@ def why_not(model) -> str | None:
         return "sliding-window attention"
     if model._forward_hooks or model._forward_pre_hooks:
         return "the model has forward hooks"
-    from .cpu_gemm import PackedLinear
     for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        mods = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        if not all(isinstance(m, PackedLinear) for m in mods):
-            return "its Linears are not packed (layout packed)"
-        if any(m.bias is not None for m in mods[3:]) or len({m.bias is None for m in mods[:3]}) != 1:
-            return "biases other than on all of q/k/v (Qwen2's)"
-        if attn.q_proj._group is None or attn.q_proj._group.members != mods[:3] or \
-                mlp.gate_proj._group is None or mlp.gate_proj._group.members != mods[4:6]:
-            return "q/k/v or gate/up are not fused"
-        if any(m._forward_hooks or m._forward_pre_hooks for m in layer.modules()):
-            return "a layer has forward hooks"
-        if not all(type(n).__name__ in NORMS for n in (layer.input_layernorm, layer.post_attention_layernorm)):
-            return f"its norms are not {' / '.join(NORMS)}"
+        if why := layer_why_not(layer):
+            return why
     return None
+
+
+def layer_why_not(layer) -> str | None:
+    """Why one decoder layer cannot run in the op (also the EAGLE head's own layer), or None."""
+    from .cpu_gemm import PackedLinear
+    attn, mlp = layer.self_attn, layer.mlp
+    mods = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    if not all(isinstance(m, PackedLinear) for m in mods):
+        return "its Linears are not packed (layout packed)"
+    if any(m.bias is not None for m in mods[3:]) or len({m.bias is None for m in mods[:3]}) != 1:
+        return "biases other than on all of q/k/v (Qwen2's)"
+    if attn.q_proj._group is None or attn.q_proj._group.members != mods[:3] or \
+            mlp.gate_proj._group is None or mlp.gate_proj._group.members != mods[4:6]:
+        return "q/k/v or gate/up are not fused"
+    if any(m._forward_hooks or m._forward_pre_hooks for m in layer.modules()):
+        return "a layer has forward hooks"
+    if not all(type(n).__name__ in NORMS for n in (layer.input_layernorm, layer.post_attention_layernorm)):
+        return f"its norms are not {' / '.join(NORMS)}"
+    if type(getattr(mlp, "act_fn", None)).__name__ not in ("SiLU", "SiLUActivation"):
+        return "its MLP's activation is not SiLU"
+    return None
+
+
+def layer_weights(layer) -> list[torch.Tensor]:
+    """One layer's six kernel tensors (input norm, q/k/v panels, o panels, post-attention norm, gate/up panels,
+    down panels), read each step: a weight updated in place since it was packed is packed again first, as
+    PackedLinear's own forward would."""
+    a, m = layer.self_attn, layer.mlp
+    for mod in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
+        if mod.weight._version != mod._packed_at:
+            mod._group._update() if mod._group is not None else mod._repack()
+    if a.q_proj._group is None or m.gate_proj._group is None:
+        raise RuntimeError("a weight update split a fused group (its storages differ): "
+                           "the one-call CPU step cannot run this model any more")
+    return [layer.input_layernorm.weight, a.q_proj._group.panels, a.o_proj.panels,
+            layer.post_attention_layernorm.weight, m.gate_proj._group.panels, m.down_proj.panels]
 
 
 class CpuKV:
@@ -88,20 +112,8 @@ class CpuKV:
         self.capacity = 0
 
     def weights(self) -> list[torch.Tensor]:
-        """The kernel's weight list, read each step: a weight updated in place since it was packed is packed
-        again first, as PackedLinear's own forward would (one check of each Linear's version a step)."""
-        out = []
-        for layer in self.layers:
-            a, m = layer.self_attn, layer.mlp
-            for mod in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
-                if mod.weight._version != mod._packed_at:
-                    mod._group._update() if mod._group is not None else mod._repack()
-            if a.q_proj._group is None or m.gate_proj._group is None:
-                raise RuntimeError("a weight update split a fused group (its storages differ): "
-                                   "the one-call CPU step cannot run this model any more")
-            out += [layer.input_layernorm.weight, a.q_proj._group.panels, a.o_proj.panels,
-                    layer.post_attention_layernorm.weight, m.gate_proj._group.panels, m.down_proj.panels]
-        return out + [self.model.model.norm.weight]
+        """The kernel's weight list: every layer's six tensors (layer_weights), then the final norm."""
+        return [t for layer in self.layers for t in layer_weights(layer)] + [self.model.model.norm.weight]
 
     def biases(self) -> list[torch.Tensor]:
         """Every layer's q/k/v biases (Qwen2), or [] where they have none."""

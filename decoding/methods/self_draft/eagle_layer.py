@@ -6,14 +6,19 @@ time: 1.4 ms a call for a layer whose weights take ~0.3 ms to stream. Here keys 
 preallocated [1, kv_heads, capacity, head_dim] tensors (rows written in place, the tree region dropped by
 resetting a counter), cos/sin come from a table built once, and the attention is one SDPA call. Same
 weights, same arithmetic as EagleHead.forward (tests/test_heads.py compares them); training keeps using
-EagleHead.forward.
+EagleHead.forward. Where the head is packed for the CPU kernel (beside a packed target), the whole call after
+`fc` is one decodescope::llama_step with one layer (decoding/fast/cpu_step.py): the layer, its KV write and the
+final norm without ~25 small ops from Python a level.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from decoding.fast import cpu_step
 from decoding.methods.self_draft.heads import EagleHead
 
 
@@ -26,10 +31,18 @@ class EagleLayer:
         c = head.body.config
         self.nh, self.nkv, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         w = head.fc.weight
-        self.k = torch.zeros(1, self.nkv, capacity, self.hd, dtype=w.dtype, device=w.device)
-        self.v = torch.zeros_like(self.k)
+        # keys and values of the one layer in one store [1, 2, kv_heads, capacity, head_dim] (llama_step's layout)
+        self._store(torch.zeros(1, 2, self.nkv, capacity, self.hd, dtype=w.dtype, device=w.device))
         self.used = 0
         self._rope(1024)
+        # the one-call path: a head packed for the CPU kernel (beside a packed target), its op available
+        self.fast = (w.device.type == "cpu" and w.dtype == torch.float32 and os.environ.get("DECODESCOPE_CPU_STEP", "1")
+                     != "0" and cpu_step.layer_why_not(self.layer) is None)
+        self.eps = float(self.layer.input_layernorm.variance_epsilon)
+        self.inter = self.layer.mlp.gate_proj.out_features
+
+    def _store(self, store: torch.Tensor) -> None:
+        self.store, self.k, self.v = store, store[:, 0], store[:, 1]
 
     def _rope(self, n: int) -> None:
         """cos/sin of positions 0..n-1 (the table doubles as longer texts come: a 128K-position model
@@ -54,10 +67,9 @@ class EagleLayer:
             return
         while cap < need:
             cap *= 2
-        k = self.k.new_zeros(1, self.nkv, cap, self.hd)
-        v = torch.zeros_like(k)
-        k[:, :, :self.used], v[:, :, :self.used] = self.k[:, :, :self.used], self.v[:, :, :self.used]
-        self.k, self.v = k, v
+        store = self.store.new_zeros(1, 2, self.nkv, cap, self.hd)
+        store[..., :self.used, :] = self.store[..., :self.used, :]
+        self._store(store)
 
     @torch.inference_mode()
     def __call__(self, emb: torch.Tensor, feat: torch.Tensor, pos: list[int] | torch.Tensor,
@@ -73,6 +85,14 @@ class EagleLayer:
         at = pos if torch.is_tensor(pos) else torch.tensor(pos, dtype=torch.long, device=self.cos.device)
         self._ensure(s + T)
         L, a = self.layer, self.layer.self_attn
+        if self.fast:
+            x = self.head.fc(torch.cat([emb, feat], dim=-1))
+            mask = torch.zeros(T, s + T, dtype=x.dtype) if mask is None else mask
+            out = torch.ops.decodescope.llama_step(
+                x, self.cos[at], self.sin[at], self.store, mask, cpu_step.layer_weights(L) + [self.norm.weight], [],
+                [self.nh, self.nkv, self.hd, self.inter], self.eps, float(a.scaling), [])[0]
+            self.used = s + T
+            return out
         x = self.head.fc(torch.cat([emb, feat], dim=-1))[None]
         h = L.input_layernorm(x)
         q = a.q_proj(h).view(1, T, self.nh, self.hd).transpose(1, 2)
