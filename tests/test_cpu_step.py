@@ -127,6 +127,7 @@ def test_what_it_cannot_run_keeps_transformers_forward(monkeypatch):
 def test_an_in_place_weight_update_is_packed_again():
     stock, packed = models("fp32")
     prompt = [5, 6, 7, 8, 9, 10]
+    assert generate(packed, prompt, make_drafter("greedy"), max_new_tokens=20).output_ids == hf_greedy(stock, prompt, 20)
     with torch.no_grad():
         for m in (stock, packed):
             m.model.layers[0].self_attn.k_proj.weight.mul_(1.5)
@@ -155,3 +156,17 @@ def test_the_kernel_checks_its_input():
         op(x, cs, cs, kv.store, mask, kv.weights(), [], dims, 1e-6, 0.25, [4])
     out = op(x, cs, cs, kv.store, mask, kv.weights(), [], dims, 1e-6, 0.25, [0, 3])
     assert [t.shape for t in out] == [(2, 64)] * 3
+
+
+def test_the_weight_list_is_built_again_only_after_an_in_place_update():
+    """The op's weight list is kept between steps (rebuilding it from the modules cost ~1 ms a step) and built
+    again, re-packed, once a weight's version moves."""
+    _, packed = models("fp32")
+    w = cpu_step.Weights(list(packed.model.layers), [packed.model.norm.weight])
+    first = w.get()
+    assert w.get() is first
+    with torch.no_grad():
+        packed.model.layers[1].mlp.down_proj.weight.mul_(2.0)
+    second = w.get()
+    assert second is not first and torch.equal(second[6 + 5], first[6 + 5] * 2)  # layer 1's down panels, re-packed
+    assert w.get() is second

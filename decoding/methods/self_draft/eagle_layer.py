@@ -38,6 +38,7 @@ class EagleLayer:
         # the one-call path: a head packed for the CPU kernel (beside a packed target), its op available
         self.fast = (w.device.type == "cpu" and w.dtype == torch.float32 and os.environ.get("DECODESCOPE_CPU_STEP", "1")
                      != "0" and cpu_step.layer_why_not(self.layer) is None)
+        self.weights = cpu_step.Weights([self.layer], [self.norm.weight]) if self.fast else None
         self.eps = float(self.layer.input_layernorm.variance_epsilon)
         self.inter = self.layer.mlp.gate_proj.out_features
 
@@ -89,7 +90,7 @@ class EagleLayer:
             x = self.head.fc(torch.cat([emb, feat], dim=-1))
             mask = torch.zeros(T, s + T, dtype=x.dtype) if mask is None else mask
             out = torch.ops.decodescope.llama_step(
-                x, self.cos[at], self.sin[at], self.store, mask, cpu_step.layer_weights(L) + [self.norm.weight], [],
+                x, self.cos[at], self.sin[at], self.store, mask, self.weights.get(), [],
                 [self.nh, self.nkv, self.hd, self.inter], self.eps, float(a.scaling), [])[0]
             self.used = s + T
             return out
