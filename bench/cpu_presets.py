@@ -21,13 +21,14 @@ sys.path.insert(0, str(ROOT))
 
 from decoding import load  # noqa: E402
 from decoding.api import run  # noqa: E402
+from decoding.methods.spec import BASELINE  # noqa: E402
 
 from bench import print_load  # noqa: E402
 
 HEADS = ROOT / "assets" / "heads" / "smollm2"
 DATASTORE = ROOT / "assets" / "datastore" / "smollm2"
 CANDIDATES = {
-    "greedy": ("greedy", {}),
+    BASELINE: (BASELINE, {}),
     "lookahead W1 N3 G1": ("lookahead", dict(window=1, ngram=3, guesses=1)),
     "lookahead W1 N2 G1": ("lookahead", dict(window=1, ngram=2, guesses=1)),
     "prompt lookup copy 10": ("prompt_lookup", dict(max_ngram=3, num_tokens=10)),
@@ -54,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [tok.apply_chat_template([{"role": "user", "content": r}], add_generation_prompt=True, tokenize=False)
                for r in CHAT]
     chosen = {n: c for n, c in CANDIDATES.items()
-              if n == "greedy" or not a.only or any(o in n for o in a.only.split(","))}
+              if c[0] == BASELINE or not a.only or any(o in n for o in a.only.split(","))}
     for method, kw in chosen.values():  # warm: kernels, heads, curves measured once per model
         run(model, tok, prompts[0], method, max_new_tokens=4, trace=False, **kw)
-    ref = {p: run(model, tok, p, "greedy", max_new_tokens=a.tokens, trace=False).output_ids for p in prompts}
+    ref = {p: run(model, tok, p, BASELINE, max_new_tokens=a.tokens, trace=False).output_ids for p in prompts}
     got: dict[str, list[tuple[float, float]]] = {}
     for _ in range(a.rounds):
         for name, (method, kw) in chosen.items():
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 tokens, steps = tokens + len(tr.output_ids), steps + tr.stats()["steps"]
             got.setdefault(name, []).append((tokens / secs, tokens / steps))
     print_load("after")
-    base = statistics.median(r for r, _ in got["greedy"])
+    base = statistics.median(r for r, _ in got[BASELINE])
     for name, v in got.items():
         rate, acc = statistics.median(r for r, _ in v), statistics.median(x for _, x in v)
         print(f"{name:34s} {rate:6.1f} tokens/s  {rate / base:4.2f}x greedy  {acc:.2f} accepted")
