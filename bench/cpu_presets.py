@@ -37,6 +37,8 @@ CANDIDATES = {
     "eagle budget 4 cut 0.1": ("eagle", dict(heads=str(HEADS / "eagle"), budget=4, confidence=0.1)),
     "eagle budget 8 adaptive": ("eagle", dict(heads=str(HEADS / "eagle"), budget=8, adaptive=1)),
     "eagle budget 16 adaptive": ("eagle", dict(heads=str(HEADS / "eagle"), budget=16, adaptive=1)),
+    "eagle budget 8 adaptive vocab 4096": ("eagle", dict(heads=str(HEADS / "eagle"), budget=8, adaptive=1,
+                                                         draft_vocab=4096)),
     "retrieval adaptive (datastore)": ("retrieval", dict(datastore=str(DATASTORE), adaptive=1)),
 }
 

@@ -340,5 +340,5 @@ SPEC = MethodSpec(
     "paths (EAGLE-2). The target checks the whole tree in one forward; greedy output equals its own."),
     paper="Li et al. 2024, EAGLE (arXiv 2401.15077) and EAGLE-2 (arXiv 2406.16858)",
     needs=("heads",), prepare=prepare_heads("eagle"), tuner="heads_budget",
-    presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 8, "adaptive": 1}},
+    presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 8, "adaptive": 1, "draft_vocab": 4096}},
     pictures=("mask", "tree", "heads"))
