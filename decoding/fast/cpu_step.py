@@ -134,16 +134,18 @@ class CpuKV:
         self.store = torch.zeros(0)
         self.capacity = 0
         self._weights = Weights(self.layers, [self.model.model.norm.weight])
+        self._biases: list[torch.Tensor] | None = None
 
     def weights(self) -> list[torch.Tensor]:
         """The kernel's weight list: every layer's six tensors (layer_weights), then the final norm."""
         return self._weights.get()
 
     def biases(self) -> list[torch.Tensor]:
-        """Every layer's q/k/v biases (Qwen2), or [] where they have none."""
-        if self.layers[0].self_attn.q_proj.bias is None:
-            return []
-        return [getattr(layer.self_attn, n).bias for layer in self.layers for n in ("q_proj", "k_proj", "v_proj")]
+        """Every layer's q/k/v biases (Qwen2), or [] where they have none (the Parameters: updates show)."""
+        if self._biases is None:
+            self._biases = [] if self.layers[0].self_attn.q_proj.bias is None else [
+                getattr(layer.self_attn, n).bias for layer in self.layers for n in ("q_proj", "k_proj", "v_proj")]
+        return self._biases
 
     def reserve(self, n: int) -> None:
         if n <= self.capacity:
