@@ -22,9 +22,7 @@ from decoding.fast.layout import apply_layout
 ISAS = ("AVX2", "AVX512")  # where the CPU has no AVX-512, select_isa keeps AVX2 and the test still runs
 
 
-def quantize(w: torch.Tensor, kind: str) -> blocks.Blocks:
-    """llama.cpp's reference quantisers, as the library writes them (blocks.quantize)."""
-    return blocks.quantize(w, kind)
+quantize = blocks.quantize  # llama.cpp's reference quantisers (other test files import it from here)
 
 
 def quantized(n: int, k: int, kind: str, seed: int = 0) -> torch.Tensor:

@@ -33,9 +33,14 @@ ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCa
 NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm")  # all three: w * (x * rsqrt(mean(x^2) + eps))
 
 
+def switched_off() -> bool:
+    """DECODESCOPE_CPU_STEP=0: every model and head keeps transformers' forward."""
+    return os.environ.get("DECODESCOPE_CPU_STEP", "1") == "0"
+
+
 def why_not(model) -> str | None:
     """Why the one-call step cannot run this model, or None."""
-    if os.environ.get("DECODESCOPE_CPU_STEP", "1") == "0":
+    if switched_off():
         return "switched off (DECODESCOPE_CPU_STEP=0)"
     cfg = getattr(model, "config", None)
     if cfg is None or ARCHS.get(type(model).__name__) != getattr(cfg, "model_type", None):

@@ -112,6 +112,17 @@ class RowCost:
         self.accepted += new_tokens - 1
 
 
+def priced_for(model, row_ms: dict[int, float] | None, rows: int) -> RowCost:
+    """A run's pricing for `model`: the curve given (row_ms), else the one measured once per model up to `rows`."""
+    return RowCost(row_ms or measured_curve(model, rows))
+
+
+def adaptive_config(cost: RowCost | None) -> dict:
+    """What a priced drafter's trace config says: adaptive, and the curve it priced with (None before bind)."""
+    return {"adaptive": True,
+            "row_ms": {str(q): round(ms, 3) for q, ms in cost.curve.items()} if cost is not None else None}
+
+
 def adaptive_knob():
     """The `adaptive` parameter of every method whose tree this module prices (EAGLE, retrieval, prompt lookup):
     one flag."""

@@ -28,7 +28,7 @@ from decoding.engine.masks import add_trie, depths_of
 from decoding.methods.lookup.ngrams import NGramIndex
 from decoding.engine.verify import Verdict, common_prefix
 from decoding.params import LIMITS
-from decoding.methods.row_cost import RowCost, adaptive_knob, measured_curve, parse_curve, row_ms_knob
+from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
 from decoding.methods.spec import MethodSpec, knob
 
 
@@ -69,15 +69,14 @@ class PromptLookup:
             c.update(references=len(self.reference), reference_tokens=self.R,
                      reference_lengths=[len(r) for r in self.reference])
         if self.adaptive:
-            c.update(adaptive=True, row_ms={str(q): round(ms, 3) for q, ms in self.cost.curve.items()}
-                     if self.cost is not None else None)
+            c.update(adaptive_config(self.cost))
         return c
 
     def bind(self, model, sampling) -> None:
         """adaptive only: the target's row-cost curve (given, or measured once per model)."""
         if not sampling.greedy:
             raise ValueError("prompt lookup: adaptive prices greedy steps only (drop adaptive when sampling)")
-        self.cost = RowCost(self.row_ms or measured_curve(model, self.max_depth()))
+        self.cost = priced_for(model, self.row_ms, self.max_depth())
 
     def max_depth(self) -> int:
         return max(self.K, self.R if self.reference else 0) + 1

@@ -34,7 +34,7 @@ from decoding.engine.drafter import Abilities, Plan, tree_record
 from decoding.engine.verify import Verdict
 from decoding.methods.retrieve.datastore import Datastore, DatastoreError, Match
 from decoding.methods.self_draft.medusa import record_verdict
-from decoding.methods.row_cost import RowCost, adaptive_knob, measured_curve, parse_curve, row_ms_knob
+from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
 from decoding.methods.retrieve.suffix_cache import HISTORY, History, lookup as suffix_lookup
 from decoding.params import MAX_TREE_NODES
 from decoding.methods.spec import MethodSpec, knob
@@ -183,15 +183,14 @@ class Retrieval:
         if self.ds is None or self.with_cache:
             c.update(history=self.history, history_runs=len(self.hist.runs) if self.hist is not None else 0)
         if self.adaptive:
-            c.update(adaptive=True, row_ms={str(q): round(ms, 3) for q, ms in self.cost.curve.items()}
-                     if self.cost is not None else None)
+            c.update(adaptive_config(self.cost))
         return c
 
     def bind(self, model, sampling) -> None:
         """adaptive only: the target's row-cost curve (given, or measured once per model)."""
         if not sampling.greedy:
             raise ValueError("retrieval: adaptive prices greedy steps only (drop adaptive when sampling)")
-        self.cost = RowCost(self.row_ms or measured_curve(model, self.budget + 1))
+        self.cost = priced_for(model, self.row_ms, self.budget + 1)
 
     def max_depth(self) -> int:
         return max(self.span, SUFFIX["span"] if self.with_cache else 0) + 1

@@ -27,7 +27,7 @@ from decoding.methods.self_draft.eagle_layer import EagleLayer
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.masks import chain_parents, grow_level, step_mask
 from decoding.methods.self_draft.medusa import check_acceptance, record_verdict
-from decoding.methods.row_cost import RowCost, adaptive_knob, measured_curve, parse_curve, row_ms_knob
+from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
 from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
 from decoding.engine.sampling import Sampling, draw_children, make_generator, warp
 from decoding.fast.uploads import Uploads
@@ -73,8 +73,7 @@ class Eagle(HeadsDrafter):
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
                 "beam": self.beam, "confidence": self.confidence, "acceptance": self.acceptance,
                 "draft_vocab": self.draft.size if self.module is not None else self.draft_vocab,
-                **({"adaptive": True, "row_ms": {str(q): round(ms, 3) for q, ms in self.cost.curve.items()}
-                    if self.cost is not None else None} if self.adaptive else {})}
+                **(adaptive_config(self.cost) if self.adaptive else {})}
 
     def bind(self, model, sampling: Sampling) -> None:
         check_acceptance(self.acceptance, sampling)
@@ -90,7 +89,7 @@ class Eagle(HeadsDrafter):
         if self.adaptive:
             if not sampling.greedy or self.acceptance != "exact":
                 raise ValueError("eagle: adaptive sizes greedy trees only (its sampled trees keep a fixed shape)")
-            self.cost = RowCost(self.row_ms or measured_curve(model, self.budget + 1))
+            self.cost = priced_for(model, self.row_ms, self.budget + 1)
 
     def max_depth(self) -> int:
         return self.depth + 1

@@ -12,8 +12,6 @@ final norm without ~25 small ops from Python a level.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -36,8 +34,8 @@ class EagleLayer:
         self.used = 0
         self._rope(1024)
         # the one-call path: a head packed for the CPU kernel (beside a packed target), its op available
-        self.fast = (w.device.type == "cpu" and w.dtype == torch.float32 and os.environ.get("DECODESCOPE_CPU_STEP", "1")
-                     != "0" and cpu_step.layer_why_not(self.layer) is None)
+        self.fast = (w.device.type == "cpu" and w.dtype == torch.float32 and not cpu_step.switched_off()
+                     and cpu_step.layer_why_not(self.layer) is None)
         self.weights = cpu_step.Weights([self.layer], [self.norm.weight]) if self.fast else None
         self.eps = float(self.layer.input_layernorm.variance_epsilon)
         self.inter = self.layer.mlp.gate_proj.out_features
