@@ -168,7 +168,8 @@ def check_callable(fn, static: list[torch.Tensor], device, outputs: dict[str, in
             if cuda:
                 torch.cuda.set_sync_debug_mode(0)
     for w in caught:
-        if "synchroniz" in str(w.message):
+        # set_sync_debug_mode's own first-call notice ("... is a prototype feature ...") names no operation
+        if "synchroniz" in str(w.message) and "prototype feature" not in str(w.message):
             findings.append({"kind": "sync", "op": "cuda sync debug", "where": f"{w.filename}:{w.lineno}",
                              "detail": str(w.message).splitlines()[0][:120]})
     names = list((outputs or {}).items())
