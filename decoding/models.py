@@ -364,12 +364,15 @@ def describe(model) -> dict:
     from .fast.cpu_gemm import block_linear_bytes
     cfg = model.config
     p = next(model.parameters())
+    from .fast.operator_bytes import bytes_by_operator
     blocks = block_linear_bytes(model)  # the CPU kernel's exact blocks: what a step really reads (profiling)
+    by_op = bytes_by_operator(model) if blocks is not None else None  # the same bytes, per operator
     return {"name": getattr(model, "name_or_path_", getattr(cfg, "_name_or_path", "")),
             "model_type": cfg.model_type, "n_params": sum(x.numel() for x in model.parameters()),
             "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device),
             "weight_layout": getattr(model, "weight_layout_", "stock"),
             **({"linear_weight_bytes": blocks} if blocks is not None else {}),
+            **({"linear_weight_bytes_by_op": by_op} if by_op else {}),
             "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
 
 
