@@ -272,9 +272,16 @@ def attention_for(config: PretrainedConfig, attn: str) -> str:
 def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
     """(what to load, None) for a name; None or DEFAULT_MODEL means the default pretrained model: from the
     cache, else fetched now (progress(stage, fraction, message) sees each stage), else (EMBEDDED_TARGET, one
-    line saying why and how to fetch it later)."""
+    line saying why and how to fetch it later). A .gguf file, or a folder holding one, means its converted
+    folder in the cache (decoding/gguf_import.py), converted now the first time."""
     if name not in (None, "", DEFAULT_MODEL):
-        return name, None
+        from .fetch_model import FetchError
+        from .gguf_import import convert_gguf, gguf_path
+        try:  # a GGUF file (or a folder holding one): its converted folder, converting it once
+            src = gguf_path(name)
+            return (str(convert_gguf(src, progress=progress)) if src is not None else name), None
+        except FetchError as e:
+            raise ModelError(str(e)) from None
     from .fetch_model import default_or_fallback
     return default_or_fallback(EMBEDDED_TARGET, progress=progress)
 
