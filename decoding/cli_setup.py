@@ -361,6 +361,8 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
     args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None))
+    if getattr(model, "threads_rule_", None):
+        note(args, f"[threads] {model.threads_rule_}")
     for resource in spec.needs:
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)

@@ -177,14 +177,10 @@ def fitting_sizes(config: PretrainedConfig, sizes, kv_len: int) -> tuple[tuple[i
 
 
 def set_cpu_threads(model, threads: int | None) -> None:
-    """Threads for CPU inference. Auto: one thread for small models on machines with at most 2 cores:
-    there, any second busy process (the app server, a browser) made 2-thread decoding ~10x slower
-    (measured), while a quiet machine gained only 5-30% from the second thread."""
-    if threads:
-        torch.set_num_threads(threads)
-    elif (next(model.parameters()).device.type == "cpu" and (os.cpu_count() or 1) <= 2
-          and sum(p.numel() for p in model.parameters()) < 1e8):
-        torch.set_num_threads(1)
+    """Threads for CPU inference: `threads`, else decoding/threads.py's rule (the usable cores minus the load,
+    one for small models on small machines); model.threads_rule_ keeps the rule's words for the CLI."""
+    from .threads import apply
+    model.threads_rule_ = apply(model, threads)
 
 
 def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
