@@ -24,6 +24,9 @@ EMBEDDED_DRAFT = str(ASSETS / "draft")
 # fetch_model.FOLDER, spelled here: importing fetch_model when the package loads made `python -m
 # decoding.fetch_model` warn (runpy finds the module already imported); tests/test_fetch_model.py checks they agree
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# Names for the embedded pair that resolve wherever the package is (a checkout or site-packages): the docs'
+# commands use them, not assets/ paths
+NAMED = {"embedded": EMBEDDED_TARGET, "embedded-draft": EMBEDDED_DRAFT}
 
 
 class ModelError(ValueError):
@@ -270,6 +273,8 @@ def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
     cache, else fetched now (progress(stage, fraction, message) sees each stage), else (EMBEDDED_TARGET, one
     line saying why and how to fetch it later). A .gguf file, or a folder holding one, means its converted
     folder in the cache (decoding/gguf_import.py), converted now the first time."""
+    if name in NAMED and not Path(name).exists():  # a folder of that name in the working directory wins
+        return NAMED[name], None
     if name not in (None, "", DEFAULT_MODEL):
         from .fetch_model import FetchError
         from .gguf_import import convert_gguf, gguf_path
