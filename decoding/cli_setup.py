@@ -358,6 +358,9 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         from decoding.methods.self_draft.heads import check_heads_files, heads_folder
         params["heads"] = heads_folder(params["heads"], spec.name)
         check_heads_files(params["heads"])
+    draft = params.get("draft_model")
+    if isinstance(draft, str) and draft.startswith((".", "/", "~")) and not Path(draft).expanduser().exists():
+        raise ValueError(f"--draft {draft}: no such file or folder")  # before the target's load, not after it
     args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None))

@@ -28,3 +28,18 @@ def test_the_docs_speculative_command_runs_by_name(tmp_path, monkeypatch, capsys
                  "--json", "run.json"]) == 0, capsys.readouterr().err
     doc = json.loads(Path("run.json").read_text())
     assert doc["model"]["name"] == EMBEDDED_TARGET and len(doc["output_ids"]) == 8
+
+
+def test_a_missing_draft_is_refused_before_the_target_loads(tmp_path, monkeypatch, capsys):
+    """A --draft path that does not exist is one line before any model loads (on Gemma the load took 20-30 s
+    before the refusal)."""
+    import decoding.cli_setup as cs
+    from decoding.__main__ import main
+
+    def no_load(*a, **k):
+        raise AssertionError("the target was loaded before the draft was checked")
+    monkeypatch.setattr(cs, "load", no_load)
+    assert main(["generate", "--model", "embedded", "--method", "speculative", "--draft", str(tmp_path / "nope"),
+                 "--prompt", "import os"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such file or folder" in err[0], err
