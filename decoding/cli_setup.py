@@ -238,10 +238,16 @@ def note(args: argparse.Namespace, line: str) -> None:
 
 
 def target_name(name: str | None) -> str:
-    """--model, or (left out) the default model's folder: fetched now with a progress bar on first use, or the
-    embedded target with one line on stderr saying why and how to fetch it later."""
-    if name is not None:
-        return name
+    """--model (a GGUF file: its converted folder), or (left out) the default model's folder: fetched now with
+    a progress bar on first use, or the embedded target with one line on stderr saying why and how to fetch
+    it later."""
+    if name is not None:  # a GGUF file converts once into the cache, with a progress bar the first time
+        from .fetch_model import FetchError
+        from .gguf_import import convert_with_bar
+        try:
+            return convert_with_bar(name)
+        except FetchError as e:
+            raise ValueError(f"--model: {e}") from None
     from .fetch_model import progress_bar
     from .models import resolve
     shown: list = []  # the bar appears with the first stage: only when a fetch really starts
@@ -352,9 +358,14 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         from decoding.methods.self_draft.heads import check_heads_files, heads_folder
         params["heads"] = heads_folder(params["heads"], spec.name)
         check_heads_files(params["heads"])
+    draft = params.get("draft_model")
+    if isinstance(draft, str) and draft.startswith((".", "/", "~")) and not Path(draft).expanduser().exists():
+        raise ValueError(f"--draft {draft}: no such file or folder")  # before the target's load, not after it
     args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None))
+    if getattr(model, "threads_rule_", None):
+        note(args, f"[threads] {model.threads_rule_}")
     for resource in spec.needs:
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)

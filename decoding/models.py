@@ -24,6 +24,9 @@ EMBEDDED_DRAFT = str(ASSETS / "draft")
 # fetch_model.FOLDER, spelled here: importing fetch_model when the package loads made `python -m
 # decoding.fetch_model` warn (runpy finds the module already imported); tests/test_fetch_model.py checks they agree
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# Names for the embedded pair that resolve wherever the package is (a checkout or site-packages): the docs'
+# commands use them, not assets/ paths
+NAMED = {"embedded": EMBEDDED_TARGET, "embedded-draft": EMBEDDED_DRAFT}
 
 
 class ModelError(ValueError):
@@ -177,14 +180,10 @@ def fitting_sizes(config: PretrainedConfig, sizes, kv_len: int) -> tuple[tuple[i
 
 
 def set_cpu_threads(model, threads: int | None) -> None:
-    """Threads for CPU inference. Auto: one thread for small models on machines with at most 2 cores:
-    there, any second busy process (the app server, a browser) made 2-thread decoding ~10x slower
-    (measured), while a quiet machine gained only 5-30% from the second thread."""
-    if threads:
-        torch.set_num_threads(threads)
-    elif (next(model.parameters()).device.type == "cpu" and (os.cpu_count() or 1) <= 2
-          and sum(p.numel() for p in model.parameters()) < 1e8):
-        torch.set_num_threads(1)
+    """Threads for CPU inference: `threads`, else decoding/threads.py's rule (the usable cores minus the load,
+    one for small models on small machines); model.threads_rule_ keeps the rule's words for the CLI."""
+    from .threads import apply
+    model.threads_rule_ = apply(model, threads)
 
 
 def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
@@ -272,9 +271,18 @@ def attention_for(config: PretrainedConfig, attn: str) -> str:
 def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
     """(what to load, None) for a name; None or DEFAULT_MODEL means the default pretrained model: from the
     cache, else fetched now (progress(stage, fraction, message) sees each stage), else (EMBEDDED_TARGET, one
-    line saying why and how to fetch it later)."""
+    line saying why and how to fetch it later). A .gguf file, or a folder holding one, means its converted
+    folder in the cache (decoding/gguf_import.py), converted now the first time."""
+    if name in NAMED and not Path(name).exists():  # a folder of that name in the working directory wins
+        return NAMED[name], None
     if name not in (None, "", DEFAULT_MODEL):
-        return name, None
+        from .fetch_model import FetchError
+        from .gguf_import import convert_gguf, gguf_path
+        try:  # a GGUF file (or a folder holding one): its converted folder, converting it once
+            src = gguf_path(name)
+            return (str(convert_gguf(src, progress=progress)) if src is not None else name), None
+        except FetchError as e:
+            raise ModelError(str(e)) from None
     from .fetch_model import default_or_fallback
     return default_or_fallback(EMBEDDED_TARGET, progress=progress)
 
@@ -364,12 +372,15 @@ def describe(model) -> dict:
     from .fast.cpu_gemm import block_linear_bytes
     cfg = model.config
     p = next(model.parameters())
+    from .fast.operator_bytes import bytes_by_operator
     blocks = block_linear_bytes(model)  # the CPU kernel's exact blocks: what a step really reads (profiling)
+    by_op = bytes_by_operator(model) if blocks is not None else None  # the same bytes, per operator
     return {"name": getattr(model, "name_or_path_", getattr(cfg, "_name_or_path", "")),
             "model_type": cfg.model_type, "n_params": sum(x.numel() for x in model.parameters()),
             "dtype": str(p.dtype).replace("torch.", ""), "device": str(p.device),
             "weight_layout": getattr(model, "weight_layout_", "stock"),
             **({"linear_weight_bytes": blocks} if blocks is not None else {}),
+            **({"linear_weight_bytes_by_op": by_op} if by_op else {}),
             "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
 
 

@@ -171,6 +171,22 @@ def recorded_linear_bytes(model: dict, dtype: Any = None) -> int | None:
     return lb if same_dtype and type(lb) is int and 0 < lb <= MAX_RECORDED_BYTES else None  # untrusted
 
 
+OPERATOR_KEYS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down", "lm_head", "other")
+
+
+def recorded_bytes_by_op(model: dict, dtype: Any = None) -> dict[str, int] | None:
+    """The recorded block bytes per operator (model["linear_weight_bytes_by_op"], decoding/fast/
+    operator_bytes.py), or None: none recorded, or not a split of the accepted linear_weight_bytes
+    (untrusted: known keys, non-negative ints adding up to exactly that total)."""
+    total = recorded_linear_bytes(model, dtype)
+    by_op = model.get("linear_weight_bytes_by_op") if isinstance(model, dict) else None
+    if total is None or not isinstance(by_op, dict) or not set(by_op) <= set(OPERATOR_KEYS):
+        return None
+    if not all(type(v) is int and v >= 0 for v in by_op.values()) or sum(by_op.values()) != total:
+        return None
+    return by_op
+
+
 def draft_cost(a: Arch, nodes: int, forwards: int, kv_len: int, nbytes: int = 4) -> dict:
     """A draft model's work inside one speculative step, from the counts the step records.
 

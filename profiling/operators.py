@@ -18,34 +18,48 @@ import sys
 from typing import Any
 
 from .calibrate import DATASHEET, PEAK_DTYPES, datasheet_peak, peak_dtype
-from .flops import Arch, arch_of, dtype_bytes, recorded_linear_bytes
+from .flops import Arch, arch_of, dtype_bytes, recorded_bytes_by_op, recorded_linear_bytes
 
 MAX_STEP = 1_000_000  # --step: far above any trace (max-new-tokens <= 4096 steps)
 
 
-def operators(a: Arch, q: int, kv_len: int, nbytes: int, linear_bytes: int | None = None) -> list[dict]:
+def matrix_bytes(a: Arch, mats: dict[str, int], nbytes: int, linear_bytes: int | None,
+                 by_op: dict[str, int] | None) -> dict[str, float]:
+    """Each matrix operator's weight bytes for the whole step (all layers): elements x nbytes; or the
+    recorded block bytes, per operator where the run recorded them (the LM head's Q8_0 blocks are not the
+    layers' Q4_1), what no operator claimed ("other", or a total alone) shared by element counts."""
+    elems = {k: v * (1 if k == "lm_head" else a.layers) for k, v in mats.items()}
+    if linear_bytes is None:
+        return {k: e * nbytes for k, e in elems.items()}
+    own = by_op or {"other": linear_bytes}
+    rest = own.get("other", 0) / sum(elems.values())
+    return {k: own.get(k, 0) + e * rest for k, e in elems.items()}
+
+
+def operators(a: Arch, q: int, kv_len: int, nbytes: int, linear_bytes: int | None = None,
+              by_op: dict[str, int] | None = None) -> list[dict]:
     """[{name, per_layer, flops, bytes, intensity}] for one forward of q tokens on kv_len cached ones;
     per_layer rows count once per layer (multiply by a.layers for the step), the embedding rows and
     norms (no FLOPs) and lm_head once. The rows' bytes add up to flops.step_cost's for the same step (one accounting:
     weights, activations written and read as activation_bytes counts them, the KV cache read and written).
-    linear_bytes: what the matrices and the LM head really read (flops.weight_bytes), shared among them by
-    their element counts."""
+    linear_bytes: what the matrices and the LM head really read (flops.weight_bytes); by_op: the same bytes
+    per operator (matrix_bytes)."""
     h, hd = a.hidden, a.head_dim
     qkv_out = (a.heads + 2 * a.kv_heads) * hd
     m = 2 if a.gated_mlp else 1
     mats = {"qkv_proj": h * qkv_out, "o_proj": a.heads * hd * h, "mlp_up": m * h * a.intermediate,
             "mlp_down": a.intermediate * h, "lm_head": a.vocab * h}  # weight elements
-    per_elem = (nbytes if linear_bytes is None else
-                linear_bytes / (a.layers * (sum(mats.values()) - mats["lm_head"]) + mats["lm_head"]))
+    wb = matrix_bytes(a, mats, nbytes, linear_bytes, by_op)
+    row_w = {k: v / (1 if k == "lm_head" else a.layers) for k, v in wb.items()}  # a row's bytes (once per layer)
     rows = [("embed+norms", False, 0, 0, q * h + a.layers * 2 * h),  # the step's embedding rows, norm weights
-            ("qkv_proj", True, 2 * q * h * qkv_out, mats["qkv_proj"] * per_elem, q * (h + qkv_out)),
+            ("qkv_proj", True, 2 * q * h * qkv_out, row_w["qkv_proj"], q * (h + qkv_out)),
             ("attention", True, 2 * 2 * q * a.heads * hd * (kv_len + q), 0,
              2 * (kv_len + q) * a.kv_heads * hd + q * a.heads * hd),
-            ("o_proj", True, 2 * q * a.heads * hd * h, mats["o_proj"] * per_elem, q * (a.heads * hd + h))]
+            ("o_proj", True, 2 * q * a.heads * hd * h, row_w["o_proj"], q * (a.heads * hd + h))]
     rows.append(("mlp_up" + ("+gate" if a.gated_mlp else ""), True, m * 2 * q * h * a.intermediate,
-                 mats["mlp_up"] * per_elem, q * (h + m * a.intermediate)))
-    rows.append(("mlp_down", True, 2 * q * a.intermediate * h, mats["mlp_down"] * per_elem, q * (a.intermediate + h)))
-    rows.append(("lm_head", False, 2 * q * h * a.vocab, mats["lm_head"] * per_elem, q * a.vocab))
+                 row_w["mlp_up"], q * (h + m * a.intermediate)))
+    rows.append(("mlp_down", True, 2 * q * a.intermediate * h, row_w["mlp_down"], q * (a.intermediate + h)))
+    rows.append(("lm_head", False, 2 * q * h * a.vocab, row_w["lm_head"], q * a.vocab))
     out = []
     for n, per, f, w, act in rows:
         b = w + act * nbytes
@@ -90,13 +104,16 @@ def step_breakdown(trace: Any, step: int | None = None, peak: dict | None = None
     s = tr.steps[i]
     from .project import model_arch
     a = model_arch(tr)
-    lb = recorded_linear_bytes(tr.model if isinstance(tr.model, dict) else {}, None if dtype is None else STORAGE[kind])
-    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(STORAGE[kind]), lb), a.layers, peak)
+    model = tr.model if isinstance(tr.model, dict) else {}
+    what_if = None if dtype is None else STORAGE[kind]
+    lb, by_op = recorded_linear_bytes(model, what_if), recorded_bytes_by_op(model, what_if)
+    ops = on_roofline(operators(a, s.n_query, s.kv_len, dtype_bytes(STORAGE[kind]), lb, by_op), a.layers, peak)
     return {"step": i, "n_query": s.n_query, "kv_len": s.kv_len, "layers": a.layers, "peak": peak,
             "dtype": kind, "recorded_dtype": recorded, "dtype_source": "as recorded" if dtype is None else "--dtype",
             "label": "analytic roofline lower bound per operator (not measured)", "operators": ops,
             "step_bytes": sum(o["step_bytes"] for o in ops),
-            "weights": "as the run read them (block kernel)" if lb is not None else "weights at the dtype's size"}
+            "weights": ("as the run read them (block kernel, per operator)" if by_op else
+                        "as the run read them (block kernel)") if lb is not None else "weights at the dtype's size"}
 
 
 def format_breakdown(b: dict) -> str:

@@ -45,6 +45,7 @@ def _sub(ap: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
 COMMANDS = {
     "generate": (lambda: _sub(decoding_parser(), "generate"), decoding_main, ["generate"]),
     "train-heads": (lambda: _sub(decoding_parser(), "train-heads"), decoding_main, ["train-heads"]),
+    "convert": (lambda: _sub(decoding_parser(), "convert"), decoding_main, ["convert"]),
     "profiling": (profiling_parser, profiling_main, []),
     "project": (project_parser, project_main, []),
     "operators": (operators_parser, operators_main, []),
@@ -145,7 +146,9 @@ def paths(tmp_path_factory, tiny_dir):
     data = d / "data"
     data.mkdir()
     (data / "a.txt").write_text(" ".join(WORDS * 12))
-    return {"<TINY>": tiny_dir, "<MISSING>": str(d / "no" / "such"), "<DIR>": str(d / "dir"),
+    from test_fetch_model import tiny_source, write_gguf
+    write_gguf(d / "tiny.gguf", tiny_source())
+    return {"<GGUF>": str(d / "tiny.gguf"), "<TINY>": tiny_dir, "<MISSING>": str(d / "no" / "such"), "<DIR>": str(d / "dir"),
             "<FILE>": str(d / "file.txt"), "<BINARY>": str(d / "binary.bin"), "<NUL_JSON>": str(d / "nul.json"),
             "<DEEP_JSON>": str(d / "deep.json"), "<BAD_TABLE>": str(d / "table.json"),
             "<NOT_OBJECT>": str(d / "list.json"), "<DATA>": str(data), "<OUT>": str(d / "out"), "root": d}
@@ -164,6 +167,8 @@ def base_argv(cmd: str, option: str) -> tuple[list[str], list[str]]:
                 "--max-tokens", "200", "--epochs", "0.2", "--n-heads", "2"], []
     if cmd in ("project", "operators"):
         return [], [str(TRACE)]
+    if cmd == "convert":
+        return ["--cache", "<OUT>/cache"], ["<GGUF>"]
     if cmd == "report":
         return ["-o", "<OUT>/report.html", "--profile", str(PROFILE)], [str(TRACE)]
     if cmd == "side-by-side":

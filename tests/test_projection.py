@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from profiling.calibrate import DATASHEET
 from profiling.flops import trace_costs
@@ -76,3 +77,36 @@ def test_fp32_projection_uses_the_fp32_peak():
     d = json.loads(TRACE.read_text())
     assert project(d, ["H100"], "fp32")["devices"]["H100"]["peak_flops"] == 67e12
     assert project(d, ["H100"], "bf16")["devices"]["H100"]["peak_flops"] == 989e12
+
+
+@pytest.mark.parametrize("layout", ["stock", "column", "packed"])
+def test_greedy_projected_against_greedy_is_one_for_every_dtype_and_layout(layout):
+    """Both sides of the ratio are costed at the bytes the projected GPU reads (weights in --dtype): a
+    block-packed CPU run (which records the Q4_1 / Q8_0 bytes its kernel streamed) must not look faster
+    than greedy on a GPU that has no such kernel; nor may a lookahead run's projection move with them."""
+    import copy
+
+    from conftest import tiny
+    from decoding import run
+    from decoding.fast import blocks
+    from decoding.fast.layout import apply_layout
+    model = tiny("llama", seed=5)
+    with torch.no_grad():  # weights that are exact blocks, as a GGUF conversion leaves them
+        for name, mod in model.named_modules():
+            if type(mod) is torch.nn.Linear:
+                kind = "q8_0" if name == "lm_head" else "q4_1"
+                mod.weight.copy_(blocks.dequantize(blocks.quantize(mod.weight, kind)))
+    model = copy.deepcopy(model)
+    apply_layout(model, layout)
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
+    tr = run(model, None, prompt, "greedy", max_new_tokens=16)
+    assert ("linear_weight_bytes" in tr.model) == (layout == "packed")
+    for dtype in ("bf16", "fp16", "fp32", "tf32"):
+        for name, r in project(tr, dtype=dtype)["devices"].items():
+            assert r["speedup_vs_greedy"] == pytest.approx(1.0, abs=1e-9), (layout, dtype, name)
+    la = run(model, None, prompt, "lookahead", max_new_tokens=16, window=3, ngram=3, guesses=3).to_dict()
+    bare = copy.deepcopy(la)
+    bare["model"].pop("linear_weight_bytes", None)
+    bare["model"].pop("linear_weight_bytes_by_op", None)
+    for dtype in ("bf16", "fp32"):
+        assert project(la, dtype=dtype) == project(bare, dtype=dtype)

@@ -105,12 +105,28 @@ def test_refusals_other_tokenizer_truncated_corrupt(tmp_path):
     write(tmp_path / "big", [[1, 2, 3, 70]], ["x"], "fp-a", 100)  # ids the 64-token model does not have
     with pytest.raises(DatastoreError, match="built for another model"):
         run(tiny("llama"), None, [1, 2, 3], "retrieval", max_new_tokens=4, datastore=str(tmp_path / "big"))
+    with pytest.raises(DatastoreError, match="holds token id 70 but the model's embedding has 64 rows"):
+        run(tiny("llama"), None, [1, 2, 3], "retrieval", max_new_tokens=4, datastore=str(tmp_path / "big"))
     (tmp_path / "ds" / "datastore.json").write_text('{"format": "decodescope.datastore/1", "tokens": -5}')
     with pytest.raises(DatastoreError, match="not a DecodeScope datastore"):
         Datastore(tmp_path / "ds")
     (tmp_path / "ds" / "datastore.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         make_drafter("retrieval", datastore=str(tmp_path / "ds"))
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_not_another_model(tmp_path):
+    """A tokenizer with an added token (65 entries) over a 64-row embedding: the datastore records 65 as the
+    vocabulary, yet every id it holds is one the model has, so it is the model's own and must be accepted
+    (and the top id, 63, is the one the check compares)."""
+    model = tiny("llama")
+    write(tmp_path / "ds", [PROMPT + [63, 1, 2]], ["x"], "fp", 65)
+    assert Datastore(tmp_path / "ds").max_id() == 63
+    tr = run(model, None, PROMPT, "retrieval", max_new_tokens=12, datastore=str(tmp_path / "ds"))
+    assert tr.output_ids == hf_greedy(model, PROMPT, 12)
+    write(tmp_path / "edge", [PROMPT + [64]], ["x"], "fp", 65)  # the one id the embedding lacks
+    with pytest.raises(DatastoreError, match="holds token id 64 but the model's embedding has 64 rows"):
+        run(model, None, PROMPT, "retrieval", max_new_tokens=4, datastore=str(tmp_path / "edge"))
 
 
 def test_suffix_cache_finds_the_longest_suffix_and_uses_earlier_runs():

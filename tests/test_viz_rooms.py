@@ -43,6 +43,10 @@ def test_gif_comm_steps_and_lp_window_are_viz_subcommands(tmp_path, capsys):
     assert viz_main(["comm-steps", str(lp), "--out", str(out)]) == 0 and out.stat().st_size > 1000
     out = tmp_path / "w.html"
     assert viz_main(["lp-window", str(lp), "--step", "2", "--out", str(out)]) == 0 and out.exists()
+    for page in (tmp_path / "comm.html", out):  # plotly inline, as the report embeds it: no CDN, works offline
+        html = page.read_text()
+        assert '<script src="https://cdn.plot.ly' not in html, page
+        assert "Plotly.newPlot" in html and len(html) > 1_000_000, page
     capsys.readouterr()
     assert viz_main(["lp-window", str(lp), "--step", "999", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()

@@ -67,7 +67,7 @@ def comm_steps(args: argparse.Namespace) -> int:
     from .common import as_trace
     from .summaries.comm_steps import data, figure, totals
     tr = as_trace(args.trace)
-    figure(tr).write_html(args.out, include_plotlyjs="cdn")
+    figure(tr).write_html(args.out, include_plotlyjs=True)  # inline: the page works offline
     for t in totals(data(tr) or {"series": []}):
         print(f"{t['name']}: compute {t['compute_ms']:.1f} ms, communication {t['comm_ms']:.1f} ms "
               f"({100 * t['comm_share']:.0f}%)")
@@ -81,7 +81,7 @@ def lp_window(args: argparse.Namespace) -> int:
     tr = as_trace(args.trace)
     if args.step >= len(tr.steps):
         raise ValueError(f"--step {args.step}: the trace has {len(tr.steps)} steps")
-    figure(tr, args.step).write_html(args.out, include_plotlyjs="cdn")
+    figure(tr, args.step).write_html(args.out, include_plotlyjs=True)  # inline: the page works offline
     print(args.out)
     return 0
 

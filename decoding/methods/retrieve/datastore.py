@@ -217,6 +217,13 @@ class Datastore:
         self.file_starts = np.array([f["start"] for f in meta["files"]], dtype=np.int64)
         self.file_names = [f["name"] for f in meta["files"]]
 
+    def max_id(self) -> int:
+        """The largest token id the corpus holds (-1 when empty). Read from the tokens themselves, not from
+        vocab_size: that is the tokenizer's size, which can exceed the model's embedding (added tokens, or
+        an embedding padded the other way) while every id actually stored fits the model."""
+        ids = self.tokens[self.tokens != self.sep]
+        return int(ids.max()) if len(ids) else -1
+
     def check_tokenizer(self, fingerprint: str) -> None:
         """Refuse a datastore built with another tokenizer: its ids would mean other text."""
         if fingerprint != self.meta["tokenizer"]:

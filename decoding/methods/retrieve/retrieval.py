@@ -168,9 +168,10 @@ class Retrieval:
             self.ds = datastore
         else:
             self.ds = open_datastore(datastore, tokenizer) if rest else None
-        if self.ds is not None and model_vocab is not None and self.ds.meta["vocab_size"] > model_vocab:
-            raise DatastoreError(f"{self.ds.path.name} holds token ids up to {self.ds.meta['vocab_size'] - 1:,} but the "
-                                 f"model has {model_vocab:,}: it was built for another model's tokenizer")
+        if self.ds is not None and model_vocab is not None and (top := self.ds.max_id()) >= model_vocab:
+            raise DatastoreError(f"{self.ds.path.name} holds token id {top:,} but the model's embedding has "
+                                 f"{model_vocab:,} rows (ids 0 to {model_vocab - 1:,}): it was built for another "
+                                 "model's tokenizer")
         self.prompt_len = 0
 
     def config(self) -> dict:

@@ -350,9 +350,17 @@ class HeadsDrafter:
 SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for
 
 
+# Shipped heads by name, wherever the package is installed (the docs use these, not assets/ paths, which
+# exist only in a checkout): the embedded target's and the default model's
+SHIPPED_NAMES = {"embedded": SHIPPED_HEADS, "smollm2": SHIPPED_HEADS / "smollm2"}
+
+
 def heads_folder(path, method: str) -> str:
     """A heads folder for `method`: the folder itself, or its <method>/ subfolder when given the parent
-    that holds both kinds (assets/heads -> assets/heads/eagle), as the app and the race accept it."""
+    that holds both kinds (assets/heads -> assets/heads/eagle), as the app and the race accept it; a
+    shipped set by name ("embedded", "smollm2") where no folder of that name exists."""
+    if str(path) in SHIPPED_NAMES and not Path(path).exists():
+        path = SHIPPED_NAMES[str(path)]
     p = Path(path).expanduser()
     if not (p / "heads.json").is_file() and (p / method / "heads.json").is_file():
         return str(p / method)
