@@ -201,6 +201,9 @@ def test_the_fp32_kernel_is_kept_and_the_trace_says_which_ran(monkeypatch):
     k = describe(int8)["cpu_kernel"]
     assert k["kernel"] == "int8" and k["isa"] in ("AVX512-VNNI", "AVX2") and "own greedy" in k["exact"]
     assert "cpu_kernel" not in describe(stock)
+    plain = copy.deepcopy(tiny("llama", seed=2, hidden=32, vocab=96))  # float weights: no block to run int8
+    apply_layout(plain, "packed", kernel="int8")
+    assert describe(plain)["cpu_kernel"]["kernel"] == "fp32" and describe(plain)["cpu_kernel"]["asked"] == "int8"
     monkeypatch.setenv("DECODESCOPE_CPU_KERNEL", "int8")
     env = copy.deepcopy(stock)
     apply_layout(env, "packed")
@@ -210,3 +213,33 @@ def test_the_fp32_kernel_is_kept_and_the_trace_says_which_ran(monkeypatch):
         apply_layout(copy.deepcopy(stock), "packed")
     with pytest.raises(ValueError, match="packed layout only"):
         apply_layout(copy.deepcopy(stock), "column", kernel="int8")
+
+
+def cli(*args: str):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "decoding", "generate", *args], capture_output=True, text=True,
+                          timeout=180, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+
+
+def test_the_cli_runs_the_int8_kernel_and_says_what_exact_means(tmp_path):
+    import json
+    from transformers import AutoModelForCausalLM
+    from conftest import save_tiny_dir
+    from decoding import load, run
+    folder = save_tiny_dir(tmp_path / "tiny", seed=3)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    quantize_model(model, lambda name: "q8_0" if name == "lm_head" else "q4_1").save_pretrained(folder)
+    prompt = "def x ( y ) : return y + 1 def x ( y ) :"
+    out = tmp_path / "run.json"
+    r = cli("--model", folder, "--prompt", prompt, "--max-new-tokens", "16", "--method", "prompt_lookup",
+            "--kernel", "int8", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "[exactness] int8 kernel" in r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["model"]["cpu_kernel"]["kernel"] == "int8"
+    m8, tok = load(folder, device="cpu", layout="packed", kernel="int8")
+    assert doc["output_ids"] == run(m8, tok, prompt, "greedy", max_new_tokens=16, trace=False).output_ids
+    bad = cli("--model", folder, "--prompt", prompt, "--kernel", "int8", "--layout", "column")
+    assert bad.returncode != 0 and "packed layout only" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr

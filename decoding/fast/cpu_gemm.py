@@ -270,18 +270,25 @@ def int8_isa() -> str:
 
 
 def model_kernel(model: torch.nn.Module) -> str:
-    """The kernel a packed model's block weights run ("int8" or "fp32"; "fp32" for any other model)."""
-    return getattr(model, "cpu_kernel_", "fp32")
+    """The kernel a model's Linears run: "int8" where some packed weight is on the int8 kernel (block weights
+    packed with kernel int8), else "fp32" (any other model, or int8 asked for a model without block weights)."""
+    if getattr(model, "cpu_kernel_", "fp32") != "int8":
+        return "fp32"
+    return "int8" if any(isinstance(m, PackedLinear) and m.panels.dtype == torch.int8 for m in model.modules()) \
+        else "fp32"
 
 
 def kernel_config(model: torch.nn.Module) -> dict | None:
-    """What a trace records about the CPU kernel of a packed model with block weights: which one ran, on which
-    instruction set, and what "exact" means there; None for any other model."""
-    if not any(getattr(m, "storage", "fp32") != "fp32" for m in model.modules() if isinstance(m, PackedLinear)):
+    """What a trace records about the CPU kernel of a packed model: which one ran (and which was asked for, where
+    no weight could take the int8 kernel), on which instruction set, and what "exact" means there; None for a
+    model that is not packed."""
+    if not any(isinstance(m, PackedLinear) for m in model.modules()):
         return None
-    name = model_kernel(model)
+    name, asked = model_kernel(model), getattr(model, "cpu_kernel_", "fp32")
     return {"kernel": name, "isa": int8_isa() if name == "int8" else (ISA[0] if ISA else ""),
-            "exact": KERNEL_EXACT[name]}
+            "exact": KERNEL_EXACT[name],
+            **({"asked": asked, "why": "no weight is exactly ggml blocks: the int8 kernel runs block weights only"}
+               if asked != name else {})}
 
 
 class PackedLinear(torch.nn.Linear):

@@ -161,20 +161,23 @@ static inline void zstore(float* o, __m512 v, int64_t nc) {
   else _mm512_mask_storeu_ps(o, static_cast<__mmask16>((1u << nc) - 1), v);
 }
 
-// AVX-512 VNNI: rows [r0, r0 + R) x one panel (zmm: 16 lanes, one column each); two int32 sums per row so that
-// consecutive vpdpbusd do not wait on each other.
+// AVX-512 VNNI: rows [r0, r0 + R) x one panel (zmm: 16 lanes, one column each). Under 4 rows, two int32 sums per
+// row so that consecutive vpdpbusd do not wait on each other; from 4 rows the rows' chains hide the latency, and one
+// sum saves an add per block (the sums are integers: the same value either way).
 #define V_ACC(r) __m512 f##r = _mm512_setzero_ps(); __m512i i##r, j##r;
 #define V_INIT(r) if (R > r) { i##r = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * xsum[r * nb + b]); \
-    j##r = _mm512_setzero_si512(); }
+    if (R < 4) j##r = _mm512_setzero_si512(); }
 #define V_Q4(r) if (R > r) { \
     i##r = _mm512_dpbusd_epi32(i##r, lo, _mm512_set1_epi32(word(xq + r * K + b * QK + 8 * j))); \
-    j##r = _mm512_dpbusd_epi32(j##r, hi, _mm512_set1_epi32(word(xq + r * K + b * QK + 8 * j + 4))); }
+    (R < 4 ? j##r : i##r) = _mm512_dpbusd_epi32(R < 4 ? j##r : i##r, hi, \
+                                                _mm512_set1_epi32(word(xq + r * K + b * QK + 8 * j + 4))); }
 #define V_Q8(r) if (R > r) { \
     i##r = _mm512_dpbusd_epi32(i##r, v0, _mm512_set1_epi32(word(xq + r * K + b * QK + 8 * g))); \
-    j##r = _mm512_dpbusd_epi32(j##r, v1, _mm512_set1_epi32(word(xq + r * K + b * QK + 8 * g + 4))); }
+    (R < 4 ? j##r : i##r) = _mm512_dpbusd_epi32(R < 4 ? j##r : i##r, v1, \
+                                                _mm512_set1_epi32(word(xq + r * K + b * QK + 8 * g + 4))); }
 #define V_COMBINE(r) if (R > r) { \
     f##r = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xd[r * nb + b])), \
-                           _mm512_cvtepi32_ps(_mm512_add_epi32(i##r, j##r)), f##r); \
+                           _mm512_cvtepi32_ps(R < 4 ? _mm512_add_epi32(i##r, j##r) : i##r), f##r); \
     if (Q4) f##r = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs_[r * nb + b]), f##r); }
 #define V_STORE(r) if (R > r) zstore(out + r * N, f##r, nc);
 #define V_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
