@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
               "packed_unfused": lambda: packed_unfused(name, a.threads),
               "packed_transformers": lambda: models["packed"],
               "packed_int8": lambda: packed_int8(name, a.threads)}
-    if cpu_gemm.ISA == ["AVX512"] and not a.quick:
+    if cpu_gemm.kernel() is not None and cpu_gemm.ISA == ["AVX512"] and not a.quick:
         makers["packed_avx2"] = lambda: models["packed"]
         makers["packed_int8_avx2"] = lambda: models["packed_int8"]
     unknown = sorted(set(want or ()) - set(makers))
