@@ -191,8 +191,8 @@ static void vnni_tile(const int8_t* xq, const float* xd, const float* xs_, const
   V_ALL(V_ACC)
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = pan + b * B;
-    for (int64_t off = 0; off < B; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(rec + 2 * B + off), _MM_HINT_T0);
+    if (R >= 4)  // compute-bound tiles: fetch two blocks ahead; 1-3 rows stream faster on the hardware prefetcher
+      for (int64_t off = 0; off < B; off += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + 2 * B + off), _MM_HINT_T0);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
     V_ALL(V_INIT)
     if constexpr (Q4) {
