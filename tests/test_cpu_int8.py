@@ -243,3 +243,21 @@ def test_the_cli_runs_the_int8_kernel_and_says_what_exact_means(tmp_path):
     bad = cli("--model", folder, "--prompt", prompt, "--kernel", "int8", "--layout", "column")
     assert bad.returncode != 0 and "packed layout only" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_eagle_and_medusa_heads_return_the_int8_greedy(tmp_path):
+    """Heads trained on the model draft on the int8 kernel beside an int8 target; the output stays the int8
+    greedy's, with fixed and priced (adaptive) trees."""
+    from decoding.api import run
+    from test_heads import PROMPTS, _train
+    stock, int8, _ = models(hidden=32, layers=2)
+    multi = False
+    for kind in ("eagle", "medusa"):
+        heads = _train(stock, kind, tmp_path / kind, epochs=2)
+        for prompt in PROMPTS[:2]:
+            want = run(int8, None, prompt, "greedy", max_new_tokens=32, trace=False).output_ids
+            for kw in (dict(budget=8), dict(budget=8, adaptive=1)) if kind == "eagle" else (dict(budget=8),):
+                tr = run(int8, None, prompt, kind, max_new_tokens=32, heads=heads, **kw)
+                assert tr.output_ids == want, (kind, kw)
+                multi |= any(len(s.accepted) > 1 for s in tr.steps)
+    assert multi
