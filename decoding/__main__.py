@@ -260,7 +260,10 @@ def exactness(model, tok, tr, sampling, force: bool, stops: list[str] | None = N
               file=sys.stderr)
         return
     cut = (lambda ids: cut_at_stop(tok, ids, stops)) if stops else None  # HF greedy stopped where --stop stops
-    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
+    # HF generate on the int8-packed model would run the int8 kernel too: its reference is transformers' float32
+    # model as loaded (stock layout)
+    ref = load(model.name_or_path_, device="cpu", layout="stock")[0] if int8 else model
+    tr.agreement = measure(ref, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
     note = " (int8 activations: near-tied logits can flip)" if int8 else \
         "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
     print(f"[exactness] {tr.agreement['dtype']} vs HF greedy: {tr.agreement['text']}{note}", file=sys.stderr)

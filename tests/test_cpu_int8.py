@@ -240,6 +240,16 @@ def test_the_cli_runs_the_int8_kernel_and_says_what_exact_means(tmp_path):
     assert doc["model"]["cpu_kernel"]["kernel"] == "int8"
     m8, tok = load(folder, device="cpu", layout="packed", kernel="int8")
     assert doc["output_ids"] == run(m8, tok, prompt, "greedy", max_new_tokens=16, trace=False).output_ids
+    checked = cli("--model", folder, "--prompt", prompt, "--max-new-tokens", "16", "--kernel", "int8", "--check-exact",
+                  "--json", str(out))
+    assert checked.returncode == 0, checked.stderr
+    from conftest import hf_greedy
+    from decoding.exactness import agreement
+    want = agreement(json.loads(out.read_text())["output_ids"], hf_greedy(model, tok(prompt)["input_ids"], 16))
+    assert not want["identical"]  # this model's int8 greedy leaves HF's float32 greedy at token 1 (seed 3)
+    assert json.loads(out.read_text())["agreement"] == {**want, **{k: v for k, v in json.loads(
+        out.read_text())["agreement"].items() if k not in want}}  # measured against float32 HF greedy
+    assert "vs HF greedy" in checked.stderr
     bad = cli("--model", folder, "--prompt", prompt, "--kernel", "int8", "--layout", "column")
     assert bad.returncode != 0 and "packed layout only" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
