@@ -5,6 +5,9 @@
 
 Runs are interleaved (every method once per round, rounds repeated), times are medians over rounds of
 each method's total over all prompts. Greedy methods are checked token for token against HF greedy.
+--kernels fp32,int8 adds every "ours" row again on the int8 kernel (decoding/fast/cpu_int8.cpp), named
+"<row> [int8]": those rows are checked token for token against "ours greedy [int8]", that mode's own greedy
+(what exact means there), and the note under the table says how often that greedy equals HF's float32 greedy.
 Writes a Markdown table and JSON (machine, versions, dtype, device, the command, prompts and date) under
 bench/results/, the files the README's tables come from (bench/readme_table.py). Load discipline: the load
 average is printed before and after each run, and numbers for bench/results/ are refused while the 1-minute
@@ -183,6 +186,24 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
     return c
 
 
+def cpu_gemm_isa() -> str:
+    from decoding.fast import cpu_gemm
+    return cpu_gemm.int8_isa()
+
+
+def int8_note(rows: list[dict]) -> str | None:
+    """The sentence under the table for the int8 rows: what their exact column means, how often the int8 mode's
+    greedy equals HF's float32 greedy, and each int8 row's speed against that mode's greedy."""
+    r8 = [r for r in rows if r.get("kernel") == "int8"]
+    g = next((r for r in r8 if r["method"] == INT8_GREEDY), None)
+    if g is None:
+        return None
+    return (f"Rows marked [int8] run the int8 kernel (int8 activations, int32 block sums, batch-invariant): their "
+            f"exact column compares each with {INT8_GREEDY}, that mode's own greedy. {INT8_GREEDY} was identical to "
+            f"HF's float32 greedy on {g['hf_identical']} of {g['requests']} requests. Against {INT8_GREEDY}: "
+            + ", ".join(f"{r['method']} {r['vs_own_greedy']:.2f}x" for r in r8 if r is not g) + ".")
+
+
 def is_default_model(model) -> bool:
     """Whether `model` is the default model as fetched (its folder's name), whose app presets the bench shows."""
     from decoding.fetch_model import FOLDER
@@ -202,14 +223,31 @@ def runs_here(model, tok, method: str, **params) -> bool:
     return True
 
 
+INT8 = " [int8]"  # the suffix of the rows run on the int8 kernel
+INT8_GREEDY = "ours greedy" + INT8  # their reference: the int8 mode's own greedy
+
+
+def int8_rows(model8, tok, draft, k: int, auto, hf_model, hf_draft, spec_auto, heads) -> dict:
+    """Every "ours" row again on a model loaded with the int8 kernel, named "<row> [int8]"."""
+    rows = contenders(model8, tok, draft, k, auto, hf_model, hf_draft, spec_auto, heads)
+    return {name + INT8: fn for name, fn in rows.items() if name.startswith("ours")}
+
+
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
           auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None,
-          heads: Path | None = None, extra: dict | None = None) -> list[dict]:
+          heads: Path | None = None, extra: dict | None = None, model8=None, fp32: bool = True) -> list[dict]:
     """extra: more rows, {name: runner}, after ours (bench/llamacpp.py's). A runner with a `greedy_of`
-    attribute naming another row gets 'equals_greedy_of': [runs equal, runs, that row], round by round."""
-    every = {**contenders(model, tok, draft, k, auto, hf_model, hf_draft, spec_auto, heads), **(extra or {})}
+    attribute naming another row gets 'equals_greedy_of': [runs equal, runs, that row], round by round.
+    model8: the same model on the int8 kernel (its "ours" rows again, INT8-suffixed); fp32 False: without the
+    fp32 kernel's "ours" rows."""
+    every = contenders(model, tok, draft, k, auto, hf_model, hf_draft, spec_auto, heads)
+    if not fp32:
+        every = {name: fn for name, fn in every.items() if not name.startswith("ours")}
+    if model8 is not None:
+        every.update(int8_rows(model8, tok, draft, k, auto, hf_model, hf_draft, spec_auto, heads))
+    every.update(extra or {})
     runners = {name: fn for name, fn in every.items()
-               if not only or any(o in name for o in only.split(",")) or name == "HF greedy"}
+               if not only or any(o in name for o in only.split(",")) or name in ("HF greedy", INT8_GREEDY)}
     for fn in runners.values():  # warm-up: first calls pay allocation and lazy-init costs
         fn(prompts[0]["prompt"], 8)
     times = {name: [] for name in runners}
@@ -224,23 +262,29 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
             rounds[name].append([ids for ids, _ in outs])
         print(f"round {r + 1}/{runs} done", file=sys.stderr)
     ref = [ids for ids, _ in results["HF greedy"]]
+    ref8 = [ids for ids, _ in results[INT8_GREEDY]] if INT8_GREEDY in results else None
     base = statistics.median(times["HF greedy"])
     rows = []
     for name in runners:
         outs = results[name]
+        int8 = name.endswith(INT8)
         q = quality(tok, [ids for ids, _ in outs]) if tok is not None else {}
         n_tok = sum(len(ids) for ids, _ in outs)
         stats = [s for _, s in outs if s]
         steps = sum(s["steps"] for s in stats)
         t = statistics.median(times[name])
         rows.append({"method": name, "tokens": n_tok, "median_s": t, "tokens_per_s": n_tok / t,
-                     "vs_hf_greedy": base / t, "exact": [ids for ids, _ in outs] == ref,
+                     "vs_hf_greedy": base / t,
+                     # exact within its mode: the int8 rows against the int8 mode's own greedy
+                     "exact": [ids for ids, _ in outs] == (ref8 if int8 else ref),
+                     **({"kernel": "int8", "hf_identical": sum(a == b for (a, _), b in zip(outs, ref)),
+                         "vs_own_greedy": statistics.median(times[INT8_GREEDY]) / t} if int8 else {}),
                      "compression": n_tok / steps if steps else None,
                      # pooled over the prompts' decode steps (a prompt that stops at EOS after its prefill
                      # token has none; a mean of per-prompt means counted it as 0 accepted)
                      "mean_accepted": (sum(s["new_tokens"] - 1 for s in stats) / max(sum(s["steps"] - 1 for s in stats), 1)
                                        if stats else None),
-                     "runs": len(times[name]), **q})
+                     "runs": len(times[name]), "requests": len(outs), **q})
         ref_row = getattr(runners[name], "greedy_of", None)
         if ref_row in rounds:
             from llamacpp import agreement
@@ -385,6 +429,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--only", default=None, help="only methods whose name contains one of these comma-separated words (HF greedy always "
                                                 "runs), e.g. --only 'ours greedy,speculative,assisted'")
     ap.add_argument("--dtype", default=None)
+    ap.add_argument("--kernels", default="fp32", help="comma-separated CPU kernels for our rows: fp32 (exact vs HF "
+                    "greedy), int8 (exact vs its own greedy; rows named '<row> [int8]'), e.g. fp32,int8")
     ap.add_argument("--quick", action="store_true", help="tiny random models, 1 run, 16 tokens")
     ap.add_argument("--no-auto", action="store_true", help="skip the autotuned lookahead row")
     ap.add_argument("--heads", default=None, help="folder with medusa/ and eagle/ heads for --model "
@@ -399,6 +445,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="under torchrun: shard the target (ours and HF's baseline) with transformers' tensor "
                          "parallelism (docs/distributed.md); rank 0 writes the results")
     a = ap.parse_args(argv)
+    kernels = a.kernels.split(",")
+    if not kernels or set(kernels) - {"fp32", "int8"}:
+        ap.error(f"--kernels: fp32 and/or int8, comma-separated, got {a.kernels!r}")
     if a.tp_plan and not a.no_auto:  # each rank would time its own pilots and could pick another shape
         ap.error("--tp-plan needs --no-auto: autotuning times pilots per process, and the ranks must run one shape")
     if a.tp_plan and os.environ.get("RANK", "0") != "0":  # the other ranks run the same steps, write nothing
@@ -416,7 +465,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         embedded = a.model == "embedded"
         a.model = EMBEDDED_TARGET if embedded else resolve(a.model)[0]
         embedded = Path(a.model).resolve() == Path(EMBEDDED_TARGET).resolve()
-        model, tok = load(a.model, dtype=a.dtype, threads=a.threads, tp_plan=a.tp_plan)
+        model, tok = load(a.model, dtype=a.dtype, threads=a.threads, tp_plan=a.tp_plan, kernel="fp32")
         hf_model = load(a.model, dtype=a.dtype, threads=a.threads, layout="stock", tp_plan=a.tp_plan)[0]
         draft = hf_draft = None
         if a.draft or embedded:
@@ -440,27 +489,35 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                              pilot_tokens=min(32, a.max_new_tokens))["best"]
             print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
     heads = Path(a.heads) if a.heads else None if a.quick else shipped_heads(a.model)
+    model8 = None
+    if "int8" in kernels:  # the same model on the int8 kernel (decoding/fast/cpu_int8.cpp)
+        model8 = load(model.name_or_path_ if a.quick else a.model, dtype=a.dtype, threads=a.threads, layout="packed",
+                      kernel="int8")[0]
     extra = None if a.quick or a.no_llama_cpp or a.tp_plan else llama_rows(a.gguf, a.model, tok, hf_model)
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
-                 hf_model, hf_draft, spec_auto, heads, extra)
+                 hf_model, hf_draft, spec_auto, heads, extra, model8, "fp32" in kernels)
     after = print_load("after")
     meta = {**machine(model), **provenance("bench.py", argv, a.prompts if not a.quick else "quick"),
             "load_before": before, "load_after": after,
             "under_load": a.allow_load or under_load(before, after, torch.get_num_threads()), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},
-            "autotuned": auto, "speculative_autotuned": spec_auto,
+            "autotuned": auto, "speculative_autotuned": spec_auto, "kernels": kernels,
+            **({"int8_isa": cpu_gemm_isa()} if model8 is not None else {}),
             "model": "tiny random" if a.quick else ("embedded (assets/target)" if embedded else Path(a.model).name),
             "prompts": a.prompts if not a.quick
             else "quick", "max_new_tokens": a.max_new_tokens, "runs": a.runs}
     from llamacpp import note, version
     if extra:
         meta["llama_cpp"] = version()
-    if note(rows):
-        meta["note"] = note(rows)
+    notes = [x for x in (note(rows), int8_note(rows)) if x]
+    if notes:
+        meta["note"] = "\n\n".join(notes)
     md = markdown(rows, meta)
     print(md)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if kernels != ["fp32"]:
+        name += "-kernels-" + "-".join(kernels)
     if a.only and not a.quick:  # a subset of the rows: its own file, never overwriting the full table
         name += "-only-" + "".join(c if c.isalnum() else "_" for c in a.only.lower())[:60]
     (out / f"{name}.md").write_text(md)

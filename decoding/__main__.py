@@ -271,13 +271,23 @@ def exactness(model, tok, tr, sampling, force: bool, stops: list[str] | None = N
     if not sampling.greedy:
         return
     dtype = next(model.parameters()).dtype
+    from .fast.cpu_gemm import model_kernel
+    int8 = model_kernel(model) == "int8"
+    if int8 and not force:
+        print("[exactness] int8 kernel: every method returns exactly this mode's own greedy tokens (bitwise, any "
+              "row count); its greedy may differ from HF's float32 greedy (--check-exact measures it)", file=sys.stderr)
+        return
     if dtype == torch.float32 and not force:
         print("[exactness] float32 greedy: identical to HF greedy by construction (--check-exact measures it)",
               file=sys.stderr)
         return
     cut = (lambda ids: cut_at_stop(tok, ids, stops)) if stops else None  # HF greedy stopped where --stop stops
-    tr.agreement = measure(model, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
-    note = "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
+    # HF generate on the int8-packed model would run the int8 kernel too: its reference is transformers' float32
+    # model as loaded (stock layout)
+    ref = load(model.name_or_path_, device="cpu", layout="stock")[0] if int8 else model
+    tr.agreement = measure(ref, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
+    note = " (int8 activations: near-tied logits can flip)" if int8 else \
+        "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"
     print(f"[exactness] {tr.agreement['dtype']} vs HF greedy: {tr.agreement['text']}{note}", file=sys.stderr)
 
 

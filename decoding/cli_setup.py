@@ -176,6 +176,10 @@ def add_generate_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSp
     g.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="transformers attention kernel")
     g.add_argument("--layout", default="auto", choices=("auto", "stock", "column", "packed"),
                    help="weight storage on CPU fp32: auto = packed where its kernel builds (decoding/fast/cpu_gemm.py), else column-major; stock = as loaded")
+    g.add_argument("--kernel", default=None, choices=("fp32", "int8"),
+                   help="what the packed layout's block weights run (default fp32, or DECODESCOPE_CPU_KERNEL): fp32 = "
+                        "every method returns HF's float32 greedy; int8 = int8 activations, faster verified rows, every "
+                        "method returns exactly this mode's own greedy, which may differ from HF's (docs/cpu-kernel.md)")
     g.add_argument("--static", default="auto", choices=("auto", "on", "off"),
                    help="static-shape path (preallocated KV cache, bucketed query sizes, CUDA graphs): "
                         "auto = on for CUDA, off on CPU where it measured no faster")
@@ -278,6 +282,11 @@ def check_auto(spec: MethodSpec, p: dict, specs: dict[str, MethodSpec] | None = 
 
 # ---- resources the CLI resolves itself after the model loads (the builder's prepare step does the rest) ----
 
+def kernel_arg(args: argparse.Namespace) -> str | None:
+    """--kernel, where this command has it (None: DECODESCOPE_CPU_KERNEL, default fp32)."""
+    return getattr(args, "kernel", None)
+
+
 def _resolve_draft(args: argparse.Namespace, spec: MethodSpec, p: dict, model, tok) -> dict:
     """The draft (a "model" knob): the one shipped for the target or a draft folder (layers only, sharing the
     target's embedding, head and tokenizer), else loaded with the CLI's own options (device, dtype, remote
@@ -296,7 +305,7 @@ def _resolve_draft(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
                        "for this model)")
     else:
         draft, dtok = load(value, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                           layout=args.layout, attn=args.attn)
+                           layout=args.layout, attn=args.attn, kernel=kernel_arg(args))
     tokenizer = {"draft_tokenizer": dtok} if "draft_tokenizer" in spec.param_names() else {}
     return {**p, "draft_model": draft, **tokenizer}
 
@@ -363,7 +372,8 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         raise ValueError(f"--draft {draft}: no such file or folder")  # before the target's load, not after it
     args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                      threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None))
+                      threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None),
+                      kernel=kernel_arg(args))
     if getattr(model, "threads_rule_", None):
         note(args, f"[threads] {model.threads_rule_}")
     for resource in spec.needs:

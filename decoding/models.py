@@ -188,11 +188,12 @@ def set_cpu_threads(model, threads: int | None) -> None:
 
 def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
          attn: str = "sdpa", trust_remote_code: bool = False, threads: int | None = None,
-         layout: str = "auto", tp_plan: str | None = None):
+         layout: str = "auto", tp_plan: str | None = None, kernel: str | None = None):
     """(model, tokenizer) for a hub id or local dir; the default model when name is None (see resolve).
     tp_plan: "auto" shards the model over torchrun's processes (decoding/parallel/tensor.py);
     threads: CPU threads (None = automatic, see set_cpu_threads); layout: weight storage (see layout.py;
-    "stock" keeps transformers' own, e.g. for a baseline)."""
+    "stock" keeps transformers' own, e.g. for a baseline); kernel: "fp32" or "int8" for the packed layout's block
+    weights (None: DECODESCOPE_CPU_KERNEL, default fp32; decoding/fast/cpu_gemm.py KERNEL_EXACT)."""
     name, why = resolve(name)
     if why:
         warnings.warn(f"using the embedded model: {why}", stacklevel=2)
@@ -241,7 +242,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         model.tp_info_ = tp_info(tp_plan)
     model.eval()
     try:
-        model.weight_layout_ = apply_layout(model, layout)
+        model.weight_layout_ = apply_layout(model, layout, kernel)
     except ValueError as e:  # "packed" asked for where its kernel cannot run
         raise ModelError(str(e)) from None
     set_cpu_threads(model, threads)
@@ -369,8 +370,9 @@ def count_params(config: PretrainedConfig, trust_remote_code: bool = False) -> i
 
 def describe(model) -> dict:
     """What a trace records about the model, so a replay can say what produced it."""
-    from .fast.cpu_gemm import block_linear_bytes
+    from .fast.cpu_gemm import block_linear_bytes, kernel_config
     cfg = model.config
+    kernel = kernel_config(model)  # which kernel the block weights ran and what "exact" means there
     p = next(model.parameters())
     from .fast.operator_bytes import bytes_by_operator
     blocks = block_linear_bytes(model)  # the CPU kernel's exact blocks: what a step really reads (profiling)
@@ -381,6 +383,7 @@ def describe(model) -> dict:
             "weight_layout": getattr(model, "weight_layout_", "stock"),
             **({"linear_weight_bytes": blocks} if blocks is not None else {}),
             **({"linear_weight_bytes_by_op": by_op} if by_op else {}),
+            **({"cpu_kernel": kernel} if kernel is not None else {}),
             "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool))}}
 
 

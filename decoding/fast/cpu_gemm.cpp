@@ -30,6 +30,20 @@
 
 constexpr int64_t PANEL = 16;
 
+// The int8 kernel (cpu_int8.cpp): rows quantised per block, int32 block sums, one fixed combining order.
+namespace decodescope_int8 {
+struct QRows {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  std::vector<int32_t> sum;
+  int64_t K = 0, nb = 0;
+};
+QRows quantize_rows(const float* x, int64_t M, int64_t K);
+void int8_range(const QRows& X, int64_t M, const uint8_t* pp, int64_t p0, int64_t p1, float* op, int64_t N, bool q4);
+bool select_vnni(bool want);
+}  // namespace decodescope_int8
+torch::Tensor pack_blocks_i8(const torch::Tensor& q, const torch::Tensor& d, const std::optional<torch::Tensor>& m);
+
 torch::Tensor pack_panels(const torch::Tensor& W) {  // W [N, K] float32 -> P [ceil(N/16), K, 16]
   TORCH_CHECK(W.dim() == 2 && W.scalar_type() == torch::kFloat32, "pack_panels: a 2D float32 weight");
   const int64_t N = W.size(0), K = W.size(1), np = (N + PANEL - 1) / PANEL;
@@ -502,7 +516,13 @@ static void zblock_panels(const float* xp, const uint8_t* pp, int64_t p0, int64_
 std::string select_isa(const std::string& isa) {
   g_avx512 = isa == "AVX512" && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  decodescope_int8::select_vnni(g_avx512);  // the int8 kernel: VNNI with AVX-512 where the CPU has it, else AVX2
   return g_avx512 ? "AVX512" : "AVX2";
+}
+
+// The instruction set the int8 kernel runs with: "AVX512-VNNI" or "AVX2".
+std::string int8_isa() {
+  return decodescope_int8::select_vnni(g_avx512) ? "AVX512-VNNI" : "AVX2";
 }
 
 // fp32 panels [p0, p1) of one matrix (pp: its first panel) into the output columns p*16.. of o [M, N].
@@ -581,11 +601,34 @@ static bool is_block_panels(const torch::Tensor& P, int64_t K) {
          (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES);
 }
 
+// pack_blocks_i8's panels: the same records, int8 dtype (the codes in the int8 kernel's order).
+static bool is_int8_panels(const torch::Tensor& P, int64_t K) {
+  return P.dim() == 3 && P.scalar_type() == torch::kInt8 && P.is_contiguous() && P.size(1) * QK == K &&
+         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES);
+}
+
+// block_linear on int8-ordered panels: x quantised once per call (per row, so a row's codes do not depend on
+// the others), then the int8 kernel over the panels.
+static torch::Tensor int8_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
+                                 const std::optional<torch::Tensor>& bias) {
+  const int64_t K = x_in.size(-1);
+  const bool q4 = P.size(2) == Q4_1_BYTES;
+  const auto x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0), np = P.size(0);
+  auto out = torch::empty({M, N}, x.options());
+  const auto X = decodescope_int8::quantize_rows(x.data_ptr<float>(), M, K);
+  const uint8_t* pp = reinterpret_cast<const uint8_t*>(P.data_ptr<int8_t>());
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) { decodescope_int8::int8_range(X, M, pp, p0, p1, op, N, q4); });
+  return finish(out, x_in, N, bias);
+}
+
 // packed_linear on block panels (pack_blocks); the record size tells Q4_1 from Q8_0.
 torch::Tensor block_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
                            const std::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "block_linear: a float32 x");
   const int64_t K = x_in.size(-1);
+  if (is_int8_panels(P, K) && P.size(0) * PANEL >= N) return int8_linear(x_in, P, N, bias);
   TORCH_CHECK(is_block_panels(P, K) && P.size(0) * PANEL >= N, "block_linear: block panels of x's width");
   const bool q4 = P.size(2) == Q4_1_BYTES;
   const auto x = x_in.reshape({-1, K}).contiguous();
@@ -617,8 +660,9 @@ std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::
     TORCH_CHECK(ns[j] > 0, "fused_linear: widths must be positive");
     start[j + 1] = start[j] + (ns[j] + PANEL - 1) / PANEL;
   }
-  const bool blocks = P.scalar_type() == torch::kUInt8;
-  TORCH_CHECK(blocks ? is_block_panels(P, K)
+  const bool int8 = P.scalar_type() == torch::kInt8;
+  const bool blocks = P.scalar_type() == torch::kUInt8 || int8;
+  TORCH_CHECK(int8 ? is_int8_panels(P, K) : blocks ? is_block_panels(P, K)
                      : P.scalar_type() == torch::kFloat32 && P.is_contiguous() && P.dim() == 3 && P.size(1) == K &&
                        P.size(2) == PANEL,
               "fused_linear: block or fp32 panels of x's width");
@@ -634,6 +678,16 @@ std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::
     ops.push_back(outs.back().data_ptr<float>());
   }
   const float* xp = x.data_ptr<float>();
+  if (int8) {  // one quantisation of x for every matrix
+    const auto X = decodescope_int8::quantize_rows(xp, M, K);
+    const uint8_t* pp = reinterpret_cast<const uint8_t*>(P.data_ptr<int8_t>());
+    at::parallel_for(0, start[J], 4, [&](int64_t p0, int64_t p1) {
+      for (int64_t j = 0; j < J; ++j) {
+        const int64_t lo = std::max(p0, start[j]) - start[j], hi = std::min(p1, start[j + 1]) - start[j];
+        if (lo < hi) decodescope_int8::int8_range(X, M, pp + start[j] * stride, lo, hi, ops[j], ns[j], q4);
+      }
+    });
+  } else
   at::parallel_for(0, start[J], 4, [&](int64_t p0, int64_t p1) {
     Scratch s(blocks && !g_avx512 ? M : 0, K);
     for (int64_t j = 0; j < J; ++j) {
@@ -656,13 +710,16 @@ TORCH_LIBRARY(decodescope, m) {
   m.def("pack_blocks(Tensor q, Tensor d, Tensor? m=None) -> Tensor");
   m.def("block_linear(Tensor x, Tensor panels, int n, Tensor? bias=None) -> Tensor");
   m.def("fused_linear(Tensor x, Tensor panels, int[] ns, Tensor?[] biases) -> Tensor[]");
-  m.def("select_isa(str isa) -> str", &select_isa);  // no tensor to dispatch on: one kernel for all
+  m.def("pack_blocks_i8(Tensor q, Tensor d, Tensor? m=None) -> Tensor");
+  m.def("select_isa(str isa) -> str", &select_isa);
+  m.def("int8_isa() -> str", &int8_isa);  // no tensor to dispatch on: one kernel for all
 }
 
 TORCH_LIBRARY_IMPL(decodescope, CPU, m) {
   m.impl("pack_panels", &pack_panels);
   m.impl("packed_linear", &packed_linear);
   m.impl("pack_blocks", &pack_blocks);
+  m.impl("pack_blocks_i8", &pack_blocks_i8);
   m.impl("block_linear", &block_linear);
   m.impl("fused_linear", &fused_linear);
 }

@@ -29,6 +29,13 @@ step reads ~96 MB instead of 538 MB for SmolLM2-135M (docs/cpu-kernel.md: a 1-ro
 AVX-512 Intel box). DECODESCOPE_CPU_BLOCKS=0 keeps fp32 panels. AVX2+FMA+F16C is the baseline; where torch
 reports AVX-512 the kernel runs its AVX-512 variant (select_isa; measured faster there at every row count).
 
+The int8 kernel (cpu_int8.cpp; `kernel="int8"`, DECODESCOPE_CPU_KERNEL=int8, the CLI's --kernel int8): block
+weights packed in the int8 kernel's order (pack_blocks_i8), each row's activations quantised per 32-block to
+int8 and the block dot products taken in int32 (VNNI, else AVX2), combined in one fixed order: a row's output is
+bitwise independent of the row count and the instruction set, so every method returns exactly this mode's greedy
+tokens, but that greedy is not HF's fp32 greedy (the activations are rounded). fp32-panel weights keep the fp32
+kernel in either mode. KERNEL_EXACT says what "exact" means in each mode.
+
 Fused siblings: the Linears a decoder layer calls on one tensor (q/k/v, gate/up) run as one fused_linear call
 on their concatenated panels (FusedLinears): one dispatch instead of 3 / 2, each output bitwise its own call's.
 DECODESCOPE_CPU_FUSE=0 keeps one call per Linear.
@@ -57,7 +64,8 @@ from . import blocks
 
 NAME = "decodescope_cpu_gemm"  # the stem of the extension's name (and its build folder under torch_extensions)
 SOURCE = Path(__file__).with_suffix(".cpp")
-SOURCES = (SOURCE, SOURCE.with_name("cpu_step.cpp"))  # one extension: the Linears, and the whole step (cpu_step.py)
+SOURCES = (SOURCE, SOURCE.with_name("cpu_step.cpp"), SOURCE.with_name("cpu_int8.cpp"))  # one extension: the Linears, the
+# whole step (cpu_step.py), the int8 kernel
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp")
 LDFLAGS = ("-fopenmp",)  # OpenMP: parallel_for
 BUILDING = "building the CPU kernel (once, ~30 s)..."
@@ -66,6 +74,12 @@ MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear w
 OWNER = "decodescope.owner"  # in the build folder: flock'd by the process building, which writes its pid there
 WAIT_S = 300.0  # the longest a process waits for another's build (DECODESCOPE_KERNEL_WAIT_S) before using MKL
 SAY_AFTER_S = 2.0  # a wait longer than this says whom it waits for
+KERNELS = ("fp32", "int8")  # what the block weights are multiplied with (DECODESCOPE_CPU_KERNEL, default fp32)
+KERNEL_EXACT = {  # what a run's "exact" means under each kernel (trace config, CLI, bench)
+    "fp32": "every method returns HF's float32 greedy tokens (fp32 FMAs on the exact de-quantised weights)",
+    "int8": "every method returns this int8 mode's own greedy tokens, bitwise (int8 activations, int32 block "
+            "sums, one combining order for any row count); that greedy may differ from HF's float32 greedy",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,13 +256,49 @@ def why_not() -> str | None:
     return _FAILED[0] if _FAILED else None
 
 
+def kernel_wanted(kernel_name: str | None = None) -> str:
+    """The block kernel asked for: kernel_name, else DECODESCOPE_CPU_KERNEL, else fp32; ValueError otherwise."""
+    name = kernel_name if kernel_name is not None else os.environ.get("DECODESCOPE_CPU_KERNEL") or "fp32"
+    if name not in KERNELS:
+        raise ValueError(f"the CPU kernel is one of {', '.join(KERNELS)}, got {name!r}")
+    return name
+
+
+def int8_isa() -> str:
+    """The instruction set the int8 kernel runs with here ("AVX512-VNNI" or "AVX2"); needs kernel()."""
+    return kernel().int8_isa()
+
+
+def model_kernel(model: torch.nn.Module) -> str:
+    """The kernel a model's Linears run: "int8" where some packed weight is on the int8 kernel (block weights
+    packed with kernel int8), else "fp32" (any other model, or int8 asked for a model without block weights)."""
+    if getattr(model, "cpu_kernel_", "fp32") != "int8":
+        return "fp32"
+    return "int8" if any(isinstance(m, PackedLinear) and m.panels.dtype == torch.int8 for m in model.modules()) \
+        else "fp32"
+
+
+def kernel_config(model: torch.nn.Module) -> dict | None:
+    """What a trace records about the CPU kernel of a packed model: which one ran (and which was asked for, where
+    no weight could take the int8 kernel), on which instruction set, and what "exact" means there; None for a
+    model that is not packed."""
+    if not any(isinstance(m, PackedLinear) for m in model.modules()):
+        return None
+    name, asked = model_kernel(model), getattr(model, "cpu_kernel_", "fp32")
+    return {"kernel": name, "isa": int8_isa() if name == "int8" else (ISA[0] if ISA else ""),
+            "exact": KERNEL_EXACT[name],
+            **({"asked": asked, "why": "no weight is exactly ggml blocks: the int8 kernel runs block weights only"}
+               if asked != name else {})}
+
+
 class PackedLinear(torch.nn.Linear):
     """nn.Linear with the same Parameters (tied weights stay tied) whose fp32 CPU forward of up to ROWS_MAX
     rows runs the packed kernel; anything else (autograd, other dtypes, long prefills) runs F.linear.
     A weight that is exactly de-quantised ggml blocks (blocks.py) is packed as those blocks (`storage` says
-    "q4_1" / "q8_0", else "fp32"): bitwise the same weights, 5 / 8.5 bits each to read instead of 32."""
+    "q4_1" / "q8_0", else "fp32"): bitwise the same weights, 5 / 8.5 bits each to read instead of 32.
+    kernel "int8" packs block weights for the int8 kernel instead (cpu_int8.cpp; None: kernel_wanted())."""
 
-    def __init__(self, linear: torch.nn.Linear, use_blocks: bool | None = None):
+    def __init__(self, linear: torch.nn.Linear, use_blocks: bool | None = None, kernel_name: str | None = None):
         torch.nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
@@ -256,6 +306,7 @@ class PackedLinear(torch.nn.Linear):
         # False: fp32 panels whatever the weight (the benches' "before"); None: DECODESCOPE_CPU_BLOCKS (default on)
         self._use_blocks = os.environ.get("DECODESCOPE_CPU_BLOCKS", "1") != "0" if use_blocks is None else use_blocks
         self._group: FusedLinears | None = None  # set by fuse_linears: one kernel call for it and its siblings
+        self.kernel = kernel_wanted(kernel_name)  # "int8": block weights run the int8 kernel
         self._repack()
 
     def _repack(self) -> None:
@@ -264,7 +315,8 @@ class PackedLinear(torch.nn.Linear):
         if b is None:
             self.storage, panels, op = "fp32", kernel().pack_panels(w), kernel().packed_linear
         else:
-            self.storage, panels, op = b.kind, kernel().pack_blocks(b.q, b.d, b.m), kernel().block_linear
+            pack = kernel().pack_blocks_i8 if self.kernel == "int8" else kernel().pack_blocks
+            self.storage, panels, op = b.kind, pack(b.q, b.d, b.m), kernel().block_linear
         self._op = op.default  # the overload itself: the cheapest call from Python
         self.register_buffer("panels", panels, persistent=False)
         self._packed_at = self.weight._version  # an in-place weight update re-packs (load_state_dict, copy_)
@@ -332,17 +384,21 @@ def bytes_read(model: torch.nn.Module) -> int:
 
 
 @torch.no_grad()
-def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None, fuse: bool | None = None) -> int:
+def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None, fuse: bool | None = None,
+                 kernel_name: str | None = None) -> int:
     """Replace every plain fp32 CPU nn.Linear of `model` by a PackedLinear (one per shared module), then fuse
     the siblings that read one input (fuse_linears; fuse None: DECODESCOPE_CPU_FUSE, default on); returns how
-    many were replaced. Needs kernel()."""
+    many were replaced. kernel_name: "fp32" or "int8" for the block weights (None: kernel_wanted()), kept as
+    model.cpu_kernel_. Needs kernel()."""
+    name_ = kernel_wanted(kernel_name)
     done: dict[int, PackedLinear] = {}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if packable(child):
                 if id(child) not in done:
-                    done[id(child)] = PackedLinear(child, use_blocks)
+                    done[id(child)] = PackedLinear(child, use_blocks, name_)
                 setattr(parent, name, done[id(child)])
+    model.cpu_kernel_ = name_
     if os.environ.get("DECODESCOPE_CPU_FUSE", "1") != "0" if fuse is None else fuse:
         fuse_linears(model)
     return len(done)

@@ -27,7 +27,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& P, int64_t N) 
       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t, const OptT&)>();
   static auto packed = c10::Dispatcher::singleton().findSchemaOrThrow("decodescope::packed_linear", "")
       .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, int64_t, const OptT&)>();
-  return P.scalar_type() == torch::kUInt8 ? block.call(x, P, N, std::nullopt) : packed.call(x, P, N, std::nullopt);
+  return P.scalar_type() == torch::kUInt8 || P.scalar_type() == torch::kInt8 ? block.call(x, P, N, std::nullopt)
+                                                                             : packed.call(x, P, N, std::nullopt);
 }
 
 std::vector<torch::Tensor> fused(const torch::Tensor& x, const torch::Tensor& P, std::vector<int64_t> ns,
@@ -128,6 +129,16 @@ inline float dot(const float* a, const float* b, int64_t D) {
   return out;
 }
 
+// dot() summed in dot8's order, lane by lane ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)), D a multiple of 8:
+// a key's score then does not depend on whether it falls in a group of 8 keys or in the tail, i.e. on how many
+// rows the step has (the int8 mode's batch invariance; the fp32 mode keeps dot()).
+inline float dot_as8(const float* a, const float* b, int64_t D) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < D; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc, acc), _mm256_hadd_ps(acc, acc));
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
 // q . K[t] for the 8 rows K[0..7] (row stride D, D a multiple of 8) in one vector: 8 lanes of partial sums per
 // row, then one transpose-and-add (hadd) instead of a horizontal sum per row.
 inline __m256 dot8(const float* q, const float* K, int64_t D) {
@@ -152,13 +163,15 @@ inline __m256 dot8(const float* q, const float* K, int64_t D) {
 // the output's NV vectors stay in registers across the keys), or NV = 0: any D, accumulated in memory.
 template <int NV>
 void attend(const float* qv, const float* Kg, const float* Vg, const float* mr, int64_t kvlen, int64_t D,
-            float scale, float* p, float* acc, float* o) {
+            float scale, float* p, float* acc, float* o, bool invariant) {
   int64_t j = 0;
   if (D % 8 == 0) {
     const __m256 sc = _mm256_set1_ps(scale);
     for (; j + 8 <= kvlen; j += 8)
       _mm256_storeu_ps(p + j, _mm256_add_ps(_mm256_mul_ps(dot8(qv, Kg + j * D, D), sc), _mm256_loadu_ps(mr + j)));
   }
+  if (invariant && D % 8 == 0)
+    for (; j < kvlen; ++j) p[j] = dot_as8(qv, Kg + j * D, D) * scale + mr[j];
   for (; j < kvlen; ++j) p[j] = dot(qv, Kg + j * D, D) * scale + mr[j];
   float top = -INFINITY;
   for (j = 0; j < kvlen; ++j) top = std::max(top, p[j]);
@@ -191,7 +204,7 @@ void attend(const float* qv, const float* Kg, const float* Vg, const float* mr, 
 
 // softmax(q k^T * scale + mask) v per (row, head); K/V [kv_heads, cap, D] of one layer, q [M, heads * D].
 torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, int64_t cap, const float* mask,
-                        int64_t kvlen, int64_t heads, int64_t kv_heads, int64_t D, float scale) {
+                        int64_t kvlen, int64_t heads, int64_t kv_heads, int64_t D, float scale, bool invariant) {
   const int64_t M = q.size(0), group = heads / kv_heads;
   auto out = torch::empty({M, heads * D}, q.options());
   const float* qp = q.data_ptr<float>();
@@ -204,9 +217,9 @@ torch::Tensor attention(const torch::Tensor& q, const float* K, const float* V, 
       const float* Kg = K + g * cap * D;
       const float* Vg = V + g * cap * D;
       float* o = op + (r * heads + h) * D;
-      if (D == 64) attend<8>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o);
-      else if (D == 128) attend<16>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o);
-      else attend<0>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o);
+      if (D == 64) attend<8>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o, invariant);
+      else if (D == 128) attend<16>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o, invariant);
+      else attend<0>(args_q, Kg, Vg, mask + r * kvlen, kvlen, D, scale, p.data(), acc.data(), o, invariant);
     }
   });
   return out;
@@ -261,6 +274,8 @@ std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Te
     for (size_t i = 0; i < want.size(); ++i)
       if (want[i] == idx) outs[1 + i] = h.clone();
   };
+  // int8 panels (the int8 kernel, batch-invariant by construction): attention sums every key's score in one order
+  const bool invariant = weights[1].scalar_type() == torch::kInt8;
   auto h = x_in.contiguous().clone();  // the residual stream
   keep(0, h);
   float* sp = store.data_ptr<float>();
@@ -282,7 +297,7 @@ std::vector<torch::Tensor> llama_step(const torch::Tensor& x_in, const torch::Te
         std::copy(kp + (r * kv_heads + g) * D, kp + (r * kv_heads + g + 1) * D, Kl + (g * cap + slot0 + r) * D);
         std::copy(vp + (r * kv_heads + g) * D, vp + (r * kv_heads + g + 1) * D, Vl + (g * cap + slot0 + r) * D);
       }
-    auto a = attention(qkv[0], Kl, Vl, cap, mask.data_ptr<float>(), kvlen, heads, kv_heads, D, scale);
+    auto a = attention(qkv[0], Kl, Vl, cap, mask.data_ptr<float>(), kvlen, heads, kv_heads, D, scale, invariant);
     h.add_(linear(a, w[2], H));
     auto gu = fused(rms_norm(h, w[3], eps), w[4], {I, I});
     float* gp = gu[0].data_ptr<float>();

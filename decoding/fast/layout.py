@@ -49,9 +49,11 @@ def column_major_linears(model: torch.nn.Module) -> int:
     return moved
 
 
-def apply_layout(model: torch.nn.Module, layout: str = "auto") -> str:
+def apply_layout(model: torch.nn.Module, layout: str = "auto", kernel: str | None = None) -> str:
     """auto: packed (else column-major) on CPU float32, where they were measured faster; stock elsewhere.
-    Returns the layout used. "packed" asked for where the kernel cannot run raises ValueError (why)."""
+    Returns the layout used. "packed" asked for where the kernel cannot run raises ValueError (why).
+    kernel: what the packed block weights run, "fp32" or "int8" (None: DECODESCOPE_CPU_KERNEL, default fp32;
+    cpu_gemm.KERNEL_EXACT says what exact means in each)."""
     from . import cpu_gemm
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -60,12 +62,14 @@ def apply_layout(model: torch.nn.Module, layout: str = "auto") -> str:
     if layout == "auto":
         layout = "stock" if not cpu_fp32 else "packed" if (
             cpu_gemm.fits_in_memory(model) and cpu_gemm.kernel()) else "column"
+    if kernel == "int8" and layout != "packed":
+        raise ValueError("the int8 CPU kernel runs on the packed layout only (float32 on CPU, a built kernel)")
     if layout == "packed":
         if not cpu_fp32:
             raise ValueError("the packed layout is for float32 models on CPU")
         if cpu_gemm.kernel() is None:
             raise ValueError(f"the packed layout's CPU kernel cannot run here: {cpu_gemm.why_not()}")
-        cpu_gemm.pack_linears(model)
+        cpu_gemm.pack_linears(model, kernel_name=kernel)
         model.weight_storage_ = cpu_gemm.storage_report(model)  # "q4_1 210, q8_0 1, fp32 0" (blocks.py)
     if layout == "column":
         column_major_linears(model)

@@ -236,13 +236,15 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     stats = [f.stat() if f.is_file() else None for f in (path / CONFIG, path / WEIGHTS, path / COUNTS)]
     stamp = tuple(st and (st.st_mtime_ns, st.st_size) for st in stats)
     layout = getattr(model, "weight_layout_", "auto")
-    key = (str(path.resolve()), kind, draft_vocab, layout, stamp)
+    # a target on the int8 kernel drafts with it too (cheaper multi-row levels; drafts need no exactness)
+    kernel = getattr(model, "cpu_kernel_", None) if layout == "packed" else None
+    key = (str(path.resolve()), kind, draft_vocab, layout, kernel, stamp)
     per_model = _LOADED.setdefault(model, {})
     if key not in per_model:
         module, cfg = load_heads(path, model, kind)
         if draft_blocks(model):
             quantize_drafting(module)
-        apply_layout(module, layout)
+        apply_layout(module, layout, kernel)
         if len(per_model) >= 4:
             per_model.pop(next(iter(per_model)))
         per_model[key] = module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
