@@ -152,8 +152,8 @@ def test_work_budget_and_emulated_half_precision_are_refused_in_one_line(public_
     c = Client(public_url, verbose=False)
     methods = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
     msg = expect_msg(c, args("def f():\n", "greedy", max_new=256) + [methods, 10], "/race", "work budget")
-    assert "256 new tokens x 80 runs" in msg and "4,096" in msg
-    assert c.predict(*args("def f():\n", "greedy", max_new=256), methods, 2, api_name="/race")[1]  # 4,096: allowed
+    assert "prompt + 256 new tokens) x 80 runs" in msg and "8,192" in msg
+    assert c.predict(*args("def f():\n", "greedy", max_new=256), methods, 2, api_name="/race")[1]  # < 8,192: allowed
     import torch
     if not torch.cuda.is_available():
         expect_msg(c, args("def f():\n", "greedy", dtype="fp16"), "/run", "dtype", "fp32")

@@ -6,7 +6,7 @@ held it for minutes and 16 clients x 2 jobs stretched a victim's 2-second run to
 - the model runs one unit of work at a time (a run, one repeat of one method of a race, a profile's method, a
   replay's render), and the next turn goes to the waiting session that has had the least work recently: a short
   job from a new visitor runs before a long job's next repeat;
-- a request's work (new tokens x runs) has a budget, and fp16/bf16 on a CPU (emulated: several times slower
+- a request's work (prompt + new tokens, x runs; a Tune: its pilot runs) has a budget, and fp16/bf16 on a CPU (emulated: several times slower
   than fp32) is refused in public mode.
 Locally the same turns keep one job at a time (the page's own events), with no budget and no job limit.
 """
@@ -18,10 +18,12 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-# One request's work on a public Space: new tokens x decoding runs (a race: (methods + greedy) x repeats; a
-# profile: 2 runs, each profiled; a sweep: its runs + the baseline). 256 tokens x 8 runs x 2 repeats = 4,096: a
-# full race at the public token cap with 2 repeats, or 3 methods with 5 repeats.
-PUBLIC_WORK = 4096
+# One request's work on a public Space: the tokens its decoding runs process, prompt and new, x runs (a race:
+# (methods + greedy) x repeats; a profile: 2 runs, each profiled; a sweep: its runs + the baseline; a Tune: its
+# pilot runs). A prompt token counts as much as a new one: an 8,100-token prefill held the CPU worker 65-288 s,
+# 8-35 ms a token, the order of a decoded token. (256 + 256) tokens x 8 runs x 2 repeats = 8,192: a full race
+# at the public token cap with 2 repeats on a prompt of up to 256 tokens.
+PUBLIC_WORK = 8192
 PROFILE_COST = 2  # a profiled run costs about twice a plain one (the profiler's records, the Perfetto file)
 RECENT_S = 300.0  # service older than this no longer counts against a session's next turn
 
@@ -110,10 +112,11 @@ class TurnCancelled(Exception):
     """The wait for a turn ended because the job was stopped (the caller turns it into its own Stopped)."""
 
 
-def check_work(tokens: int, runs: int, limit: int | None, what: str) -> None:
-    """A request's work (tokens x runs) within the budget, else one line naming what to lower."""
-    if limit is None or tokens * runs <= limit:
+def check_work(tokens: int, runs: int, limit: int | None, what: str, prompt: int = 0) -> None:
+    """A request's work ((prompt + new tokens) x runs) within the budget, else one line naming what to lower."""
+    total = (prompt + tokens) * runs
+    if limit is None or total <= limit:
         return
-    raise Refused(f"**work budget**: this {what} asks for {tokens:,} new tokens x {runs} runs = {tokens * runs:,} "
-                  f"tokens; a request on this Space may decode at most {limit:,}: lower max new tokens, methods or "
-                  "repeats")
+    raise Refused(f"**work budget**: this {what} asks for ({prompt:,} prompt + {tokens:,} new tokens) x {runs} runs "
+                  f"= {total:,} tokens; a request on this Space may process at most {limit:,}: shorten the prompt, "
+                  "lower max new tokens, methods or repeats")

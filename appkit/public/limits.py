@@ -34,6 +34,9 @@ MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused
 PUBLIC_HEADS = ("", *needing("heads"), "assets/heads", *(f"assets/heads/{m}" for m in needing("heads")))
 DEVICES = ("auto", "cpu", "cuda")
 MAX_PROMPT_CHARS = 20000
+# Public mode: a prompt's tokens (20,000 characters are ~8,100 tokens, whose prefill held the CPU worker for
+# minutes: the cost of a prefill grows faster than its length).
+PUBLIC_PROMPT_TOKENS = 1024
 # The suffix cache's per-session histories on a public Space: at most this many sessions (least recently used
 # dropped first) of at most this many tokens each (~0.8 MB each as int64): bounded memory, whoever visits.
 PUBLIC_HISTORY = {"sessions": 64, "limit": 100_000}
@@ -58,6 +61,7 @@ class Limits:
             for k, hi in PUBLIC_CAPS.items():
                 self.ranges[k] = (self.ranges[k][0], min(self.ranges[k][1], hi))
         self.sweep_max_runs = PUBLIC_SWEEP_MAX_RUNS if self.public else SWEEP_MAX_RUNS
+        self.prompt_tokens = PUBLIC_PROMPT_TOKENS if self.public else None
         self.default_target, self.default_draft = default_target, default_draft
         extra = [m.strip() for m in os.environ.get("DECODESCOPE_ALLOWED_MODELS", "").split(",") if m.strip()]
         self.allowed = [default_target, default_draft, *PUBLIC_HUB_MODELS, *extra]

@@ -26,7 +26,7 @@ from ..models.model_cache import model_line
 from .replay import load_trace, shipped_path
 from ..run.settings import FIELDS, Settings, raise_if, whole
 from ..public.fair import PROFILE_COST, Refused
-from ..run.stream import Job
+from ..run.stream import Job, Stopped
 from ..run.threads import run_key
 from ..page.tables import public_trace, race_table, stats_md, sweep_table
 
@@ -232,29 +232,46 @@ class Tabs(Handlers):
     @reported(6, status=None, client_error=True)
     def tune(self, request: gr.Request, *values):
         """Tune the page's first method (lookahead), and the chosen one when it has a tuner, now: the device's
-        auto preset, or in public mode this session's only (one visitor's tuning never rewrites another's)."""
-        with self.held(request):
-            return self._tune(Settings.from_values(values), getattr(request, "session_hash", None))
+        auto preset, or in public mode this session's only (one visitor's tuning never rewrites another's).
+        Budgeted like a race: its pilot runs count against the work budget, each takes the model's turn on its
+        own (other visitors run in between), and Stop ends it between two pilot runs."""
+        session = getattr(request, "session_hash", None)
+        with self.turns.job(session):
+            stop = self.sessions.start(session)
+            try:
+                return self._tune(Settings.from_values(values), session, self.turn_for(session, stop))
+            except Stopped:
+                raise Refused("Tune stopped: nothing was tuned") from None
+            finally:
+                self.sessions.end(session, stop)
 
-    def _tune(self, s: Settings, session: str | None):
-        p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": BASELINE}), [BASELINE])
+    def _tune(self, s: Settings, session: str | None, turn):
+        with turn():
+            p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": BASELINE}), [BASELINE])
         name = self.model_name(s.target, "target")
+        first, sp = DEFAULT_METHOD, spec(s.method)
+        also = s.method != first and sp is not None and sp.tuner
+        if self.work_limit is not None:
+            work = presets.tune_work(p.tok, first) + (presets.tune_work(p.tok, s.method) if also else 0)
+            if work > self.work_limit:
+                raise Refused(f"**work budget**: tuning {first.replace('_', ' ')}"
+                              f"{' and ' + s.method.replace('_', ' ') if also else ''} pilots {work:,} tokens; a "
+                              f"request on this Space may process at most {self.work_limit:,}: tune one method")
         t0 = time.perf_counter()
         save = not self.lim.public  # public: kept for at most 256 sessions, the oldest session's dropped first
-        mine = {} if save else self.session_presets.setdefault(session or "", {})
-        while len(self.session_presets) > 256:
-            self.session_presets.pop(next(iter(self.session_presets)))
-        first = DEFAULT_METHOD
-        mine[(name, first)] = la = (tuned := presets.tune(name, p.model, p.tok, first, save=save))["params"]
+        la = (tuned := presets.tune(name, p.model, p.tok, first, save=save, pause=turn))["params"]
+        if not save:
+            self._keep_session_preset(session, name, first, la)
         note = f"{first.replace('_', ' ')} {presets.describe(first, la)}"
         facts = [f"{first.replace('_', ' ')} — {tuned['measured']}"]
-        sp = spec(s.method)
-        if s.method != first and sp is not None and sp.tuner:  # its shape, with the draft or heads the page names
-            dmodel = (self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok, self.lim.device(s.device),
-                                       s.dtype)[0] if "draft_model" in sp.needs else None)
+        if also:  # its shape, with the draft or heads the page names
+            with turn():
+                dmodel = (self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok,
+                                           self.lim.device(s.device), s.dtype)[0] if "draft_model" in sp.needs else None)
             heads = heads_folder(s.heads, s.method, p.model) if "heads" in sp.needs else None
-            hp = presets.tune(name, p.model, p.tok, s.method, dmodel, heads=heads, save=save)
-            mine[(name, s.method)] = hp["params"]
+            hp = presets.tune(name, p.model, p.tok, s.method, dmodel, heads=heads, save=save, pause=turn)
+            if not save:
+                self._keep_session_preset(session, name, s.method, hp["params"])
             note += f", {s.method} {presets.describe(s.method, hp['params'])}"
             facts.append(f"{s.method} — {hp['measured']}")
         kept = "saved as the auto preset" if save else "this session's auto preset; other visitors keep theirs"

@@ -89,6 +89,8 @@ class Handlers:
         """() -> a context holding the model for one unit of this session's work; a Stop ends the wait."""
         @contextmanager
         def turn():
+            if stop.is_set():  # stopped between two units (a Tune's pilot runs, a race's repeats): no next one
+                raise Stopped()
             try:
                 with self.turns.turn(session, stop.is_set):
                     yield
@@ -126,12 +128,34 @@ class Handlers:
         if s.preset == "auto" and any(self._preset(p, target, m) is None for m in methods if not is_baseline(m)):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
-        try:
-            with turn():
-                self.apply_presets(p, methods)
+        try:  # a first-time tuning holds the model one pilot run at a time: other visitors run in between
+            self.apply_presets(p, methods, pause=turn)
         except Stopped:
             raise Refused("stopped while waiting for the model") from None
         return p
+
+    def _tune_auto(self, p: Prepared, target: str, method: str, pause=None) -> dict:
+        """A method's first auto run tunes it. The shared (device) preset comes from the model and the shipped
+        prompts only: in public mode a visitor's own draft or heads tune that visitor's session preset, never
+        the one every later visitor gets (and that presets.json keeps across restarts)."""
+        heads = p.resources.get(method, {}).get("heads")
+        own = self.lim.public and (
+            (needs(method, "draft_model") and self.model_name(p.settings.draft, "draft") != self.lim.default_draft)
+            or (heads is not None and heads != heads_folder("", method, p.model)))
+        if not own:
+            found = presets.cached(target, p.model, method)
+            return found or presets.tune(target, p.model, p.tok, method, p.dmodel, heads=heads, pause=pause)
+        tuned = presets.tune(target, p.model, p.tok, method, p.dmodel, heads=heads, save=False, pause=pause)
+        self._keep_session_preset(p.session, target, method, tuned["params"])
+        return tuned
+
+    def _keep_session_preset(self, session: str | None, target: str, method: str, params: dict) -> None:
+        """A session's own tuning, for at most 256 sessions (the oldest session's dropped first)."""
+        mine = self.session_presets.pop(session or "", {})
+        mine[(target, method)] = params
+        self.session_presets[session or ""] = mine
+        while len(self.session_presets) > 256:
+            self.session_presets.pop(next(iter(self.session_presets)))
 
     def _preset(self, p: Prepared, target: str, method: str) -> dict | None:
         """This session's own tuning (public mode keeps the Tune button's result per session), else the cached
@@ -146,7 +170,7 @@ class Handlers:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
         problems: list[str] = []
         common = check_common(s, self.lim, problems)
-        if isinstance(common.get("max_new"), int):
+        if isinstance(common.get("max_new"), int):  # new tokens alone first (no model needed to say so)
             try:
                 check_work(common["max_new"], runs, self.work_limit, what)
             except Refused as e:
@@ -176,6 +200,7 @@ class Handlers:
             problems.append(str(e))
         raise_if(problems)
         model, tok = self.cache.get(target, device, s.dtype)
+        self.check_prompt_work(tok, common["prompt"], common["max_new"], runs, what)
         dmodel, dtok = self.cache.draft(draft, model, tok, device, s.dtype) if draft else (None, None)
         if dmodel is not None:
             check_draft(model, tok, dmodel, dtok, str(s.target), str(s.draft))
@@ -193,14 +218,25 @@ class Handlers:
             self.apply_presets(p, methods)
         return p
 
-    def apply_presets(self, p: Prepared, methods: list[str]) -> None:
+    def check_prompt_work(self, tok, prompt: str, max_new: int, runs: int, what: str) -> None:
+        """Public mode: the prompt's tokens within the cap, and (prompt + new tokens) x runs within the budget;
+        every run prefills the prompt, and a long prefill costs the worker as much as decoding."""
+        if self.work_limit is None and self.lim.prompt_tokens is None:
+            return
+        n = len(tok(prompt)["input_ids"])
+        if self.lim.prompt_tokens is not None and n > self.lim.prompt_tokens:
+            raise InputError(f"**prompt** is {n:,} tokens; a prompt on this Space may have at most "
+                             f"{self.lim.prompt_tokens:,}: shorten it")
+        check_work(max_new, runs, self.work_limit, what, prompt=n)
+
+    def apply_presets(self, p: Prepared, methods: list[str], pause=None) -> None:
         """With preset "auto", each method's parameters come from presets (tuned now if unknown); then
-        every method's span is checked against the model's positions."""
+        every method's span is checked against the model's positions. pause: the context each pilot run of
+        a tuning holds (the model's turn)."""
         target = self.model_name(p.settings.target, "target")
         for m in methods:
             if p.settings.preset == "auto" and not is_baseline(m):
-                pr = self._preset(p, target, m) or presets.resolve(
-                    target, p.model, p.tok, m, p.dmodel, p.resources.get(m, {}).get("heads"))
+                pr = self._preset(p, target, m) or self._tune_auto(p, target, m, pause)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
             if p.settings.typical and takes(m, "acceptance"):  # the stats line says this text is not the target's
