@@ -29,7 +29,9 @@ from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
 from appkit.page import autofields, lesson  # noqa: E402
 from appkit.page.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
 from appkit.run.handlers import TMP_MAX_AGE_S  # noqa: E402
+from appkit.public.clients import Admission, Places  # noqa: E402
 from appkit.public.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 from appkit.models.model_cache import ModelCache  # noqa: E402
 from appkit.run.settings import Settings, budget_line  # noqa: E402
 from appkit.run.stream import gpu_seconds  # noqa: E402
@@ -109,8 +111,12 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         h.downloads.others = [Path(demo.GRADIO_CACHE)]  # Gradio's copies of our downloads count against the cap
         label_outputs(p)  # the API's returns are named, not value_55
         preset_from_page(demo, p)  # no preset in an API call = the values it sends
-    demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),
-               default_concurrency_limit=1)
+    size = queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32"))
+    if lim.public:  # places per client (appkit/public/clients.py, enforced by launch_kwargs' middleware); Gradio's
+        # own cap sits above ours, so a client with nothing waiting never meets "Queue is full"
+        h.places = Places(size)
+        size += PUBLIC_SLOTS
+    demo.queue(max_size=size, default_concurrency_limit=1)
     demo.decodescope = {"limits": lim, "cache": h.cache, "sessions": h.sessions, "handlers": h, "page": p}
     return demo
 
@@ -211,9 +217,14 @@ def _positions(name: str) -> int | None:
     return cfg.get("max_position_embeddings") or cfg.get("n_positions")
 
 
-def launch_kwargs() -> dict:
-    """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS."""
-    return {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
+def launch_kwargs(demo: gr.Blocks | None = None) -> dict:
+    """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS; for a
+    public demo the queue's admission per client (a middleware in front of Gradio's routes)."""
+    kw = {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
+    places = getattr(demo, "decodescope", {}).get("handlers").places if demo is not None else None
+    if places is not None:
+        kw["app_kwargs"] = {"middleware": [Middleware(Admission, places=places)]}
+    return kw
 
 
 def main() -> None:
@@ -230,7 +241,7 @@ def main() -> None:
                 cache.get(name, "cuda", None)
             except ModelError as e:
                 log.warning("could not preload %s: %s", name, e)
-    demo.launch(server_port=port, **launch_kwargs())
+    demo.launch(server_port=port, **launch_kwargs(demo))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class Tabs(Handlers):
     def race(self, request: gr.Request, *values):
         """Greedy and each picked method, `repeats` times interleaved (repeat r runs them rotated by r);
         rows stream in as runs finish and show the median and min-max over the runs so far."""
+        session, client = self.arrived(request)
         n = len(FIELDS)
         s, picked = Settings.from_values(values[:n]), values[n] if len(values) > n else None
         methods = [m for m in (picked or []) if m in RACE_CHOICES]
@@ -55,8 +56,7 @@ class Tabs(Handlers):
         except (TypeError, ValueError):
             problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
         raise_if(problems)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._race(s, methods, repeats, session)
 
     def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
@@ -109,9 +109,9 @@ class Tabs(Handlers):
     @reported(7, client_error=True)
     def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
+        session, client = self.arrived(request)
         s = Settings.from_values(values)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._profile(s, session)
 
     def _profile(self, s: Settings, session: str | None):
@@ -177,6 +177,7 @@ class Tabs(Handlers):
     def sweep(self, request: gr.Request, *values):
         """The lookahead scaling picture (one real run per (N, W), G = W) and / or the heads' tree-size
         sweep (one medusa / eagle run per tree budget); a point streams in per run."""
+        session, client = self.arrived(request)
         n = len(FIELDS)
         s = Settings.from_values(values[:n])
         ns, ws, n_new, heads, budgets = (list(values[n:]) + [None] * 5)[:5]
@@ -194,8 +195,7 @@ class Tabs(Handlers):
                             "pick fewer N, W or budgets")
         raise_if(problems)
         s.max_new, s.preset = n_new, "manual"
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._sweep(s, cells, trees, heads, n_new, session)
 
     def _sweep(self, s: Settings, cells: list, trees: list, heads: list, n_new: int, session: str | None):
@@ -235,8 +235,8 @@ class Tabs(Handlers):
         auto preset, or in public mode this session's only (one visitor's tuning never rewrites another's).
         Budgeted like a race: its pilot runs count against the work budget, each takes the model's turn on its
         own (other visitors run in between), and Stop ends it between two pilot runs."""
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        session, client = self.arrived(request)
+        with self.turns.job(session, client):
             stop = self.sessions.start(session)
             try:
                 return self._tune(Settings.from_values(values), session, self.turn_for(session, stop))

@@ -26,7 +26,8 @@ from ..public.disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 
 from ..models.drafts import check_draft
 from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
 from ..errors import reported
-from ..public.fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
+from ..public.clients import Places, request_client
+from ..public.fair import CLIENT_JOBS, PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from ..public.limits import PUBLIC_HISTORY, Limits
 from ..models.model_cache import ModelCache
 from .method_fields import is_baseline, needs, takes
@@ -73,16 +74,24 @@ class Handlers:
         self.downloads = Downloads(TMP, disk_cap(lim.public))
         # the model's turns (one unit of work at a time, the least-served session first); public mode: one
         # running and one queued job per session, a work budget per request, tuning kept per session
-        self.turns = Turns(max_jobs=2 if lim.public else None)
+        self.turns = Turns(max_jobs=2 if lim.public else None, client_jobs=CLIENT_JOBS if lim.public else None)
+        self.places: Places | None = None  # public mode: the queue places per client (app.py's Admission)
         self.work_limit = PUBLIC_WORK if lim.public else None
         self.session_presets: dict[str, dict] = {}
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
 
+    def arrived(self, request) -> tuple[str | None, str]:
+        """(session, client) of an event that has just left Gradio's queue: its queue place is free again."""
+        client = request_client(request) if self.lim.public else ""
+        if self.places is not None:
+            self.places.started(client)
+        return getattr(request, "session_hash", None), client
+
     @contextmanager
     def held(self, request, turn: bool = True):
         """One job of the request's session (refused past the limit) holding the model's turn for all of it."""
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session), (self.turns.turn(session) if turn else nullcontext()):
+        session, client = self.arrived(request)
+        with self.turns.job(session, client), (self.turns.turn(session) if turn else nullcontext()):
             yield
 
     def turn_for(self, session: str | None, stop):
@@ -275,9 +284,9 @@ class Handlers:
     @reported(6, client_error=True)
     def run(self, request: gr.Request, *values):
         """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
+        session, client = self.arrived(request)
         s = Settings.from_values(values)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._run_tab(s, session)
 
     def _run_tab(self, s: Settings, session: str | None):
