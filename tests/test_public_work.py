@@ -3,8 +3,10 @@ have a cap, a Tune is budgeted and takes the model's turn one pilot run at a tim
 shared auto preset is never tuned with a visitor's own draft."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from gradio_client import Client
@@ -81,3 +83,24 @@ def test_a_visitors_own_draft_never_tunes_the_shared_preset(tmp_path, cache_dir)
         assert "speculative" in presets._path().read_text()
     finally:
         demo.close()
+
+
+def test_the_greedy_speed_table_is_the_visitors_own(public_url):
+    """A's greedy run on a secret prompt: A's lookahead run on it is compared with it, B's on the same prompt is
+    not (a shared table keyed by the prompt told B that someone had run it)."""
+    a, b = Client(public_url, verbose=False), Client(public_url, verbose=False)
+    secret = "def secret_51HxQ9Z(x):\n"
+    assert a.predict(*args(secret, "greedy", max_new=8), api_name="/run")[2]
+    mine = a.predict(*args(secret, "lookahead", max_new=8), api_name="/run")[1]
+    theirs = b.predict(*args(secret, "lookahead", max_new=8), api_name="/run")[1]
+    assert "not measured" not in mine and "not measured" in theirs, (mine, theirs)
+
+
+def test_history_runs_counts_the_visitors_own_earlier_run(public_url):
+    """The second retrieval run of a session drafts from the first: its config says 1 earlier run."""
+    c = Client(public_url, verbose=False)
+    counts = []
+    for prompt in ("def first(x):\n", "def second(x):\n"):
+        out = c.predict(*args(prompt, "retrieval", max_new=8), api_name="/run")
+        counts.append(json.loads(Path(out[4]).read_text())["config"]["history_runs"])
+    assert counts == [0, 1], counts

@@ -73,7 +73,7 @@ class Tabs(Handlers):
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
                 if kind == "done" and runs.get(BASELINE):  # a later Run on this prompt shows its speed against it
                     rates = sorted(t.stats()["tokens_per_s"] for t in runs[BASELINE])
-                    self.greedy_rates[run_key(p)] = rates[len(rates) // 2]
+                    self.greedy_rates.put(session, run_key(p), rates[len(rates) // 2])
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":

@@ -27,6 +27,7 @@ from ..models.drafts import check_draft
 from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
 from ..errors import reported
 from ..public.clients import Places, request_client
+from ..public.per_session import PerSession
 from ..public.fair import CLIENT_JOBS, PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from ..public.limits import PUBLIC_HISTORY, Limits
 from ..models.model_cache import ModelCache
@@ -65,7 +66,8 @@ class Handlers:
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
-        self.greedy_rates: dict[tuple, float] = {}  # what greedy measured (tokens/s) per run_key: "x greedy"
+        # what greedy measured (tokens/s) per run_key, for "x greedy": this session's own runs only
+        self.greedy_rates = PerSession()
         self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
         # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
         # the suffix cache's earlier runs
@@ -318,7 +320,7 @@ class Handlers:
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, key, tr, kind == "done"), note) if x)
+                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, session, key, tr, kind == "done"), note) if x)
                 note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")
