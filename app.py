@@ -52,6 +52,7 @@ from appkit.race.tabs import RACE_DEFAULT  # noqa: E402
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
 PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
+PUBLIC_MODEL_CACHE_MB = 8192  # public mode: weights kept loaded (the 1.7B allow-listed model is 6.8 GB in fp32)
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -79,7 +80,11 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     if draft0 != EMBEDDED_DRAFT and default_draft is None:  # a shipped draft preselected: the embedded one stays
         lim.allowed.append(EMBEDDED_DRAFT)
         shown[display_name(EMBEDDED_DRAFT)] = EMBEDDED_DRAFT
-    h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
+    # public: the cache holds at most PUBLIC_MODEL_CACHE_MB of weights unless DECODESCOPE_MODEL_CACHE_MB says
+    cap = PUBLIC_MODEL_CACHE_MB * 2**20 if lim.public and not os.environ.get("DECODESCOPE_MODEL_CACHE_MB") else None
+    h = Tabs(lim, cache or (ModelCache(loader=dm.loader, max_bytes=cap) if dm else ModelCache(max_bytes=cap)),
+             aliases=shown)
+    h.cache.pinned |= {target0, draft0}  # the page's default models are evicted last
     # a public Space replays smaller traces: parsing and drawing one costs the shared CPU ~0.6 s per MB
     h.max_trace_bytes = min(max_trace_bytes, PUBLIC_MAX_TRACE_BYTES) if lim.public else max_trace_bytes
     if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it

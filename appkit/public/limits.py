@@ -42,6 +42,11 @@ PUBLIC_PROMPT_TOKENS = 1024
 PUBLIC_HISTORY = {"sessions": 64, "limit": 100_000}
 
 
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def public_mode() -> bool:
     """DECODESCOPE_PUBLIC=1/0 decides; unset, a Hugging Face Space (SPACE_ID is set there) is public."""
     v = os.environ.get("DECODESCOPE_PUBLIC", "").strip().lower()
@@ -99,6 +104,16 @@ class Limits:
             raise ValueError(f"**device** must be one of {', '.join(DEVICES)} (or cuda:N), got a {type(value).__name__}"
                              f" of {len(v)} characters" if len(v) > 12 else f"**device** must be one of "
                              f"{', '.join(DEVICES)} (or cuda:N), got {v!r}")
+        return v
+
+    def dtype(self, value) -> str:
+        """The dtype every model of an event loads in, one rule for every endpoint (Run, Race, Profile, Sweep,
+        Tune, Load models): public mode refuses fp16 / bf16 without a GPU (emulated on a CPU: several times
+        slower than fp32 for the same tokens, on a shared CPU)."""
+        v = "auto" if value in (None, "") else str(value).strip()
+        if self.public and v in ("fp16", "float16", "bf16", "bfloat16") and not _cuda():
+            raise ValueError(f"**dtype**: {v} on this Space's CPU is emulated, several times slower than fp32 for "
+                             "the same tokens, and the CPU is shared: pick fp32 (or auto)")
         return v
 
     def heads(self, value) -> str:

@@ -288,6 +288,7 @@ class Tabs(Handlers):
     def _load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
         device = self.lim.device(device)  # public mode: "auto" for every model, whatever was sent
+        dtype = self.lim.dtype(dtype)  # the same dtype rule as every model event
         model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
         lines = [model_line("target", model, tok)]
         try:

@@ -186,9 +186,10 @@ class Handlers:
                 check_work(common["max_new"], runs, self.work_limit, what)
             except Refused as e:
                 problems.append(str(e))
-        if self.lim.public and str(s.dtype) in ("fp16", "bf16") and not _cuda():
-            problems.append(f"**dtype**: {s.dtype} on this Space's CPU is emulated, several times slower than fp32 "
-                            "for the same tokens, and the CPU is shared: pick fp32 (or auto)")
+        try:
+            self.lim.dtype(s.dtype)
+        except ValueError as e:
+            problems.append(str(e))
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         # the draft cutoff is the user's under every preset (manual and teaching: among the method's params)
