@@ -90,14 +90,17 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it
         h.fetching = lambda: dm.stage if dm.pending else None
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
+    for m in hub:  # a local folder on the list is offered by its display name, never its server path
+        if os.path.isabs(m):
+            shown[display_name(m)] = m
     t0, d0 = display_name(target0), display_name(draft0)
     targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
                                                    display_name(EMBEDDED_TARGET))] if target0 == DEFAULT_MODEL
-               else [(f"embedded target ({t0})", t0)]) + [(hub_label(m), m) for m in hub if m != EMBEDDED_TARGET]
+               else [(f"embedded target ({t0})", t0)]) + [_choice(m) for m in hub if m != EMBEDDED_TARGET]
     drafts_shown = ([(f"embedded draft ({d0})", d0)] if draft0 == EMBEDDED_DRAFT else
                     [(f"shipped draft ({d0})", d0), (f"embedded draft ({display_name(EMBEDDED_DRAFT)})",
                                                      display_name(EMBEDDED_DRAFT))]) + \
-        [(hub_label(m), m) for m in hub if m != EMBEDDED_DRAFT]
+        [_choice(m) for m in hub if m != EMBEDDED_DRAFT]
     # the default model's status line: a public page shows no server path (the cache folder is named, not placed)
     line = (lambda: no_server_paths(dm.line()) if lim.public else dm.line()) if dm else (lambda: "")
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
@@ -211,6 +214,14 @@ def lesson_step(delta: int | None, default: str):
     """The handler of a lesson button: None starts at the first stop, -1/+1 move; default: the page's default
     target (the lesson teaches on the default model, or on the embedded pair when that is the default)."""
     return lambda at: lesson.go(-1 if delta is None else at, delta or 0, default)
+
+
+def _choice(name: str) -> tuple[str, str]:
+    """A model list entry: a hub id as hub_label shows it, a local folder by its display name (both the label
+    and the value the page sends back: build_demo's aliases map it to the folder)."""
+    if os.path.isabs(name):
+        return display_name(name), display_name(name)
+    return hub_label(name), name
 
 
 def _positions(name: str) -> int | None:

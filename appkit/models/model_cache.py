@@ -48,7 +48,10 @@ class ModelCache:
         return (name, device, d)
 
     def cached(self, name: str, device: str | None = None, dtype: str | None = None) -> bool:
-        key = self.key(name, device, dtype)
+        try:
+            key = self.key(name, device, dtype)
+        except ModelError:  # an unknown dtype is loaded by nothing
+            return False
         return self._aliases.get(key, key) in self._models
 
     def _evict(self) -> None:

@@ -7,6 +7,7 @@ appkit/run/settings.py (all problems at once, nothing clamped); appkit/errors.py
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from decoding.params import LIMITS
 from decoding.methods.registry import needing
@@ -126,5 +127,7 @@ class Limits:
         return v
 
     def allowed_labels(self) -> list[str]:
-        return ["the embedded models"] + [m for m in self.allowed
-                                          if m not in (self.default_target, self.default_draft)]
+        """The allow list as a refusal names it: hub ids, and local folders by name (never a server path)."""
+        rest = [Path(m).name if os.path.isabs(m) else m for m in self.allowed
+                if m not in (self.default_target, self.default_draft)]
+        return ["the embedded models"] + list(dict.fromkeys(rest))
