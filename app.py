@@ -237,9 +237,10 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict:
     """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS; for a
     public demo the queue's admission per client (a middleware in front of Gradio's routes)."""
     kw = {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
-    places = getattr(demo, "decodescope", {}).get("handlers").places if demo is not None else None
-    if places is not None:
-        kw["app_kwargs"] = {"middleware": [Middleware(Admission, places=places)]}
+    h = demo.decodescope["handlers"] if demo is not None else None
+    if h is not None and h.places is not None:  # public: the upload route takes what Replay takes, no more
+        kw["max_file_size"] = h.max_trace_bytes
+        kw["app_kwargs"] = {"middleware": [Middleware(Admission, places=h.places, downloads=h.downloads)]}
     return kw
 
 

@@ -108,13 +108,33 @@ class Places:
 
 
 class Admission:
-    """ASGI middleware: a queued event's POST is refused with 429 and one line when `places` says so."""
+    """ASGI middleware: a queued event's POST is refused with 429 and one line when `places` says so; an
+    upload's files are owned by its client and the disk cap is enforced as soon as they are written
+    (`downloads`: appkit/public/disk.py), not at the next run."""
 
-    def __init__(self, app, places: Places, prefix: str = "/gradio_api"):
-        self.app, self.places, self.prefix = app, places, prefix
+    def __init__(self, app, places: Places, downloads=None, prefix: str = "/gradio_api"):
+        self.app, self.places, self.downloads, self.prefix = app, places, downloads, prefix
+
+    async def _upload(self, scope, receive, send, client: str):
+        body = bytearray()
+
+        async def keep(message):
+            if message.get("type") == "http.response.body" and len(body) < 1 << 20:
+                body.extend(message.get("body", b""))
+            await send(message)
+        await self.app(scope, receive, keep)
+        try:
+            paths = json.loads(bytes(body))
+        except ValueError:
+            return
+        if isinstance(paths, list) and self.downloads is not None:
+            self.downloads.written([p for p in paths if isinstance(p, str)], client)
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope.get("type") == "http" else ""
+        if scope.get("method") == "POST" and path.rstrip("/") == self.prefix + "/upload":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            return await self._upload(scope, receive, send, client_of((scope.get("client") or ("", 0))[0], headers))
         if scope.get("method") == "POST" and path.startswith(self.prefix) and \
                 path[len(self.prefix):].startswith(JOINS):
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
