@@ -29,7 +29,7 @@ from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
 from appkit.page import autofields, lesson  # noqa: E402
 from appkit.page.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
 from appkit.run.handlers import TMP_MAX_AGE_S  # noqa: E402
-from appkit.public.clients import Admission, Places  # noqa: E402
+from appkit.public.clients import Admission, Places, Unread  # noqa: E402
 from appkit.public.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 from appkit.models.model_cache import ModelCache  # noqa: E402
@@ -53,6 +53,7 @@ log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
 PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
 PUBLIC_MODEL_CACHE_MB = 8192  # public mode: weights kept loaded (the 1.7B allow-listed model is 6.8 GB in fp32)
+UNREAD_S = 10.0  # public mode: a job whose messages nobody has read for this long ends
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -125,6 +126,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         h.places = Places(size)
         size += PUBLIC_SLOTS
     demo.queue(max_size=size, default_concurrency_limit=1)
+    if lim.public and spaces is None:  # (a ZeroGPU worker is a fork: its copy of the queue is never read)
+        h.sessions.abandoned = Unread(lambda session: _unread(demo, session), UNREAD_S)
     demo.decodescope = {"limits": lim, "cache": h.cache, "sessions": h.sessions, "handlers": h, "page": p}
     return demo
 
@@ -214,6 +217,14 @@ def lesson_step(delta: int | None, default: str):
     """The handler of a lesson button: None starts at the first stop, -1/+1 move; default: the page's default
     target (the lesson teaches on the default model, or on the embedded pair when that is the default)."""
     return lambda at: lesson.go(-1 if delta is None else at, delta or 0, default)
+
+
+def _unread(demo: gr.Blocks, session: str | None) -> int:
+    """Messages Gradio holds for a session that nobody has read (its stream is not open): many means a job
+    whose results nobody will read (a fire-and-forget `/gradio_api/call/...`)."""
+    queue = getattr(getattr(demo, "_queue", None), "pending_messages_per_session", None)
+    pending = queue.get(session) if queue is not None and session else None
+    return pending.qsize() if pending is not None else 0
 
 
 def _choice(name: str) -> tuple[str, str]:

@@ -84,3 +84,28 @@ def test_one_machine_firing_api_calls_never_locks_another_visitor_out():
         while turns._jobs and time.monotonic() - t0 < 60:  # the flood's admitted runs end before the server does
             time.sleep(0.2)
         demo.close()
+
+
+def test_a_call_nobody_reads_ends():
+    """A fire-and-forget /call/race (15 runs of 256 tokens: about a minute of the worker) whose stream nobody
+    opens ends once its messages have waited 10 s unread, not at the race's end."""
+    demo = app_module.build_demo(app_module.EMBEDDED_TARGET, app_module.EMBEDDED_DRAFT, public=True)
+    port = free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                **app_module.launch_kwargs(demo))
+    turns = demo.decodescope["handlers"].turns
+    try:
+        body = {"data": args("def f(x):\n", "greedy", max_new=256) + [["lookahead", "prompt_lookup", "jacobi",
+                                                                        "retrieval"], 3]}
+        with httpx.Client(timeout=30) as http:
+            r = http.post(f"http://127.0.0.1:{port}/gradio_api/call/race", json=body)
+        assert r.status_code == 200, r.text
+        t0 = time.monotonic()
+        while not turns._jobs and time.monotonic() - t0 < 30:  # it starts
+            time.sleep(0.1)
+        assert turns._jobs, "the race never started"
+        while turns._jobs and time.monotonic() - t0 < 40:
+            time.sleep(0.2)
+        assert not turns._jobs, "the unread race was still running after 40 s"
+    finally:
+        demo.close()

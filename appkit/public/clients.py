@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Mapping
+from typing import Callable, Mapping
 
 JOINS = ("/queue/join", "/call/", "/run/", "/api/")  # the POSTs that put an event in Gradio's queue
 
@@ -147,3 +147,28 @@ class Admission:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+class Unread:
+    """session -> True once its messages have waited unread for `after_s` seconds: nobody reads this job (a
+    fire-and-forget `/call`, whose stream is never opened), so it ends instead of holding the worker. A
+    reader (a page's stream, gradio_client) drains its messages as they come, so they never wait that long."""
+
+    def __init__(self, unread: Callable[[str | None], int], after_s: float = 10.0):
+        self.unread, self.after_s = unread, after_s
+        self._since: dict[str, tuple[int, float]] = {}  # session -> (unread count, since when unread)
+        self._lock = threading.Lock()
+
+    def __call__(self, session: str | None) -> bool:
+        n, now, key = self.unread(session), time.monotonic(), session or ""
+        with self._lock:
+            if n == 0:
+                self._since.pop(key, None)
+                return False
+            seen, since = self._since.get(key, (0, now))
+            if n < seen:  # someone read some: the wait starts again
+                since = now
+            self._since[key] = (n, since)
+            while len(self._since) > 4096:
+                self._since.pop(next(iter(self._since)))
+            return now - since > self.after_s
