@@ -109,3 +109,34 @@ def test_a_call_nobody_reads_ends():
         assert not turns._jobs, "the unread race was still running after 40 s"
     finally:
         demo.close()
+
+
+def test_a_clients_new_sessions_inherit_its_service_so_throwaway_sessions_are_not_served_first():
+    """Client X has been served 0.3 s (session x1), client Y 0.1 s. While the model is busy, a fresh session
+    x2 of X queues before Y's session: Y gets the next turn, because x2 carries X's record."""
+    import threading
+    from appkit.public.fair import Turns
+    turns = Turns(max_jobs=2, client_jobs=3)
+    for session, client, seconds in (("x1", "X", 0.3), ("y1", "Y", 0.1)):
+        with turns.job(session, client), turns.turn(session):
+            time.sleep(seconds)
+    order, busy = [], threading.Event()
+
+    def hold():
+        with turns.job("h", "H"), turns.turn("h"):
+            busy.set()
+            time.sleep(0.5)
+
+    def wait(session, client):
+        with turns.job(session, client), turns.turn(session):
+            order.append(session)
+    threads = [threading.Thread(target=hold)]
+    threads[0].start()
+    busy.wait(5)
+    for session, client in (("x2", "X"), ("y2", "Y")):
+        threads.append(threading.Thread(target=wait, args=(session, client)))
+        threads[-1].start()
+        time.sleep(0.1)
+    for t in threads:
+        t.join(10)
+    assert order == ["y2", "x2"], order

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import httpx
-import pytest
 
 import app as app_module
 from appkit.public.disk import Downloads

@@ -41,11 +41,6 @@ from ..page.tables import live_line, public_trace, stats_md
 CLEAR = ""  # the message output when an event starts: the last error goes away
 
 
-def _cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()
-
-
 def thread_setup() -> None:
     """The worker thread inherits nothing from torch's per-thread state; keep grad off and use the thread
     count measured for the model (appkit/run/threads.py)."""
