@@ -22,7 +22,7 @@ def public(dirs, tmp_path_factory):
     mp.setenv("DECODESCOPE_PUBLIC", "1")
     demo = app_module.build_demo(dirs["target"], dirs["draft"])
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            **app_module.launch_kwargs())
+                            **app_module.launch_kwargs(demo))  # as served: the queue's admission per client too
     yield Client(url, verbose=False)
     demo.close()
     mp.undo()

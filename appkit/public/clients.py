@@ -9,7 +9,7 @@ to one machine: 48 fire-and-forget POSTs filled Gradio's queue and every other v
   address it saw to the header, so the entries before it are whatever the visitor sent and are never read:
   we take the rightmost entry that is a public address (the Spaces proxy's own hops are private addresses
   and are skipped). Without a trusted proxy the header is ignored: anyone can send one.
-- `Places` admits a new queued event (`/queue/join`, `/call/...`, `/run/...`, `/api/...` POSTs) only while
+- `Places` admits a new queued event (`/queue/join` and `/call/...` POSTs) only while
   the client has fewer than `per_client` events waiting, and keeps the queue's last `reserve` places for
   clients with nothing waiting: one client never fills the queue for everyone else.
 """
@@ -23,7 +23,7 @@ import time
 from collections import deque
 from typing import Callable, Mapping
 
-JOINS = ("/queue/join", "/call/", "/run/", "/api/")  # the POSTs that put an event in Gradio's queue
+JOINS = ("/queue/join", "/call/")  # the POSTs that put an event in Gradio's queue (/run/ serves queue=False events)
 
 
 def trusted_proxy() -> bool:

@@ -19,14 +19,15 @@ from . import race as racekit, sweep as sweepkit
 from ..run import presets
 from ..run.costs import for_viz
 from ..errors import one_line, reported
-from ..run.handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
+from ..run.handlers import CLEAR, Handlers, Prepared, thread_setup
 from ..public.limits import MAX_REPLAY_HTML_BYTES
-from ..run.method_fields import DEFAULT_METHOD, accelerated, field_values, needing, needs, spec, tune_fields
+from ..run.method_fields import accelerated, needing, needs
 from ..models.model_cache import model_line
 from .replay import load_trace, shipped_path
+from .tune_tab import TuneTab
 from ..run.settings import FIELDS, Settings, raise_if, whole
 from ..public.fair import PROFILE_COST, Refused
-from ..run.stream import Job, Stopped
+from ..run.stream import Job
 from ..run.threads import run_key
 from ..page.tables import public_trace, race_table, stats_md, sweep_table
 
@@ -35,7 +36,7 @@ RACE_CHOICES = accelerated()  # every method of the registry but greedy
 RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]
 
 
-class Tabs(Handlers):
+class Tabs(TuneTab, Handlers):
     """Run tab (Handlers) plus the other tabs."""
 
     @reported(6, client_error=True)
@@ -228,57 +229,6 @@ class Tabs(Handlers):
                     yield gr.skip(), status, gr.skip(), gr.skip()
         finally:
             self.sessions.end(session, stop)
-
-    @reported(6, status=None, client_error=True)
-    def tune(self, request: gr.Request, *values):
-        """Tune the page's first method (lookahead), and the chosen one when it has a tuner, now: the device's
-        auto preset, or in public mode this session's only (one visitor's tuning never rewrites another's).
-        Budgeted like a race: its pilot runs count against the work budget, each takes the model's turn on its
-        own (other visitors run in between), and Stop ends it between two pilot runs."""
-        session, client = self.arrived(request)
-        with self.turns.job(session, client):
-            stop = self.sessions.start(session)
-            try:
-                return self._tune(Settings.from_values(values), session, self.turn_for(session, stop))
-            except Stopped:
-                raise Refused("Tune stopped: nothing was tuned") from None
-            finally:
-                self.sessions.end(session, stop)
-
-    def _tune(self, s: Settings, session: str | None, turn):
-        with turn():
-            p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": BASELINE}), [BASELINE])
-        name = self.model_name(s.target, "target")
-        first, sp = DEFAULT_METHOD, spec(s.method)
-        also = s.method != first and sp is not None and sp.tuner
-        if self.work_limit is not None:
-            work = presets.tune_work(p.tok, first) + (presets.tune_work(p.tok, s.method) if also else 0)
-            if work > self.work_limit:
-                raise Refused(f"**work budget**: tuning {first.replace('_', ' ')}"
-                              f"{' and ' + s.method.replace('_', ' ') if also else ''} pilots {work:,} tokens; a "
-                              f"request on this Space may process at most {self.work_limit:,}: tune one method")
-        t0 = time.perf_counter()
-        save = not self.lim.public  # public: kept for at most 256 sessions, the oldest session's dropped first
-        la = (tuned := presets.tune(name, p.model, p.tok, first, save=save, pause=turn))["params"]
-        if not save:
-            self._keep_session_preset(session, name, first, la)
-        note = f"{first.replace('_', ' ')} {presets.describe(first, la)}"
-        facts = [f"{first.replace('_', ' ')} — {tuned['measured']}"]
-        if also:  # its shape, with the draft or heads the page names
-            with turn():
-                dmodel = (self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok,
-                                           self.lim.device(s.device), s.dtype)[0] if "draft_model" in sp.needs else None)
-            heads = heads_folder(s.heads, s.method, p.model) if "heads" in sp.needs else None
-            hp = presets.tune(name, p.model, p.tok, s.method, dmodel, heads=heads, save=save, pause=turn)
-            if not save:
-                self._keep_session_preset(session, name, s.method, hp["params"])
-            note += f", {s.method} {presets.describe(s.method, hp['params'])}"
-            facts.append(f"{s.method} — {hp['measured']}")
-        kept = "saved as the auto preset" if save else "this session's auto preset; other visitors keep theirs"
-        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} ({kept}).\n\n"
-                "What it measured: " + "\n\n".join(facts))
-        shown = field_values(first, la)
-        return CLEAR, line, *[shown.get(f) for f in tune_fields()], "auto"
 
     @reported(2, status=None)
     def load_models(self, target, draft, device, dtype, request: gr.Request = None):

@@ -34,6 +34,7 @@ from ..models.model_cache import ModelCache
 from .method_fields import is_baseline, needs, takes
 from .settings import InputError, Settings, check_common, method_params, raise_if, reference_texts, user_params
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
+from .auto_presets import AutoPresets
 from .prepared import Prepared
 from .stream import Job, Recorder, Sessions, Stopped
 from ..page.tables import live_line, public_trace, stats_md
@@ -56,7 +57,7 @@ def step_views(trace, costs: dict | None, initial_step: int) -> str:
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
 
 
-class Handlers:
+class Handlers(AutoPresets):
     """Shared state (limits, model cache, stop events) and the Run tab's handlers."""
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
@@ -140,37 +141,6 @@ class Handlers:
             raise Refused("stopped while waiting for the model") from None
         return p
 
-    def _tune_auto(self, p: Prepared, target: str, method: str, pause=None) -> dict:
-        """A method's first auto run tunes it. The shared (device) preset comes from the model and the shipped
-        prompts only: in public mode a visitor's own draft or heads tune that visitor's session preset, never
-        the one every later visitor gets (and that presets.json keeps across restarts)."""
-        heads = p.resources.get(method, {}).get("heads")
-        own = self.lim.public and (
-            (needs(method, "draft_model") and self.model_name(p.settings.draft, "draft") != self.lim.default_draft)
-            or (heads is not None and heads != heads_folder("", method, p.model)))
-        if not own:
-            found = presets.cached(target, p.model, method)
-            return found or presets.tune(target, p.model, p.tok, method, p.dmodel, heads=heads, pause=pause)
-        tuned = presets.tune(target, p.model, p.tok, method, p.dmodel, heads=heads, save=False, pause=pause)
-        self._keep_session_preset(p.session, target, method, tuned["params"])
-        return tuned
-
-    def _keep_session_preset(self, session: str | None, target: str, method: str, params: dict) -> None:
-        """A session's own tuning, for at most 256 sessions (the oldest session's dropped first)."""
-        mine = self.session_presets.pop(session or "", {})
-        mine[(target, method)] = params
-        self.session_presets[session or ""] = mine
-        while len(self.session_presets) > 256:
-            self.session_presets.pop(next(iter(self.session_presets)))
-
-    def _preset(self, p: Prepared, target: str, method: str) -> dict | None:
-        """This session's own tuning (public mode keeps the Tune button's result per session), else the cached
-        or shipped preset."""
-        mine = self.session_presets.get(p.session or "", {}).get((target, method))
-        if mine is not None:
-            return {"params": mine, "source": "tuned in this session"}
-        return presets.cached(target, p.model, method)
-
     def plan(self, s: Settings, methods: list[str], presets_too: bool = True, runs: int = 1,
              what: str = "run") -> Prepared:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
@@ -235,20 +205,6 @@ class Handlers:
             raise InputError(f"**prompt** is {n:,} tokens; a prompt on this Space may have at most "
                              f"{self.lim.prompt_tokens:,}: shorten it")
         check_work(max_new, runs, self.work_limit, what, prompt=n)
-
-    def apply_presets(self, p: Prepared, methods: list[str], pause=None) -> None:
-        """With preset "auto", each method's parameters come from presets (tuned now if unknown); then
-        every method's span is checked against the model's positions. pause: the context each pilot run of
-        a tuning holds (the model's turn)."""
-        target = self.model_name(p.settings.target, "target")
-        for m in methods:
-            if p.settings.preset == "auto" and not is_baseline(m):
-                pr = self._preset(p, target, m) or self._tune_auto(p, target, m, pause)
-                p.params[m] = dict(pr["params"])
-                p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
-            if p.settings.typical and takes(m, "acceptance"):  # the stats line says this text is not the target's
-                p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
-            self.check_positions(p, m)
 
     def check_positions(self, p: Prepared, method: str) -> None:
         """prompt tokens + max new tokens + the method's span must fit the model's positions: say the numbers."""
