@@ -29,7 +29,9 @@ from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
 from appkit.page import autofields, lesson  # noqa: E402
 from appkit.page.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
 from appkit.run.handlers import TMP_MAX_AGE_S  # noqa: E402
+from appkit.public.clients import Admission, Places, Unread  # noqa: E402
 from appkit.public.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 from appkit.models.model_cache import ModelCache  # noqa: E402
 from appkit.run.settings import Settings, budget_line  # noqa: E402
 from appkit.run.stream import gpu_seconds  # noqa: E402
@@ -50,6 +52,8 @@ from appkit.race.tabs import RACE_DEFAULT  # noqa: E402
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
 PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
+PUBLIC_MODEL_CACHE_MB = 8192  # public mode: weights kept loaded (the 1.7B allow-listed model is 6.8 GB in fp32)
+UNREAD_S = 10.0  # public mode: a job whose messages nobody has read for this long ends
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
 
 
@@ -77,20 +81,27 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     if draft0 != EMBEDDED_DRAFT and default_draft is None:  # a shipped draft preselected: the embedded one stays
         lim.allowed.append(EMBEDDED_DRAFT)
         shown[display_name(EMBEDDED_DRAFT)] = EMBEDDED_DRAFT
-    h = Tabs(lim, cache or (ModelCache(loader=dm.loader) if dm else ModelCache()), aliases=shown)
+    # public: the cache holds at most PUBLIC_MODEL_CACHE_MB of weights unless DECODESCOPE_MODEL_CACHE_MB says
+    cap = PUBLIC_MODEL_CACHE_MB * 2**20 if lim.public and not os.environ.get("DECODESCOPE_MODEL_CACHE_MB") else None
+    h = Tabs(lim, cache or (ModelCache(loader=dm.loader, max_bytes=cap) if dm else ModelCache(max_bytes=cap)),
+             aliases=shown)
+    h.cache.pinned |= {target0, draft0}  # the page's default models are evicted last
     # a public Space replays smaller traces: parsing and drawing one costs the shared CPU ~0.6 s per MB
     h.max_trace_bytes = min(max_trace_bytes, PUBLIC_MAX_TRACE_BYTES) if lim.public else max_trace_bytes
     if dm is not None:  # a run on the default model shows the fetch's stage while it waits for it
         h.fetching = lambda: dm.stage if dm.pending else None
     hub = [m for m in lim.allowed if m not in (target0, draft0)]
+    for m in hub:  # a local folder on the list is offered by its display name, never its server path
+        if os.path.isabs(m):
+            shown[display_name(m)] = m
     t0, d0 = display_name(target0), display_name(draft0)
     targets = ([(f"{MODEL_NAME} (default)", t0), (f"embedded target ({display_name(EMBEDDED_TARGET)})",
                                                    display_name(EMBEDDED_TARGET))] if target0 == DEFAULT_MODEL
-               else [(f"embedded target ({t0})", t0)]) + [(hub_label(m), m) for m in hub if m != EMBEDDED_TARGET]
+               else [(f"embedded target ({t0})", t0)]) + [_choice(m) for m in hub if m != EMBEDDED_TARGET]
     drafts_shown = ([(f"embedded draft ({d0})", d0)] if draft0 == EMBEDDED_DRAFT else
                     [(f"shipped draft ({d0})", d0), (f"embedded draft ({display_name(EMBEDDED_DRAFT)})",
                                                      display_name(EMBEDDED_DRAFT))]) + \
-        [(hub_label(m), m) for m in hub if m != EMBEDDED_DRAFT]
+        [_choice(m) for m in hub if m != EMBEDDED_DRAFT]
     # the default model's status line: a public page shows no server path (the cache folder is named, not placed)
     line = (lambda: no_server_paths(dm.line()) if lim.public else dm.line()) if dm else (lambda: "")
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
@@ -109,8 +120,14 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
         h.downloads.others = [Path(demo.GRADIO_CACHE)]  # Gradio's copies of our downloads count against the cap
         label_outputs(p)  # the API's returns are named, not value_55
         preset_from_page(demo, p)  # no preset in an API call = the values it sends
-    demo.queue(max_size=queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32")),
-               default_concurrency_limit=1)
+    size = queue_size if queue_size is not None else int(os.environ.get("DECODESCOPE_QUEUE", "32"))
+    if lim.public:  # places per client (appkit/public/clients.py, enforced by launch_kwargs' middleware); Gradio's
+        # own cap sits above ours, so a client with nothing waiting never meets "Queue is full"
+        h.places = Places(size)
+        size += PUBLIC_SLOTS
+    demo.queue(max_size=size, default_concurrency_limit=1)
+    if lim.public and spaces is None:  # (a ZeroGPU worker is a fork: its copy of the queue is never read)
+        h.sessions.abandoned = Unread(lambda session: _unread(demo, session), UNREAD_S)
     demo.decodescope = {"limits": lim, "cache": h.cache, "sessions": h.sessions, "handlers": h, "page": p}
     return demo
 
@@ -202,6 +219,22 @@ def lesson_step(delta: int | None, default: str):
     return lambda at: lesson.go(-1 if delta is None else at, delta or 0, default)
 
 
+def _unread(demo: gr.Blocks, session: str | None) -> int:
+    """Messages Gradio holds for a session that nobody has read (its stream is not open): many means a job
+    whose results nobody will read (a fire-and-forget `/gradio_api/call/...`)."""
+    queue = getattr(getattr(demo, "_queue", None), "pending_messages_per_session", None)
+    pending = queue.get(session) if queue is not None and session else None
+    return pending.qsize() if pending is not None else 0
+
+
+def _choice(name: str) -> tuple[str, str]:
+    """A model list entry: a hub id as hub_label shows it, a local folder by its display name (both the label
+    and the value the page sends back: build_demo's aliases map it to the folder)."""
+    if os.path.isabs(name):
+        return display_name(name), display_name(name)
+    return hub_label(name), name
+
+
 def _positions(name: str) -> int | None:
     """The default model's positions, read from its config.json without loading it (for the prompt box)."""
     try:
@@ -211,9 +244,15 @@ def _positions(name: str) -> int | None:
     return cfg.get("max_position_embeddings") or cfg.get("n_positions")
 
 
-def launch_kwargs() -> dict:
-    """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS."""
-    return {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
+def launch_kwargs(demo: gr.Blocks | None = None) -> dict:
+    """What launch() needs in Gradio 6: the offline plotly.js + step-control script in <head>, the CSS; for a
+    public demo the queue's admission per client (a middleware in front of Gradio's routes)."""
+    kw = {"head": viz.head_html() + RUN_STATUS_HEAD, "css": CSS, "max_file_size": "25mb"}
+    h = demo.decodescope["handlers"] if demo is not None else None
+    if h is not None and h.places is not None:  # public: the upload route takes what Replay takes, no more
+        kw["max_file_size"] = h.max_trace_bytes
+        kw["app_kwargs"] = {"middleware": [Middleware(Admission, places=h.places, downloads=h.downloads)]}
+    return kw
 
 
 def main() -> None:
@@ -230,7 +269,7 @@ def main() -> None:
                 cache.get(name, "cuda", None)
             except ModelError as e:
                 log.warning("could not preload %s: %s", name, e)
-    demo.launch(server_port=port, **launch_kwargs())
+    demo.launch(server_port=port, **launch_kwargs(demo))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,13 @@ shared machine noise only ever adds time).
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
+
+# Each pilot run is held in `pause()` (default: nothing): a shared server hands the model to other visitors
+# between pilot runs, so one Tune is many short turns, not one long one.
+Pause = Callable[[], ContextManager]
 
 from .api import HEADS_METHODS, make_drafter, run
 from .engine.timing import interpolate, latency_curve, monotone  # noqa: F401 (the tuners' curve helpers)
@@ -32,18 +37,21 @@ def _pilots(prompt) -> list:
 
 
 def time_pilots(model, tokenizer, prompts: list, runs: dict[str, tuple[str, dict]], *, pilot_tokens: int,
-                reps: int) -> dict[str, dict]:
+                reps: int, pause: Pause = nullcontext) -> dict[str, dict]:
     """Run every named (method, params) on every pilot prompt, `reps` rounds interleaved; per name: the
     fastest round's seconds, its new tokens and target forwards."""
     best = {name: float("inf") for name in runs}
     counts: dict[str, tuple[int, int]] = {}
     for _ in range(max(reps, 1)):
         for name, (method, params) in runs.items():
-            t0, tokens, steps = time.perf_counter(), 0, 0
+            seconds, tokens, steps = 0.0, 0, 0
             for p in prompts:
-                st = run(model, tokenizer, p, method, max_new_tokens=pilot_tokens, trace=False, **params).stats()
+                with pause():  # the wait for a turn is not timed
+                    t0 = time.perf_counter()
+                    st = run(model, tokenizer, p, method, max_new_tokens=pilot_tokens, trace=False, **params).stats()
+                    seconds += time.perf_counter() - t0
                 tokens, steps = tokens + st["new_tokens"], steps + st["steps"]
-            best[name] = min(best[name], time.perf_counter() - t0)
+            best[name] = min(best[name], seconds)
             counts[name] = (tokens, steps)
     return {n: {"seconds": best[n], "tokens": counts[n][0], "steps": counts[n][1],
                 "tokens_per_s": counts[n][0] / best[n], "compression": counts[n][0] / max(counts[n][1], 1)}
@@ -58,7 +66,8 @@ GRID = [(1, 3, 1), (1, 3, 2), (1, 4, 1), (1, 4, 2), (1, 5, 2), (2, 3, 2), (2, 4,
 
 
 def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tokens: int = 48, grid=GRID,
-             curve: dict[int, float] | None = None, kv_len: int = 256, **params) -> dict[str, Any]:
+             curve: dict[int, float] | None = None, kv_len: int = 256, pause: Pause = nullcontext,
+             **params) -> dict[str, Any]:
     """Measure (or take) the latency curve, pilot every grid config on the prompt(s), rank by predicted speed.
     params: other lookahead parameters, fixed (e.g. text_span).
 
@@ -66,7 +75,8 @@ def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tok
     pilots = _pilots(prompt)
     if curve is None:
         sizes, kv = fitting_sizes(model.config, sorted({1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128}), kv_len)
-        curve = latency_curve(model, kv, sizes, reps=5)[2]
+        with pause():
+            curve = latency_curve(model, kv, sizes, reps=5)[2]
     curve = monotone(curve)
     base = interpolate(curve, 1)
     limit = max_positions(model.config)
@@ -78,8 +88,9 @@ def autotune(model, tokenizer, prompt: str | list[int] | list[str], *, pilot_tok
             continue  # this shape's window would reach past the model's positions
         tokens, decode = 0, []
         for p in pilots:
-            tr = run(model, tokenizer, p, "lookahead", max_new_tokens=pilot_tokens, trace=False,
-                     drafter=make_drafter("lookahead", window=W, ngram=N, guesses=G, **params))
+            with pause():
+                tr = run(model, tokenizer, p, "lookahead", max_new_tokens=pilot_tokens, trace=False,
+                         drafter=make_drafter("lookahead", window=W, ngram=N, guesses=G, **params))
             tokens += max(len(tr.output_ids) - 1, 0)  # decode steps only: the prefill's token is shared
             decode += tr.steps[1:]
         decode = decode or tr.steps
@@ -111,12 +122,12 @@ def label(shape: dict) -> str:
 
 
 def autotune_speculative(target, draft, tokenizer, prompt: str | list[int] | list[str], *, pilot_tokens: int = 32,
-                         shapes: list[dict] = SHAPES, reps: int = 2) -> dict[str, Any]:
+                         shapes: list[dict] = SHAPES, reps: int = 2, pause: Pause = nullcontext) -> dict[str, Any]:
     """Time greedy and each shape on the pilot prompt(s); rank shapes by speed-up over greedy.
 
     Returns {"best": shape kwargs, "ranking": [...], "greedy_tokens_per_s": float} — plain data."""
     runs = {BASELINE: (BASELINE, {})} | {label(s): ("speculative", dict(draft_model=draft, **s)) for s in shapes}
-    t = time_pilots(target, tokenizer, _pilots(prompt), runs, pilot_tokens=pilot_tokens, reps=reps)
+    t = time_pilots(target, tokenizer, _pilots(prompt), runs, pilot_tokens=pilot_tokens, reps=reps, pause=pause)
     greedy_s = t[BASELINE]["seconds"]
     ranking = [{"label": label(s), "shape": s, "tokens_per_s": t[label(s)]["tokens_per_s"],
                 "compression": t[label(s)]["compression"], "speedup": greedy_s / t[label(s)]["seconds"]}
@@ -132,7 +143,8 @@ CUTS = (0.0, 0.1)  # the confidence cut: nodes whose path probability is below i
 
 
 def autotune_heads(model, tokenizer, prompt: str | list[int] | list[str], method: str, heads: str, *,
-                   pilot_tokens: int = 32, budgets=BUDGETS, cuts=CUTS, reps: int = 2) -> dict[str, Any]:
+                   pilot_tokens: int = 32, budgets=BUDGETS, cuts=CUTS, reps: int = 2,
+                   pause: Pause = nullcontext) -> dict[str, Any]:
     """Rank tree budgets x confidence cuts by measured tokens/s on the pilot prompt(s). A bigger tree
     accepts a few more tokens per step but costs a wider target forward and, for EAGLE, more head work;
     the cut paid on the 2-core CPU (bench/eagle_shapes.py) and should not on a GPU, so it is measured too.
@@ -143,7 +155,7 @@ def autotune_heads(model, tokenizer, prompt: str | list[int] | list[str], method
         raise ValueError(f"autotune_heads tunes {' and '.join(HEADS_METHODS)}, not {method!r}")
     settings = [(b, c) for b in budgets for c in cuts]
     runs = {f"{b}|{c}": (method, dict(heads=heads, budget=b, confidence=c)) for b, c in settings}
-    t = time_pilots(model, tokenizer, _pilots(prompt), runs, pilot_tokens=pilot_tokens, reps=reps)
+    t = time_pilots(model, tokenizer, _pilots(prompt), runs, pilot_tokens=pilot_tokens, reps=reps, pause=pause)
     ranking = [{"budget": b, "confidence": c, "compression": t[f"{b}|{c}"]["compression"],
                 "tokens_per_s": t[f"{b}|{c}"]["tokens_per_s"]} for b, c in settings]
     ranking.sort(key=lambda r: -r["tokens_per_s"])
@@ -164,14 +176,14 @@ BLOCKS = (1, 2, 4, 8, 16)
 
 
 def autotune_block(model, tokenizer, prompt: str | list[int], *, pilot_tokens: int = 32, blocks=BLOCKS,
-                   reps: int = 2) -> dict:
+                   reps: int = 2, pause: Pause = nullcontext) -> dict:
     """The block size with the best measured tokens/s on this prompt and device. Why a tuner at all:
     compression hardly grows with K on real models (a guess made from a wrong left context is rarely
     right) while a K-token step costs more than a 1-token step, so the best K is usually small, and how
     small depends on the device's latency curve.
     Returns {"best": K, "ranking": [{"block", "compression", "tokens_per_s"}, ...]}."""
     runs = {str(k): ("jacobi", {"block": k}) for k in blocks}
-    t = time_pilots(model, tokenizer, [prompt], runs, pilot_tokens=pilot_tokens, reps=reps)
+    t = time_pilots(model, tokenizer, [prompt], runs, pilot_tokens=pilot_tokens, reps=reps, pause=pause)
     rows = [{"block": k, "compression": t[str(k)]["compression"], "tokens_per_s": t[str(k)]["tokens_per_s"]}
             for k in blocks]
     rows.sort(key=lambda r: -r["tokens_per_s"])
@@ -237,6 +249,16 @@ def tuner_of(method: str) -> Tuner | None:
     from .methods.registry import spec_of
     strategy = spec_of(method).tuner
     return TUNERS[strategy] if strategy is not None else None
+
+
+def pilot_runs(method: str, prompts: int, reps: int = 2) -> int:
+    """How many pilot decodes tune() makes for `method` on `prompts` pilot prompts (a shared server counts
+    them in a request's work before it starts); 0 for a method without a tuner."""
+    t = tuner_of(method)
+    if t is None:
+        return 0
+    return {_lookahead: len(GRID) * prompts, _speculative: (len(SHAPES) + 1) * prompts * reps,
+            _heads: len(BUDGETS) * len(CUTS) * prompts * reps, _jacobi: len(BLOCKS) * reps}[t.run]
 
 
 def tune(method: str, model, tokenizer, prompts, *, pilot_tokens: int = 32, reps: int = 2, draft=None,

@@ -97,6 +97,15 @@ class StepClock:
         return self.records
 
 
+def _no_server_path(path: Path) -> None:
+    """torch writes the file's own absolute path into it ("traceName"): a download would carry the server's
+    temp folder. The file's name stays; one linear pass over the bytes."""
+    raw, full = path.read_bytes(), str(path.resolve()).encode()
+    for p in {full, str(path).encode()}:
+        raw = raw.replace(p, path.name.encode())
+    path.write_bytes(raw)
+
+
 def perfetto_ranges(path: str | Path, method: str) -> list[dict]:
     """The step ranges in an exported Chrome/Perfetto trace (host-side user annotations)."""
     data = json.loads(Path(path).read_text())
@@ -184,6 +193,7 @@ def profile_run(model, tokenizer, prompt: str | list[int], method: str = "greedy
         perfetto_path = Path(tempfile.mkdtemp(prefix="decodescope-")) / f"{method}.perfetto.json"
     Path(perfetto_path).parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(perfetto_path))
+    _no_server_path(Path(perfetto_path))
     if peaks is None and measure_peaks:
         peaks = calibrate.peaks(device, dtype)
     return tr, build_profile(tr, clock.records, model, peaks, perfetto_ranges(perfetto_path, method),

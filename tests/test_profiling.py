@@ -145,6 +145,13 @@ def test_perfetto_file_is_valid_json_with_the_ranges(lookahead_profile):
     assert sorted(names) == sorted(range_name("lookahead", s.index) for s in tr.steps)
 
 
+def test_perfetto_file_carries_no_server_path(lookahead_profile):
+    """torch writes the file's own absolute path as its "traceName": a public download must not carry it."""
+    path = lookahead_profile[3]
+    doc = json.loads(path.read_text())
+    assert str(path.parent) not in path.read_text() and doc.get("traceName") in (None, path.name), doc.get("traceName")
+
+
 def test_trace_alone_gives_the_same_costs(lookahead_profile):
     """viz can compute FLOPs from a saved trace: its recorded config rebuilds the same Arch."""
     model, tr, prof, _ = lookahead_profile

@@ -31,7 +31,7 @@ OTHERS = ["greedy", "lookahead", "prompt_lookup", "jacobi", "speculative", "medu
 def url():
     demo = app_module.build_demo(EMBEDDED_TARGET, EMBEDDED_DRAFT, public=True)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            **app_module.launch_kwargs())
+                            **app_module.launch_kwargs(demo))  # as served: the queue's admission per client too
     yield url
     demo.close()
 

@@ -96,7 +96,9 @@ def test_wrong_types_broken_rules_and_oversize_traces_get_one_line(mutate, needl
 
 
 @pytest.mark.parametrize("text,needle", [
-    ("[" * 100_000 + "]" * 100_000, "nested deeper than 32"),
+    ("[" * 33 + "]" * 33, "nested deeper than 32"),  # checked on the parsed document
+    ("[" * 5_000 + "]" * 5_000 + " " * 200_000, "nested deeper than 32"),  # json's own RecursionError
+    ("[" * 100_000 + "]" * 100_000, "100,000 brackets"),  # refused before parsing: memory
     ('{"schema": ' + "1" * 100_000 + "}", "a number with 100,000 characters"),
     ('{"schema": NaN}', "NaN is not a JSON number"),
     ('{"schema": -Infinity}', "-Infinity is not a JSON number"),
@@ -110,7 +112,7 @@ def test_parsing_bounds_depth_number_size_and_constants(text, needle):
 
 
 def test_a_string_holding_brackets_is_not_nesting():
-    """The depth pre-scan skips strings: a token text of 100 '[' is fine."""
+    """Brackets inside strings are not nesting: a token text of 100 "[" is fine."""
     d = doc()
     d["vocab"][next(iter(d["vocab"]))] = "[" * 100 + '\\"{'
     assert Trace.from_json(json.dumps(d)).vocab

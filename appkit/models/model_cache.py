@@ -1,7 +1,10 @@
 """Models loaded on demand and kept: one cache shared by every session (the weights are read-only).
 
-Loading goes through decoding.load (never trust_remote_code). The cache keeps the few most recently used
-(name, device, dtype) entries; a lock per key means two sessions asking for the same model load it once.
+Loading goes through decoding.load (never trust_remote_code). The cache is keyed by what is loaded (name,
+device, the torch dtype: "auto" and "fp32" on a CPU are one entry, not two copies) and bounded by count and by
+the weights' bytes (DECODESCOPE_MODEL_CACHE_MB), least recently used first; the page's default models
+(`pinned`) go last, so a visitor cycling models or dtypes does not make every other visitor pay a reload. A
+lock per key means two sessions asking for the same model load it once.
 """
 from __future__ import annotations
 
@@ -13,14 +16,22 @@ from collections import OrderedDict
 
 from decoding import load
 from decoding.engine.runner import precapture
-from decoding.models import ModelError, pick_device
+from decoding.models import ModelError, pick_device, pick_dtype
 
 log = logging.getLogger("decodescope.models")
 
 
+def _bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 class ModelCache:
-    def __init__(self, capacity: int = 3, loader=load):
+    def __init__(self, capacity: int = 3, loader=load, max_bytes: int | None = None):
         self.capacity, self.loader = capacity, loader
+        mb = os.environ.get("DECODESCOPE_MODEL_CACHE_MB")
+        self.max_bytes = max_bytes if max_bytes is not None else (int(mb) * 2**20 if mb else None)
+        self.pinned: set[str] = set()  # names evicted last (the page's default models)
+        self._aliases: dict[tuple, tuple] = {}  # an "auto" key on a GPU -> the key of what it loaded
         self._models: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
@@ -28,11 +39,31 @@ class ModelCache:
 
     @staticmethod
     def key(name: str, device: str | None, dtype: str | None) -> tuple:
+        """(name, device, torch dtype) of what a request loads; "auto" stays "auto" only on a GPU, where it
+        depends on the model's size (then the loaded model's dtype is its alias, `get`)."""
         device = pick_device(None if device in (None, "", "auto") else device)
-        return (name, device, dtype if dtype not in (None, "") else "auto")
+        d = dtype if dtype not in (None, "") else "auto"
+        if d != "auto" or not device.startswith("cuda"):
+            d = str(pick_dtype(d, device)).replace("torch.", "")
+        return (name, device, d)
 
     def cached(self, name: str, device: str | None = None, dtype: str | None = None) -> bool:
-        return self.key(name, device, dtype) in self._models
+        try:
+            key = self.key(name, device, dtype)
+        except ModelError:  # an unknown dtype is loaded by nothing
+            return False
+        return self._aliases.get(key, key) in self._models
+
+    def _evict(self) -> None:
+        """Least recently used first, pinned names last, until count and bytes are within the bounds."""
+        def over() -> bool:
+            total = sum(_bytes(m) for m, _ in self._models.values())
+            return len(self._models) > self.capacity or (self.max_bytes is not None and total > self.max_bytes
+                                                           and len(self._models) > 1)
+        while over():
+            order = [k for k in self._models if k[0] not in self.pinned] or list(self._models)
+            self._models.pop(order[0])
+        self._aliases = {a: k for a, k in self._aliases.items() if k in self._models}
 
     def get(self, name: str, device: str | None = None, dtype: str | None = None):
         """(model, tokenizer), loading on first use; ModelError with one line when it cannot load."""
@@ -42,6 +73,7 @@ class ModelCache:
             if not torch.cuda.is_available():
                 raise ModelError("device cuda was chosen but no CUDA GPU is available here; choose cpu or auto")
         with self._lock:
+            key = self._aliases.get(key, key)
             if key in self._models:
                 self._models.move_to_end(key)
                 return self._models[key]
@@ -57,10 +89,14 @@ class ModelCache:
             except Exception as e:  # noqa: BLE001 - any loader failure is "cannot load" for the user
                 raise ModelError(f"cannot load model {name!r}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
             precapture_graphs(pair[0])
+            loaded = (name, key[1], str(next(pair[0].parameters()).dtype).replace("torch.", ""))
             with self._lock:
-                self._models[key] = pair
-                while len(self._models) > self.capacity:
-                    self._models.popitem(last=False)
+                if loaded != key:  # "auto" on a GPU: keyed by what it loaded, one copy per dtype
+                    self._aliases[key] = loaded
+                    if loaded in self._models:
+                        return self._models[loaded]
+                self._models[loaded] = pair
+                self._evict()
             return pair
 
 

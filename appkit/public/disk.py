@@ -62,6 +62,7 @@ class Downloads:
     def __init__(self, root: Path = TMP, cap: int = DISK_CAP["local"], max_age_s: float = TMP_MAX_AGE_S):
         self.root, self.cap, self.max_age_s = Path(root), int(cap), max_age_s
         self.others: list[Path] = []
+        self.owners: dict[Path, str] = {}  # top-level entry -> the client that wrote it (uploads: clients.py)
         self._lock = threading.Lock()
 
     def entries(self) -> list[tuple[float, int, Path]]:
@@ -82,23 +83,58 @@ class Downloads:
     def used(self) -> int:
         return sum(b for _, b, _ in self.entries())
 
-    def prune(self, keep: Path | None = None) -> int:
-        """Delete entries older than max_age_s, then the oldest until the total fits the cap (never `keep`, the
-        folder a request is writing now). Returns the bytes left."""
+    def top(self, path: str | Path) -> Path | None:
+        """The top-level entry (of the root or an other folder) that holds `path`, or None."""
+        p = Path(path)
+        for d in [self.root, *self.others]:
+            try:
+                rel = p.relative_to(d)
+            except ValueError:
+                continue
+            return d / rel.parts[0] if rel.parts else None
+        return None
+
+    def written(self, paths: list[str], owner: str) -> int:
+        """Files a client has just written (an upload): owned by it, then the cap enforced at once, the
+        writer's own older files first. Returns the bytes left."""
+        with self._lock:
+            for p in paths:
+                top = self.top(p)
+                if top is not None:
+                    self.owners[top] = owner
+        return self.prune(owner=owner)
+
+    def _order(self, live: list[tuple[float, int, Path]], owner: str | None) -> list[tuple[float, int, Path]]:
+        """Who goes first when over the cap: the writer's own entries (oldest first), then everyone's oldest,
+        each other owner's newest entry last (one client's junk never deletes another visitor's fresh file)."""
+        live = sorted(live, key=lambda e: e[0])
+        newest: dict[str, Path] = {}
+        for _, _, p in live:
+            if p in self.owners:
+                newest[self.owners[p]] = p
+        mine = [e for e in live if owner is not None and self.owners.get(e[2]) == owner]
+        last = [e for e in live if e not in mine and newest.get(self.owners.get(e[2], "")) == e[2]]
+        return mine + [e for e in live if e not in mine and e not in last] + last
+
+    def prune(self, keep: Path | None = None, owner: str | None = None) -> int:
+        """Delete entries older than max_age_s, then, in `_order`, until the total fits the cap (never `keep`,
+        the folder a request is writing now). Returns the bytes left."""
         with self._lock:
             now = time.time()
             live = []
             for t, b, p in self.entries():
                 if now - t > self.max_age_s and p != keep:
                     _remove(p)
+                    self.owners.pop(p, None)
                 else:
                     live.append((t, b, p))
             total = sum(b for _, b, _ in live)
-            for t, b, p in sorted(live, key=lambda e: e[0]):
+            for t, b, p in self._order(live, owner):
                 if total <= self.cap:
                     break
                 if p != keep:
                     _remove(p)
+                    self.owners.pop(p, None)
                     total -= b
             return total
 

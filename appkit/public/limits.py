@@ -7,6 +7,7 @@ appkit/run/settings.py (all problems at once, nothing clamped); appkit/errors.py
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from decoding.params import LIMITS
 from decoding.methods.registry import needing
@@ -34,9 +35,17 @@ MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused
 PUBLIC_HEADS = ("", *needing("heads"), "assets/heads", *(f"assets/heads/{m}" for m in needing("heads")))
 DEVICES = ("auto", "cpu", "cuda")
 MAX_PROMPT_CHARS = 20000
+# Public mode: a prompt's tokens (20,000 characters are ~8,100 tokens, whose prefill held the CPU worker for
+# minutes: the cost of a prefill grows faster than its length).
+PUBLIC_PROMPT_TOKENS = 1024
 # The suffix cache's per-session histories on a public Space: at most this many sessions (least recently used
 # dropped first) of at most this many tokens each (~0.8 MB each as int64): bounded memory, whoever visits.
 PUBLIC_HISTORY = {"sessions": 64, "limit": 100_000}
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def public_mode() -> bool:
@@ -58,6 +67,7 @@ class Limits:
             for k, hi in PUBLIC_CAPS.items():
                 self.ranges[k] = (self.ranges[k][0], min(self.ranges[k][1], hi))
         self.sweep_max_runs = PUBLIC_SWEEP_MAX_RUNS if self.public else SWEEP_MAX_RUNS
+        self.prompt_tokens = PUBLIC_PROMPT_TOKENS if self.public else None
         self.default_target, self.default_draft = default_target, default_draft
         extra = [m.strip() for m in os.environ.get("DECODESCOPE_ALLOWED_MODELS", "").split(",") if m.strip()]
         self.allowed = [default_target, default_draft, *PUBLIC_HUB_MODELS, *extra]
@@ -97,6 +107,16 @@ class Limits:
                              f"{', '.join(DEVICES)} (or cuda:N), got {v!r}")
         return v
 
+    def dtype(self, value) -> str:
+        """The dtype every model of an event loads in, one rule for every endpoint (Run, Race, Profile, Sweep,
+        Tune, Load models): public mode refuses fp16 / bf16 without a GPU (emulated on a CPU: several times
+        slower than fp32 for the same tokens, on a shared CPU)."""
+        v = "auto" if value in (None, "") else str(value).strip()
+        if self.public and v in ("fp16", "float16", "bf16", "bfloat16") and not _cuda():
+            raise ValueError(f"**dtype**: {v} on this Space's CPU is emulated, several times slower than fp32 for "
+                             "the same tokens, and the CPU is shared: pick fp32 (or auto)")
+        return v
+
     def heads(self, value) -> str:
         """The heads field: any folder locally; in public mode only the shipped heads, by name, and no
         server path is looked at (a path would tell a visitor which server folders exist)."""
@@ -107,5 +127,7 @@ class Limits:
         return v
 
     def allowed_labels(self) -> list[str]:
-        return ["the embedded models"] + [m for m in self.allowed
-                                          if m not in (self.default_target, self.default_draft)]
+        """The allow list as a refusal names it: hub ids, and local folders by name (never a server path)."""
+        rest = [Path(m).name if os.path.isabs(m) else m for m in self.allowed
+                if m not in (self.default_target, self.default_draft)]
+        return ["the embedded models"] + list(dict.fromkeys(rest))

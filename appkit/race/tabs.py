@@ -19,11 +19,12 @@ from . import race as racekit, sweep as sweepkit
 from ..run import presets
 from ..run.costs import for_viz
 from ..errors import one_line, reported
-from ..run.handlers import CLEAR, Handlers, Prepared, heads_folder, thread_setup
+from ..run.handlers import CLEAR, Handlers, Prepared, thread_setup
 from ..public.limits import MAX_REPLAY_HTML_BYTES
-from ..run.method_fields import DEFAULT_METHOD, accelerated, field_values, needing, needs, spec, tune_fields
+from ..run.method_fields import accelerated, needing, needs
 from ..models.model_cache import model_line
 from .replay import load_trace, shipped_path
+from .tune_tab import TuneTab
 from ..run.settings import FIELDS, Settings, raise_if, whole
 from ..public.fair import PROFILE_COST, Refused
 from ..run.stream import Job
@@ -35,13 +36,14 @@ RACE_CHOICES = accelerated()  # every method of the registry but greedy
 RACE_DEFAULT = ["lookahead", "prompt_lookup", "speculative"]
 
 
-class Tabs(Handlers):
+class Tabs(TuneTab, Handlers):
     """Run tab (Handlers) plus the other tabs."""
 
     @reported(6, client_error=True)
     def race(self, request: gr.Request, *values):
         """Greedy and each picked method, `repeats` times interleaved (repeat r runs them rotated by r);
         rows stream in as runs finish and show the median and min-max over the runs so far."""
+        session, client = self.arrived(request)
         n = len(FIELDS)
         s, picked = Settings.from_values(values[:n]), values[n] if len(values) > n else None
         methods = [m for m in (picked or []) if m in RACE_CHOICES]
@@ -55,8 +57,7 @@ class Tabs(Handlers):
         except (TypeError, ValueError):
             problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
         raise_if(problems)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._race(s, methods, repeats, session)
 
     def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
@@ -73,7 +74,7 @@ class Tabs(Handlers):
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
                 if kind == "done" and runs.get(BASELINE):  # a later Run on this prompt shows its speed against it
                     rates = sorted(t.stats()["tokens_per_s"] for t in runs[BASELINE])
-                    self.greedy_rates[run_key(p)] = rates[len(rates) // 2]
+                    self.greedy_rates.put(session, run_key(p), rates[len(rates) // 2])
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
@@ -109,9 +110,9 @@ class Tabs(Handlers):
     @reported(7, client_error=True)
     def profile(self, request: gr.Request, *values):
         """torch.profiler runs of greedy and the method: roofline, FLOPs, latency, downloads."""
+        session, client = self.arrived(request)
         s = Settings.from_values(values)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._profile(s, session)
 
     def _profile(self, s: Settings, session: str | None):
@@ -177,6 +178,7 @@ class Tabs(Handlers):
     def sweep(self, request: gr.Request, *values):
         """The lookahead scaling picture (one real run per (N, W), G = W) and / or the heads' tree-size
         sweep (one medusa / eagle run per tree budget); a point streams in per run."""
+        session, client = self.arrived(request)
         n = len(FIELDS)
         s = Settings.from_values(values[:n])
         ns, ws, n_new, heads, budgets = (list(values[n:]) + [None] * 5)[:5]
@@ -194,8 +196,7 @@ class Tabs(Handlers):
                             "pick fewer N, W or budgets")
         raise_if(problems)
         s.max_new, s.preset = n_new, "manual"
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._sweep(s, cells, trees, heads, n_new, session)
 
     def _sweep(self, s: Settings, cells: list, trees: list, heads: list, n_new: int, session: str | None):
@@ -229,40 +230,6 @@ class Tabs(Handlers):
         finally:
             self.sessions.end(session, stop)
 
-    @reported(6, status=None, client_error=True)
-    def tune(self, request: gr.Request, *values):
-        """Tune the page's first method (lookahead), and the chosen one when it has a tuner, now: the device's
-        auto preset, or in public mode this session's only (one visitor's tuning never rewrites another's)."""
-        with self.held(request):
-            return self._tune(Settings.from_values(values), getattr(request, "session_hash", None))
-
-    def _tune(self, s: Settings, session: str | None):
-        p = self.plan(Settings(**{**vars(s), "preset": "manual", "method": BASELINE}), [BASELINE])
-        name = self.model_name(s.target, "target")
-        t0 = time.perf_counter()
-        save = not self.lim.public  # public: kept for at most 256 sessions, the oldest session's dropped first
-        mine = {} if save else self.session_presets.setdefault(session or "", {})
-        while len(self.session_presets) > 256:
-            self.session_presets.pop(next(iter(self.session_presets)))
-        first = DEFAULT_METHOD
-        mine[(name, first)] = la = (tuned := presets.tune(name, p.model, p.tok, first, save=save))["params"]
-        note = f"{first.replace('_', ' ')} {presets.describe(first, la)}"
-        facts = [f"{first.replace('_', ' ')} — {tuned['measured']}"]
-        sp = spec(s.method)
-        if s.method != first and sp is not None and sp.tuner:  # its shape, with the draft or heads the page names
-            dmodel = (self.cache.draft(self.model_name(s.draft, "draft"), p.model, p.tok, self.lim.device(s.device),
-                                       s.dtype)[0] if "draft_model" in sp.needs else None)
-            heads = heads_folder(s.heads, s.method, p.model) if "heads" in sp.needs else None
-            hp = presets.tune(name, p.model, p.tok, s.method, dmodel, heads=heads, save=save)
-            mine[(name, s.method)] = hp["params"]
-            note += f", {s.method} {presets.describe(s.method, hp['params'])}"
-            facts.append(f"{s.method} — {hp['measured']}")
-        kept = "saved as the auto preset" if save else "this session's auto preset; other visitors keep theirs"
-        line = (f"Tuned for this device in {time.perf_counter() - t0:.0f} s: {note} ({kept}).\n\n"
-                "What it measured: " + "\n\n".join(facts))
-        shown = field_values(first, la)
-        return CLEAR, line, *[shown.get(f) for f in tune_fields()], "auto"
-
     @reported(2, status=None)
     def load_models(self, target, draft, device, dtype, request: gr.Request = None):
         with self.held(request):
@@ -271,6 +238,7 @@ class Tabs(Handlers):
     def _load_models(self, target, draft, device, dtype):
         t0 = time.perf_counter()
         device = self.lim.device(device)  # public mode: "auto" for every model, whatever was sent
+        dtype = self.lim.dtype(dtype)  # the same dtype rule as every model event
         model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
         lines = [model_line("target", model, tok)]
         try:

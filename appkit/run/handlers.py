@@ -26,22 +26,20 @@ from ..public.disk import TMP, TMP_MAX_AGE_S, Downloads, disk_cap  # noqa: F401 
 from ..models.drafts import check_draft
 from .threads import needs_thread_timing, run_key, speed_of, threads_for, threads_note
 from ..errors import reported
-from ..public.fair import PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
+from ..public.clients import Places, request_client
+from ..public.per_session import PerSession
+from ..public.fair import CLIENT_JOBS, PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from ..public.limits import PUBLIC_HISTORY, Limits
 from ..models.model_cache import ModelCache
 from .method_fields import is_baseline, needs, takes
 from .settings import InputError, Settings, check_common, method_params, raise_if, reference_texts, user_params
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
+from .auto_presets import AutoPresets
 from .prepared import Prepared
 from .stream import Job, Recorder, Sessions, Stopped
 from ..page.tables import live_line, public_trace, stats_md
 
 CLEAR = ""  # the message output when an event starts: the last error goes away
-
-
-def _cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()
 
 
 def thread_setup() -> None:
@@ -59,12 +57,13 @@ def step_views(trace, costs: dict | None, initial_step: int) -> str:
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
 
 
-class Handlers:
+class Handlers(AutoPresets):
     """Shared state (limits, model cache, stop events) and the Run tab's handlers."""
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
-        self.greedy_rates: dict[tuple, float] = {}  # what greedy measured (tokens/s) per run_key: "x greedy"
+        # what greedy measured (tokens/s) per run_key, for "x greedy": this session's own runs only
+        self.greedy_rates = PerSession()
         self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
         # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
         # the suffix cache's earlier runs
@@ -73,22 +72,32 @@ class Handlers:
         self.downloads = Downloads(TMP, disk_cap(lim.public))
         # the model's turns (one unit of work at a time, the least-served session first); public mode: one
         # running and one queued job per session, a work budget per request, tuning kept per session
-        self.turns = Turns(max_jobs=2 if lim.public else None)
+        self.turns = Turns(max_jobs=2 if lim.public else None, client_jobs=CLIENT_JOBS if lim.public else None)
+        self.places: Places | None = None  # public mode: the queue places per client (app.py's Admission)
         self.work_limit = PUBLIC_WORK if lim.public else None
         self.session_presets: dict[str, dict] = {}
         self.aliases = aliases or {}  # what the page sends (repo-relative) -> the local path
 
+    def arrived(self, request) -> tuple[str | None, str]:
+        """(session, client) of an event that has just left Gradio's queue: its queue place is free again."""
+        client = request_client(request) if self.lim.public else ""
+        if self.places is not None:
+            self.places.started(client)
+        return getattr(request, "session_hash", None), client
+
     @contextmanager
     def held(self, request, turn: bool = True):
         """One job of the request's session (refused past the limit) holding the model's turn for all of it."""
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session), (self.turns.turn(session) if turn else nullcontext()):
+        session, client = self.arrived(request)
+        with self.turns.job(session, client), (self.turns.turn(session) if turn else nullcontext()):
             yield
 
     def turn_for(self, session: str | None, stop):
         """() -> a context holding the model for one unit of this session's work; a Stop ends the wait."""
         @contextmanager
         def turn():
+            if stop.is_set():  # stopped between two units (a Tune's pilot runs, a race's repeats): no next one
+                raise Stopped()
             try:
                 with self.turns.turn(session, stop.is_set):
                     yield
@@ -126,34 +135,26 @@ class Handlers:
         if s.preset == "auto" and any(self._preset(p, target, m) is None for m in methods if not is_baseline(m)):
             yield (gr.skip(), "tuning the auto preset for this model and device (once; tens of seconds on a "
                               "CPU; cached afterwards)…", *rest)
-        try:
-            with turn():
-                self.apply_presets(p, methods)
+        try:  # a first-time tuning holds the model one pilot run at a time: other visitors run in between
+            self.apply_presets(p, methods, pause=turn)
         except Stopped:
             raise Refused("stopped while waiting for the model") from None
         return p
-
-    def _preset(self, p: Prepared, target: str, method: str) -> dict | None:
-        """This session's own tuning (public mode keeps the Tune button's result per session), else the cached
-        or shipped preset."""
-        mine = self.session_presets.get(p.session or "", {}).get((target, method))
-        if mine is not None:
-            return {"params": mine, "source": "tuned in this session"}
-        return presets.cached(target, p.model, method)
 
     def plan(self, s: Settings, methods: list[str], presets_too: bool = True, runs: int = 1,
              what: str = "run") -> Prepared:
         """Check everything (all problems at once), then load models, resolve presets, check positions."""
         problems: list[str] = []
         common = check_common(s, self.lim, problems)
-        if isinstance(common.get("max_new"), int):
+        if isinstance(common.get("max_new"), int):  # new tokens alone first (no model needed to say so)
             try:
                 check_work(common["max_new"], runs, self.work_limit, what)
             except Refused as e:
                 problems.append(str(e))
-        if self.lim.public and str(s.dtype) in ("fp16", "bf16") and not _cuda():
-            problems.append(f"**dtype**: {s.dtype} on this Space's CPU is emulated, several times slower than fp32 "
-                            "for the same tokens, and the CPU is shared: pick fp32 (or auto)")
+        try:
+            self.lim.dtype(s.dtype)
+        except ValueError as e:
+            problems.append(str(e))
         auto = s.preset == "auto"
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         # the draft cutoff is the user's under every preset (manual and teaching: among the method's params)
@@ -176,6 +177,7 @@ class Handlers:
             problems.append(str(e))
         raise_if(problems)
         model, tok = self.cache.get(target, device, s.dtype)
+        self.check_prompt_work(tok, common["prompt"], common["max_new"], runs, what)
         dmodel, dtok = self.cache.draft(draft, model, tok, device, s.dtype) if draft else (None, None)
         if dmodel is not None:
             check_draft(model, tok, dmodel, dtok, str(s.target), str(s.draft))
@@ -193,19 +195,16 @@ class Handlers:
             self.apply_presets(p, methods)
         return p
 
-    def apply_presets(self, p: Prepared, methods: list[str]) -> None:
-        """With preset "auto", each method's parameters come from presets (tuned now if unknown); then
-        every method's span is checked against the model's positions."""
-        target = self.model_name(p.settings.target, "target")
-        for m in methods:
-            if p.settings.preset == "auto" and not is_baseline(m):
-                pr = self._preset(p, target, m) or presets.resolve(
-                    target, p.model, p.tok, m, p.dmodel, p.resources.get(m, {}).get("heads"))
-                p.params[m] = dict(pr["params"])
-                p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
-            if p.settings.typical and takes(m, "acceptance"):  # the stats line says this text is not the target's
-                p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
-            self.check_positions(p, m)
+    def check_prompt_work(self, tok, prompt: str, max_new: int, runs: int, what: str) -> None:
+        """Public mode: the prompt's tokens within the cap, and (prompt + new tokens) x runs within the budget;
+        every run prefills the prompt, and a long prefill costs the worker as much as decoding."""
+        if self.work_limit is None and self.lim.prompt_tokens is None:
+            return
+        n = len(tok(prompt)["input_ids"])
+        if self.lim.prompt_tokens is not None and n > self.lim.prompt_tokens:
+            raise InputError(f"**prompt** is {n:,} tokens; a prompt on this Space may have at most "
+                             f"{self.lim.prompt_tokens:,}: shorten it")
+        check_work(max_new, runs, self.work_limit, what, prompt=n)
 
     def check_positions(self, p: Prepared, method: str) -> None:
         """prompt tokens + max new tokens + the method's span must fit the model's positions: say the numbers."""
@@ -239,9 +238,9 @@ class Handlers:
     @reported(6, client_error=True)
     def run(self, request: gr.Request, *values):
         """Stream one run: text + a live line while it goes, the step view and trace once at the end."""
+        session, client = self.arrived(request)
         s = Settings.from_values(values)
-        session = getattr(request, "session_hash", None)
-        with self.turns.job(session):
+        with self.turns.job(session, client):
             yield from self._run_tab(s, session)
 
     def _run_tab(self, s: Settings, session: str | None):
@@ -273,7 +272,7 @@ class Handlers:
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, key, tr, kind == "done"), note) if x)
+                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, session, key, tr, kind == "done"), note) if x)
                 note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")

@@ -76,18 +76,20 @@ def cached(model_name: str, model, method: str) -> dict | None:
 
 
 def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, heads: str | None = None,
-         save: bool = True) -> dict:
+         save: bool = True, pause=None) -> dict:
     """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}.
     heads: the medusa / eagle heads folder the budget is tuned with (default: the shipped heads); save=False:
-    return it only (a public Space keeps a visitor's tuning in that visitor's session)."""
+    return it only (a public Space keeps a visitor's tuning in that visitor's session); pause: a context each
+    pilot run is held in (a public Space's turn on the model, so other visitors run between pilot runs)."""
     from decoding.models import ASSETS
     from decoding.tune import tune as run_tuner, tuner_of
 
     measured = ""
     if tuner_of(method) is not None:  # the same tuner as the CLI's --auto (decoding/tune.py)
         tuner = spec(method).tuner
-        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=32, reps=REPS.get(tuner, 1),
-                          draft=draft, heads=heads or str(ASSETS / "heads" / method))
+        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=PILOT_TOKENS, reps=REPS.get(tuner, 1),
+                          draft=draft, heads=heads or str(ASSETS / "heads" / method),
+                          **({"pause": pause} if pause is not None else {}))
         params, res = tuned["params"], tuned["result"]
         measured = MEASURED.get(tuner, lambda r: "")(res)
     else:
@@ -121,6 +123,18 @@ def measured_heads(res: dict) -> str:
     top = "; ".join(f"{describe('eagle', x)}: {x['compression']:.2f} tokens/step, {x['tokens_per_s']:.1f} tokens/s"
                     for x in r[:2])
     return f"timed {len(r)} tree budgets (and cuts) on {len(PILOTS)} prompts, best first: {top}"
+
+
+def tune_work(tok, method: str) -> int:
+    """Tokens tuning `method` processes (pilot prompt + pilot tokens, per pilot run): a Tune's share of the
+    work budget, like a race's runs."""
+    from decoding.tune import pilot_runs, tuner_of
+    t = tuner_of(method)
+    if t is None:
+        return 0
+    prompts = pilots(tok)
+    per_run = PILOT_TOKENS + max(len(tok(p)["input_ids"]) for p in prompts)
+    return pilot_runs(method, len(prompts), REPS.get(spec(method).tuner, 1)) * per_run
 
 
 def resolve(model_name: str, model, tok, method: str, draft=None, heads: str | None = None) -> dict:
@@ -164,3 +178,4 @@ def _shape(method: str, params: dict) -> str:
 # What each tuner measured, in one sentence (by the tuner a spec names), and its repeats per pilot.
 MEASURED = {"latency_curve": measured_lookahead, "draft_shapes": measured_speculative, "heads_budget": measured_heads}
 REPS = {"block": 2}
+PILOT_TOKENS = 32

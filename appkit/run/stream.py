@@ -41,12 +41,14 @@ class StopSignal:
     """The stop event of one job: set in this process (threading.Event), or by a Stop from another
     process (the shared slot holds this session's hash). Same is_set()/set() as threading.Event."""
 
-    def __init__(self, shared, session: str | None):
-        self.event, self.shared = threading.Event(), shared
+    def __init__(self, shared, session: str | None, abandoned: Callable[[], bool] | None = None):
+        self.event, self.shared, self.abandoned = threading.Event(), shared, abandoned
         self.slot, self.hash = _session_key(session)
         shared[self.slot] = 0  # a Stop pressed before this job started does not stop it
 
     def is_set(self) -> bool:
+        if self.abandoned is not None and not self.event.is_set() and self.abandoned():
+            self.event.set()  # nobody reads this job's results: it ends as if stopped
         return self.event.is_set() or self.shared[self.slot] == self.hash
 
     def set(self) -> None:
@@ -61,9 +63,13 @@ class Sessions:
         self._events: dict[str, StopSignal] = {}
         self._lock = threading.Lock()
         self._shared = RawArray("q", SLOTS)  # anonymous shared memory: inherited by forked workers
+        # session -> True when nobody reads its results (public mode: app.py counts the messages Gradio holds
+        # unread for it; a `/call` job whose stream nobody opens would otherwise run to its end)
+        self.abandoned: Callable[[str | None], bool] | None = None
 
     def start(self, session: str | None) -> StopSignal:
-        ev = StopSignal(self._shared, session)
+        check = self.abandoned
+        ev = StopSignal(self._shared, session, (lambda: check(session)) if check is not None else None)
         with self._lock:
             self._events[session or ""] = ev
         return ev

@@ -61,9 +61,11 @@ def run_key(p) -> tuple:
             repr(p.sampling))
 
 
-def speed_of(rates: dict, key: tuple, tr, done: bool) -> str:
-    """A finished greedy run records its rate under `key`; any other run gets its speed against it."""
+def speed_of(rates, session: str | None, key: tuple, tr, done: bool) -> str:
+    """A finished greedy run records its rate under `key` in this session's table (appkit/public/per_session.py:
+    another visitor's table would tell whether someone ran this prompt); any other run gets its speed
+    against it."""
     tps = tr.stats()["tokens_per_s"]
     if done and is_baseline(tr.method) and tps > 0:
-        rates[key] = tps
-    return speed_note(tr.method, tps, rates.get(key))
+        rates.put(session, key, tps)
+    return speed_note(tr.method, tps, rates.get(session, key))

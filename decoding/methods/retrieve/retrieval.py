@@ -182,7 +182,7 @@ class Retrieval:
         if self.ds is not None:
             c.update(datastore=self.ds.path.name, datastore_tokens=self.ds.n)
         if self.ds is None or self.with_cache:
-            c.update(history=self.history, history_runs=len(self.hist.runs) if self.hist is not None else 0)
+            c.update(history=self.history, history_runs=self.hist.count() if self.hist is not None else 0)
         if self.adaptive:
             c.update(adaptive_config(self.cost))
         return c

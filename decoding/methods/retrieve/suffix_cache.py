@@ -42,6 +42,11 @@ class History:
             self.add(list(self.pending))
             self.pending = None
 
+    def count(self) -> int:
+        """The earlier runs a run starting now drafts from: the kept ones and the one still pending (it joins
+        when the next run starts, so a config written before that start must count it too)."""
+        return len(self.runs) + (1 if self.pending is not None and len(self.pending) >= 2 else 0)
+
     def add(self, ids: list[int]) -> None:
         if len(ids) < 2:
             return
