@@ -27,6 +27,7 @@ from .replay import load_trace, shipped_path
 from ..run.settings import FIELDS, Settings, raise_if, whole
 from ..public.fair import PROFILE_COST, Refused
 from ..run.stream import Job
+from ..run.speed_claim import decode_ms
 from ..run.threads import run_key
 from ..page.tables import public_trace, race_table, stats_md, sweep_table
 
@@ -72,8 +73,7 @@ class Tabs(Handlers):
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
                 if kind == "done" and runs.get(BASELINE):  # a later Run on this prompt shows its speed against it
-                    rates = sorted(t.stats()["tokens_per_s"] for t in runs[BASELINE])
-                    self.greedy_rates[run_key(p)] = rates[len(rates) // 2]
+                    self.greedy_rates[run_key(p)] = [ms for t in runs[BASELINE] for ms in decode_ms(t)]
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":

@@ -64,7 +64,7 @@ class Handlers:
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
-        self.greedy_rates: dict[tuple, float] = {}  # what greedy measured (tokens/s) per run_key: "x greedy"
+        self.greedy_rates: dict[tuple, list] = {}  # greedy's decode step times (ms) per run_key: "x greedy"
         self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
         # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
         # the suffix cache's earlier runs
