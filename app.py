@@ -127,7 +127,8 @@ def wire(p: Page, h: Tabs) -> None:
     run_ev = p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), run_out,
                     api_name="run", show_progress="hidden", js=MARK_STALE, **model)  # "previous run" label
     p.msg.change(None, [p.msg], None, js=UNMARK_STALE_ON_ERROR, **local)  # a refused run keeps the old view, unlabelled
-    race_ev = p.race_btn.click(gpu("race")(named(h.race, ("methods", "repeats"))), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
+    race_ev = p.race_btn.click(gpu("race")(named(h.race, ("methods", "repeats", "earlier_runs"))),
+                               p.inputs(p.race_methods, p.race_repeats, p.race_history), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat, p.race_sbs], api_name="race", **model)
     p.prof_btn.click(gpu("profile")(named(h.profile)), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files, p.ops_plot], api_name="profile", **model)

@@ -20,7 +20,7 @@ RUN_STATUS_HEAD = """<script>(() => {
       const tail = text ? "<div class='ds-rs-tail'>…" + esc(text.slice(-160)) + "</div>" : "";
       html = "<span class='ds-rs-busy'><i class='ds-rs-spin'></i>" + esc(s) + "</span>" + tail;
     } else if (/ done|Stopped|Not run/.test(s)) {
-      const parts = s.split(" · "), short = parts.slice(0, 2).concat(parts.filter((x) => /greedy's speed|not measured/.test(x)));
+      const parts = s.split(" · "), short = parts.slice(0, 2).concat(parts.filter((x) => /greedy's speed|not measured|copied from/.test(x)));
       html = "<a href='#ds-stats' class='ds-rs-done'>" + (/Not run/.test(s) ? "⚠ " : "✓ ") + esc(short.join(" · ")) +
         " — the results are below ↓</a>";
     } else return;

@@ -27,6 +27,7 @@ from .replay import load_trace, shipped_path
 from ..run.settings import FIELDS, Settings, raise_if, whole
 from ..public.fair import PROFILE_COST, Refused
 from ..run.stream import Job
+from ..run.copied import copied_note
 from ..run.speed_claim import decode_ms
 from ..run.threads import run_key
 from ..page.tables import public_trace, race_table, stats_md, sweep_table
@@ -56,16 +57,19 @@ class Tabs(Handlers):
         except (TypeError, ValueError):
             problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
         raise_if(problems)
+        earlier = len(values) > n + 2 and bool(values[n + 2])  # retrieval drafts from this session's earlier runs
         session = getattr(request, "session_hash", None)
         with self.turns.job(session):
-            yield from self._race(s, methods, repeats, session)
+            yield from self._race(s, methods, repeats, session, earlier)
 
-    def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
+    def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None, earlier: bool = False):
         stop = self.sessions.start(session)
         try:
             p = yield from self.prepare(s, [BASELINE, *methods], 6, session, stop, runs=(len(methods) + 1) * repeats,
                                         what="race")
-            p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
+            # a fresh history unless asked: retrieval copying the visitor's earlier answer is not its speed;
+            # asked, it is read, never joined (each run drafts from a frozen copy) and the verdict says so
+            p.history = self.histories.get(session) if earlier else None
 
             def work(job: Job):
                 return racekit.race_runs(p, methods, repeats, job)
@@ -97,8 +101,10 @@ class Tabs(Handlers):
             rows.append(row)
             reasons.append(racekit.reason(m, trs, g, row["speedup vs greedy"], device))
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
-        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
+        copies = [copied_note(t, "this session's earlier runs (asked for)", f"{m}: ") for m, t in shown.items()]
+        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype, [c for c in copies if c]) + (
+            f"\n\n*{status}*" if status else "")
         # while runs stream in: the light token strips; the linked step views (a full step view per
         # method) once, when the race has finished or was stopped
         running = status.startswith("running")

@@ -19,6 +19,7 @@ from decoding.fast.graphs import capture_warning
 from decoding.methods.retrieve.suffix_cache import Histories
 
 from . import presets
+from .copied import copied_note
 from .costs import run_costs
 from . import threads
 from ..models.default_model import fetch_waits
@@ -273,7 +274,8 @@ class Handlers:
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, key, tr, kind == "done"), note) if x)
+                note_run = " · ".join(x for x in (copied_note(tr), speed_of(self.greedy_rates, key, tr, kind == "done"),
+                                                  note) if x)
                 note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")
