@@ -167,7 +167,8 @@ def wire(p: Page, h: Tabs) -> None:
     fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
     for ev in (run_ev, race_ev, tune_ev, load_ev):
         ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
-    p.preset.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    for c in (p.preset, p.method):  # shared controls (medusa, eagle) show the selected method's preset
+        c.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
         ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
     pick, shown = on_method(p)  # the method's control groups and explanation (appkit/page/method_controls.py)
