@@ -54,7 +54,7 @@ def thread_setup() -> None:
         torch.set_num_threads(threads.CURRENT[0])
 
 
-def step_views(trace, costs: dict | None, initial_step: int) -> str:
+def step_views(trace, costs: dict | None, initial_step: int | str) -> str:
     """The Run tab's step view with the selected step's cost panel beside it: `costs` is
     appkit.run.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
@@ -234,7 +234,9 @@ class Handlers:
         path = out / f"{tr.method}-trace.json"
         tr.save(path)
         self.downloads.prune(keep=out)
-        return step_views(tr, costs, len(tr.steps) - 1), str(path), tr.to_dict()
+        # opened on the step that shows the method's point (viz.teach picks it and the view says so), not on the
+        # last step, which max new tokens usually cut
+        return step_views(tr, costs, "best"), str(path), tr.to_dict()
 
     # ------------------------------------------------------------------ Run tab
     @reported(6, client_error=True)

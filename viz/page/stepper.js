@@ -212,6 +212,12 @@
       }
       else if (D.index_of[parseInt(want, 10)] !== undefined) start = D.index_of[parseInt(want, 10)];
     }
+    // A host may open a finished run on the step that shows the method's point (the Run tab), saying so.
+    if (!ask && root.dataset.initial === "best" && !/step=\d/.test(window.location.hash || "") && D.pick && steps[D.pick.k]) {
+      start = D.pick.k;
+      const note = q(".ds-pick");
+      if (note) { note.textContent = D.pick.shows; note.hidden = false; note.classList.toggle("ds-missing", !D.pick.found); }
+    }
     go(start);
     if (ask) requestAnimationFrame(() => root.scrollIntoView({ block: "start" }));  // narration and picture in view
     if (window.ResizeObserver) new ResizeObserver(() => cues()).observe(root);
