@@ -71,3 +71,13 @@ def test_a_race_never_crowns_a_method_that_did_greedys_work():
     text = racekit.summary(rows, [racekit.reason("prompt_lookup", pl, g, rows[1]["speedup vs greedy"], "cpu")], True)
     assert "no speed-up: 32 steps for 32 tokens" in text and "did greedy's work" in text, text
     assert "is faster than greedy" not in text
+
+
+def test_a_running_race_shows_progress_not_a_verdict():
+    """While runs stream in the headline flipped ("Winner: greedy" -> "Winner: prompt_lookup" -> "Too close")."""
+    g = [trace("greedy", [1] * 31, [10.0] * 31)]
+    la = [trace("lookahead", [2] * 15 + [1], [10.0] * 16)]
+    rows = [racekit.race_row("greedy", g, g, False), racekit.race_row("lookahead", la, g, False)]
+    running = racekit.summary(rows, [], True, final=False)
+    assert "Winner" not in running and "Too close" not in running and "**Racing…** 2 runs finished so far" in running
+    assert "Winner: lookahead" in racekit.summary(rows, [], True)

@@ -191,15 +191,19 @@ def _speed_words(r: dict) -> str:
 
 
 def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str = "", dtype: str = "",
-            copies: list[str] = ()) -> str:
+            copies: list[str] = (), final: bool = True) -> str:
     """The race's words; `copies` (appkit/run/copied.py) join the verdict: a method that copied earlier answers
-    is never crowned without saying so."""
+    is never crowned without saying so. While runs stream in (final=False) there is no verdict, only progress:
+    a headline that flipped from one leader to another as the runs arrived taught nothing."""
     parts = [f"**{md_text(r['method'])}** {md_text(r['config'])}: {_speed_words(r)}, "
              f"{r['compression']} tokens/step, <span class='ds-badge'>{esc(r['exact'])}</span>" for r in rows[1:]]
     head = "Exactness checked on the spot (greedy mode)." if greedy else "Sampling mode: exactness is distributional."
     runs = rows[0]["runs"] if rows else 0
     head += f" Median of {runs} interleaved run{'s' if runs != 1 else ''} per method, min-max in brackets."
-    verdict = " ".join(x for x in (winner(rows), *copies) if x)
+    done = sum(r["runs"] for r in rows)
+    verdict = (" ".join(x for x in (winner(rows), *copies) if x) if final else
+               f"**Racing…** {done} run{'s' if done != 1 else ''} finished so far: the verdict comes when every "
+               f"run has finished.")
     lines = [head + (" " + preset_note if preset_note else ""), verdict, *parts, drift_note(rows, dtype),
              *[r for r in reasons if r]]
     return "\n\n".join(x for x in lines if x)

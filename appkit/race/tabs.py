@@ -103,7 +103,8 @@ class Tabs(Handlers):
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
         copies = [copied_note(t, "this session's earlier runs (asked for)", f"{m}: ") for m, t in shown.items()]
-        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype, [c for c in copies if c]) + (
+        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype, [c for c in copies if c],
+                             final=not status.startswith("running")) + (
             f"\n\n*{status}*" if status else "")
         # while runs stream in: the light token strips; the linked step views (a full step view per
         # method) once, when the race has finished or was stopped
