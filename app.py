@@ -151,7 +151,7 @@ def wire(p: Page, h: Tabs) -> None:
     # live: the per-step query budget follows every method control (W, N, G, the draft shape); editing a
     # value the presets choose means "manual" (the draft cutoff is the user's under every preset)
     controls = [getattr(p, f) for f in control_fields()]
-    for c in [p.method, *controls]:
+    for c in [p.method, *controls, p.max_new, p.temperature, p.top_k, p.top_p, p.seed]:  # checked as typed
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
     kept = {field_of(n) for n in USER_KNOBS}
     for f in control_fields():
