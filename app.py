@@ -144,7 +144,8 @@ def wire(p: Page, h: Tabs) -> None:
     run_ev = p.run_btn.click(gpu("run")(named(h.run)), p.inputs(), run_out,
                     api_name="run", show_progress="hidden", js=MARK_STALE, **model)  # "previous run" label
     p.msg.change(None, [p.msg], None, js=UNMARK_STALE_ON_ERROR, **local)  # a refused run keeps the old view, unlabelled
-    race_ev = p.race_btn.click(gpu("race")(named(h.race, ("methods", "repeats"))), p.inputs(p.race_methods, p.race_repeats), [p.msg, p.race_md, p.race_table, p.race_plot,
+    race_ev = p.race_btn.click(gpu("race")(named(h.race, ("methods", "repeats", "earlier_runs"))),
+                               p.inputs(p.race_methods, p.race_repeats, p.race_history), [p.msg, p.race_md, p.race_table, p.race_plot,
                                                                  p.race_lat, p.race_sbs], api_name="race", **model)
     p.prof_btn.click(gpu("profile")(named(h.profile)), p.inputs(), [p.msg, p.prof_md, p.roof_plot, p.flops_plot, p.lat_plot,
                                                       p.prof_files, p.ops_plot], api_name="profile", **model)
@@ -167,7 +168,7 @@ def wire(p: Page, h: Tabs) -> None:
     # live: the per-step query budget follows every method control (W, N, G, the draft shape); editing a
     # value the presets choose means "manual" (the draft cutoff is the user's under every preset)
     controls = [getattr(p, f) for f in control_fields()]
-    for c in [p.method, *controls]:
+    for c in [p.method, *controls, p.max_new, p.temperature, p.top_k, p.top_p, p.seed]:  # checked as typed
         c.change(lambda *v: budget_line(Settings.from_values(v), h.lim), p.inputs(), [p.budget_md], **local)
     kept = {field_of(n) for n in USER_KNOBS}
     for f in control_fields():
@@ -183,7 +184,8 @@ def wire(p: Page, h: Tabs) -> None:
     fill = ([getattr(p, f) for f in autofields.FIELDS] + [p.preset_md])
     for ev in (run_ev, race_ev, tune_ev, load_ev):
         ev.then(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
-    p.preset.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
+    for c in (p.preset, p.method):  # shared controls (medusa, eagle) show the selected method's preset
+        c.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
         ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
     pick, shown = on_method(p)  # the method's control groups and explanation (appkit/page/method_controls.py)

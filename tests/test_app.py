@@ -223,8 +223,9 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     assert any("of 3)" in x for x in progress), progress  # the repeats stream (which ones arrive depends on polling)
     # every method gets one line with measured numbers: why it won or lost
     for m in ("lookahead", "prompt_lookup", "speculative"):
-        line = next(x for x in summary.split("\n\n") if x.startswith(f"**{m}** is "))
-        assert "1-token step" in line and " ms)" in line and "tokens per step" in line and "x measured" in line
+        line = next(x for x in summary.split("\n\n") if x.startswith((f"**{m}** is ", f"**{m}** did greedy's work")))
+        assert "1-token step" in line and "tokens per step" in line and ("x measured" in line and " ms)" in line
+                                                                          or "measured is noise" in line), line
     assert "**greedy** is the baseline" in summary
     # side by side: one row per method, aligned by output position; a row's cells are its steps
     assert "aligned by output" in sbs and all(f"data-run='{m}'" in sbs for m in rows)
@@ -382,9 +383,10 @@ def test_every_run_shows_its_speed_against_greedy_or_says_it_was_not_measured(cl
     assert "speed vs greedy: **not measured**" in first[1], first[1]
     client.predict(*settings(dirs, method="greedy", prompt=prompt, max_new=8), api_name="/run")
     after = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=8), api_name="/run")
-    ratio = re.search(r"\*\*([0-9.]+)x\*\* greedy's speed \(greedy measured on this prompt: ([0-9.]+) tokens/s\)", after[1])
-    tps = float(re.search(r"\*\*([0-9.]+)\*\* tokens/s", after[1]).group(1))
-    assert ratio and abs(float(ratio.group(1)) - tps / float(ratio.group(2))) < 0.02 + 0.01 * tps, after[1]
+    # a figure with its interval from both runs' step times, "within noise", or no speed-up (greedy's work)
+    claim = re.search(r"\*\*[0-9.]+x\*\* greedy's speed \([0-9.]+-[0-9.]+x from [0-9.]+ tokens per step|"
+                      r"within noise of greedy's speed \(|no speed-up over greedy's speed: [0-9]+ steps for", after[1])
+    assert claim, after[1]
     other = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=9), api_name="/run")
     assert "not measured" in other[1]  # another length is another measurement
 

@@ -1,4 +1,5 @@
-"""The line beside the Run button: what a run waits for, its newest tokens, then where its results are.
+"""The line beside the Run button: what a run waits for, its newest tokens, then where its results are; a value
+out of range as the user types replaces the last run's "✓" there.
 
 Why: a first run waits for the default model's fetch, its load, the thread timing and maybe the tuner, and
 its results sit far below the button on a first visit; nothing near the button changed for a minute.
@@ -11,8 +12,17 @@ RUN_STATUS_HEAD = """<script>(() => {
   let armed = false;
   document.addEventListener("click", (e) => { if (e.target.closest && e.target.closest("#ds-run")) armed = true; }, true);
   setInterval(() => {
-    const box = document.querySelector("#ds-run-status");
+    const box = document.querySelector("#ds-run-status"), check = document.querySelector("#ds-budget");
+    const bad = check ? check.innerText.trim() : "";
+    if (box && bad.startsWith("⚠")) {  // a value out of range as typed: said here, the last run's ✓ cleared
+      const html = "<span class='ds-rs-busy'>" + esc(bad) + " (fix it before Run)</span>";
+      if (box.dataset.last !== html) { box.innerHTML = html; box.dataset.last = html; box.dataset.check = "1"; }
+      armed = false;
+      return;
+    }
+    if (box && box.dataset.check && !armed) { box.innerHTML = ""; box.dataset.last = ""; delete box.dataset.check; }
     if (!box || !armed) return;
+    delete box.dataset.check;
     const st = document.querySelector("#ds-stats"), out = document.querySelector("#ds-output textarea");
     const s = st ? st.innerText.trim().split("\\n")[0] : "", text = out ? out.value : "";
     let html;
@@ -20,7 +30,7 @@ RUN_STATUS_HEAD = """<script>(() => {
       const tail = text ? "<div class='ds-rs-tail'>…" + esc(text.slice(-160)) + "</div>" : "";
       html = "<span class='ds-rs-busy'><i class='ds-rs-spin'></i>" + esc(s) + "</span>" + tail;
     } else if (/ done|Stopped|Not run/.test(s)) {
-      const parts = s.split(" · "), short = parts.slice(0, 2).concat(parts.filter((x) => /greedy's speed|not measured/.test(x)));
+      const parts = s.split(" · "), short = parts.slice(0, 2).concat(parts.filter((x) => /greedy's speed|not measured|copied from/.test(x)));
       html = "<a href='#ds-stats' class='ds-rs-done'>" + (/Not run/.test(s) ? "⚠ " : "✓ ") + esc(short.join(" · ")) +
         " — the results are below ↓</a>";
     } else return;

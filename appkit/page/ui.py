@@ -169,6 +169,10 @@ def race_tab(p: Page, selected: list[str]) -> None:
             p.race_repeats = Int(REPEATS, "repeats", elem_id="ds-race-repeats", min_width=120, scale=1,
                                  info=f"1–{MAX_REPEATS}: each repeat runs every method once, interleaved; "
                                       "the race shows the median and the spread")
+            p.race_history = gr.Checkbox(False, label="retrieval drafts from this session's earlier runs",
+                                         elem_id="ds-race-history", scale=1, min_width=160,
+                                         info="off: every method starts from a fresh history, so retrieval "
+                                              "cannot copy an answer you already ran")
         with gr.Row():
             p.race_btn = gr.Button("Race", variant="primary", elem_id="ds-race", min_width=100)
             p.race_stop = gr.Button("Stop", variant="stop", min_width=100)

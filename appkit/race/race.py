@@ -103,6 +103,10 @@ def reason(name: str, traces: list, greedy_traces: list, speedup: float, device:
             else f"a {q:.0f}-token {name.replace('_', ' ')} step")
     facts = (f"{what} costs {cost:.1f}x a 1-token step {where} ({ms:.1f} vs {g_ms:.1f} ms) and accepted "
              f"{acc:.2f} tokens per step: {acc / cost:.2f}x predicted, {speedup:.2f}x measured")
+    if acc <= 1.0:
+        return (f"**{name}** did greedy's work: {what} costs {cost:.1f}x a 1-token step {where} and accepted "
+                f"{acc:.2f} tokens per step, so it cannot be faster than greedy; the {speedup:.2f}x its clock "
+                f"measured is noise.")
     if speedup >= WIN:
         return f"**{name}** is faster than greedy because {facts}."
     verdict = "slower than" if speedup < 1 else f"only {speedup:.2f}x"
@@ -124,13 +128,22 @@ def _spread(row: dict) -> tuple[float, float]:
 CLOSE = 0.05  # medians within 5% are a tie: less than a shared machine's run-to-run noise
 
 
+def greedys_work(row: dict) -> bool:
+    """An accelerated method that took a step per token: the step count says it did greedy's work, so any
+    speed-up its wall-clock shows is noise and is never claimed."""
+    return not is_baseline(row["method"]) and row["tokens"] > 0 and row["steps"] >= row["tokens"]
+
+
 def leaders(rows: list[dict]) -> list[dict]:
     """The best row by median speed-up, then every row these repeats cannot separate from it: its
-    median within CLOSE of the best, or (with repeats) its fastest run reaching the best row's slowest."""
+    median within CLOSE of the best, or (with repeats) its fastest run reaching the best row's slowest.
+    A best row that did greedy's work (greedys_work) is tied with greedy, whatever the clock said."""
     ranked = sorted(rows, key=lambda r: -r["speedup vs greedy"])
     best = ranked[0]
-    return [best] + [r for r in ranked[1:] if r["speedup vs greedy"] >= (1 - CLOSE) * best["speedup vs greedy"]
-                     or (r["runs"] > 1 and best["runs"] > 1 and _spread(r)[1] >= _spread(best)[0])]
+    tied = [r for r in ranked[1:] if r["speedup vs greedy"] >= (1 - CLOSE) * best["speedup vs greedy"]
+            or (r["runs"] > 1 and best["runs"] > 1 and _spread(r)[1] >= _spread(best)[0])
+            or (greedys_work(best) and is_baseline(r["method"]))]
+    return [best] + tied
 
 
 def winner(rows: list[dict]) -> str:
@@ -147,10 +160,13 @@ def winner(rows: list[dict]) -> str:
                 f"interleaved run{'s' if runs > 1 else ''}; spread {spread}; every other method's median is over {CLOSE:.0%} lower and its runs do not reach "
                 f"this one's).")
     names = sorted(r["method"] for r in top)
+    work = [r["method"] for r in top if greedys_work(r)]
+    same = (f" {', '.join(work)} took as many steps as tokens, greedy's own work, so no speed-up is claimed "
+            f"for {'it' if len(work) == 1 else 'them'}." if work else "")
     each = ", ".join(f"{r['method']} {r['speedup vs greedy']}× (runs {r['speedup (min-max)']}×)" for r in top)
     return (f"**Too close to call: {' and '.join(names)}** — their interleaved runs overlap or their medians "
             f"are within {CLOSE:.0%} ({each}; median of {runs}), so this race cannot name one winner: "
-            f"{best['method']} leads by median only. More repeats or more new tokens narrow the spreads.")
+            f"{best['method']} leads by median only.{same} More repeats or more new tokens narrow the spreads.")
 
 
 def drift_note(rows: list[dict], dtype: str) -> str:
@@ -167,14 +183,28 @@ def drift_note(rows: list[dict], dtype: str) -> str:
             f"way; every token before the first difference is identical. Pick dtype fp32 for exact tokens.")
 
 
-def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str = "", dtype: str = "") -> str:
-    parts = [f"**{md_text(r['method'])}** {md_text(r['config'])}: {r['speedup vs greedy']}× wall-clock "
-             f"(runs {r['speedup (min-max)']}×), "
+def _speed_words(r: dict) -> str:
+    if greedys_work(r):
+        return (f"no speed-up: {r['steps']} steps for {r['tokens']} tokens, greedy's own work (its wall-clock, "
+                f"{r['speedup vs greedy']}×, runs {r['speedup (min-max)']}×, is noise)")
+    return f"{r['speedup vs greedy']}× wall-clock (runs {r['speedup (min-max)']}×)"
+
+
+def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str = "", dtype: str = "",
+            copies: list[str] = (), final: bool = True) -> str:
+    """The race's words; `copies` (appkit/run/copied.py) join the verdict: a method that copied earlier answers
+    is never crowned without saying so. While runs stream in (final=False) there is no verdict, only progress:
+    a headline that flipped from one leader to another as the runs arrived taught nothing."""
+    parts = [f"**{md_text(r['method'])}** {md_text(r['config'])}: {_speed_words(r)}, "
              f"{r['compression']} tokens/step, <span class='ds-badge'>{esc(r['exact'])}</span>" for r in rows[1:]]
     head = "Exactness checked on the spot (greedy mode)." if greedy else "Sampling mode: exactness is distributional."
     runs = rows[0]["runs"] if rows else 0
     head += f" Median of {runs} interleaved run{'s' if runs != 1 else ''} per method, min-max in brackets."
-    lines = [head + (" " + preset_note if preset_note else ""), winner(rows), *parts, drift_note(rows, dtype),
+    done = sum(r["runs"] for r in rows)
+    verdict = (" ".join(x for x in (winner(rows), *copies) if x) if final else
+               f"**Racing…** {done} run{'s' if done != 1 else ''} finished so far: the verdict comes when every "
+               f"run has finished.")
+    lines = [head + (" " + preset_note if preset_note else ""), verdict, *parts, drift_note(rows, dtype),
              *[r for r in reasons if r]]
     return "\n\n".join(x for x in lines if x)
 

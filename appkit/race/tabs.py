@@ -28,6 +28,8 @@ from .tune_tab import TuneTab
 from ..run.settings import FIELDS, Settings, raise_if, whole
 from ..public.fair import PROFILE_COST, Refused
 from ..run.stream import Job
+from ..run.copied import copied_note
+from ..run.speed_claim import decode_ms
 from ..run.threads import run_key
 from ..page.tables import public_trace, race_table, stats_md, sweep_table
 
@@ -57,15 +59,18 @@ class Tabs(TuneTab, Handlers):
         except (TypeError, ValueError):
             problems.append(f"**repeats** must be a whole number in [1, {racekit.MAX_REPEATS}], got {repeats}")
         raise_if(problems)
+        earlier = len(values) > n + 2 and bool(values[n + 2])  # retrieval drafts from this session's earlier runs
         with self.turns.job(session, client):
-            yield from self._race(s, methods, repeats, session)
+            yield from self._race(s, methods, repeats, session, earlier)
 
-    def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None):
+    def _race(self, s: Settings, methods: list[str], repeats: int, session: str | None, earlier: bool = False):
         stop = self.sessions.start(session)
         try:
             p = yield from self.prepare(s, [BASELINE, *methods], 6, session, stop, runs=(len(methods) + 1) * repeats,
                                         what="race")
-            p.history = self.histories.get(session)  # read, never joined: each run drafts from a frozen copy
+            # a fresh history unless asked: retrieval copying the visitor's earlier answer is not its speed;
+            # asked, it is read, never joined (each run drafts from a frozen copy) and the verdict says so
+            p.history = self.histories.get(session) if earlier else None
 
             def work(job: Job):
                 return racekit.race_runs(p, methods, repeats, job)
@@ -73,8 +78,7 @@ class Tabs(TuneTab, Handlers):
             for kind, result in Job(work, stop, thread_setup).updates():
                 runs, current = (result, None) if kind == "done" else (result or ({}, None))
                 if kind == "done" and runs.get(BASELINE):  # a later Run on this prompt shows its speed against it
-                    rates = sorted(t.stats()["tokens_per_s"] for t in runs[BASELINE])
-                    self.greedy_rates.put(session, run_key(p), rates[len(rates) // 2])
+                    self.greedy_ms.put(session, run_key(p), [ms for t in runs[BASELINE] for ms in decode_ms(t)])
                 if kind == "stopped":
                     current = f"Stopped during {current}: the finished runs are kept." if current else "Stopped."
                 elif kind == "progress":
@@ -98,8 +102,11 @@ class Tabs(TuneTab, Handlers):
             rows.append(row)
             reasons.append(racekit.reason(m, trs, g, row["speedup vs greedy"], device))
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
-        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype) + (f"\n\n*{status}*" if status else "")
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
+        copies = [copied_note(t, "this session's earlier runs (asked for)", f"{m}: ") for m, t in shown.items()]
+        md = racekit.summary(rows, reasons, p.sampling.greedy, auto, dtype, [c for c in copies if c],
+                             final=not status.startswith("running")) + (
+            f"\n\n*{status}*" if status else "")
         # while runs stream in: the light token strips; the linked step views (a full step view per
         # method) once, when the race has finished or was stopped
         running = status.startswith("running")

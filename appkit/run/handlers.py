@@ -19,6 +19,7 @@ from decoding.fast.graphs import capture_warning
 from decoding.methods.retrieve.suffix_cache import Histories
 
 from . import presets
+from .copied import copied_note
 from .costs import run_costs
 from . import threads
 from ..models.default_model import fetch_waits
@@ -51,7 +52,7 @@ def thread_setup() -> None:
         torch.set_num_threads(threads.CURRENT[0])
 
 
-def step_views(trace, costs: dict | None, initial_step: int) -> str:
+def step_views(trace, costs: dict | None, initial_step: int | str) -> str:
     """The Run tab's step view with the selected step's cost panel beside it: `costs` is
     appkit.run.costs.run_costs (per-step FLOPs, bytes, ms and the machine's peaks for the roof)."""
     return viz.step_view_html(trace, profile=costs, initial_step=initial_step)
@@ -62,8 +63,8 @@ class Handlers(AutoPresets):
 
     def __init__(self, lim: Limits, cache: ModelCache, aliases: dict[str, str] | None = None):
         self.lim, self.cache, self.sessions = lim, cache, Sessions()
-        # what greedy measured (tokens/s) per run_key, for "x greedy": this session's own runs only
-        self.greedy_rates = PerSession()
+        # greedy's decode step times (ms) per run_key, for "x greedy": this session's own runs only
+        self.greedy_ms = PerSession()
         self.fetching: Callable[[], str | None] | None = None  # the default model's fetch line while it runs
         # every state a run leaves for later runs is kept per browser session (docs/public-mode.md lists them):
         # the suffix cache's earlier runs
@@ -232,7 +233,9 @@ class Handlers(AutoPresets):
         path = out / f"{tr.method}-trace.json"
         tr.save(path)
         self.downloads.prune(keep=out)
-        return step_views(tr, costs, len(tr.steps) - 1), str(path), tr.to_dict()
+        # opened on the step that shows the method's point (viz.teach picks it and the view says so), not on the
+        # last step, which max new tokens usually cut
+        return step_views(tr, costs, "best"), str(path), tr.to_dict()
 
     # ------------------------------------------------------------------ Run tab
     @reported(6, client_error=True)
@@ -272,7 +275,8 @@ class Handlers(AutoPresets):
                 head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
-                note_run = " · ".join(x for x in (speed_of(self.greedy_rates, session, key, tr, kind == "done"), note) if x)
+                note_run = " · ".join(x for x in (copied_note(tr), speed_of(self.greedy_ms, session, key, tr,
+                                                                             kind == "done"), note) if x)
                 note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
                 html, path, d = self.finish(tr, p, stopped=kind == "stopped")

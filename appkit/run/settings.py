@@ -282,15 +282,20 @@ def over_budget(q: int, lim: Limits, problems: list[str], what: str) -> None:
 
 
 def budget_line(s: Settings, lim: Limits) -> str:
-    """The live line under the method's controls: query tokens per step vs the budget ("" where the method
-    has no formula for it, greedy)."""
+    """The live line under the method's controls, checked as the user types: every out-of-range value of the
+    shared fields and the method's controls (before Run, not after it), else query tokens per step vs the budget
+    ("" where the method has no formula for it, greedy)."""
     problems: list[str] = []
     sp = spec(s.method)
-    if sp is None or not has_query(sp):
-        return ""
-    params = method_params(s, s.method, lim, problems)
+    common: list[str] = []
+    check_common(s, lim, common)
+    shared = [p for p in common if not p.startswith("**prompt**")]  # the prompt: said when Run is pressed
+    params = method_params(s, s.method, lim, problems) if sp is not None else {}
+    problems = shared + problems
     if problems:
         return "⚠️ " + " · ".join(problems)
+    if sp is None or not has_query(sp):
+        return ""
     return (f"up to **{query_tokens(sp, params)}** query tokens per step: the positions one forward pass computes "
             f"(budget {query_budget(lim)}; greedy runs 1, more cost time)")
 

@@ -3,12 +3,13 @@
 Why: on a 2-core machine a second thread is worth a little on a quiet machine and costs many times over when
 another process is busy, so a rule cannot know; greedy timed at each count, once per model, does. A run's
 tokens/s alone says little, so every run says how it compares with greedy measured on the same prompt and
-settings, or that greedy was not measured.
+settings (step times and their spread: speed_claim.py), or that greedy was not measured.
 """
 from __future__ import annotations
 
 from . import presets
 from .method_fields import is_baseline
+from .speed_claim import claim, decode_ms
 
 CURRENT: list[int] = []  # the CPU thread count measured for the model of the event now running
 
@@ -44,13 +45,12 @@ def threads_note(r: dict | None) -> str:
     return f"{r['threads']} CPU thread{'s' if r['threads'] > 1 else ''} (measured: {rates} tokens/s greedy)"
 
 
-def speed_note(method: str, tps: float, greedy: float | None) -> str:
-    """The run's speed against greedy's on the same prompt, settings and model, or says it was not measured."""
-    if is_baseline(method):
+def speed_note(trace, greedy_ms: list[float] | None) -> str:
+    """The run's speed against greedy's on the same prompt, settings and model, from both runs' measured step
+    times with their spread (appkit/run/speed_claim.py), or says it was not measured."""
+    if is_baseline(trace.method):
         return ""
-    if not greedy:
-        return "speed vs greedy: **not measured** (run greedy on this prompt, or race)"
-    return f"**{tps / greedy:.2f}x** greedy's speed (greedy measured on this prompt: {greedy:.1f} tokens/s)"
+    return claim(trace, greedy_ms)
 
 
 def run_key(p) -> tuple:
@@ -61,11 +61,10 @@ def run_key(p) -> tuple:
             repr(p.sampling))
 
 
-def speed_of(rates, session: str | None, key: tuple, tr, done: bool) -> str:
-    """A finished greedy run records its rate under `key` in this session's table (appkit/public/per_session.py:
-    another visitor's table would tell whether someone ran this prompt); any other run gets its speed
-    against it."""
-    tps = tr.stats()["tokens_per_s"]
-    if done and is_baseline(tr.method) and tps > 0:
-        rates.put(session, key, tps)
-    return speed_note(tr.method, tps, rates.get(session, key))
+def speed_of(greedy, session: str | None, key: tuple, tr, done: bool) -> str:
+    """A finished greedy run records its decode step times under `key` in this session's table
+    (appkit/public/per_session.py: another visitor's table would tell whether someone ran this prompt); any
+    other run gets its speed against them."""
+    if done and is_baseline(tr.method) and decode_ms(tr):
+        greedy.put(session, key, decode_ms(tr))
+    return speed_note(tr, greedy.get(session, key))

@@ -102,10 +102,16 @@
       const b = box.getBoundingClientRect(), r = t.getBoundingClientRect();
       if (r.top < b.top + 4 || r.bottom > b.bottom - 4) box.scrollTop += r.top - b.top - box.clientHeight / 3;
     }
-    // Every view wider than its box says so ("scroll →" in its title).
+    // Every view wider than its box says so ("scroll →" in its title); in presentation mode a table wider
+    // than the screen (a long trajectory at 1280 px) is scaled to its box instead: nothing scrolls sideways.
     function cues() {
       root.querySelectorAll(".ds-scroll").forEach((el) => {
-        const box = el.closest(".ds-plot");
+        const box = el.closest(".ds-plot"), table = el.firstElementChild;
+        if (table && table.tagName === "TABLE") {
+          table.style.zoom = "";
+          if (root.classList.contains("ds-present") && el.scrollWidth > el.clientWidth + 1)
+            table.style.zoom = (el.clientWidth / el.scrollWidth - 0.005).toFixed(3);
+        }
         if (box) box.classList.toggle("ds-overflows", el.scrollWidth > el.clientWidth + 1);
       });
     }
@@ -205,6 +211,12 @@
         if (note) { note.textContent = D.pick.shows; note.hidden = false; note.classList.toggle("ds-missing", !D.pick.found); }
       }
       else if (D.index_of[parseInt(want, 10)] !== undefined) start = D.index_of[parseInt(want, 10)];
+    }
+    // A host may open a finished run on the step that shows the method's point (the Run tab), saying so.
+    if (!ask && root.dataset.initial === "best" && !/step=\d/.test(window.location.hash || "") && D.pick && steps[D.pick.k]) {
+      start = D.pick.k;
+      const note = q(".ds-pick");
+      if (note) { note.textContent = D.pick.shows; note.hidden = false; note.classList.toggle("ds-missing", !D.pick.found); }
     }
     go(start);
     if (ask) requestAnimationFrame(() => root.scrollIntoView({ block: "start" }));  // narration and picture in view

@@ -51,7 +51,15 @@ svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !importan
 .ds-present .ds-controls button{font-size:20px;padding:6px 14px}.ds-present .ds-caption{font-size:26px;line-height:1.35}
 .ds-present .ds-text{font-size:22px;max-height:28vh}.ds-present table.ds-tab{font-size:20px}
 .ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:13px}
-.ds-present .ds-plot svg{zoom:1.7}  /* the tree's and the mask's 12 px labels read at ~20 px on a projector */
+.ds-present .ds-plot svg{zoom:1.7;max-width:100%;height:auto}  /* 12 px labels at ~20 px on a projector;
+   a picture wider than the screen is scaled to its width (its viewBox keeps the proportions): nothing scrolls sideways */
+/* full screen gives the grid a definite height: its rows would shrink to fit it and the token strip, caption and
+   headings would be drawn over each other; rows as tall as their content, the page scrolls down instead */
+.ds-stepper.ds-present{grid-auto-rows:max-content;align-content:start}
+.ds-stepper.ds-present.ds-sided{grid-template-columns:minmax(220px,20%) minmax(0,1fr)}
+.ds-present .ds-plot{flex:1 1 100%}  /* one picture per row: every column of a window or a pool at projector size */
+@media (max-width:1600px){.ds-present table.ds-tab{font-size:17px}.ds-present table.ds-tab td{min-width:40px;height:46px}
+  .ds-present table.ds-tab td small{font-size:12px}}  /* 1280x720: a 12-position trajectory fits the width */
 .ds-present .ds-vt{font-size:22px}.ds-present .ds-prof,.ds-present .ds-run{display:none}
 .ds-present .ds-svg,.ds-present .ds-png,.ds-present .ds-slides{display:none}
 details.ds-poolbrowse{margin-top:6px;font-size:12px}details.ds-poolbrowse summary{cursor:pointer;color:#333}

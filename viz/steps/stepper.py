@@ -221,12 +221,13 @@ def _view_box(name: str, present: dict) -> str:
 
 
 @drawn
-def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial_step: int = 0,
+def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial_step: int | str = 0,
                    max_steps: int = MAX_STEPS, peaks: dict | None = None) -> str:
     """The linked step-through fragment (needs plotly.js and SCRIPT on the page: see gradio_html_kwargs).
 
     profile: profiling's profile dict or profiling.trace_costs(trace) (a list); with it the profile panel
-    shows the selected step on the roofline and cumulative FLOPs against greedy's."""
+    shows the selected step on the roofline and cumulative FLOPs against greedy's. initial_step: a list position,
+    or "best": the step viz.teach picks for the method's point, with its note (the Run tab)."""
     tr = as_trace(trace)
     d = build(tr, profile, max_steps, peaks)
     trunc = f" (first {max_steps} steps shown)" if d["truncated"] else ""
