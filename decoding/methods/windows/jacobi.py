@@ -83,7 +83,7 @@ class Jacobi:
 class JacobiParams:
     block: int = knob(8, lo=LIMITS["block"][0], hi=LIMITS["block"][1], cli="--block", ui=True, label="K block",
                       help="jacobi: guesses refined per step, K (default 8)")
-    seed: int = knob(0, help="seed of the first guesses' draw (from the prompt's tokens)")
+    seed: int = knob(0, lo=0, hi=2**31 - 1, help="seed of the first guesses' draw (from the prompt's tokens)")
 
 
 def words(c: dict) -> str:
@@ -110,4 +110,5 @@ SPEC = MethodSpec(
           "(arXiv 2305.10427)",
     tuner="block",
     presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}},
-    pictures=("mask", "window", "trajectory"), words=words)
+    pictures=("mask", "window", "trajectory"), words=words,
+    examples=({"block": 4},))
