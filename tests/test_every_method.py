@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import textwrap
 
 import pytest
@@ -26,17 +25,25 @@ from decoding import generate, run
 from decoding.build import build
 from decoding.engine.sampling import Sampling
 from decoding.methods import registry
-from decoding.methods.registry import BASELINE, SPECS, MethodSpec, load_specs
+from decoding.methods.registry import BASELINE, SPECS, MethodSpec
 from decoding.stats import DRAFT_ROLES, kept_drafts, spec_decode_stats
 from decoding.trace import Trace
 from decoding.trace_check import check_document
 
-os.environ.setdefault("DECODESCOPE_CPU_GEMM", "0")  # the kernel's build is not what this file tests
 
 ARCHS = ("llama", "qwen2", "gpt2")
 PROMPTS = ([5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])
 N = 16
 METHODS = list(SPECS)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_kernel():
+    """The CPU GEMM kernel's build is not what this file tests (and waits while another process builds it)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DECODESCOPE_CPU_GEMM", "0")
+    yield
+    mp.undo()
 
 
 class World:
@@ -221,6 +228,23 @@ def check_refusals(spec: MethodSpec, model) -> None:
             assert len(problems) == 1 and one_sentence(problems[0]), f"app: {problems}"
 
 
+def check_public_budget(spec: MethodSpec) -> None:
+    """A method that counts its step's query tokens (MethodSpec.query_tokens) is held to public mode's step
+    budget: its controls at their largest values are refused there when the step would exceed it."""
+    from appkit.public.limits import Limits
+    from appkit.run.method_fields import field_of
+    from appkit.run.settings import PUBLIC_QUERY_BUDGET, Settings, method_params
+    if spec.query_tokens is None:
+        return
+    big = {k.name: k.hi for k in spec.knobs() if k.ui and isinstance(k.hi, int) and not isinstance(k.default, bool)}
+    problems: list[str] = []
+    p = method_params(Settings(method=spec.name, **{field_of(n): v for n, v in big.items()}), spec.name,
+                      Limits(public=True), problems)
+    if spec.query_tokens({**spec.defaults(), **big}) > PUBLIC_QUERY_BUDGET:
+        assert problems, f"public mode accepts {spec.name} at {big}: {spec.query_tokens({**spec.defaults(), **big})} " \
+                         f"query tokens a step, over its budget of {PUBLIC_QUERY_BUDGET} ({p})"
+
+
 def check_app_defaults(spec: MethodSpec) -> None:
     """The app takes the method with its defaults (local and public mode) without a problem."""
     from appkit.public.limits import Limits
@@ -235,6 +259,7 @@ def check_app_defaults(spec: MethodSpec) -> None:
 
 def test_parameter_names_are_unique_unless_shared_and_ranged():
     check_names(SPECS)
+    assert len(SPECS) >= 10
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -280,8 +305,9 @@ def test_out_of_range_is_refused_by_every_caller(world, method):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_the_app_accepts_the_defaults(method):
+def test_the_app_accepts_the_defaults_and_holds_public_modes_step_budget(method):
     check_app_defaults(SPECS[method])
+    check_public_budget(SPECS[method])
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -450,7 +476,7 @@ def with_params(mod, body: str) -> MethodSpec:
     return dataclasses.replace(mod.SPEC, params=ns["P"])
 
 
-def test_planted_violations_are_caught(world, fake):
+def test_planted_violations_are_caught(world, fake, monkeypatch):
     from viz import palette
     model = world.target("llama")
     good = fake.SPEC
@@ -493,6 +519,18 @@ def test_planted_violations_are_caught(world, fake):
     # 6. a range the spec does not enforce (a check that accepts everything) is found
     loose = with_params(fake, 'fake_span: int = knob(3, cli="--fake-span")')
     assert out_of_range(loose) == []  # no range: nothing to refuse, which check_names reports (2.)
-    # 7. a sampler that is not the target's: the chi-square run on greedy "samples" fails
+    # 7. a step over public mode's budget: refused while the app counts it with the spec's query_tokens, caught
+    # when the app does not (as before the spec declared it)
+    from appkit.run import settings
+    # (a page field the app already has: the Settings fields are made from the registry at import)
+    counted = dataclasses.replace(with_params(fake, 'nodes: int = knob(3, lo=1, hi=500, ui=True)'),
+                                  query_tokens=lambda p: p["nodes"] + 1)
+    monkeypatch.setattr(registry, "SPECS", {**SPECS, counted.name: counted})
+    check_public_budget(counted)
+    monkeypatch.setattr(settings, "query_tokens", lambda sp, p: None)
+    with pytest.raises(AssertionError, match="over its budget"):
+        check_public_budget(counted)
+    monkeypatch.undo()
+    # 8. a sampler that is not the target's: the chi-square run on greedy "samples" fails
     counts = {tuple(hf_greedy(world.target("peaky"), SAMPLED_PROMPT, L)): RUNS}
     assert chi2_pvalue(counts, exact_joint(world.target("peaky"), WARP), RUNS) < 1e-3

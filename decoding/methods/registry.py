@@ -20,6 +20,7 @@ MODULES = (
     "decoding.methods.self_draft.eagle",
     "decoding.methods.retrieve.retrieval",  # REST datastore (datastore=) or SuffixDecoding's suffix cache (default)
     "decoding.methods.self_draft.self_speculative",
+    "decoding.methods.lookup.token_recycling",  # Token Recycling: each token's successors from earlier logits
 )
 
 

@@ -80,6 +80,8 @@ class MethodSpec:
     origins: the trace origin labels this method introduces (what its accepted tokens and tree nodes carry),
       each with its colour and legend words: {"recycled": ("#8c6bb1", "recycled successor")}; the palette adds
       them to the shared ones ("target", "draft", "candidate", ...), so a new origin is never grey or unnamed.
+    query_tokens: (parameter values, defaults filled) -> the most query tokens one step runs: the app holds a
+      step to its budget with it (public mode: 128); None = the app's own formulas for the older methods.
     examples: parameter sets the conformance test (tests/test_every_method.py) runs the method with on tiny
       models: at least one, small enough to run in a second; {} runs the defaults."""
     name: str
@@ -101,6 +103,7 @@ class MethodSpec:
     words: Callable[[dict], str] | None = None
     origins: dict[str, tuple[str, str]] = field(default_factory=dict)
     examples: tuple[dict, ...] = ({},)
+    query_tokens: Callable[[dict], int] | None = None
 
     def knobs(self, *, user: bool = True) -> list[Knob]:
         """The parameters in declaration order; user=True leaves out the internal ones the builder fills."""
