@@ -166,13 +166,13 @@ SPEC = MethodSpec(
     "up to **tree nodes** nodes), the model checks the whole tree in one forward, and that forward's scores "
     "refresh the table. No second model, no training; the prompt's own forward fills the first rows.\n"
     "\n"
-    "The *tree* view colours recycled nodes purple and says which earlier step's scores proposed each one."),
+    "The *tree* view colours recycled nodes violet and says which earlier step's scores proposed each one."),
     paper="Luo et al. 2024, Turning Trash into Treasure: Accelerating Inference of Large Language Models with "
           "Token Recycling (arXiv 2408.08696)",
     presets={"cpu_embedded": {"nodes": 8, "levels": 4}, "cpu_default": {"nodes": 8, "levels": 4},
              "teaching": {"successors": 4, "nodes": 16, "levels": 4}},
     pictures=("mask", "tree"), words=words,
     query_tokens=lambda p: p["nodes"] + 1,  # the tree's nodes and x0
-    origins={"recycled": ("#b294c7", "recycled successor (an earlier step's scores)")},
+    origins={"recycled": ("#e060f0", "recycled successor (an earlier step's scores)")},
     examples=({"successors": 4, "nodes": 12, "levels": 4}, {"successors": 2, "nodes": 6, "levels": 6,
                                                            "seed_prefill": False}))

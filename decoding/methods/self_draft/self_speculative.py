@@ -316,5 +316,5 @@ SPEC = MethodSpec(
     paper="Liu et al. 2024, Kangaroo (arXiv 2404.18911)",
     needs=("adapter",), prepare=prepare, presets={"cpu_embedded": {}},
     pictures=("mask", "tree", "draft_cost"),
-    origins={ORIGIN: ("#fdae6b", "early-exit draft (the target's first layers + adapter)")},
+    origins={ORIGIN: ("#f06090", "early-exit draft (the target's first layers + adapter)")},
     examples=({"depth": 4},))
