@@ -46,6 +46,22 @@ def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def write(args, before: str, rows: list) -> None:
+    after = load_avg()
+    head = (f"Token Recycling vs prompt lookup and lookahead: `python bench/token_recycling.py --sets {args.sets} "
+            f"--max-new-tokens {args.max_new_tokens}` on {args.model}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads 1, CPU GEMM kernel "
+            f"{'off' if os.environ.get('DECODESCOPE_CPU_GEMM') == '0' else 'as the device default'}, "
+            f"load average {before} before / {after} after (1, 5, 15 min)")
+    lines = [head, "", "| prompts | method | accepted tokens / step | speed vs greedy (interleaved) | exact |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {g} ({n}) | {label} | {acc:.2f} | {speed:.2f}x | {'yes' if ok else 'NO'} |"
+              for g, label, acc, speed, ok, n in rows]
+    print("\n".join(lines), flush=True)
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default", help="a model folder or id (default: the default model, "
@@ -86,19 +102,7 @@ def main() -> None:
                          st["exact"], len(prompts)))
             print(f"{group:13} {label:24} accepted/step {rows[-1][2]:.2f}  speed vs greedy {rows[-1][3]:.2f}x  "
                   f"exact {'yes' if st['exact'] else 'NO'}", flush=True)
-    after = load_avg()
-    head = (f"Token Recycling vs prompt lookup and lookahead: `python bench/token_recycling.py --max-new-tokens "
-            f"{args.max_new_tokens}` on {args.model}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
-            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads 1, CPU GEMM kernel "
-            f"{'off' if os.environ.get('DECODESCOPE_CPU_GEMM') == '0' else 'as the device default'}, "
-            f"load average {before} before / {after} after (1, 5, 15 min)")
-    lines = [head, "", "| prompts | method | accepted tokens / step | speed vs greedy (interleaved) | exact |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {g} ({n}) | {label} | {acc:.2f} | {speed:.2f}x | {'yes' if ok else 'NO'} |"
-              for g, label, acc, speed, ok, n in rows]
-    print("\n".join(lines))
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        write(args, before, rows)  # after each set: a long run stopped part-way keeps what it measured
 
 
 if __name__ == "__main__":
