@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 
 from .methods.registry import SPECS, MethodSpec, spec_of
-from .params import LIMITS, check_range
 
 # Keywords run() takes besides the method's parameters (per-step callbacks), never a method's.
 HOOKS = ("step_context", "on_step")
@@ -33,7 +32,7 @@ def check_params(method: "str | MethodSpec", params: dict) -> None:
     spec = spec_of(method)
     everyone = params_of()
     mine = spec.param_names()
-    known = {k for names in everyone.values() for k in names} | set(HOOKS)
+    known = {k for names in everyone.values() for k in names} | set(mine) | set(HOOKS)
     for k, v in params.items():
         if k in SAMPLING_FIELDS and k not in mine:
             raise ValueError(f"{k} is a sampling setting, not a {spec.name} parameter: pass "
@@ -51,17 +50,14 @@ def check_params(method: "str | MethodSpec", params: dict) -> None:
 
 
 def checked(method: "str | MethodSpec", params: dict) -> tuple[MethodSpec, dict]:
-    """(spec, the given values without None) after the name, range and combination checks."""
+    """(spec, the given values without None) after the name checks and the spec's own range, choice and
+    combination checks (MethodSpec.check_values): every caller reaches a drafter through here."""
     check_params(method, params)
     p = {k: v for k, v in params.items() if v is not None and k not in HOOKS}
-    for k, v in p.items():
-        if k in LIMITS:
-            check_range(k, v)
     spec = spec_of(method)
     if p.get("reference_ids") is not None and "reference_ids" not in spec.param_names():
         raise ValueError("reference texts are searched by --method prompt_lookup only (reference lookup)")
-    if spec.check is not None:
-        spec.check(p)
+    spec.check_values(p)
     return spec, p
 
 

@@ -29,6 +29,7 @@ Limits: batch size 1, no padding.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from dataclasses import dataclass
 
@@ -50,17 +51,16 @@ class DecodeScopeOutput(GenerateDecoderOnlyOutput):
 
 def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=None, stopping_criteria=None,
                          generation_config=None, synced_gpus: bool = False, streamer=None,
-                         method: str | None = None, window: int | None = None, ngram: int | None = None,
-                         guesses: int | None = None, text_span: int | None = None, num_tokens: int | None = None,
-                         max_ngram: int | None = None, draft_model=None, draft_tokens: int | None = None,
-                         tree=None, tree_budget: int | None = None, staged: bool = False, seed: int | None = None,
-                         block: int | None = None, heads: str | None = None, budget: int | None = None,
-                         draft_vocab: int | None = None, confidence: float | None = None,
-                         acceptance: str | None = None, stop_strings=None, decodescope_tokenizer=None,
-                         decodescope_streamer=None, decodescope_assistant=None, **model_kwargs):
+                         method: str | None = None, seed: int | None = None, stop_strings=None,
+                         decodescope_tokenizer=None, decodescope_streamer=None, decodescope_assistant=None,
+                         **kwargs):
     """The custom_generate callable: one batch row through the engine; returns sequences (prompt + new).
     decodescope_streamer / decodescope_assistant: streamer / assistant_model handed on by generate_entry
-    (the folder form); the callable form reads them from generate's call (transformers does not pass them)."""
+    (the folder form); the callable form reads them from generate's call (transformers does not pass them).
+    Every method's own parameters (window=, successors=, ...) are keywords too: the signature transformers reads
+    lists them from the method specs (METHOD_KEYWORDS below), so a new method's parameters need no edit here."""
+    params = {k: kwargs.pop(k) for k in list(kwargs) if k in METHOD_KEYWORDS}
+    model_kwargs = kwargs
     cfg = generation_config
     _check_supported(logits_processor, stopping_criteria, cfg)  # first: beams would show as a batch
     if input_ids.shape[0] != 1:
@@ -75,33 +75,30 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
         fed_prompt = streamer is not None
         decodescope_assistant = call.get("assistant_model")
     streamer = decodescope_streamer or streamer
-    if decodescope_assistant is not None:
-        if draft_model is not None:
-            raise ValueError("give the draft as assistant_model= or draft_model=, not both")
-        draft_model = decodescope_assistant
     lookup = getattr(cfg, "prompt_lookup_num_tokens", None)
     lookup_n = getattr(cfg, "max_matching_ngram_size", None)
-    method = method or ("speculative" if draft_model is not None else "prompt_lookup" if lookup else "lookahead")
+    method = method or ("speculative" if draft_model_given(params, decodescope_assistant) else
+                        "prompt_lookup" if lookup else "lookahead")
     takes = SPECS[method].param_names() if method in SPECS else ()  # an unknown method is refused by run()
-    if decodescope_assistant is not None and "draft_model" not in takes:
-        raise ValueError(f"assistant_model is a draft model: it drives method='speculative', not {method!r} "
-                         "(leave method out, or drop assistant_model)")
+    if decodescope_assistant is not None:
+        if params.get("draft_model") is not None:
+            raise ValueError("give the draft as assistant_model= or draft_model=, not both")
+        if "draft_model" not in takes:
+            raise ValueError(f"assistant_model is a draft model: it drives method='speculative', not {method!r} "
+                             "(leave method out, or drop assistant_model)")
+        params["draft_model"] = decodescope_assistant
     if lookup or lookup_n:
         if "num_tokens" not in takes or "max_ngram" not in takes:
             raise ValueError(f"prompt_lookup_num_tokens / max_matching_ngram_size are prompt lookup's: use "
                              f"method='prompt_lookup' (or leave method out), not {method!r}")
-        num_tokens = num_tokens if num_tokens is not None else lookup
-        max_ngram = max_ngram if max_ngram is not None else lookup_n
+        params.setdefault("num_tokens", lookup)
+        params.setdefault("max_ngram", lookup_n)
     prompt = input_ids[0].tolist()
     new = int(cfg.max_length) - len(prompt) if cfg.max_new_tokens is None else int(cfg.max_new_tokens)
     if cfg.do_sample and seed is None:  # as HF sampling: torch's global generator (torch.manual_seed) decides;
         seed = int(torch.randint(0, 2**63 - 1, (1,)).item())  # the seed drawn from it is the trace's
     sampling = Sampling(float(cfg.temperature or 1.0), int(cfg.top_k or 0), float(cfg.top_p or 1.0), seed) \
         if cfg.do_sample else Sampling()
-    params = dict(window=window, ngram=ngram, guesses=guesses, text_span=text_span, num_tokens=num_tokens,
-                  max_ngram=max_ngram, block=block, heads=heads, budget=budget, draft_vocab=draft_vocab,
-                  confidence=confidence, acceptance=acceptance, draft_model=draft_model, draft_tokens=draft_tokens,
-                  tree=tree, tree_budget=tree_budget, staged=staged or None)
     params = {k: v for k, v in params.items() if v is not None}
     check_params(method, params)  # another method's parameter (window= with speculative) is refused by name
     stops = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings or [])
@@ -132,6 +129,29 @@ def decodescope_generate(model, input_ids: torch.LongTensor, logits_processor=No
     if cfg.return_dict_in_generate:
         return DecodeScopeOutput(sequences=sequences, trace=tr)
     return sequences
+
+
+def draft_model_given(params: dict, assistant) -> bool:
+    return assistant is not None or params.get("draft_model") is not None
+
+
+# transformers hands a custom_generate callable the keywords its signature names beyond `_sample`'s: every user
+# parameter of every method (from the specs), except the names this callable gives a meaning of its own (seed=
+# is the sampling seed here, as in HF).
+OWN = ("model", "input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus",
+       "streamer", "method", "seed", "stop_strings", "decodescope_tokenizer", "decodescope_streamer",
+       "decodescope_assistant")
+METHOD_KEYWORDS = tuple(dict.fromkeys(k.name for spec in SPECS.values() for k in spec.knobs() if k.name not in OWN))
+
+
+def _signature() -> inspect.Signature:
+    sig = inspect.signature(decodescope_generate)
+    fixed = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in METHOD_KEYWORDS]
+    return sig.replace(parameters=fixed + extra + [sig.parameters["kwargs"]])
+
+
+decodescope_generate.__signature__ = _signature()
 
 
 # generate() arguments the folder form hands on under DecodeScope's own names (transformers would drop

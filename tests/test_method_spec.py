@@ -40,7 +40,7 @@ TOY = textwrap.dedent('''
 
         @classmethod
         def from_params(cls, **p) -> "Repeat":
-            return cls(p.get("span", 3))
+            return cls(p.get("repeat_span", 3))
 
         def __init__(self, span: int = 3):
             self.span = span
@@ -65,7 +65,7 @@ TOY = textwrap.dedent('''
 
     @dataclass
     class RepeatParams:
-        span: int = knob(3, lo=1, hi=8, cli="--repeat-span", ui=True, label="repeat span",
+        repeat_span: int = knob(3, lo=1, hi=8, cli="--repeat-span", ui=True, label="repeat span",
                          help="toy_repeat: how many copies of the last token to propose")
 
 
@@ -85,7 +85,7 @@ CHECK = textwrap.dedent('''
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.eos_token_id = None
     prompt = [5, 6, 7, 5, 6, 7, 5, 6]
-    toy = run(model, None, prompt, "toy_repeat", max_new_tokens=12, span=4)
+    toy = run(model, None, prompt, "toy_repeat", max_new_tokens=12, repeat_span=4)
     greedy = run(model, None, prompt, "greedy", max_new_tokens=12)
     out = {"exact": toy.output_ids == greedy.output_ids, "method": toy.method, "steps": len(toy.steps),
            "spec": SPECS["toy_repeat"].label}

@@ -27,8 +27,8 @@ class Toy(Greedy):
 
 @dataclass
 class ToyParams:
-    span: int = knob(3, lo=1, hi=9, cli="--toy-span", help="toy: tokens the toy copies per step")
-    budget: int = knob(None, lo=1, hi=8, cli="--budget", help="nodes the toy verifies per step")
+    toy_span: int = knob(3, lo=1, hi=9, cli="--toy-span", help="toy: tokens the toy copies per step")
+    budget: int = knob(None, shared=True, lo=1, hi=8, cli="--budget", help="nodes the toy verifies per step")
 
 
 SPEC = MethodSpec(name="toy_copy", drafter=Toy, params=ToyParams, label="toy copy", colour="#123456",
@@ -66,7 +66,8 @@ def test_a_new_method_appears_in_generate_help(toy_registry, capsys):
     (["--method", "greedy", "--toy-span", "3"], "error: --toy-span needs --method toy_copy"),
     (["--method", "toy_copy", "--toy-span", "0"], "--toy-span must be an integer in [1, 9], got 0"),
     (["--method", "lookahead", "--budget", "4"],
-     "error: --budget needs --method medusa, eagle, retrieval, self_speculative or toy_copy"),
+     "error: --budget needs --method " + " or ".join(", ".join(
+         [m for m in registry.METHODS if "budget" in registry.SPECS[m].param_names()] + ["toy_copy"]).rsplit(", ", 1))),
     (["--method", "toy_copy", "--window", "3"], "error: --window, --ngram, --guesses, --no-prompt-ngrams, "
                                                  "--text-span need --method lookahead"),
 ], ids=["own-flag-other-method", "own-range", "shared-flag", "other-flag"])

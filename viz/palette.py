@@ -41,6 +41,11 @@ ORIGIN_LABELS = {
     "datastore": "retrieved from the datastore (REST)",
     "suffix": "retrieved from the suffix cache (this prompt, this run, earlier runs)",
 }
+# Origins a method introduces are declared in its spec (MethodSpec.origins: colour, legend words), so a new
+# method's tokens are never grey or named by a raw label.
+DECLARED_ORIGINS = {o: v for spec in SPECS.values() for o, v in spec.origins.items()}
+ORIGIN_COLORS.update({o: c for o, (c, _) in DECLARED_ORIGINS.items()})
+ORIGIN_LABELS.update({o: words for o, (_, words) in DECLARED_ORIGINS.items()})
 # Roles of query tokens inside one step (what the mask and the tree label).
 ROLE_COLORS = {
     "prompt": ORIGIN_COLORS["prompt"], "x0": "#6baed6", "window": "#dcbc32", "candidate": ORIGIN_COLORS["candidate"],

@@ -244,11 +244,13 @@ def shape_params(s: Settings, sp: MethodSpec, lim: Limits, problems: list[str]) 
 def has_query(sp: MethodSpec) -> bool:
     """Its controls say how many query tokens a step runs (query_tokens has a formula for them)."""
     names = {k.name for k in ui_knobs(sp)}
-    return {"window", "ngram", "guesses"} <= names or has_shape(sp) or "block" in names
+    return sp.query_tokens is not None or {"window", "ngram", "guesses"} <= names or has_shape(sp) or "block" in names
 
 
 def query_tokens(sp: MethodSpec, p: dict) -> int | None:
     """Most query tokens one step of these parameters runs (None: no formula for this method's shape)."""
+    if sp.query_tokens is not None:  # the spec's own count
+        return sp.query_tokens({**sp.defaults(), **p})
     if {"window", "ngram", "guesses"} <= p.keys():
         return lookahead_query_tokens(p["window"], p["ngram"], p["guesses"])
     if has_shape(sp):

@@ -26,11 +26,14 @@ class Abilities:
     wants_tracing: it records trace-only quantities (host transfers) only when told the run is traced
       (the runner sets drafter.tracing).
     acceptance: the verification rule when sampling: "exact" (the target's distribution) or "typical"
-      (Medusa's typical acceptance: opted in, labelled NOT exact)."""
+      (Medusa's typical acceptance: opted in, labelled NOT exact).
+    prefill_logits: it learns from the prompt's forward too: the runner hands the prefill's logits (one row
+      per prompt token, the forward it runs anyway) to prefill_logits(logits) after start()."""
     hidden_layers: tuple[int, ...] = ()
     own_model: bool = False
     wants_tracing: bool = False
     acceptance: str = "exact"
+    prefill_logits: bool = False
 
 
 @dataclass
@@ -51,7 +54,8 @@ class Plan:
 
 class Drafter(Protocol):
     """The contract. Optional methods, called only where `abilities` says so: bind(model, sampling)
-    (own_model), prefill_features(feats) (hidden_layers: the prompt's hidden states, [layers, rows, h])."""
+    (own_model), prefill_features(feats) (hidden_layers: the prompt's hidden states, [layers, rows, h]),
+    prefill_logits(logits) (prefill_logits: the prompt's logits, [rows, vocab])."""
     name: str
     abilities: Abilities
 

@@ -100,6 +100,8 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
         drafter.start(list(prompt_ids))
         if layers:
             drafter.prefill_features(feats)
+        if drafter.abilities.prefill_logits:
+            drafter.prefill_logits(logits)
         step = Step(0, "prefill", 0, len(context), [], [])
         if trace:
             step.tokens, step.positions = list(context), list(range(len(context)))

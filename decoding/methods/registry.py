@@ -20,11 +20,13 @@ MODULES = (
     "decoding.methods.self_draft.eagle",
     "decoding.methods.retrieve.retrieval",  # REST datastore (datastore=) or SuffixDecoding's suffix cache (default)
     "decoding.methods.self_draft.self_speculative",
+    "decoding.methods.lookup.token_recycling",  # Token Recycling: each token's successors from earlier logits
 )
 
 
 def load_specs(modules: tuple[str, ...] = MODULES) -> dict[str, MethodSpec]:
-    """name -> spec, in registry order; a module without a SPEC, or two specs with one name, is a bug."""
+    """name -> spec, in registry order; a module without a SPEC, two specs with one name, or a parameter name
+    two methods use without both declaring it shared, is a bug."""
     out: dict[str, MethodSpec] = {}
     for name in modules:
         spec = getattr(import_module(name), "SPEC", None)
@@ -33,7 +35,29 @@ def load_specs(modules: tuple[str, ...] = MODULES) -> dict[str, MethodSpec]:
         if spec.name in out:
             raise ValueError(f"two methods are called {spec.name!r}")
         out[spec.name] = spec
+    check_shared(out)
     return out
+
+
+def check_shared(specs: dict[str, MethodSpec]) -> None:
+    """Each method's parameters are its own: the CLI's flags, the app's controls and the builder's checks are
+    found by name, so a name two methods use means one thing in both, and both must say so (knob(shared=True)).
+    A shared name is read the same way by every owner (the same kind of text, the same choices)."""
+    owners: dict[str, list] = {}
+    for spec in specs.values():
+        for k in spec.knobs(user=False):
+            owners.setdefault(k.name, []).append((spec.name, k))
+    for pname, held in owners.items():
+        if len(held) < 2:
+            continue
+        private = [m for m, k in held if not k.shared]
+        if private:
+            raise ValueError(f"parameter {pname!r} is used by {', '.join(m for m, _ in held)} but not declared "
+                             f"shared by {', '.join(private)}: rename it, or declare it knob(shared=True) in each")
+        kinds = {(k.kind, k.choices, type(k.default).__name__ if k.default is not None else None) for _, k in held}
+        if len({(kind, ch) for kind, ch, _ in kinds}) > 1:
+            raise ValueError(f"shared parameter {pname!r} is read differently by {', '.join(m for m, _ in held)} "
+                             "(its kind or choices differ)")
 
 
 SPECS = load_specs()

@@ -126,12 +126,12 @@ def adaptive_config(cost: RowCost | None) -> dict:
 def adaptive_knob():
     """The `adaptive` parameter of every method whose tree this module prices (EAGLE, retrieval, prompt lookup):
     one flag."""
-    return knob(False, cli="--adaptive",
+    return knob(False, shared=True, cli="--adaptive",
                 help="eagle / retrieval / prompt lookup: size each step's tree from the draft's confidence "
                      "(retrieval: the continuations' shares; prompt lookup: the run's acceptance per copied "
                      "position) and this device's row-cost curve (--budget / --num-tokens is then the most)")
 
 
 def row_ms_knob():
-    return knob(None, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: measured "
+    return knob(None, shared=True, help="adaptive: the row-cost curve as rows:ms pairs (\"1:24.6,4:35.4\"; default: measured "
                            "once per model)")

@@ -23,7 +23,7 @@ PICTURES = ("mask", "tree", "window", "pool", "trajectory", "retrieval", "draft_
 
 def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | None = None, lo: float | None = None,
          hi: float | None = None, choices: tuple | None = None, ui: bool = False, step: float | None = None,
-         internal: bool = False, negate: bool = False, kind: str | None = None) -> Any:
+         internal: bool = False, negate: bool = False, kind: str | None = None, shared: bool = False) -> Any:
     """A method parameter: a dataclass field whose metadata is its one description.
     cli: its flag ("--window"); several methods may share a flag (--budget), each mapping it to its own field.
     lo / hi: the accepted range (integers when the default is an int); choices: the accepted values.
@@ -31,9 +31,12 @@ def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | Non
     negate: a boolean flag that turns the field off (--no-prompt-ngrams sets prompt_ngrams False).
     kind: how a value is read from text when the type alone does not say ("widths": "3,2,1" -> [3, 2, 1],
     "path": a file or folder resolved later (heads, adapter), "file": an existing file, "folder": an existing
-    folder, "texts": a list of texts (the CLI reads each from a UTF-8 file), "model": a model the CLI loads)."""
+    folder, "texts": a list of texts (the CLI reads each from a UTF-8 file), "model": a model the CLI loads).
+    shared: the name means the same thing in every method that declares it (budget, heads, adaptive): the CLI
+    and the app may show one control for it. A name two methods use must be declared shared by both, or the
+    registry refuses to load (a new method's `tree` must not silently become speculative's tree)."""
     meta = {"label": label, "help": help, "cli": cli, "lo": lo, "hi": hi, "choices": choices, "ui": ui,
-            "step": step, "internal": internal, "negate": negate, "kind": kind}
+            "step": step, "internal": internal, "negate": negate, "kind": kind, "shared": shared}
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -55,6 +58,7 @@ class Knob:
     internal: bool
     negate: bool
     kind: str | None
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,13 @@ class MethodSpec:
     colour / label / explain / pictures / paper: what the page, the pictures and the docs show.
     words: (a trace's config) -> the settings in plain words for report headers ("lookahead · W 5 · N 4 ·
       G 5"); the config comes from a trace file, so it reads it defensively (viz falls back to the name).
-    origins: trace origin labels the method's accepted tokens carry (palette keys)."""
+    origins: the trace origin labels this method introduces (what its accepted tokens and tree nodes carry),
+      each with its colour and legend words: {"recycled": ("#8c6bb1", "recycled successor")}; the palette adds
+      them to the shared ones ("target", "draft", "candidate", ...), so a new origin is never grey or unnamed.
+    query_tokens: (parameter values, defaults filled) -> the most query tokens one step runs: the app holds a
+      step to its budget with it (public mode: 128); None = the app's own formulas for the older methods.
+    examples: parameter sets the conformance test (tests/test_every_method.py) runs the method with on tiny
+      models: at least one, small enough to run in a second; {} runs the defaults."""
     name: str
     drafter: type
     params: type
@@ -91,6 +101,9 @@ class MethodSpec:
     pictures: tuple[str, ...] = ("mask",)
     exact_greedy: bool = True
     words: Callable[[dict], str] | None = None
+    origins: dict[str, tuple[str, str]] = field(default_factory=dict)
+    examples: tuple[dict, ...] = ({},)
+    query_tokens: Callable[[dict], int] | None = None
 
     def knobs(self, *, user: bool = True) -> list[Knob]:
         """The parameters in declaration order; user=True leaves out the internal ones the builder fills."""
@@ -100,7 +113,7 @@ class MethodSpec:
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
             k = Knob(f.name, default, m.get("label") or f.name.replace("_", " "), m.get("help", ""), m.get("cli"),
                      m.get("lo"), m.get("hi"), m.get("choices"), bool(m.get("ui")), m.get("step"),
-                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"))
+                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"), bool(m.get("shared")))
             if not (user and k.internal):
                 out.append(k)
         return out
@@ -113,17 +126,21 @@ class MethodSpec:
         return {k.name: k.default for k in self.knobs(user=False)}
 
     def check_values(self, values: dict) -> None:
-        """Range and choice checks of the given (not None) values, with the CLI's sentence, then check()."""
+        """Range, choice and on/off checks of the given (not None) values, with the CLI's sentence, then
+        check(). The builder runs it for every caller (API, CLI, app, custom_generate): a value the CLI
+        refuses is refused everywhere with the same sentence."""
         for k in self.knobs(user=False):
             v = values.get(k.name)
             if v is None:
                 continue
             if k.choices is not None and v not in k.choices:
                 raise ValueError(f"{k.name.replace('_', '-')} must be one of {', '.join(map(str, k.choices))}, got {v!r}")
-            if k.lo is not None and k.hi is not None and not isinstance(v, bool):
+            if isinstance(k.default, bool) and v not in (True, False):  # 0 / 1 pass: they equal False / True
+                raise ValueError(f"{k.name.replace('_', '-')} is on or off (True or False), got {v!r}")
+            if k.lo is not None and k.hi is not None:
                 integer = isinstance(k.lo, int) and isinstance(k.hi, int)
-                ok = (isinstance(v, int) if integer else isinstance(v, (int, float))) and k.lo <= v <= k.hi
-                if not ok:
+                number = (isinstance(v, int) if integer else isinstance(v, (int, float))) and not isinstance(v, bool)
+                if not (number and k.lo <= v <= k.hi):
                     what = "an integer" if integer else "a number"
                     raise ValueError(f"{k.name.replace('_', '-')} must be {what} in [{k.lo}, {k.hi}], got {v}")
         if self.check is not None:

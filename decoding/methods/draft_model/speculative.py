@@ -215,7 +215,7 @@ class SpeculativeParams:
     # the draft's own options before the shape: the CLI names the shape flags last when it refuses them
     ngram_table: object = knob(None, cli="--ngram-table", kind="file",
                                help="staged: JSON n-gram table (decoding.methods.draft_model.stage2.save_table)")
-    adaptive: bool = knob(False, cli="--adaptive",
+    adaptive: bool = knob(False, shared=True, cli="--adaptive",
                           help="speculative: skip drafting while plain target steps are faster (measured online)")
     draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
                              ui=True, label="K draft tokens", help="speculative: chain length K (default 4)")
@@ -226,11 +226,11 @@ class SpeculativeParams:
                             help="speculative: dynamic tree of the B best nodes by draft probability")
     staged: bool = knob(False, cli="--staged", ui=True, label="staged",
                         help="speculative: an n-gram stage 2 drafts for the draft")
-    confidence: float = knob(None, lo=0.0, hi=1.0, cli="--draft-confidence", ui=True, label="draft cutoff",
+    confidence: float = knob(None, shared=True, lo=0.0, hi=1.0, cli="--draft-confidence", ui=True, label="draft cutoff",
                              help="speculative: do not extend a draft token below this draft probability "
                                   "(default 0.4)")
     target_model: object = knob(None, internal=True, help="the target, to check the draft against it once")
-    tokenizer: object = knob(None, internal=True, help="the target's tokenizer")
+    tokenizer: object = knob(None, shared=True, internal=True, help="the target's tokenizer")
     draft_tokenizer: object = knob(None, internal=True, help="the draft's tokenizer, compared with the target's")
 
 
@@ -301,4 +301,5 @@ SPEC = MethodSpec(
     needs=("draft_model",), prepare=prepare, check=check, tuner="draft_shapes",
     presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
              "teaching": {"draft_tokens": 4, "staged": False}},
-    pictures=("mask", "tree"), words=words)
+    pictures=("mask", "tree"), words=words,
+    examples=({"draft_tokens": 4, "confidence": 0.0}, {"tree": [3, 2, 1], "confidence": 0.0},))

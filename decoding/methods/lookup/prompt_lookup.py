@@ -236,4 +236,5 @@ SPEC = MethodSpec(
     prepare=prepare,
     presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10, "adaptive": 1},
              "teaching": {"max_ngram": 3, "num_tokens": 10}},
-    pictures=("mask", "pool", "tree"), words=words)
+    pictures=("mask", "pool", "tree"), words=words,
+    examples=({"num_tokens": 4, "candidates": 2},))

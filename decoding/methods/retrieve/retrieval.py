@@ -23,6 +23,7 @@ rate), on top of the length rule; budget stays the most nodes.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 import math
 import time
@@ -164,6 +165,7 @@ class Retrieval:
                 and 0 < self.factor <= 64):
             raise ValueError("retrieval: budget in [1, 256], max_suffix and span in [1, 64], continuations in "
                              "[1, 100000], min_token_prob in [0, 1), max_spec_factor in (0, 64]")
+        self.vocab = model_vocab  # the process's history may hold another model's ids: none past it is drafted
         if isinstance(datastore, Datastore):
             self.ds = datastore
         else:
@@ -223,6 +225,8 @@ class Retrieval:
         if self.cost is not None:
             self.cost.tick()
         src, m, where = self._match(context)
+        if m is not None and self.vocab is not None and (m.conts >= self.vocab).any():  # cut at the first such id
+            m = dataclasses.replace(m, conts=np.where(np.cumsum(m.conts >= self.vocab, axis=1) > 0, -1, m.conts))
         budget, min_prob = self.budget, self.min_prob
         if src == "suffix" and self.ds is not None:  # the suffix cache beside a datastore: its own defaults
             min_prob = self.cache_min_prob
@@ -270,8 +274,8 @@ class RetrievalParams:
                              help="retrieval: a REST datastore folder (python -m decoding build-datastore; shipped for "
                                   "the default model: assets/datastore/smollm2); without it retrieval drafts from the "
                                   "suffix cache (SuffixDecoding: prompt, output so far, earlier runs)")
-    tokenizer: object = knob(None, internal=True, help="the target's tokenizer, checked against the datastore's")
-    budget: int = knob(None, lo=1, hi=MAX_TREE_NODES, cli="--budget",
+    tokenizer: object = knob(None, shared=True, internal=True, help="the target's tokenizer, checked against the datastore's")
+    budget: int = knob(None, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget",
                        help="tree nodes verified per step (default 16 with a datastore, 64 from the suffix cache)")
     max_spec_factor: float = knob(None, lo=0.0, hi=1000.0, help="draft at most this many times the match length")
     min_token_prob: float = knob(None, lo=0.0, hi=1.0, help="drop trie nodes rarer than this")
@@ -286,10 +290,12 @@ class RetrievalParams:
 
 
 def prepare(p: dict, model, tokenizer) -> dict:
-    """A datastore made for another tokenizer or vocabulary is refused (the builder hands both in)."""
+    """A datastore made for another tokenizer or vocabulary is refused (the builder hands both in); the model's
+    vocabulary size also bounds what the suffix cache drafts (the process's history may hold another model's ids)."""
+    vocab = {"model_vocab": model.get_input_embeddings().num_embeddings}
     if p.get("datastore") is None:
-        return p
-    return {"tokenizer": tokenizer, "model_vocab": model.get_input_embeddings().num_embeddings, **p}
+        return {**vocab, **p}
+    return {"tokenizer": tokenizer, **vocab, **p}
 
 
 SPEC = MethodSpec(
@@ -305,4 +311,5 @@ SPEC = MethodSpec(
     "*retrieval* view shows the match, the trie and what was kept; greedy output equals the target's own."),
     paper="He et al. 2023, REST (arXiv 2311.08252); Oliaro et al. 2024, SuffixDecoding (arXiv 2411.04975)",
     prepare=prepare, presets={"cpu_embedded": {}},
-    pictures=("mask", "tree", "retrieval"))
+    pictures=("mask", "tree", "retrieval"),
+    examples=({},))

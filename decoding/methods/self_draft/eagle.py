@@ -318,11 +318,11 @@ def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
 @dataclass
 class EagleParams:
     heads: object = heads_knob()
-    budget: int = knob(16, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+    budget: int = knob(16, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
-    depth: int = knob(None, lo=1, hi=64, help="draft depth (default: from the budget)")
-    branch: int = knob(4, lo=1, hi=64, help="children per expanded node")
-    beam: int = knob(None, lo=1, hi=64, help="nodes expanded per level (default: from the budget)")
+    depth: int = knob(None, shared=True, lo=1, hi=64, help="draft depth (default: from the budget)")
+    branch: int = knob(4, shared=True, lo=1, hi=64, help="children per expanded node")
+    beam: int = knob(None, shared=True, lo=1, hi=64, help="nodes expanded per level (default: from the budget)")
     draft_vocab: int = draft_vocab_knob()
     confidence: float = cut_knob()
     acceptance: str = acceptance_knob()
@@ -340,4 +340,5 @@ SPEC = MethodSpec(
     paper="Li et al. 2024, EAGLE (arXiv 2401.15077) and EAGLE-2 (arXiv 2406.16858)",
     needs=("heads",), prepare=prepare_heads("eagle"), tuner="heads_budget",
     presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 8, "adaptive": 1, "draft_vocab": 4096}},
-    pictures=("mask", "tree", "heads"))
+    pictures=("mask", "tree", "heads"),
+    examples=({"budget": 8},))

@@ -398,25 +398,25 @@ def prepare_heads(method: str):
 
 # The parameters Medusa and EAGLE share, declared once (each spec's dataclass lists them in its own order).
 def heads_knob():
-    return knob(None, cli="--heads", kind="path",
+    return knob(None, shared=True, cli="--heads", kind="path",
                 help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding medusa/ "
                      "and eagle/ (default: the shipped assets/heads/<method> when the model is the one they were "
                      "trained for)")
 
 
 def draft_vocab_knob():
-    return knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
+    return knob(None, shared=True, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
                 help="draft only the N tokens the target chose most often in the heads' training (FR-Spec; "
                      "verification still uses the whole vocabulary; 0 = all)")
 
 
 def cut_knob():
-    return knob(CONFIDENCE, lo=0.0, hi=1.0, cli="--draft-confidence",
+    return knob(CONFIDENCE, shared=True, lo=0.0, hi=1.0, cli="--draft-confidence",
                 help="medusa / eagle: do not verify (or expand) a node whose path's draft probability is below it "
                      "(default 0)")
 
 
 def acceptance_knob():
-    return knob("exact", choices=("exact", "typical"), cli="--acceptance",
+    return knob("exact", shared=True, choices=("exact", "typical"), cli="--acceptance",
                 help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths but NOT "
                      "exact (the output no longer follows the target's distribution); default exact")

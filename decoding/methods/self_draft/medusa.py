@@ -129,9 +129,9 @@ def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
 @dataclass
 class MedusaParams:
     heads: object = heads_knob()
-    budget: int = knob(12, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+    budget: int = knob(12, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
-    branch: int = knob(4, lo=1, hi=64, help="top-k of each head")
+    branch: int = knob(4, shared=True, lo=1, hi=64, help="top-k of each head")
     draft_vocab: int = draft_vocab_knob()
     confidence: float = cut_knob()
     acceptance: str = acceptance_knob()
@@ -148,4 +148,5 @@ SPEC = MethodSpec(
     paper="Cai et al. 2024, Medusa (arXiv 2401.10774)",
     needs=("heads",), prepare=prepare_heads("medusa"), tuner="heads_budget",
     presets={"cpu_embedded": {"budget": 4, "confidence": 0.1}, "cpu_default": {"budget": 4, "confidence": 0.1}},
-    pictures=("mask", "tree", "heads"))
+    pictures=("mask", "tree", "heads"),
+    examples=({"budget": 8},))

@@ -39,6 +39,8 @@ from decoding.methods.spec import MethodSpec, knob
 STOP = 0.8  # default early-stop confidence: tuned on SmolLM2 over bench/prompts/chat.jsonl (docs/self-speculative.md)
 
 
+ORIGIN = "adapter draft"  # the origin of its drafted tokens (a colour and words in the spec)
+
 class SelfSpeculative:
     """Drafter: shallow layers + adapter + the target's head propose; the target verifies."""
     name = "self_speculative"
@@ -173,8 +175,7 @@ class SelfSpeculative:
         n = len(sel)
         toks, depths = [x[0] for x in sel], [x[2] for x in sel]
         parents = [-1] + [remap[x[1]] for x in sel[1:]]
-        label = f"exit {self.k} adapter"
-        origins = ["target"] + [label] * (n - 1)
+        origins = ["target"] + [ORIGIN] * (n - 1)  # the exit layer is each node's tree "exit"
         draft_ms = (time.perf_counter() - t0) * 1e3
         info = {"tree": tree_record(toks, parents, depths, origins, [x[3] for x in sel], rank=[None] + [x[5] for x in sel[1:]],
                                     exit=[None] + [self.k] * (n - 1)),
@@ -283,15 +284,15 @@ class SelfSpeculativeParams:
     adapter: object = knob(None, cli="--adapter", kind="path",
                            help="self_speculative: adapter folder (train-heads --kind self_speculative); default: the "
                                 "shipped assets/heads/smollm2-self_speculative for SmolLM2-135M-Instruct")
-    depth: int = knob(6, lo=1, hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
+    depth: int = knob(6, shared=True, lo=1, hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
                       help="self_speculative: draft depth (default 6)")
-    branch: int = knob(1, lo=1, hi=64, help="children per expanded node (1 = a chain)")
-    beam: int = knob(1, lo=1, hi=64, help="nodes expanded per level")
-    budget: int = knob(None, lo=1, hi=MAX_TREE_NODES, cli="--budget", help="tree nodes verified per step")
+    branch: int = knob(1, shared=True, lo=1, hi=64, help="children per expanded node (1 = a chain)")
+    beam: int = knob(1, shared=True, lo=1, hi=64, help="nodes expanded per level")
+    budget: int = knob(None, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", help="tree nodes verified per step")
     stop: float = knob(STOP, lo=0.0, hi=1.0, cli="--draft-confidence",
                        help="self_speculative: Kangaroo's early stop, do not expand a draft token below it (default "
                             "0.8, below 1)")
-    draft_vocab: int = knob(None, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
+    draft_vocab: int = knob(None, shared=True, lo=LIMITS["draft_vocab"][0], hi=LIMITS["draft_vocab"][1], cli="--draft-vocab",
                             help="draft only the N tokens the target chose most often in the adapter's training "
                                  "(FR-Spec; 0 = all)")
 
@@ -314,4 +315,6 @@ SPEC = MethodSpec(
     "milliseconds against the target's per step. Greedy output equals the target's own."),
     paper="Liu et al. 2024, Kangaroo (arXiv 2404.18911)",
     needs=("adapter",), prepare=prepare, presets={"cpu_embedded": {}},
-    pictures=("mask", "tree", "draft_cost"))
+    pictures=("mask", "tree", "draft_cost"),
+    origins={ORIGIN: ("#f06090", "early-exit draft (the target's first layers + adapter)")},
+    examples=({"depth": 4},))

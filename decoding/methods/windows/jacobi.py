@@ -83,7 +83,7 @@ class Jacobi:
 class JacobiParams:
     block: int = knob(8, lo=LIMITS["block"][0], hi=LIMITS["block"][1], cli="--block", ui=True, label="K block",
                       help="jacobi: guesses refined per step, K (default 8)")
-    seed: int = knob(0, help="seed of the first guesses' draw (from the prompt's tokens)")
+    seed: int = knob(0, lo=0, hi=2**31 - 1, help="seed of the first guesses' draw (from the prompt's tokens)")
 
 
 def words(c: dict) -> str:
@@ -111,4 +111,5 @@ SPEC = MethodSpec(
     tuner="block",
     # teaching: the lesson's block of 5 (a block of 1 is one guess: nothing to see)
     presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}, "teaching": {"block": 5}},
-    pictures=("mask", "window", "trajectory"), words=words)
+    pictures=("mask", "window", "trajectory"), words=words,
+    examples=({"block": 4},))

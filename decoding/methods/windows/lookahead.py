@@ -171,4 +171,5 @@ SPEC = MethodSpec(
     presets={"cpu_embedded": {"window": 1, "ngram": 3, "guesses": 2},
              "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
              "teaching": {"window": 5, "ngram": 4, "guesses": 5}},
-    pictures=("mask", "window", "pool", "trajectory"), words=words)
+    pictures=("mask", "window", "pool", "trajectory"), words=words,
+    examples=({"window": 4, "ngram": 3, "guesses": 4}, {"window": 1, "ngram": 3, "guesses": 2},))
