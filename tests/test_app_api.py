@@ -13,7 +13,7 @@ from appkit.run.settings import FIELDS
 from test_app import PROMPT, cache_dir, client, dirs, reference, server  # noqa: F401 - shared fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = {"/run": (), "/race": ("methods", "repeats"), "/profile": (), "/sweep": ("sweep_n", "sweep_w", "sweep_max_new", "sweep_heads",
+EXTRAS = {"/run": (), "/race": ("methods", "repeats", "earlier_runs"), "/profile": (), "/sweep": ("sweep_n", "sweep_w", "sweep_max_new", "sweep_heads",
                                                                                      "sweep_budgets"),
           "/tune": ()}
 

@@ -428,7 +428,7 @@ def test_confidence_cuts_the_tree_and_stays_exact(trained, kind):
     trees = [s.info["tree"] for s in cut.steps if "tree" in s.info]
     assert all(p >= c * (1 - 1e-5) for t in trees for p in _path_probs(t))
     assert min(len(t["tokens"]) for t in trees) < 9
-    with pytest.raises(ValueError, match="confidence in"):
+    with pytest.raises(ValueError, match="confidence must be a number in"):
         run(model, None, PROMPTS[0], kind, max_new_tokens=4, heads=heads, confidence=1.5)
 
 

@@ -96,7 +96,7 @@ def test_a_call_nobody_reads_ends():
     turns = demo.decodescope["handlers"].turns
     try:
         body = {"data": args("def f(x):\n", "greedy", max_new=256) + [["lookahead", "prompt_lookup", "jacobi",
-                                                                        "retrieval"], 3]}
+                                                                        "retrieval"], 3, False]}
         with httpx.Client(timeout=30) as http:
             r = http.post(f"http://127.0.0.1:{port}/gradio_api/call/race", json=body)
         assert r.status_code == 200, r.text

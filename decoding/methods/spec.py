@@ -31,7 +31,8 @@ def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | Non
     negate: a boolean flag that turns the field off (--no-prompt-ngrams sets prompt_ngrams False).
     kind: how a value is read from text when the type alone does not say ("widths": "3,2,1" -> [3, 2, 1],
     "path": a file or folder resolved later (heads, adapter), "file": an existing file, "folder": an existing
-    folder, "texts": a list of texts (the CLI reads each from a UTF-8 file), "model": a model the CLI loads).
+    folder, "texts": a list of texts (the CLI reads each from a UTF-8 file), "model": a model the CLI loads, "store": on/off
+    or a store object the API passes, checked by the method's own check).
     shared: the name means the same thing in every method that declares it (budget, heads, adaptive): the CLI
     and the app may show one control for it. A name two methods use must be declared shared by both, or the
     registry refuses to load (a new method's `tree` must not silently become speculative's tree)."""
@@ -135,7 +136,7 @@ class MethodSpec:
                 continue
             if k.choices is not None and v not in k.choices:
                 raise ValueError(f"{k.name.replace('_', '-')} must be one of {', '.join(map(str, k.choices))}, got {v!r}")
-            if isinstance(k.default, bool) and v not in (True, False):  # 0 / 1 pass: they equal False / True
+            if isinstance(k.default, bool) and k.kind != "store" and v not in (True, False):  # 0 / 1 pass
                 raise ValueError(f"{k.name.replace('_', '-')} is on or off (True or False), got {v!r}")
             if k.lo is not None and k.hi is not None:
                 integer = isinstance(k.lo, int) and isinstance(k.hi, int)

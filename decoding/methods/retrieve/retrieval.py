@@ -154,6 +154,8 @@ class Retrieval:
         self.min_prob = float(min_token_prob if min_token_prob is not None else d["min_token_prob"])
         # history: True = the process's (HISTORY), False = none, a History = that one (the app: the session's)
         self.continuations = int(continuations)
+        if not isinstance(history, (bool, History)) and history not in (0, 1):
+            raise ValueError(f"history is on or off (True or False) or a suffix_cache.History, got {history!r}")
         self.hist: History | None = history if isinstance(history, History) else (HISTORY if history else None)
         self.history = self.hist is not None
         # with a datastore, also the suffix cache (the request's own text and earlier runs): the longer match
@@ -282,7 +284,8 @@ class RetrievalParams:
     max_suffix: int = knob(None, lo=1, hi=1024, help="longest suffix matched")
     span: int = knob(None, lo=1, hi=1024, help="tokens of each continuation")
     continuations: int = knob(5000, lo=1, hi=1_000_000, help="continuations read from the datastore per match")
-    history: object = knob(True, help="the suffix cache's earlier runs: True (this process), False, or a History")
+    history: object = knob(True, kind="store",
+                           help="the suffix cache's earlier runs: True (this process), False, or a History")
     with_cache: bool = knob(True, help="with a datastore, also match the suffix cache and take the longer match")
     model_vocab: int = knob(None, internal=True, help="the target's vocabulary size, checked against the datastore")
     adaptive: bool = adaptive_knob()
