@@ -157,28 +157,29 @@ def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
     page.wait_for_timeout(1000)  # the warm-up's step view is drawn: not part of the measured run
     model, tok = demo.decodescope["cache"].get(app_module.EMBEDDED_TARGET)
-    engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=400, **SHIPPED_CPU["lookahead"])
-    engine_tps = len(engine.output_ids) / engine.wall_s
-    live_tps = 0.0
-    for n in (400, 399, 398):  # a timing on a shared 2-core machine: the best of up to 3 runs (a slow live path
-        set_number(page, "ds-max-new", n)  # fails all 3); each run has its own length, so wait_done sees its 'done'
+    # a timing on a shared 2-core machine: each round times the engine alone and then the live path right after it,
+    # so both see the same load, and the test keeps the best of up to 3 rounds' ratios (a slow live path fails all
+    # 3); each round has its own length, so wait_done sees its 'done'
+    ratio = 0.0
+    for n in (400, 399, 398):
+        engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=n, **SHIPPED_CPU["lookahead"])
+        engine_tps = len(engine.output_ids) / engine.wall_s
+        set_number(page, "ds-max-new", n)
         t0 = page.evaluate("performance.now()")
         page.locator("#ds-run").click()
         wait_done(page, n)
         t1 = page.evaluate("performance.now()")
-        if n == 400:
-            assert page.locator("#ds-output textarea").input_value() == engine.text
-        live_tps = max(live_tps, n / ((t1 - t0) / 1e3))
+        assert page.locator("#ds-output textarea").input_value() == engine.text
+        live_tps = n / ((t1 - t0) / 1e3)
+        ratio = max(ratio, live_tps / engine_tps)
         # the run's event ends when its step view is mounted (stepper.js drops the stale mark); until then gradio
         # ignores another click on Run (trigger mode "once"), so a retry waits for it
         expect(page.locator("#ds-stepview.ds-stale")).to_have_count(0, timeout=60000)
         print(f"\nengine alone {engine_tps:.0f} tok/s; live in the browser (click to done, {n} tokens) "
-              f"{n / ((t1 - t0) / 1e3):.0f} tok/s = {n / ((t1 - t0) / 1e3) / engine_tps:.0%}")
-        if live_tps >= 0.7 * engine_tps:
+              f"{live_tps:.0f} tok/s = {live_tps / engine_tps:.0%}")
+        if ratio >= 0.7:
             break
-    assert live_tps >= 0.7 * engine_tps
-    if n != 400:  # the step view below is the last run's
-        engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=n, **SHIPPED_CPU["lookahead"])
+    assert ratio >= 0.7, f"the live path kept {ratio:.0%} of the engine's speed in its best round"
     tasks = [(round(s - t0), d) for s, d in page.evaluate("window.__longtasks") if t0 <= s <= t1]
     limit = longtask_limit_ms()
     print(f"long tasks (> 50 ms) during the run, (start ms, duration ms): {tasks}; limit {limit:.0f} ms")
