@@ -159,7 +159,7 @@ def wire(p: Page, h: Tabs) -> None:
     tune_ev = p.tune_btn.click(gpu("tune")(named(h.tune)), p.inputs(),
                                [p.msg, p.budget_md, *[getattr(p, f) for f in tune_fields()], p.preset],
                                api_name="tune", **model)
-    load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype], [p.msg, p.model_info],
+    load_ev = p.load_btn.click(gpu("load_models")(h.load_models), [p.target, p.draft, p.device, p.dtype, p.kernel], [p.msg, p.model_info],
                      api_name="load_models", **model)
     # replay needs no model, so it never waits behind one; it waits in the same queue, one at a time, so a
     # crowd of large uploads cannot hold several parsed traces and pages in memory at once

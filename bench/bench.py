@@ -261,6 +261,7 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
             results[name] = outs
             rounds[name].append([ids for ids, _ in outs])
         print(f"round {r + 1}/{runs} done", file=sys.stderr)
+    from readme_table import kernel_of
     ref = [ids for ids, _ in results["HF greedy"]]
     ref8 = [ids for ids, _ in results[INT8_GREEDY]] if INT8_GREEDY in results else None
     base = statistics.median(times["HF greedy"])
@@ -277,7 +278,8 @@ def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, onl
                      "vs_hf_greedy": base / t,
                      # exact within its mode: the int8 rows against the int8 mode's own greedy
                      "exact": [ids for ids, _ in outs] == (ref8 if int8 else ref),
-                     **({"kernel": "int8", "hf_identical": sum(a == b for (a, _), b in zip(outs, ref)),
+                     "kernel": kernel_of({"method": name}),  # fp32, int8, llama.cpp or torch fp32 (HF's rows)
+                     **({"hf_identical": sum(a == b for (a, _), b in zip(outs, ref)),
                          "vs_own_greedy": statistics.median(times[INT8_GREEDY]) / t} if int8 else {}),
                      "compression": n_tok / steps if steps else None,
                      # pooled over the prompts' decode steps (a prompt that stops at EOS after its prefill
@@ -364,15 +366,15 @@ def markdown(rows: list[dict], meta: dict) -> str:
             + "\n\n")
     tail = f"\n{meta['note']}\n" if meta.get("note") else ""  # e.g. how often llama.cpp's drafting kept its greedy
     base = meta.get("baseline", "HF greedy")  # sampling runs: "HF sampling", and no token-for-token check
-    lines = [f"| method | tokens/s | vs {base} | compression | mean accepted | exact | outputs with a line x3 | "
-             "distinct-4 |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| method | kernel | tokens/s | vs {base} | compression | mean accepted | exact | outputs with a line x3 | "
+             "distinct-4 |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         comp = f"{r['compression']:.2f}" if r["compression"] else "–"
         acc = f"{r['mean_accepted']:.2f}" if r["mean_accepted"] else "–"
         exact = "– (sampling)" if r["exact"] is None else "yes" if r["exact"] else "NO"
         rep = f"{r['repeat_line_share']:.2f}" if r.get("repeat_line_share") is not None else "–"
         d4 = f"{r['distinct_4']:.2f}" if r.get("distinct_4") is not None else "–"
-        lines.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {comp} | {acc} | "
+        lines.append(f"| {r['method']} | {r.get('kernel', '–')} | {r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {comp} | {acc} | "
                      f"{exact} | {rep} | {d4} |")
     return head + "\n".join(lines) + "\n" + tail
 

@@ -3,6 +3,12 @@
     python bench/readme_table.py          # rewrites the bench-results block of docs/performance.md and the
                                           # README's cpu-speed block
     python bench/readme_table.py --check  # exit 1 if either block is not what the result files give
+    python bench/readme_table.py --show bench/results/cpu-x.json   # print one bench.py result as the README's
+                                          # speed table would show it (no file written; any run, any load)
+
+The README's speed section holds one table per thread count (a `bench/bench.py --threads 2` run gives the
+2-thread table); every row names its kernel (fp32, int8, llama.cpp; HF's rows run torch's fp32), and each table
+the machine, threads, date and the load average at the start and end of its run.
 
 Every table names the command, the prompts and the date that produced it (older result files that did not
 record them say so). Result files measured under load (--allow-load) are left out, and the page is not
@@ -83,47 +89,81 @@ def table() -> str:
     return "\n".join(parts) if parts else "No benchmark results recorded yet: run `python bench/bench.py`.\n"
 
 
-def speed_source() -> Path | None:
-    """The result file the README's speed table comes from: the newest quiet bench.py run on the held-out chat
-    requests that has both our greedy and llama.cpp's greedy in it (by date, then the most rows, then name)."""
-    found = []
-    for path in sorted((ROOT / "bench" / "results").glob("cpu-*.json")):
+def kernel_of(row: dict) -> str:
+    """The kernel a bench row ran: recorded by bench.py; for older result files read from the row's name."""
+    if row.get("kernel"):
+        return row["kernel"]
+    name = row["method"]
+    return ("int8" if name.endswith(" [int8]") else "llama.cpp" if name.startswith("llama.cpp")
+            else "torch fp32" if name.startswith("HF") else "fp32")
+
+
+def speed_sources(results: Path | None = None) -> dict[int, Path]:
+    """The result files the README's speed tables come from, by thread count: per count, the newest quiet
+    bench.py run on the held-out chat requests that has llama.cpp's greedy and one of our greedy rows (by date,
+    then the most rows, then name)."""
+    found: dict[int, list] = {}
+    for path in sorted((results or ROOT / "bench" / "results").glob("cpu-*.json")):
         doc = json.loads(path.read_text())
         meta, rows = doc.get("meta") or {}, doc.get("rows") or []
         names = {r.get("method") for r in rows}
-        if meta.get("prompts") == "heldout_chat" and not meta.get("under_load") and \
-                {"ours greedy", "llama.cpp greedy"} <= names:
-            found.append((meta.get("date") or "", len(rows), path.name, path))
-    return max(found)[-1] if found else None
+        if meta.get("prompts") == "heldout_chat" and not meta.get("under_load") and "llama.cpp greedy" in names \
+                and names & {"ours greedy", "ours greedy [int8]"}:
+            found.setdefault(int(meta.get("threads") or 1), []).append(
+                (meta.get("date") or "", len(rows), path.name, path))
+    return {t: max(c)[-1] for t, c in sorted(found.items())}
 
 
-def speed_block() -> str:
-    """The README's CPU speed table: every row of speed_source() against our greedy and llama.cpp's greedy."""
-    path = speed_source()
-    if path is None:
-        return "No held-out chat run with llama.cpp rows recorded yet: see docs/cpu-drafting.md.\n"
-    doc = json.loads(path.read_text())
+def speed_table(doc: dict, name: str) -> str:
+    """One bench.py result as the README shows it: every row with its kernel, against our greedy on the same
+    kernel and llama.cpp's greedy (– where the run has none), and what "exact" means for it; under the table the
+    machine, threads, date and the load average at the start and end of the run."""
     meta, rows = doc["meta"], doc["rows"]
     rate = {r["method"]: r["tokens_per_s"] for r in rows}
-    ours, cpp = rate["ours greedy"], rate["llama.cpp greedy"]
-    lines = ["| method | tokens/s | vs our greedy | vs llama.cpp greedy | mean accepted | HF greedy's tokens |",
-             "|---|---|---|---|---|---|"]
+    cpp = rate.get("llama.cpp greedy")
+
+    def ratio(value: float, base: float | None) -> str:
+        return f"{value / base:.2f}x" if base else "–"
+    lines = ["| method | kernel | tokens/s | vs our greedy (same kernel) | vs llama.cpp greedy | mean accepted | exact |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
+        kernel = kernel_of(r)
+        ours = rate.get("ours greedy [int8]" if kernel == "int8" else "ours greedy")
         acc = f"{r['mean_accepted']:.2f}" if r.get("mean_accepted") else "–"
-        same = "yes" if r["exact"] else "no (its own kernels)" if r["method"].startswith("llama.cpp") else "NO"
-        lines.append(f"| {r['method']} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / ours:.2f}x | "
-                     f"{r['tokens_per_s'] / cpp:.2f}x | {acc} | {same} |")
-    load = meta.get("load_before")
+        if kernel == "llama.cpp":
+            exact = "no (its own kernels)"
+        elif kernel == "int8":  # bench.py compares the int8 rows with the int8 mode's own greedy
+            exact = "yes (the int8 greedy's tokens)" if r["exact"] else "NO"
+        else:
+            exact = "yes (HF greedy's tokens)" if r["exact"] else "NO"
+        lines.append(f"| {r['method']} | {kernel} | {r['tokens_per_s']:.1f} | {ratio(r['tokens_per_s'], ours)} | "
+                     f"{ratio(r['tokens_per_s'], cpp)} | {acc} | {exact} |")
+    threads = meta.get("threads")
+    before, after = meta.get("load_before"), meta.get("load_after")
+    load = (f"load average {before:.2f} at the start and {after:.2f} at the end (1 min)"
+            if before is not None and after is not None else "load average not recorded")
     return ("\n".join(lines) + "\n\n"
-            f"The default model (float32 weights converted from its Q4_1 GGUF file; llama.cpp reads that very file), "
-            f"one thread of a {meta.get('cpus')}-core {meta.get('machine')} CPU, torch {meta.get('torch')}"
-            + (f", llama-cpp-python {meta['llama_cpp']}" if meta.get("llama_cpp") else "")
-            + f"; {meta.get('max_new_tokens')} new tokens on each held-out chat request (`bench/prompts/heldout_chat.jsonl`, "
-            f"never tuned on), median of {meta.get('runs')} interleaved runs"
-            + (f", load average {load:.2f} before the run" if load is not None else "")
-            + f". Produced by `{meta.get('command')}` on {meta.get('date')} (`bench/results/{path.name}`)."
-            + (f" {meta['note']}" if meta.get("note") else "")
-            + " What each lever gave and what bounds the rest: [docs/cpu-drafting.md](docs/cpu-drafting.md).\n")
+            f"Machine: a {meta.get('cpus')}-core {meta.get('machine')} CPU, {threads} thread{'s' if threads != 1 else ''}"
+            f", torch {meta.get('torch')}" + (f", llama-cpp-python {meta['llama_cpp']}" if meta.get("llama_cpp") else "")
+            + (f", int8 kernel on {meta['int8_isa']}" if meta.get("int8_isa") else "")
+            + f"; {meta.get('date')}, {load}. The default model (float32 weights converted from its Q4_1 GGUF file; "
+            f"llama.cpp reads that very file); {meta.get('max_new_tokens')} new tokens on each held-out chat request "
+            f"(`bench/prompts/heldout_chat.jsonl`, never tuned on), median of {meta.get('runs')} interleaved runs. "
+            f"Produced by `{meta.get('command')}` (`bench/results/{name}`)."
+            + (f" {' '.join(meta['note'].split())}" if meta.get("note") else "") + "\n")
+
+
+def speed_block(results: Path | None = None) -> str:
+    """The README's CPU speed section: one table per thread count measured (speed_sources)."""
+    sources = speed_sources(results)
+    if not sources:
+        return "No held-out chat run with llama.cpp rows recorded yet: see docs/cpu-drafting.md.\n"
+    parts = [f"**{t} thread{'s' if t != 1 else ''}**\n\n" + speed_table(json.loads(path.read_text()), path.name)
+             for t, path in sources.items()]
+    return ("\n".join(parts) + "\nKernels: fp32 rows return HF greedy's tokens; int8 rows return the int8 mode's "
+            "own greedy tokens (batch-invariant int8 kernel; how often that greedy equals HF's: docs/cpu-kernel.md); "
+            "llama.cpp rows run llama.cpp's own kernels. What each lever gave and what bounds the rest: "
+            "[docs/cpu-drafting.md](docs/cpu-drafting.md).\n")
 
 
 def replace_block(text: str, begin: str, end: str, body: str) -> str:
@@ -149,7 +189,16 @@ def main(argv: list[str] | None = None, readme: Path | None = None, front: Path 
     ap.add_argument("--allow-load", action="store_true", help=f"rewrite even when the 1-minute load average is "
                     f"above {LOAD_LIMIT} (the block says so)")
     ap.add_argument("--check", action="store_true", help="only say whether the blocks are current (exit 1 if not)")
+    ap.add_argument("--show", default=None, help="print this bench.py result file as a README speed table and exit")
     a = ap.parse_args(argv)
+    if a.show:
+        try:
+            doc = json.loads(Path(a.show).read_text())
+            print(speed_table(doc, Path(a.show).name), end="")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: --show {a.show}: not a bench.py result file ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
+        return 0
     if a.check:
         stale = check(readme, front)
         for what in stale:

@@ -2,11 +2,14 @@
 the pricing rules on their own, and whole runs that stay HF greedy's tokens whatever the curve says."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from conftest import hf_greedy, tiny
 from decoding import Sampling
 from decoding.api import run
+from decoding.methods import row_cost
 from decoding.methods.row_cost import PRIOR_TOKENS, RowCost, parse_curve
 from test_heads import PROMPTS, _train
 
@@ -64,14 +67,28 @@ def test_adaptive_eagle_is_exact_whatever_the_curve(eagle, row_ms, plain):
             assert max(sizes) == 9
 
 
-def test_adaptive_keeps_fewer_rows_where_the_draft_is_unsure(eagle):
-    """At a moderate row price, trees vary in size step by step (not all the budget, not all empty)."""
+def steady_clock(ms: float):
+    """A clock that reads `ms` later at every call: the going rate and the levels' times of a machine whose
+    step costs about what the curve below says (a step reads it 2-4 times), whatever the machine's real load.
+    With the wall clock, a loaded machine made every step slow, the rate low and every tree the whole budget."""
+    reads = itertools.count()
+    return lambda: next(reads) * ms / 1e3
+
+
+def test_adaptive_keeps_fewer_rows_where_the_draft_is_unsure(eagle, monkeypatch):
+    """At a moderate row price, trees vary in size step by step (not all the budget, not all empty); on a
+    steady clock the sizes are the same run after run."""
     model, heads = eagle
-    tr = run(model, None, PROMPTS[1], "eagle", max_new_tokens=40, heads=heads, budget=8, adaptive=1,
-             row_ms="1:10,2:10.5,16:17.5")
-    assert tr.output_ids == hf_greedy(model, PROMPTS[1], 40)
-    sizes = {len(s.info["tree"]["tokens"]) for s in tr.steps[1:] if "tree" in s.info}
+    seen = []
+    for _ in range(2):
+        monkeypatch.setattr(row_cost, "clock", steady_clock(5.0))
+        tr = run(model, None, PROMPTS[1], "eagle", max_new_tokens=40, heads=heads, budget=8, adaptive=1,
+                 row_ms="1:10,2:10.5,16:17.5")
+        assert tr.output_ids == hf_greedy(model, PROMPTS[1], 40)
+        seen.append([len(s.info["tree"]["tokens"]) for s in tr.steps[1:] if "tree" in s.info])
+    sizes = set(seen[0])
     assert len(sizes) > 1 and max(sizes) > 1, sizes
+    assert seen[0] == seen[1]
 
 
 def test_adaptive_bad_input_is_refused(eagle):

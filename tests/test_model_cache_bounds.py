@@ -15,9 +15,9 @@ from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET
 def counting():
     calls = []
 
-    def loader(name, device=None, dtype=None):
+    def loader(name, device=None, dtype=None, kernel=None):
         calls.append((name, device, dtype))
-        return load(name, device=device, dtype=dtype)
+        return load(name, device=device, dtype=dtype, kernel=kernel)
     return loader, calls
 
 

@@ -1,7 +1,8 @@
 """Models loaded on demand and kept: one cache shared by every session (the weights are read-only).
 
 Loading goes through decoding.load (never trust_remote_code). The cache is keyed by what is loaded (name,
-device, the torch dtype: "auto" and "fp32" on a CPU are one entry, not two copies) and bounded by count and by
+device, the torch dtype: "auto" and "fp32" on a CPU are one entry, not two copies; on a CPU the block kernel,
+fp32 or int8, whose packed weights differ) and bounded by count and by
 the weights' bytes (DECODESCOPE_MODEL_CACHE_MB), least recently used first; the page's default models
 (`pinned`) go last, so a visitor cycling models or dtypes does not make every other visitor pay a reload. A
 lock per key means two sessions asking for the same model load it once.
@@ -16,6 +17,7 @@ from collections import OrderedDict
 
 from decoding import load
 from decoding.engine.runner import precapture
+from decoding.fast.cpu_gemm import kernel_wanted, model_kernel
 from decoding.models import ModelError, pick_device, pick_dtype
 
 log = logging.getLogger("decodescope.models")
@@ -38,19 +40,25 @@ class ModelCache:
         self._drafts: dict[str, tuple] = {}  # layers-only draft folder -> (its target, weakly; (draft, tok))
 
     @staticmethod
-    def key(name: str, device: str | None, dtype: str | None) -> tuple:
-        """(name, device, torch dtype) of what a request loads; "auto" stays "auto" only on a GPU, where it
-        depends on the model's size (then the loaded model's dtype is its alias, `get`)."""
+    def key(name: str, device: str | None, dtype: str | None, kernel: str | None = None) -> tuple:
+        """(name, device, torch dtype, CPU kernel) of what a request loads; "auto" stays "auto" only on a GPU,
+        where it depends on the model's size (then the loaded model's dtype is its alias, `get`). The kernel is
+        the CPU's block kernel (None: the process's, DECODESCOPE_CPU_KERNEL); on a GPU it is None (no copies)."""
         device = pick_device(None if device in (None, "", "auto") else device)
         d = dtype if dtype not in (None, "") else "auto"
         if d != "auto" or not device.startswith("cuda"):
             d = str(pick_dtype(d, device)).replace("torch.", "")
-        return (name, device, d)
-
-    def cached(self, name: str, device: str | None = None, dtype: str | None = None) -> bool:
         try:
-            key = self.key(name, device, dtype)
-        except ModelError:  # an unknown dtype is loaded by nothing
+            k = None if device.startswith("cuda") else kernel_wanted(kernel or None)
+        except ValueError as e:
+            raise ModelError(str(e)) from None
+        return (name, device, d, k)
+
+    def cached(self, name: str, device: str | None = None, dtype: str | None = None,
+               kernel: str | None = None) -> bool:
+        try:
+            key = self.key(name, device, dtype, kernel)
+        except ModelError:  # an unknown dtype or kernel is loaded by nothing
             return False
         return self._aliases.get(key, key) in self._models
 
@@ -65,9 +73,9 @@ class ModelCache:
             self._models.pop(order[0])
         self._aliases = {a: k for a, k in self._aliases.items() if k in self._models}
 
-    def get(self, name: str, device: str | None = None, dtype: str | None = None):
+    def get(self, name: str, device: str | None = None, dtype: str | None = None, kernel: str | None = None):
         """(model, tokenizer), loading on first use; ModelError with one line when it cannot load."""
-        key = self.key(name, device, dtype)
+        key = self.key(name, device, dtype, kernel)
         if key[1].startswith("cuda"):
             import torch
             if not torch.cuda.is_available():
@@ -83,13 +91,14 @@ class ModelCache:
                 if key in self._models:
                     return self._models[key]
             try:
-                pair = self.loader(name, device=key[1], dtype=None if key[2] == "auto" else key[2])
+                pair = self.loader(name, device=key[1], dtype=None if key[2] == "auto" else key[2],
+                                   **({"kernel": key[3]} if key[3] is not None else {}))
             except ModelError:
                 raise
             except Exception as e:  # noqa: BLE001 - any loader failure is "cannot load" for the user
                 raise ModelError(f"cannot load model {name!r}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
             precapture_graphs(pair[0])
-            loaded = (name, key[1], str(next(pair[0].parameters()).dtype).replace("torch.", ""))
+            loaded = (name, key[1], str(next(pair[0].parameters()).dtype).replace("torch.", ""), key[3])
             with self._lock:
                 if loaded != key:  # "auto" on a GPU: keyed by what it loaded, one copy per dtype
                     self._aliases[key] = loaded
@@ -141,7 +150,7 @@ def describe(model, tok) -> dict:
             "params": sum(x.numel() for x in model.parameters()), "device": str(p.device),
             "dtype": str(p.dtype).replace("torch.", ""), "vocab": len(tok) if tok is not None else None,
             "positions": getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None),
-            "layout": getattr(model, "weight_layout_", "stock")}
+            "layout": getattr(model, "weight_layout_", "stock"), "kernel": model_kernel(model)}
 
 
 def human(n: int) -> str:
@@ -156,5 +165,6 @@ def model_line(role: str, model, tok) -> str:
     from ..page.tables import display_name
     d = describe(model, tok)
     return (f"**{role}**: `{display_name(d['name'])}` · {d['type']} · {human(d['params'])} parameters · device "
-            f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout · vocabulary {d['vocab']} · "
+            f"**{d['device']}** · dtype **{d['dtype']}** · {d['layout']} weight layout"
+            + (f" · **{d['kernel']}** CPU kernel" if d["layout"] == "packed" else "") + f" · vocabulary {d['vocab']} · "
             f"{d['positions']:,} positions (prompt + output)")

@@ -48,9 +48,9 @@ def known(h, s: Settings) -> dict:
         device = h.lim.device(s.device)
     except ValueError:
         return {}
-    if not h.cache.cached(target, device, s.dtype):
+    if not h.cache.cached(target, device, s.dtype, s.kernel):
         return {}
-    model = h.cache.get(target, device, s.dtype)[0]
+    model = h.cache.get(target, device, s.dtype, s.kernel)[0]
     out = {}
     for m in METHODS + tuple(m for _, methods in SHARED for m in methods):
         pr = presets.cached(target, model, m)

@@ -41,5 +41,22 @@ def hub_label(model_id: str) -> str:
     return model_id if isinstance(hit, str) else f"{model_id} (not downloaded: needs internet on first use)"
 
 
+def kernel_info() -> str:
+    """What "exact" means under each CPU kernel, with the int8 greedy's measured agreement with HF greedy
+    (bench/int8_agreement.py's result file; left out where it is missing)."""
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "bench" / "results" / "int8-agreement-smollm2-135m-instruct.json"
+    try:
+        seen = json.loads(path.read_text())["summary"]["int8"]["all"]
+        measured = (f" (identical on {seen['identical']} of {seen['requests']} held-out requests of the default "
+                    "model, docs/cpu-kernel.md)")
+    except (OSError, ValueError, KeyError, TypeError):
+        measured = " (measured in docs/cpu-kernel.md)"
+    return ("CPU block weights (the default model). fp32: exact = every method returns HF's float32 greedy tokens. "
+            "int8: faster rows; exact = every method returns the int8 greedy's tokens, whatever the rows a step "
+            "verifies (batch invariant), and that greedy agrees with HF greedy on a measured fraction" + measured)
+
+
 DTYPE_INFO = ("fp32: exact, greedy's tokens; bf16/fp16: half the memory, faster on a GPU, may drift. "
               "auto = fp32 on CPU, bf16 on GPU")

@@ -73,7 +73,9 @@ def stats_md(tr, head: str = "", note: str = "") -> str:
     head = head or f"done ({md_text(tr.stop_reason or 'finished')})"
     m = tr.model if isinstance(tr.model, dict) else {}
     if m.get("name"):
-        where = f"on {md_text(m.get('device', '?'))} ({md_text(m.get('dtype', '?'))})"
+        kernel = m["cpu_kernel"].get("kernel") if isinstance(m.get("cpu_kernel"), dict) else None
+        where = (f"on {md_text(m.get('device', '?'))} ({md_text(m.get('dtype', '?'))}"
+                 + (f", {md_text(kernel)} kernel" if kernel else "") + ")")
         note = " · ".join(x for x in (note, f"model {code(display_name(m['name']))} {where}") if x)
     nums = [(f"{st['tokens_per_s']:.1f}", "tokens/s"), (st["new_tokens"], "new tokens"),
             (st["steps"], "steps (forward passes)"), (f"{st['compression']:.2f}", "compression"),

@@ -14,7 +14,8 @@ import viz
 from . import lesson
 from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR, example_labels  # noqa: F401 - VECTOR: the tests' code prompt
 from .explain import explain
-from .hints import DTYPE_INFO, prompt_info
+from decoding.fast.cpu_gemm import KERNELS, kernel_wanted
+from .hints import DTYPE_INFO, kernel_info, prompt_info
 from .method_controls import DATASTORES, SPEC_MODES, initial, method_controls, method_css  # noqa: F401
 from ..run.method_fields import DEFAULT_METHOD, method_choices, needing
 from ..models.model_card import card_md
@@ -91,6 +92,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             p.device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device", interactive=not lim.public)
             p.dtype = gr.Radio(["auto", "fp32", "bf16", "fp16"], value="auto", label="dtype",
                                info=DTYPE_INFO)
+            p.kernel = gr.Radio(list(KERNELS), value=kernel_wanted(), label="CPU kernel", info=kernel_info(),
+                                elem_id="ds-kernel")
         with gr.Row():
             p.load_btn = gr.Button("Load models", size="sm")
             p.model_info = gr.Markdown("Models load on first use and stay cached.")

@@ -238,15 +238,15 @@ class Tabs(TuneTab, Handlers):
             self.sessions.end(session, stop)
 
     @reported(2, status=None)
-    def load_models(self, target, draft, device, dtype, request: gr.Request = None):
+    def load_models(self, target, draft, device, dtype, kernel=None, request: gr.Request = None):
         with self.held(request):
-            return self._load_models(target, draft, device, dtype)
+            return self._load_models(target, draft, device, dtype, kernel)
 
-    def _load_models(self, target, draft, device, dtype):
+    def _load_models(self, target, draft, device, dtype, kernel=None):
         t0 = time.perf_counter()
         device = self.lim.device(device)  # public mode: "auto" for every model, whatever was sent
         dtype = self.lim.dtype(dtype)  # the same dtype rule as every model event
-        model, tok = self.cache.get(self.model_name(target, "target"), device, dtype)
+        model, tok = self.cache.get(self.model_name(target, "target"), device, dtype, kernel)
         lines = [model_line("target", model, tok)]
         try:
             dmodel, dtok = self.cache.draft(self.model_name(draft, "draft"), model, tok, device, dtype)

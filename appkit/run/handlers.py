@@ -177,7 +177,7 @@ class Handlers(AutoPresets):
         except ValueError as e:
             problems.append(str(e))
         raise_if(problems)
-        model, tok = self.cache.get(target, device, s.dtype)
+        model, tok = self.cache.get(target, device, s.dtype, s.kernel)
         self.check_prompt_work(tok, common["prompt"], common["max_new"], runs, what)
         dmodel, dtok = self.cache.draft(draft, model, tok, device, s.dtype) if draft else (None, None)
         if dmodel is not None:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field, fields, make_dataclass
 
 from decoding.build import checked
+from decoding.fast.cpu_gemm import KERNELS, kernel_wanted
 from decoding.methods.draft_model.draft_tree import make_shape, speculative_query_tokens
 from decoding.methods.lookup.reference_text import check_references
 from decoding.methods.spec import Knob, MethodSpec
@@ -81,8 +82,9 @@ def _knob_field(k: Knob) -> tuple:
 
 _declared = {f.name for f in fields(_Settings)}
 # Every method's controls have a field: the declared ones, then one per knob a newer method shows.
-Settings = make_dataclass("Settings", [_knob_field(k) for f, k in knob_fields().items() if f not in _declared],
-                          bases=(_Settings,))
+# Then the CPU block kernel (decoding/fast/cpu_gemm.py KERNELS): last, so the API's earlier positions stay.
+Settings = make_dataclass("Settings", [_knob_field(k) for f, k in knob_fields().items() if f not in _declared]
+                          + [("kernel", str, field(default=kernel_wanted()))], bases=(_Settings,))
 Settings.__doc__, Settings.__module__ = _Settings.__doc__, __name__  # a plain module-level class (pickles)
 FIELDS = tuple(f.name for f in fields(Settings))
 
@@ -157,6 +159,8 @@ def check_common(s: Settings, lim: Limits, problems: list[str]) -> dict:
         out["top_p"] = p
     else:
         problems.append(f"**top-p** must be in (0, 1], got {brief(s.top_p)}")
+    if s.kernel not in KERNELS:
+        problems.append(f"**CPU kernel** is one of {', '.join(KERNELS)}, got {brief(s.kernel)}")
     seed = number(0 if s.seed is None or s.seed == "" else s.seed)
     if seed is not None and seed == int(seed) and 0 <= seed < 2**31:
         out["seed"] = int(seed)

@@ -83,6 +83,18 @@ QRows quantize_rows(const float* x, int64_t M, int64_t K) {
 
 static inline int32_t word(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return v; }
 
+// Rows [0, M) in ceil(M / most) tiles of near-equal size, the larger first: f(first row, rows). A row's tile (and
+// so its tile's code path) depends on M only through how the rows are split, never on the instruction set.
+template <int64_t most, class F>
+static inline void for_each_tile(int64_t M, F&& f) {
+  const int64_t tiles = (M + most - 1) / most;
+  for (int64_t t = 0, m = 0; t < tiles; ++t) {
+    const int64_t r = M / tiles + (t < M % tiles ? 1 : 0);
+    f(m, r);
+    m += r;
+  }
+}
+
 static inline void store8(float* o, __m256 v, int64_t nc) {  // nc of 8 columns
   if (nc >= 8) { _mm256_storeu_ps(o, v); return; }
   alignas(32) float t[8];
@@ -117,24 +129,23 @@ static void avx2_tile(const int8_t* xq, const float* xd, const float* xs_, const
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = pan + b * B;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 16 * h)));
+    __m256 mw = dw;  // Q8_0 has no m (A_COMBINE reads it for Q4_1 only)
     A_ALL(A_ZERO)
     if constexpr (Q4) {
-      const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * h)));
+      mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + 32 + 16 * h)));
       for (int64_t j = 0; j < 4; ++j) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 64 + 64 * j + 32 * h));
         const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
         A_ALL(A_Q4)
       }
-      A_ALL(A_COMBINE)
     } else {
-      const __m256 mw = dw;
       for (int64_t g = 0; g < 8; ++g) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 + 64 * g + 32 * h));
         const __m256i ws = _mm256_xor_si256(v, flip), aw = _mm256_abs_epi8(ws);
         A_ALL(A_Q8)
       }
-      A_ALL(A_COMBINE)
     }
+    A_ALL(A_COMBINE)
   }
   A_ALL(A_STORE)
 }
@@ -144,13 +155,9 @@ static void avx2_tile(const int8_t* xq, const float* xd, const float* xs_, const
 
 template <bool Q4>
 static void avx2_panel(const QRows& X, int64_t M, const uint8_t* pan, float* o, int64_t N, int64_t nc) {
-  const int64_t K = X.K, nb = X.nb, tiles = (M + 3) / 4;
+  const int64_t K = X.K, nb = X.nb;
   for (int64_t h = 0; h < 2 && 8 * h < nc; ++h)
-    for (int64_t t = 0, m = 0; t < tiles; ++t) {
-      const int64_t r = M / tiles + (t < M % tiles ? 1 : 0);
-      switch (r) { A_T(1) A_T(2) A_T(3) A_T(4) default: break; }
-      m += r;
-    }
+    for_each_tile<4>(M, [&](int64_t m, int64_t r) { switch (r) { A_T(1) A_T(2) A_T(3) A_T(4) default: break; } });
 }
 
 #pragma GCC push_options
@@ -194,23 +201,22 @@ static void vnni_tile(const int8_t* xq, const float* xd, const float* xs_, const
     if (R >= 4)  // compute-bound tiles: fetch two blocks ahead; 1-3 rows stream faster on the hardware prefetcher
       for (int64_t off = 0; off < B; off += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + 2 * B + off), _MM_HINT_T0);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
+    __m512 mw = dw;  // Q8_0 has no m (V_COMBINE reads it for Q4_1 only)
     V_ALL(V_INIT)
     if constexpr (Q4) {
-      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32)));
+      mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32)));
       for (int64_t j = 0; j < 4; ++j) {
         const __m512i v = _mm512_loadu_si512(rec + 64 + 64 * j);
         const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         V_ALL(V_Q4)
       }
-      V_ALL(V_COMBINE)
     } else {
-      const __m512 mw = dw;
       for (int64_t g = 0; g < 4; ++g) {
         const __m512i v0 = _mm512_loadu_si512(rec + 32 + 128 * g), v1 = _mm512_loadu_si512(rec + 96 + 128 * g);
         V_ALL(V_Q8)
       }
-      V_ALL(V_COMBINE)
     }
+    V_ALL(V_COMBINE)
   }
   V_ALL(V_STORE)
 }
@@ -220,12 +226,10 @@ static void vnni_tile(const int8_t* xq, const float* xd, const float* xs_, const
 
 template <bool Q4>
 static void vnni_panel(const QRows& X, int64_t M, const uint8_t* pan, float* o, int64_t N, int64_t nc) {
-  const int64_t K = X.K, nb = X.nb, tiles = (M + 7) / 8;
-  for (int64_t t = 0, m = 0; t < tiles; ++t) {
-    const int64_t r = M / tiles + (t < M % tiles ? 1 : 0);
+  const int64_t K = X.K, nb = X.nb;
+  for_each_tile<8>(M, [&](int64_t m, int64_t r) {
     switch (r) { V_T(1) V_T(2) V_T(3) V_T(4) V_T(5) V_T(6) V_T(7) V_T(8) default: break; }
-    m += r;
-  }
+  });
 }
 
 #pragma GCC pop_options
@@ -278,20 +282,17 @@ torch::Tensor pack_blocks_i8(const torch::Tensor& q_in, const torch::Tensor& d_i
       uint8_t* rec = out + (p * nb + b) * B;
       for (int64_t c = 0; c < PANEL; ++c) {
         const int64_t n = p * PANEL + c;
-        if (n >= N) {  // padding columns: zero weights (Q8_0's zero code is stored as 128)
-          if (!q4) for (int64_t k = 0; k < QK; ++k) rec[32 + 64 * (k / 4) + 4 * c + k % 4] = 128;
-          continue;
-        }
-        std::memcpy(rec + 2 * c, dp + n * nb + b, 2);
         const uint8_t* qs = qp + n * K + b * QK;
+        if (!q4)  // Q8_0: code + 128 as uint8; a padding column holds the zero code (128)
+          for (int64_t k = 0; k < QK; ++k)
+            rec[32 + 64 * (k / 4) + 4 * c + k % 4] = static_cast<uint8_t>((n < N ? static_cast<int8_t>(qs[k]) : 0) + 128);
+        if (n >= N) continue;  // padding columns: d = m = 0
+        std::memcpy(rec + 2 * c, dp + n * nb + b, 2);
         if (q4) {
           std::memcpy(rec + 32 + 2 * c, mp + n * nb + b, 2);
           for (int64_t j = 0; j < 4; ++j)
             for (int64_t i = 0; i < 4; ++i)
               rec[64 + 64 * j + 4 * c + i] = (qs[8 * j + i] & 15) | (qs[8 * j + 4 + i] << 4);
-        } else {
-          for (int64_t k = 0; k < QK; ++k)
-            rec[32 + 64 * (k / 4) + 4 * c + k % 4] = static_cast<uint8_t>(static_cast<int8_t>(qs[k]) + 128);
         }
       }
     }

@@ -13,7 +13,8 @@ The draft's probabilities are corrected by how many tokens the verified nodes ac
 their probabilities predicted (clamped), so an over- or under-confident draft is priced by what it delivers.
 
 Only the SIZE of a step's tree depends on time; the target verifies it as before, so every greedy output is
-still HF greedy's (the exactness tests run it).
+still HF greedy's (the exactness tests run it). The time is read from `clock` (module level, so that a test can
+put a steady clock in and get the same sizes whatever the machine's load).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ PRIOR_TOKENS = 4.0          # the rate starts at the 1-row step's rate, worth th
 CALIBRATION = (0.25, 4.0)   # the draft's probabilities are scaled by accepted / predicted, within these
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # rows at which the curve is measured (interpolated between)
 _CURVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+clock = time.perf_counter  # seconds; the going rate and the levels are timed on it
 
 
 def parse_curve(text: str) -> dict[int, float]:
@@ -77,9 +79,13 @@ class RowCost:
         lo, hi = CALIBRATION
         return min(hi, max(lo, (self.accepted + 1.0) / (self.predicted + 1.0)))
 
+    def now(self) -> float:
+        """Seconds on the module's clock (read at call time, so a swapped clock takes effect in a bound run)."""
+        return clock()
+
     def tick(self) -> None:
         """Called when a step's drafting starts: the time since the last one belongs to the previous step."""
-        now = time.perf_counter()
+        now = self.now()
         if self.last is not None:
             self.ms += (now - self.last) * 1e3
         self.last = now

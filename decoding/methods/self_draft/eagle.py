@@ -149,7 +149,7 @@ class Eagle(HeadsDrafter):
                 tp = [q[j, t].tolist() for j, t in enumerate(tt)]
                 q_of.update({i: q[j] for j, i in enumerate(frontier)})
             if cost is not None and t_level is not None:  # a level: its head forward and its top-k
-                cost.level_took((time.perf_counter() - t_level) * 1e3)
+                cost.level_took((cost.now() - t_level) * 1e3)
             new = []
             for j, i in enumerate(frontier):
                 for r in range(len(tt[j])):
@@ -164,7 +164,7 @@ class Eagle(HeadsDrafter):
             if cost is not None and not cost.worth_level(sum(nodes[k][4] for k in frontier),
                                                          1 + min(self.budget, len(nodes) - 1)):
                 break  # what the frontier's children could add does not pay for the level and a row
-            t_level = time.perf_counter()
+            t_level = cost.now() if cost is not None else None
             # one head forward for the frontier: pair [emb(node token); predicted feature of its parent]
             parents = [region_parent.get(nodes[k][1], -1) for k in frontier]
             for j, k in enumerate(frontier):
