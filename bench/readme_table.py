@@ -146,10 +146,13 @@ def speed_table(doc: dict, name: str) -> str:
             f"Machine: a {meta.get('cpus')}-core {meta.get('machine')} CPU, {threads} thread{'s' if threads != 1 else ''}"
             f", torch {meta.get('torch')}" + (f", llama-cpp-python {meta['llama_cpp']}" if meta.get("llama_cpp") else "")
             + (f", int8 kernel on {meta['int8_isa']}" if meta.get("int8_isa") else "")
-            + f"; {meta.get('date')}, {load}. The default model (float32 weights converted from its Q4_1 GGUF file; "
-            f"llama.cpp reads that very file); {meta.get('max_new_tokens')} new tokens on each held-out chat request "
-            f"(`bench/prompts/heldout_chat.jsonl`, never tuned on), median of {meta.get('runs')} interleaved runs. "
-            f"Produced by `{meta.get('command')}` (`bench/results/{name}`)."
+            + f"; {meta.get('date')}, {load}."
+            + (" **Measured under load: not README numbers.**" if meta.get("under_load") else "")
+            + f" Model {meta.get('model')}"
+            + (" (float32 weights converted from its GGUF file; llama.cpp reads that very file)" if cpp else "")
+            + f"; {meta.get('max_new_tokens')} new tokens on each request of `{meta.get('prompts')}`"
+            + (" (`bench/prompts/heldout_chat.jsonl`, never tuned on)" if meta.get("prompts") == "heldout_chat" else "")
+            + f", median of {meta.get('runs')} interleaved runs. Produced by `{meta.get('command')}` (`bench/results/{name}`)."
             + (f" {' '.join(meta['note'].split())}" if meta.get("note") else "") + "\n")
 
 

@@ -19,7 +19,7 @@ def row(method: str, rate: float, exact: bool = True, kernel: str | None = None,
 def result(threads: int, date: str, rows: list[dict], **meta) -> dict:
     return {"meta": {"prompts": "heldout_chat", "threads": threads, "cpus": 2, "machine": "x86_64", "date": date,
                      "torch": "2.13.0+cpu", "llama_cpp": "0.3.36", "int8_isa": "AVX512-VNNI", "runs": 2,
-                     "max_new_tokens": 96, "load_before": 0.1 * threads, "load_after": 1.05 * threads,
+                     "max_new_tokens": 96, "model": "smollm2-135m-instruct", "load_before": 0.1 * threads, "load_after": 1.05 * threads,
                      "command": f"python bench/bench.py --prompts heldout_chat --threads {threads} --kernels fp32,int8",
                      **meta}, "rows": rows}
 
@@ -60,7 +60,8 @@ def test_one_table_per_thread_count_each_row_with_its_kernel(tmp_path):
     for part, threads, loads in ((first, "1 thread,", "0.10 at the start and 1.05 at the end"),
                                  (second, "2 threads,", "0.20 at the start and 2.10 at the end")):
         assert f"a 2-core x86_64 CPU, {threads}" in part and "2026-12-01" in part and f"load average {loads}" in part
-        assert "int8 kernel on AVX512-VNNI" in part
+        assert "int8 kernel on AVX512-VNNI" in part and "llama.cpp reads that very file" in part
+        assert "`bench/prompts/heldout_chat.jsonl`, never tuned on" in part
     assert "2026-12-02" not in text and "cpu-one-older" not in text and "heldout_code" not in text
     table_rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| method")]
     assert len(table_rows) == 2 * len(ROWS)
@@ -82,6 +83,9 @@ def test_a_run_without_llama_cpp_renders_with_show(tmp_path, capsys):
     assert readme_table.main(["--show", str(path)]) == 0
     out = capsys.readouterr().out
     assert "| ours greedy [int8] | int8 | 150.0 | 1.00x | – |" in out and "1 thread," in out
+    assert "llama.cpp reads" not in out and "never tuned on" not in out and "under load" not in out
+    path.write_text(json.dumps(result(1, "2026-12-01", ROWS[:5], prompts="quick", under_load=True)))
+    assert readme_table.main(["--show", str(path)]) == 0 and "Measured under load" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text("{}")
     assert readme_table.main(["--show", str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
