@@ -77,7 +77,16 @@ def test_a_run_on_the_int8_kernel_says_int8_and_returns_that_modes_greedy(served
 
 
 def test_an_unknown_kernel_is_refused_in_one_message(served, blocks_dir):
+    """Through the API: the page's choice list refuses it (the client sees one error naming the choices);
+    and the settings check says the same for any caller that reaches it without the page (ZeroGPU's worker)."""
+    from gradio_client.exceptions import AppError
+    from appkit.public.limits import Limits
+    from appkit.run.settings import check_common
     client, cache = served
-    msg = client.predict(*inputs(blocks_dir, kernel="int4"), api_name="/run")[0]
-    assert "CPU kernel" in msg and "fp32, int8" in msg and "int4" in msg, msg
+    with pytest.raises(AppError, match="int4") as e:
+        client.predict(*inputs(blocks_dir, kernel="int4"), api_name="/run")
+    assert "fp32" in str(e.value) and "int8" in str(e.value)
     assert "int4" not in {key[3] for key in cache._models}
+    problems: list[str] = []
+    check_common(Settings(prompt=PROMPT, kernel="int4"), Limits(public=False), problems)
+    assert problems == ["**CPU kernel** is one of fp32, int8, got 'int4'"]
