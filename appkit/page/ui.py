@@ -74,7 +74,8 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
     p = page
     gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
                 "step, on a real model. In fp32, greedy modes return exactly greedy's tokens — in fewer "
-                "forward passes (in bf16/fp16 the race measures and says how far they agree)." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
+                "forward passes (in bf16/fp16 the race measures and says how far they agree; on the int8 CPU kernel, the "
+                "int8 greedy's tokens; each result line names the kernel that ran)." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
     p.last = gr.State(None)  # per session: the last finished run's trace
     p.lesson_at = gr.State(-1)  # per session: the lesson stop shown (-1: none)
     with gr.Group(elem_id="ds-lesson-box"):
