@@ -198,9 +198,10 @@ def int8_note(rows: list[dict]) -> str | None:
     g = next((r for r in r8 if r["method"] == INT8_GREEDY), None)
     if g is None:
         return None
-    ran = ("Rows marked [int8] run the int8 kernel" if g.get("kernel") == "int8" else
+    ran = ("Rows marked [int8] run the int8 kernel (int8 activations, int32 block sums, batch-invariant)"
+           if g.get("kernel") == "int8" else
            "Rows marked [int8] asked for the int8 kernel and ran the fp32 one (this model has no block weights)")
-    return (f"{ran} (int8 activations, int32 block sums, batch-invariant): their "
+    return (f"{ran}: their "
             f"exact column compares each with {INT8_GREEDY}, that mode's own greedy. {INT8_GREEDY} was identical to "
             f"HF's float32 greedy on {g['hf_identical']} of {g['requests']} requests. Against {INT8_GREEDY}: "
             + ", ".join(f"{r['method']} {r['vs_own_greedy']:.2f}x" for r in r8 if r is not g) + ".")

@@ -127,12 +127,12 @@ def speed_table(doc: dict, name: str) -> str:
     lines = ["| method | kernel | tokens/s | vs our greedy (same kernel) | vs llama.cpp greedy | mean accepted | exact |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        kernel = kernel_of(r)
-        ours = rate.get("ours greedy [int8]" if kernel == "int8" else "ours greedy")
+        kernel, int8 = kernel_of(r), r["method"].endswith(" [int8]")  # [int8]: loaded asking for the int8 kernel
+        ours = rate.get("ours greedy [int8]" if int8 else "ours greedy")
         acc = f"{r['mean_accepted']:.2f}" if r.get("mean_accepted") else "–"
         if kernel == "llama.cpp":
             exact = "no (its own kernels)"
-        elif kernel == "int8":  # bench.py compares the int8 rows with the int8 mode's own greedy
+        elif int8:  # bench.py compares the [int8] rows with the int8 mode's own greedy
             exact = "yes (the int8 greedy's tokens)" if r["exact"] else "NO"
         else:
             exact = "yes (HF greedy's tokens)" if r["exact"] else "NO"
@@ -198,7 +198,10 @@ def main(argv: list[str] | None = None, readme: Path | None = None, front: Path 
         try:
             doc = json.loads(Path(a.show).read_text())
             print(speed_table(doc, Path(a.show).name), end="")
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except OSError as e:
+            print(f"error: --show {a.show}: cannot read it ({e.strerror or e})", file=sys.stderr)
+            return 2
+        except (ValueError, KeyError, TypeError) as e:
             print(f"error: --show {a.show}: not a bench.py result file ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
         return 0
