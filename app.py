@@ -187,7 +187,7 @@ def wire(p: Page, h: Tabs) -> None:
     for c in (p.preset, p.method):  # shared controls (medusa, eagle) show the selected method's preset
         c.change(lambda *v: autofields.shown(h, *v), p.inputs(), fill, **local)
     for ev in (run_ev, load_ev):  # the prompt's room follows the model as loaded
-        ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype], [p.prompt], **local)
+        ev.then(lambda *v: prompt_hint(h, *v), [p.target, p.device, p.dtype, p.kernel], [p.prompt], **local)
     pick, shown = on_method(p)  # the method's control groups and explanation (appkit/page/method_controls.py)
     p.method.change(pick, [p.method], shown, **local)
     if SHAPE in control_fields():

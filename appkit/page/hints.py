@@ -17,16 +17,16 @@ def prompt_info(positions: int | None, model: str = "") -> str:
     return f"{room}at most {MAX_PROMPT_CHARS:,} characters"
 
 
-def prompt_hint(h, target, device, dtype):
+def prompt_hint(h, target, device, dtype, kernel=None):
     """The prompt box's info for the target as loaded now (nothing is loaded here)."""
     try:
         name = h.model_name(target, "target")
     except ValueError:
         return gr.skip()
     dev = "auto" if h.lim.public else device
-    if not h.cache.cached(name, dev, dtype):
+    if not h.cache.cached(name, dev, dtype, kernel):
         return gr.update(info=f"{MAX_PROMPT_CHARS:,} characters at most; the model's positions show once it loads")
-    model = h.cache.get(name, dev, dtype)[0]
+    model = h.cache.get(name, dev, dtype, kernel)[0]
     return gr.update(info=prompt_info(max_positions(model.config), str(target)))
 
 
