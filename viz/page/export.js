@@ -135,6 +135,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
   // Trace values written into a file go through the step view's one escaper (views.js); file names keep
   // only plain characters.
   const esc = (v) => window.DecodeScopeViews.esc(v);
+  const list = (v) => (Array.isArray(v) ? v : []);
   const plain = (v) => String(v).replace(/[^\w.-]+/g, "_").slice(0, 60);
   function fileName(root, ext) {
     const D = JSON.parse(root.querySelector(".ds-data").textContent);
@@ -156,23 +157,79 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     };
     img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svg);
   }
-  // The run as one self-contained HTML deck: one slide per step that teaches (D.slides, viz/exports/teach.py: no
-  // prefill, the steps where guesses were accepted, capped), each the step's SVG in large type, scaled to
-  // fill the screen (the stepper walks those steps, then goes back); ← → Space Home End move, #5 opens slide 5.
+  // The run as one self-contained HTML deck for a projector: one view per slide (the window, the pool, the
+  // trajectory, the tree, the mask of a step each on its own slide), for the steps that teach (D.slides,
+  // viz/exports/teach.py: no prefill, the steps where guesses were accepted, capped); the stepper walks those
+  // steps, then goes back. Sizes are set for 1920x1080 (tokens 28 px, legends 20 px) and scale with the screen
+  // (--u); the tree is redrawn in that type, the mask zoomed on the rows that matter (views.js maskSlide).
+  // ← → Space Home End move, #5 opens slide 5.
+  const SLIDE_TREE = { dx: 210, dy: 46, fs: 26, r: 14, label: 380, rows: 14 };
+  function slideBody(root, D, s, v) {
+    const V = window.DecodeScopeViews, plot = root.querySelector(`.ds-grid > .ds-plot[data-view="${v}"]`);
+    if (!plot) return null;
+    const legend = plot.querySelector(".ds-legend"), title = plot.querySelector(".ds-vt").textContent;
+    const sized = (svg, w) => svg.replace("<svg ", `<svg style="width:calc(${w} * var(--u));height:auto" `);
+    let note = "", body = "";
+    if (v === "tree") {
+      const [t, svg] = V.treeView(D, s, SLIDE_TREE);
+      if (!svg) return null;
+      const w = /width="(\d+(?:\.\d+)?)"/.exec(svg);
+      return { title: t, note, body: sized(svg, w ? w[1] : 1800), legend };
+    }
+    if (v === "mask") {
+      const [why, svg, w] = V.maskSlide(D, s);
+      if (!svg) return null;
+      return { title, note: why, body: sized(svg, w), legend };
+    }
+    const table = plot.querySelector(".ds-scroll > table.ds-tab");
+    if (!table) return null;  // "no Jacobi window", a pool key with no candidates: nothing to show
+    body = table.outerHTML;
+    return { title, note, body, legend };
+  }
   function slidesHTML(root, n, go, back) {
     const D = JSON.parse(root.querySelector(".ds-data").textContent), slides = [];
     const which = Array.isArray(D.slides) ? D.slides.filter((k) => Number.isInteger(k) && k >= 0 && k < n) : [];
+    const head = root.querySelector(".ds-head").textContent;
     (which.length ? which : [...Array(n).keys()]).forEach((k) => {
       go(k);
-      slides.push(`<section class="slide" data-step="${esc(root.dataset.step)}">${stepSVG(root, true).svg}</section>`);
+      const s = D.steps[k], label = root.querySelector(".ds-label").textContent, cap = root.querySelector(".ds-caption").textContent;
+      list(D.views).forEach((v) => {
+        const b = slideBody(root, D, s, v);
+        if (!b) return;
+        slides.push(`<section class="slide" data-step="${esc(root.dataset.step)}" data-view="${esc(v)}">` +
+          `<div class="sl-head">${esc(D.method)} · ${esc(label)}</div><h2 class="sl-title">${esc(b.title)}</h2>` +
+          `<p class="sl-cap">${esc(cap)}</p>${b.note ? `<p class="sl-note">${esc(b.note)}</p>` : ""}` +
+          `<div class="sl-view">${b.body}</div>${b.legend ? b.legend.outerHTML : ""}</section>`);
+      });
     });
     go(back);
-    const title = esc(`DecodeScope — ${D.method}, ${slides.length} of ${n} steps`);
+    const title = esc(`DecodeScope — ${D.method}: ${slides.length} slides, ${which.length || n} of ${n} steps (${head})`);
+    const ok = esc((D.palette.state || {}).matched || "#2ca25f");
     return `<!doctype html><html><head><meta charset="utf-8"><title>${title}</title><style>` +
-      "body{margin:0;background:#333;font-family:sans-serif}.slide{display:none}" +
-      ".slide.on{display:flex;justify-content:center;align-items:center;min-height:100vh}" +
-      ".slide>svg{width:100vw;height:100vh;background:#fff}" +
-      "#count{position:fixed;right:12px;bottom:8px;color:#ddd;font-size:14px}</style><body>" +
+      ":root{--u:min(calc(100vw / 1920),calc(100vh / 1080))}" +
+      "body{margin:0;background:#333;font-family:system-ui,sans-serif;color:#222;overflow:hidden}" +
+      ".slide{display:none;box-sizing:border-box;width:100vw;height:100vh;background:#fff;overflow:hidden;" +
+      "padding:calc(26 * var(--u)) calc(44 * var(--u));flex-direction:column;gap:calc(12 * var(--u))}.slide.on{display:flex}" +
+      ".slide *{box-sizing:border-box}.sl-head{font-size:calc(20 * var(--u));color:#555;flex:none}" +
+      ".sl-title{font-size:calc(32 * var(--u));margin:0;font-weight:600;flex:none;line-height:1.2}" +
+      ".sl-cap{font-size:calc(24 * var(--u));margin:0;background:#f3f7fb;border-left:calc(6 * var(--u)) solid #3182bd;" +
+      "padding:calc(8 * var(--u)) calc(14 * var(--u));line-height:1.3;flex:none}" +
+      ".sl-note{font-size:calc(22 * var(--u));margin:0;color:#333;flex:none}" +
+      ".sl-view{flex:1 1 auto;min-height:0;display:flex;align-items:center;justify-content:center}" +
+      ".sl-view svg{max-width:100%;max-height:100%}" +
+      "table.ds-tab{border-collapse:separate;border-spacing:calc(5 * var(--u));font-size:calc(28 * var(--u))}" +
+      "table.ds-tab th{font-size:calc(24 * var(--u));color:#555;text-align:right;white-space:nowrap;font-weight:normal;" +
+      "padding-right:calc(8 * var(--u))}" +
+      "table.ds-tab td{min-width:calc(64 * var(--u));height:calc(66 * var(--u));text-align:center;white-space:pre;" +
+      "border:calc(2 * var(--u)) solid #999;border-radius:calc(5 * var(--u));padding:calc(2 * var(--u)) calc(8 * var(--u));line-height:1.1}" +
+      "table.ds-tab td small{display:block;font-size:calc(16 * var(--u));color:#555}" +
+      "table.ds-tab td.ds-x0{border:calc(5 * var(--u)) solid #1f4e79}table.ds-tab td.ds-init{border-style:dashed}" +
+      `table.ds-tab td.ds-hv{box-shadow:0 0 0 calc(4 * var(--u)) ${ok}}table.ds-tab td.ds-empty{border:none}` +
+      "table.ds-tab tr.ds-chosen th{font-weight:700;color:#000}table.ds-tab tr.ds-chosen td{border:calc(3 * var(--u)) solid #222}" +
+      ".ds-legend{font-size:calc(20 * var(--u));display:flex;flex-wrap:wrap;gap:calc(6 * var(--u)) calc(24 * var(--u));flex:none}" +
+      ".ds-sw{white-space:nowrap}.ds-sw i{display:inline-block;width:calc(20 * var(--u));height:calc(20 * var(--u));" +
+      "border:1px solid #999;border-radius:2px;margin-right:calc(6 * var(--u));vertical-align:-3px}" +
+      "#count{position:fixed;right:12px;bottom:8px;color:#777;font-size:calc(16 * var(--u))}</style><body>" +
       slides.join("\n") + `<div id="count"></div><script>(function(){` +
       `var s=document.querySelectorAll(".slide"),c=0;function go(k){c=Math.max(0,Math.min(s.length-1,k));` +
       `s.forEach(function(e,j){e.classList.toggle("on",j===c)});document.getElementById("count").textContent=` +
