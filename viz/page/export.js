@@ -212,7 +212,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
       "padding:calc(26 * var(--u)) calc(44 * var(--u));flex-direction:column;gap:calc(12 * var(--u))}.slide.on{display:flex}" +
       ".slide *{box-sizing:border-box}.sl-head{font-size:calc(20 * var(--u));color:#555;flex:none}" +
       ".sl-title{font-size:calc(32 * var(--u));margin:0;font-weight:600;flex:none;line-height:1.2}" +
-      ".sl-cap{font-size:calc(24 * var(--u));margin:0;background:#f3f7fb;border-left:calc(6 * var(--u)) solid #3182bd;" +
+      ".sl-cap{font-size:calc(26 * var(--u));margin:0;background:#f3f7fb;border-left:calc(6 * var(--u)) solid #3182bd;" +
       "padding:calc(8 * var(--u)) calc(14 * var(--u));line-height:1.3;flex:none}" +
       ".sl-note{font-size:calc(22 * var(--u));margin:0;color:#333;flex:none}" +
       ".sl-view{flex:1 1 auto;min-height:0;display:flex;align-items:center;justify-content:center}" +
