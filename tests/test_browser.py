@@ -577,7 +577,7 @@ def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_
     assert len(img.getcolors(maxcolors=1 << 16) or range(1 << 16)) > 20, "the PNG is blank"
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / "export_step.png").write_bytes(png.read_bytes())
-    # the run as one HTML deck: one slide per step that teaches (D.slides), the stepper comes back to its step
+    # the run as one HTML deck: the steps that teach (D.slides), the stepper comes back to its step
     slides = page.evaluate(f"JSON.parse(document.querySelector('{stepper} .ds-data').textContent).slides")
     last = page.evaluate(f"JSON.parse(document.querySelector('{stepper} .ds-data').textContent).steps[{slides[-1]}].i")
     n = len(slides)

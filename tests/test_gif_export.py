@@ -58,8 +58,8 @@ def test_frames_draw_wide_panels_whole_without_a_scroll_cue():
 
 
 def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
-    """In presentation mode (and the slide deck, which uses its style) a tree or mask label is read from the
-    back of a room: at least 18 px tall on screen, where the page draws 12 px."""
+    """In presentation mode a tree or mask label is read from the back of a room: at least 18 px tall on
+    screen, where the page draws 12 px (the slide deck sets its own type: tests/test_slides_deck.py)."""
     from playwright.sync_api import sync_playwright
     from viz.exports.gif import CHROMIUM_ARGS, chromium
     from viz.summaries.report import write_report
