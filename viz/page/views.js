@@ -231,7 +231,9 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   function maskSlide(D, s) {
     const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400), Z = SLIDE_MASK;
     if (!n) return ["", "", 0, 0];
-    const [rows, why] = maskRows(D, s), labels = list(v.l), colours = list(v.c), runs = list(v.r);
+    const [rows, why] = maskRows(D, s), colours = list(v.c), runs = list(v.r);
+    // a label is a role and a position ("c2·7"); a crafted one is cut so it cannot push the cells off the slide
+    const labels = list(v.l).map((k) => { const t = str(D, k); return t.length > 16 ? t.slice(0, 15) + "…" : t; });
     const sees = (i) => { const r = style(D, runs[i]), on = new Set();
       for (let k = 0; k + 1 < r.length; k += 2) if (isNum(r[k]) && isNum(r[k + 1]) && r[k] >= 0 && r[k + 1] < n)
         for (let j = r[k]; j <= Math.min(r[k + 1], r[k] + 400); j++) on.add(j);
@@ -242,7 +244,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       cols = [...new Set(vis.flatMap((o) => [...o]))].sort((a, b) => a - b).slice(-Z.cols);
       colWhy = `the ${cols.length} columns these rows may attend to`;
     }
-    const chars = Math.max(3, ...rows.concat(cols).map((k) => str(D, labels[k]).length));
+    const chars = Math.max(3, ...rows.concat(cols).map((k) => String(labels[k] || "").length));
     const m = Math.ceil(chars * Z.fs * 0.62) + 24, cache = v.kv ? 2 : 0;
     const c = Math.max(30, Math.min(60, Math.floor((Z.width - m) / (cols.length + cache)), Math.floor((Z.height - m) / rows.length)));
     const cw = cache * c, w = m + cw + cols.length * c + 4, h = m + rows.length * c + 4, out = [];
@@ -253,11 +255,11 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     out.push(`<path d="${d}" fill="${esc(P.mask[1])}"/>`);
     rows.forEach((i, y) => {
       out.push(`<rect x="${m - 10}" y="${m + y * c}" width="7" height="${c - 2}" fill="${esc(str(D, colours[i]) || "#ccc")}"/>`);
-      out.push(`<text x="${m - 14}" y="${m + y * c + c / 2 + Z.fs / 3}" font-size="${Z.fs}" text-anchor="end">${esc(str(D, labels[i]))}</text>`);
+      out.push(`<text x="${m - 14}" y="${m + y * c + c / 2 + Z.fs / 3}" font-size="${Z.fs}" text-anchor="end">${esc(labels[i] || "")}</text>`);
     });
     cols.forEach((j, x) => {
       out.push(`<rect x="${m + cw + x * c}" y="${m - 10}" width="${c - 2}" height="7" fill="${esc(str(D, colours[j]) || "#ccc")}"/>`);
-      out.push(`<text transform="translate(${m + cw + x * c + c / 2 + Z.fs / 3},${m - 14}) rotate(-90)" font-size="${Z.fs}">${esc(str(D, labels[j]))}</text>`);
+      out.push(`<text transform="translate(${m + cw + x * c + c / 2 + Z.fs / 3},${m - 14}) rotate(-90)" font-size="${Z.fs}">${esc(labels[j] || "")}</text>`);
     });
     const note = `rows shown: ${why} (${rows.length} of ${n}); columns: ${colWhy}` + (v.kv ? `; the ${v.kv}-token cache at the left` : "");
     return [note, `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`, w, h];
