@@ -58,8 +58,8 @@ def test_frames_draw_wide_panels_whole_without_a_scroll_cue():
 
 
 def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
-    """In presentation mode (and the slide deck, which uses its style) a tree or mask label is read from the
-    back of a room: at least 18 px tall on screen, where the page draws 12 px."""
+    """In presentation mode a tree or mask label is read from the back of a room: at least 18 px tall on
+    screen, where the page draws 12 px (the slide deck sets its own type: tests/test_slides_deck.py)."""
     from playwright.sync_api import sync_playwright
     from viz.exports.gif import CHROMIUM_ARGS, chromium
     from viz.summaries.report import write_report
@@ -76,3 +76,31 @@ def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
         shown = page.evaluate(size)
         b.close()
     assert plain < 18 <= shown, (plain, shown)
+
+
+def test_gif_keeps_every_palette_colour_exactly(tmp_path):
+    """The GIF's palette holds each colour of viz/palette.py exactly, and every pixel the page drew in one of
+    them (a rejected node's red, a draft node's orange, the model's blue, ...) is that colour in the decoded
+    frame: an adaptive palette turned "first mismatch" red into brown and a reference copy into blue."""
+    import io
+
+    import numpy as np
+
+    from viz.exports.gif import encode_gif, frames
+    from viz.palette import STATE_COLORS, ORIGIN_COLORS, exact_colours
+    tr = as_trace(TRACE)
+    pngs = frames(tr, [tr.steps[k].index for k in slide_steps(tr)[:2]], width=800)
+    im = Image.open(encode_gif(pngs, tmp_path / "exact.gif", ms=500))
+    pal = im.getpalette()
+    entries = {"#%02x%02x%02x" % tuple(pal[k:k + 3]) for k in range(0, len(pal), 3)}
+    assert not [c for c in exact_colours() if c not in entries], "a palette colour is missing from the GIF"
+    code = lambda a: (a[..., 0].astype(np.int64) << 16) | (a[..., 1].astype(np.int64) << 8) | a[..., 2]  # noqa: E731
+    exact = [int(c[1:], 16) for c in exact_colours()]
+    for png, frame in zip(pngs, ImageSequence.Iterator(im)):
+        src = code(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")))
+        got = code(np.asarray(frame.convert("RGB")))[:src.shape[0], :src.shape[1]]
+        drawn = np.isin(src, exact)
+        for must in (STATE_COLORS["rejected"], ORIGIN_COLORS["draft"], ORIGIN_COLORS["target"]):
+            assert (src == int(must[1:], 16)).sum() > 20, f"the frame draws no {must}: the check would prove nothing"
+        wrong = drawn & (got != src)
+        assert not wrong.any(), f"{wrong.sum()} pixels of palette colours changed, e.g. #{src[wrong][0]:06x} -> #{got[wrong][0]:06x}"

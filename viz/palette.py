@@ -81,6 +81,15 @@ STEP_COLORS = ["#fde0dd", "#deebf7", "#e5f5e0", "#fff7bc", "#efedf5", "#fee6ce"]
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 
+def exact_colours() -> list[str]:
+    """Every colour a step view fills with, each once (lower-case "#rrggbb"): a GIF keeps exactly these in its
+    palette, so "first mismatch" red stays that red and a reference copy does not turn into the model's blue."""
+    groups = [ORIGIN_COLORS.values(), ROLE_COLORS.values(), AGE_COLORS, [INIT_COLOR], STATE_COLORS.values(),
+              TRAJECTORY_COLORS.values(), MASK_COLORS, [SELECT_COLOR, CURRENT_COLOR], STEP_COLORS]
+    out = [colour(c).lower() for g in groups for c in g]
+    return [c for c in dict.fromkeys(out) if len(c) == 7 and c.startswith("#")]
+
+
 def age_color(age: int) -> str:
     """Window cell made `age` steps ago (0 = by this step); old cells share the palest colour."""
     return AGE_COLORS[max(0, min(age, len(AGE_COLORS) - 1))]

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ..common import TraceLike, as_trace
+from ..palette import exact_colours
 from .teach import slide_steps
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
@@ -76,15 +77,63 @@ def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) 
 
 def write_gif(trace: TraceLike, out: str | Path, steps: list[int] | None = None, width: int = 1100,
               ms: int = 1200) -> Path:
-    """Frames on one white canvas (the largest frame's size), `ms` per frame, looping forever."""
+    """The steps' frames as one looping GIF, `ms` per frame, in the palette's exact colours (encode_gif)."""
+    return encode_gif(frames(trace, steps, width), out, ms)
+
+
+def gif_palette(imgs: list) -> list[tuple[int, int, int]]:
+    """256 colours: first every colour of viz/palette.py, exactly, then the colours the frames need for text
+    and anti-aliased edges (a median cut of the frames' other pixels). Why: an adaptive palette alone merged
+    "first mismatch" red into a brown and "reference text" teal into the model's own blue."""
+    import numpy as np
     from PIL import Image
-    imgs = [Image.open(io.BytesIO(png)).convert("RGB") for png in frames(trace, steps, width)]
+    fixed = [tuple(int(c[k:k + 2], 16) for k in (1, 3, 5)) for c in exact_colours()]
+    rgb = np.concatenate([np.asarray(i, dtype=np.uint8).reshape(-1, 3) for i in imgs])
+    codes = (rgb[:, 0].astype(np.int64) << 16) | (rgb[:, 1].astype(np.int64) << 8) | rgb[:, 2]
+    rest = rgb[~np.isin(codes, [(r << 16) | (g << 8) | b for r, g, b in fixed])]
+    if not len(rest):
+        return fixed
+    rest = rest[::max(1, len(rest) // 500_000)]  # a sample is enough to place the text's greys
+    strip = Image.fromarray(np.ascontiguousarray(rest[None, :, :]), "RGB")
+    extra = strip.quantize(colors=256 - len(fixed), method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    pal = extra.getpalette()
+    more = [tuple(pal[3 * i:3 * i + 3]) for _, i in sorted(extra.getcolors(256) or [])]
+    return fixed + [c for c in dict.fromkeys(more) if c not in fixed][:256 - len(fixed)]
+
+
+def to_palette(img, palette: list[tuple[int, int, int]]):
+    """A "P" image: a pixel of a palette colour gets that colour's entry (exact), any other pixel the nearest
+    entry (numpy, no dithering: a flat fill stays one colour)."""
+    import numpy as np
+    from PIL import Image
+    rgb = np.asarray(img, dtype=np.int32).reshape(-1, 3)
+    pal = np.asarray(palette, dtype=np.int32)
+    codes = (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
+    uniq, inv = np.unique(codes, return_inverse=True)
+    colours = np.stack([uniq >> 16, (uniq >> 8) & 255, uniq & 255], axis=1)
+    nearest = np.empty(len(uniq), dtype=np.uint8)
+    for a in range(0, len(uniq), 4096):  # distinct colours only: a frame has a few thousand
+        d = ((colours[a:a + 4096, None, :] - pal[None, :, :]) ** 2).sum(axis=2)
+        nearest[a:a + 4096] = d.argmin(axis=1)  # an exact colour is at distance 0: its own entry
+    out = Image.fromarray(nearest[inv.reshape(-1)].reshape(img.height, img.width), "P")
+    flat = [v for c in palette for v in c]
+    out.putpalette(flat + [0] * (768 - len(flat)))
+    return out
+
+
+def encode_gif(pngs: list[bytes], out: str | Path, ms: int = 1200) -> Path:
+    """Frames (PNG bytes) on one white canvas (the largest frame's size), one global palette (gif_palette),
+    looping forever. Pillow writes the GIF; optimize stays off so no palette entry is dropped or merged."""
+    from PIL import Image
+    imgs = [Image.open(io.BytesIO(png)).convert("RGB") for png in pngs]
     w, h = max(i.width for i in imgs), max(i.height for i in imgs)
     canvas = []
     for im in imgs:
         c = Image.new("RGB", (w, h), "white")
         c.paste(im, (0, 0))
-        canvas.append(c.convert("P", palette=Image.Palette.ADAPTIVE, colors=255))
+        canvas.append(c)
+    palette = gif_palette(canvas)
+    shown = [to_palette(c, palette) for c in canvas]
     out = Path(out)
-    canvas[0].save(out, save_all=True, append_images=canvas[1:], duration=ms, loop=0, optimize=True)
+    shown[0].save(out, save_all=True, append_images=shown[1:], duration=ms, loop=0, optimize=False)
     return out

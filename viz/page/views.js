@@ -141,29 +141,37 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   // label, fill, stroke, width, flags, name, tip], an edge style [colour, width, dashed]; texts index D.strs).
   const str = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.strs).length ? String(D.strs[k]) : "");
   const style = (D, k) => (Number.isInteger(k) && k >= 0 && k < list(D.styles).length ? list(D.styles[k]) : []);
-  function treeView(D, s) {
-    const v = s.tv || {}, nodes = list(v.n);
-    if (!nodes.length) return [v.t ? String(v.t) : `Step ${s.i}: no tree recorded`, ""];
-    const dx = 120, dy = 30, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
-    const maxD = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS), rows = isNum(v.r) ? v.r : 1;
-    const w = 16 + maxD * dx + 200, h = 18 + Math.max(rows, 1) * dy;
+  // o: the sizes (the slide deck draws the same tree in projector type); o.rows: at most this many rows, the
+  // title says how many are left out.
+  const PAGE_TREE = { dx: 120, dy: 30, fs: 12, r: 9, label: 200, rows: Infinity };
+  function treeView(D, s, o) {
+    const v = s.tv || {}, z = Object.assign({}, PAGE_TREE, o || {});
+    const all = list(v.n), rows = Math.max(isNum(v.r) ? v.r : 1, 1), keep = Math.min(rows, z.rows);
+    const nodes = all.map((row) => (isNum(list(row)[1]) && list(row)[1] >= keep ? null : row));
+    if (!all.length) return [v.t ? String(v.t) : `Step ${s.i}: no tree recorded`, ""];
+    const { dx, dy } = z, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
+    const maxD = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS);
+    const w = 16 + maxD * dx + z.label, h = 18 + keep * dy;
     const out = [];
     nodes.forEach((row) => {
+      if (!row) return;
       const [x, y, , a, es] = list(row), p = list(nodes[a]), [colour, width, dashed] = style(D, es);
       if (!Number.isInteger(a) || a < 0 || !p.length) return;  // a root (or a crafted index): no edge
       out.push(`<line x1="${esc(X(p[0]))}" y1="${esc(Y(p[1]))}" x2="${esc(X(x))}" y2="${esc(Y(y))}"` +
         ` stroke="${esc(str(D, colour))}" stroke-width="${esc(width)}"${dashed ? ' stroke-dasharray="3 3"' : ""}/>`);
     });
     nodes.forEach((row, k) => {
+      if (!row) return;
       const [x, y, st] = list(row), [p, label, fill, stroke, sw, flags, name, tip] = style(D, st);
       const pruned = flags & 2, bad = flags & 1, pos = p === null || p === undefined ? "" : esc(p);
       const nm = name === -1 ? `node ${k}` : str(D, name);
-      out.push(`<g${pruned ? ' opacity="0.6"' : ""}><title>${esc(nm + ": " + str(D, tip))}</title><circle data-pos="${pos}" cx="${esc(X(x))}" cy="${esc(Y(y))}" r="9"` +
+      out.push(`<g${pruned ? ' opacity="0.6"' : ""}><title>${esc(nm + ": " + str(D, tip))}</title><circle data-pos="${pos}" cx="${esc(X(x))}" cy="${esc(Y(y))}" r="${z.r}"` +
         ` fill="${esc(str(D, fill))}" stroke="${esc(str(D, stroke))}" stroke-width="${esc(sw)}"/>` +
-        (bad ? `<text x="${esc(X(x))}" y="${esc(Y(y) + 4)}" text-anchor="middle" font-size="12" fill="${esc(str(D, stroke))}">✕</text>` : "") +
-        `<text x="${esc(X(x) + 13)}" y="${esc(Y(y) + 4)}" font-size="12" fill="${pruned ? "#777" : "#222"}" style="white-space:pre">${esc(str(D, label))}</text></g>`);
+        (bad ? `<text x="${esc(X(x))}" y="${esc(Y(y) + z.fs / 3)}" text-anchor="middle" font-size="${z.fs}" fill="${esc(str(D, stroke))}">✕</text>` : "") +
+        `<text x="${esc(X(x) + z.r + 4)}" y="${esc(Y(y) + z.fs / 3)}" font-size="${z.fs}" fill="${pruned ? "#777" : "#222"}" style="white-space:pre">${esc(str(D, label))}</text></g>`);
     });
-    return [String(v.t), `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
+    const cut = keep < rows ? ` (first ${keep} of ${rows} rows shown)` : "";
+    return [String(v.t) + cut, `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
   }
 
   // ---- Attention mask (SVG, one path for every visible cell): placed from the step's view-model s.mv
@@ -199,6 +207,62 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       }
     }
     return [String(v.t), `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`];
+  }
+
+  // ---- The mask on a slide: the rows that matter, large. x0 and the chosen candidate's rows (lookahead, prompt
+  // lookup) or the accepted path's rows (a tree), else the last rows; every column while they fit at
+  // projector size, else the columns those rows may attend to. Returns [which rows and columns, svg, w, h].
+  const SLIDE_MASK = { width: 1800, height: 640, fs: 24, rows: 14, cols: 48 };
+  function maskRows(D, s) {
+    const v = s.mv || {}, n = Math.min(isNum(v.n) ? v.n : 0, 400), info = s.info || {}, R = SLIDE_MASK.rows;
+    if (n <= R) return [[...Array(n).keys()], `all ${n} rows`];
+    const sl = list(s.sl), r = String(s.r || ""), path = list(info.accepted_path).filter((k) => Number.isInteger(k) && k >= 0 && k < n);
+    let rows = [], why = "";
+    if (Number.isInteger(info.chosen) && r.indexOf("c") >= 0) {
+      for (let k = 0; k < n; k++) if (r[k] === "x" || (r[k] === "c" && list(sl[k])[0] === info.chosen)) rows.push(k);
+      why = `x0 and the chosen candidate ${info.chosen}'s rows`;
+    } else if (path.length) {
+      rows = [...new Set([0, ...path])].sort((a, b) => a - b);
+      why = "the accepted path's rows";
+    }
+    if (!rows.length || rows.length > R) { rows = [...Array(Math.min(R, n)).keys()].map((k) => n - Math.min(R, n) + k); why = `the last ${rows.length} rows`; }
+    return [rows, why];
+  }
+  function maskSlide(D, s) {
+    const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400), Z = SLIDE_MASK;
+    if (!n) return ["", "", 0, 0];
+    const [rows, why] = maskRows(D, s), colours = list(v.c), runs = list(v.r);
+    // a label is a role and a position ("c2·7"); a crafted one is cut so it cannot push the cells off the slide
+    const labels = list(v.l).map((k) => { const t = str(D, k); return t.length > 16 ? t.slice(0, 15) + "…" : t; });
+    const sees = (i) => { const r = style(D, runs[i]), on = new Set();
+      for (let k = 0; k + 1 < r.length; k += 2) if (isNum(r[k]) && isNum(r[k + 1]) && r[k] >= 0 && r[k + 1] < n)
+        for (let j = r[k]; j <= Math.min(r[k + 1], r[k] + 400); j++) on.add(j);
+      return on; };
+    const vis = rows.map(sees);
+    let cols = [...Array(n).keys()], colWhy = `all ${n} columns`;
+    if (n > Z.cols) {
+      cols = [...new Set(vis.flatMap((o) => [...o]))].sort((a, b) => a - b).slice(-Z.cols);
+      colWhy = `the ${cols.length} columns these rows may attend to`;
+    }
+    const chars = Math.max(3, ...rows.concat(cols).map((k) => String(labels[k] || "").length));
+    const m = Math.ceil(chars * Z.fs * 0.62) + 24, cache = v.kv ? 2 : 0;
+    const c = Math.max(30, Math.min(60, Math.floor((Z.width - m) / (cols.length + cache)), Math.floor((Z.height - m) / rows.length)));
+    const cw = cache * c, w = m + cw + cols.length * c + 4, h = m + rows.length * c + 4, out = [];
+    out.push(`<rect x="${m + cw}" y="${m}" width="${cols.length * c}" height="${rows.length * c}" fill="${esc(P.mask[0])}"/>`);
+    if (cw) out.push(`<rect x="${m}" y="${m}" width="${cw - 2}" height="${rows.length * c}" fill="${esc(P.mask[2])}"><title>KV cache: ${esc(v.kv)} tokens, seen by every query</title></rect>`);
+    let d = "";
+    rows.forEach((i, y) => cols.forEach((j, x) => { if (vis[y].has(j)) d += `M${m + cw + x * c} ${m + y * c}h${c - 2}v${c - 2}h${2 - c}z`; }));
+    out.push(`<path d="${d}" fill="${esc(P.mask[1])}"/>`);
+    rows.forEach((i, y) => {
+      out.push(`<rect x="${m - 10}" y="${m + y * c}" width="7" height="${c - 2}" fill="${esc(str(D, colours[i]) || "#ccc")}"/>`);
+      out.push(`<text x="${m - 14}" y="${m + y * c + c / 2 + Z.fs / 3}" font-size="${Z.fs}" text-anchor="end">${esc(labels[i] || "")}</text>`);
+    });
+    cols.forEach((j, x) => {
+      out.push(`<rect x="${m + cw + x * c}" y="${m - 10}" width="${c - 2}" height="7" fill="${esc(str(D, colours[j]) || "#ccc")}"/>`);
+      out.push(`<text transform="translate(${m + cw + x * c + c / 2 + Z.fs / 3},${m - 14}) rotate(-90)" font-size="${Z.fs}">${esc(labels[j] || "")}</text>`);
+    });
+    const note = `rows shown: ${why} (${rows.length} of ${n}); columns: ${colWhy}` + (v.kv ? `; the ${v.kv}-token cache at the left` : "");
+    return [note, `<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">${out.join("")}</svg>`, w, h];
   }
 
   // ---- Jacobi trajectory (viz/steps/trajectory.py): rows = the last iterations up to this step, columns = positions;
@@ -271,5 +335,5 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       { title: { text: "cumulative FLOPs" }, rangemode: "tozero", exponentformat: "SI" }), CONFIG);
   }
 
-  return { VIEWS, profileView, esc };
+  return { VIEWS, profileView, esc, treeView, maskSlide };
 })();

@@ -246,7 +246,7 @@ def step_view_html(trace: TraceLike, profile: dict | list | None = None, initial
 <input class="ds-slider" type="range" min="0" max="0" value="0" aria-label="step"><span class="ds-label"></span>
 <span>colour by</span><button class="ds-mode ds-on" data-mode="origin">origin</button><button class="ds-mode" data-mode="step">step</button>
 <button class="ds-svg" title="download this step's views as an SVG file">↓ SVG</button><button class="ds-png" title="download this step's views as a PNG image">↓ PNG</button>
-<button class="ds-slides" title="download the whole run as one HTML slide deck, one step per slide (← → move)">↓ slides</button>
+<button class="ds-slides" title="download the run as one HTML slide deck for a projector: one view of a step per slide (← → move)">↓ slides</button>
 <button class="ds-present" title="presentation mode: full screen, large type; ← → space Home End, Esc leaves">present</button></div>
 <div class="ds-caption"></div>
 <div class="ds-pick" hidden></div>
