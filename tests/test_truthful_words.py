@@ -43,3 +43,49 @@ def test_every_description_of_the_shipped_datastore_says_what_is_in_it():
     assert "chat answers" in label and f"up to {last_folder}" in label
     card = (ROOT / "assets" / "datastore" / "README.md").read_text()
     assert f"{chat['tokens']:,}" in card and f"{lib['tokens']:,}" in card
+
+
+def test_a_speculative_trace_names_the_draft_it_ran_not_the_target(tmp_path, monkeypatch):
+    from conftest import tiny
+    from decoding import generate
+    from decoding.api import build_drafter
+    from decoding.methods.draft_model import shipped_draft as sd
+    from test_shipped_draft import _draft_folder
+    from viz.describe import header_words
+    target = tiny("llama", hidden=64, layers=3)
+    target.name_or_path_ = "/models/smollm2-135m-instruct"
+    folder = _draft_folder(target, tmp_path / "drafts" / "smollm2")
+    monkeypatch.setattr(sd, "SHIPPED", folder)
+    tr = generate(target, [5, 6, 7, 8, 5, 6, 7], build_drafter(target, None, "speculative", draft_tokens=3),
+                  max_new_tokens=6)
+    assert tr.config["draft"]["name"] == str(folder)
+    words = header_words(tr)
+    assert "draft: shipped draft" in words and "smollm2-135m-instruct" not in words.split(" · ")[0]
+
+
+def test_a_roofline_axis_below_one_reads_as_a_decimal_and_figure_titles_have_their_corner():
+    from viz.palette import decade_ticks, si
+    ticks = decade_ticks(0.06, 40)["ticktext"]
+    assert "0.1" in ticks and not any(t.endswith("m") for t in ticks), ticks
+    assert [si(v) for v in (0.1, 0.25, 0.002, 5e-4, 2e9)] == ["0.1", "0.25", "0.002", "500µ", "2G"]
+    from appkit.page import ui
+    src = Path(ui.__file__).read_text()
+    for label in ("roofline", "step latency vs query tokens", "FLOPs vs steps", "operator breakdown (roofline bound)"):
+        assert f'gr.Plot(label="{label}", show_label=False' in src  # the figure's own title owns the corner
+
+
+def test_the_profile_says_its_bytes_are_the_quantised_blocks_the_kernel_streamed():
+    from decoding.trace import Trace
+    from profiling.flops import bytes_counted, trace_costs
+    from viz import step_profile
+    d = json.loads((ROOT / "tests" / "fixtures" / "lookahead.json").read_text())
+    plain = bytes_counted(d["model"])
+    assert plain == f"weights in {d['model'].get('dtype', 'float32')}"
+    d["model"] = {**d["model"], "linear_weight_bytes": 3_000_000, "cpu_kernel": {"kernel": "fp32"}}
+    said = bytes_counted(d["model"])
+    assert said == "weights as the quantised blocks the CPU fp32 kernel streams (3.0 MB a forward)"
+    tr = Trace.from_dict(d)
+    panel = step_profile.data(tr, trace_costs(d))
+    assert panel["bytes_counted"] == said  # the step view's number line shows it after the bytes
+    js = (ROOT / "viz" / "page" / "views.js").read_text()
+    assert "bytes (${pr.bytes_counted" in js

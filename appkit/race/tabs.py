@@ -171,7 +171,9 @@ class Tabs(TuneTab, Handlers):
                                   compare=runs if len(runs) > 1 else None)
         totals, pk = prof.get("totals") or {}, prof.get("peaks") or {}
         each = " · ".join(f"**{m}**: {run_counts(t).words()}" for m, (t, _) in runs.items())
-        summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · measured peaks: "
+        counted = prof.get("bytes_counted") or f"weights in {prof.get('dtype', '?')}"
+        summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}; bytes counted: {counted}) · "
+                   f"measured peaks: "
                    f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
                    + (f" · {method} total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
         others = {m: r for m, r in runs.items() if m != method}

@@ -246,7 +246,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     if (!pr || !window.Plotly) return;
     const row = pr.steps.find((r) => r.index === s.i), num = root.querySelector(".ds-prof-num");
     if (num) num.textContent = row ? `step ${row.index}: ${row.n_query} query tokens · ${fmt(row.flops)} FLOPs · ` +
-      `${fmt(row.bytes)} bytes · ${fmt(row.ms)} ms · ${fmt(row.intensity)} FLOP/byte · ${fmt(row.achieved)} FLOP/s` +
+      `${fmt(row.bytes)} bytes (${pr.bytes_counted || "weights"}) · ${fmt(row.ms)} ms · ${fmt(row.intensity)} FLOP/byte · ${fmt(row.achieved)} FLOP/s` +
       (row.bound ? ` · ${row.bound}-bound` : "") : `step ${s.i}: no cost recorded`;
     const pts = pr.steps.filter((r) => r.intensity && r.achieved), cur = row && row.intensity && row.achieved ? [row] : [];
     const roof = pr.roof ? [{ x: pr.roof.intensity, y: pr.roof.attainable, mode: "lines", name: esc(`roof (${pr.roof.device || "machine"})`),
