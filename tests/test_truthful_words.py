@@ -89,3 +89,13 @@ def test_the_profile_says_its_bytes_are_the_quantised_blocks_the_kernel_streamed
     assert panel["bytes_counted"] == said  # the step view's number line shows it after the bytes
     js = (ROOT / "viz" / "page" / "views.js").read_text()
     assert "bytes (${pr.bytes_counted" in js
+
+
+def test_lookahead_banner_and_trajectory_caption_say_the_same_source():
+    from viz.exports.teach import WANTS
+    banner = WANTS["lookahead"][0]
+    js = (ROOT / "viz" / "page" / "views.js").read_text()
+    caption = next(line for line in js.splitlines() if "const fromPool" in line)
+    same = "from the pool, harvested from earlier Jacobi windows"
+    assert same in banner and same in caption
+    assert "not the window" not in caption and "harvested from the Jacobi window" not in banner
