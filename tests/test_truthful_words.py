@@ -99,3 +99,21 @@ def test_lookahead_banner_and_trajectory_caption_say_the_same_source():
     same = "from the pool, harvested from earlier Jacobi windows"
     assert same in banner and same in caption
     assert "not the window" not in caption and "harvested from the Jacobi window" not in banner
+
+
+def test_a_step_cut_by_max_new_tokens_says_it_was_cut():
+    from conftest import tiny
+    from decoding import generate
+    from decoding.api import build_drafter
+    from viz.steps import tree
+    from viz.steps.stepper_text import caption
+    target = tiny("llama", hidden=64, layers=2)
+    drafter = build_drafter(target, None, "speculative", draft_model=target, draft_tokens=4, confidence=0.0)  # all kept
+    tr = generate(target, [5, 6, 7, 8, 5, 6, 7], drafter, max_new_tokens=7)
+    assert tr.stop_reason == "max_new_tokens"
+    last = len(tr.steps) - 1
+    assert len(tr.steps[last].accepted) < len(tr.steps[last].info["accepted_path"])  # verification said more
+    for words in (caption(tr, last), tree.view(tr, last)["title"]):
+        assert "Cut: the run reached max new tokens (7) in this step" in words, words
+        assert f"kept only {len(tr.steps[last].accepted)} token" in words
+    assert "Cut" not in caption(tr, last - 1) and "Cut" not in tree.view(tr, last - 1)["title"]
