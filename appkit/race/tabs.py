@@ -280,11 +280,13 @@ class Tabs(TuneTab, Handlers):
         else:
             raise ValueError("upload a trace JSON, pick a recorded trace, or run something first")
         try:  # it opens on the step that shows the method's point (viz/exports/teach.py), not on the empty prefill
-            html = viz.step_view_html(tr, initial_step=teaching_step(tr)["k"])
+            pick = teaching_step(tr)
+            html = viz.step_view_html(tr, initial_step=pick["k"])
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None
         if len(html) > MAX_REPLAY_HTML_BYTES:
             raise ValueError(f"this trace's step view would be {len(html) / 2**20:.0f} MB (the page takes at most "
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
-        return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
+        why = f"\n\n**Why this step:** {pick['shows']}"  # said from the step counts, never from the trace's text
+        return CLEAR, stats_md(tr, note="recorded" if model == "?" else "") + why, html, tr.text
