@@ -1,6 +1,7 @@
 """Record the traces shipped for the app's Replay tab (assets/traces/) on the default model, SmolLM2-135M-Instruct.
 
-    python scripts/record_traces.py [--target NAME] [--draft DIR|auto] [--out assets/traces] [--max-new-tokens 80] [--only STEM]
+    python scripts/record_traces.py [--target NAME] [--draft DIR|auto] [--out assets/traces]
+                                    [--max-new-tokens 80] [--only STEM]
 
 Each file is a plain decoding.Trace JSON (kept small: a few dozen kB) so a workshop without a GPU can step
 through it. The requests are the lesson's chat requests (appkit/page/lesson.py), whose greedy answers on the
