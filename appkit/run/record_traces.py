@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository (appkit/<room>/<mod
 RECORDINGS = [  # (file stem, chat request, method, parameters): the lesson's requests and settings
     ("lookahead_W5_N4_G5", CALC, "lookahead", dict(window=5, ngram=4, guesses=5)),  # four functions: window n-grams
     ("prompt_lookup", CALC, "prompt_lookup", dict(max_ngram=3, num_tokens=10)),  # copies its own earlier functions
-    ("speculative_tree_3-2-1", CALC, "speculative", dict(tree=[3, 2, 1], confidence=0.0)),
-    ("speculative_staged_chain", CALC, "speculative", dict(draft_tokens=4, staged=True, confidence=0.0)),
+    ("speculative_tree_3-2-1", CALC, "speculative", dict(tree=[3, 2, 1])),
+    ("speculative_staged_chain", CALC, "speculative", dict(draft_tokens=4, staged=True)),
     ("jacobi_block_5", CALC, "jacobi", dict(block=5)),  # the lesson's Jacobi stop: its guesses, step by step
 ]
 MAX_BYTES = 150_000  # each file; the five together stay a few hundred kB
