@@ -171,6 +171,18 @@ def recorded_linear_bytes(model: dict, dtype: Any = None) -> int | None:
     return lb if same_dtype and type(lb) is int and 0 < lb <= MAX_RECORDED_BYTES else None  # untrusted
 
 
+def bytes_counted(model: dict) -> str:
+    """What a step's bytes count, in words for every label that shows them: the quantised blocks the CPU
+    kernel streams when the trace recorded them (model["linear_weight_bytes"]), else weights in the run's
+    dtype. A label that said float32 over block bytes would be off by 4-6x."""
+    lb = recorded_linear_bytes(model)
+    if lb is None:
+        return f"weights in {str(model.get('dtype') or 'float32') if isinstance(model, dict) else 'float32'}"
+    kernel = model.get("cpu_kernel") if isinstance(model.get("cpu_kernel"), dict) else {}
+    name = str(kernel.get("kernel") or "block")
+    return f"weights as the quantised blocks the CPU {name} kernel streams ({lb / 1e6:.1f} MB a forward)"
+
+
 OPERATOR_KEYS = ("qkv_proj", "o_proj", "mlp_up", "mlp_down", "lm_head", "other")
 
 

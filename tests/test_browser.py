@@ -255,6 +255,27 @@ def test_bad_value_gets_a_message_and_keeps_the_output(browser, url):
     page.close()
 
 
+def test_a_run_opens_on_a_telling_step_and_a_value_typed_out_of_range_replaces_the_check(browser, url):
+    """The Run tab's step view opens on the step that shows the method's point (not the last, often cut by max
+    new tokens) and says so; a value out of range is reported as it is typed, and the last run's ✓ goes."""
+    page, watch = open_app(browser, url)
+    set_number(page, "ds-max-new", 48)
+    page.locator("#ds-run").click()
+    wait_done(page, 48)
+    stepper = "#ds-stepview .ds-stepper"
+    expect(page.locator(f"{stepper} .ds-pick")).to_contain_text(re.compile(r"[Oo]pened on step \d+"), timeout=60000)
+    opened = label_step(page, stepper)
+    page.locator(f"{stepper} .ds-last").click()
+    assert opened < label_step(page, stepper), "the step view opened on the last step"
+    expect(page.locator("#ds-run-status")).to_contain_text("✓", timeout=30000)
+    page.locator("#ds-max-new input").fill("99999")  # typed, no Run, no Tab
+    expect(page.locator("#ds-budget")).to_contain_text("max new tokens", timeout=10000)
+    expect(page.locator("#ds-run-status")).to_contain_text("fix it before Run", timeout=5000)
+    expect(page.locator("#ds-run-status")).not_to_contain_text("✓")
+    assert not watch.external and not watch.errors, (watch.external, watch.errors)
+    page.close()
+
+
 def test_default_race_wins_or_says_why(browser, url):
     page, watch = open_app(browser, url)
     page.get_by_role("tab", name="Race").click()

@@ -488,10 +488,13 @@ def test_headers_use_plain_words_and_no_server_paths(tmp_path):
     assert describe.short_name("C:\\models\\tiny\\draft") == "tiny/draft" and describe.short_name("~/m/x/y") == "x/y"
     assert describe.short_name("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
     la, spec = Trace.load(ASSETS / "lookahead_W5_N4_G5.json"), Trace.load(ASSETS / "speculative_tree_3-2-1.json")
-    assert la.model["name"] == "assets/target"  # shipped traces are recorded without server paths ...
+    assert la.model["name"] == "smollm2-135m-instruct"  # shipped traces are recorded without server paths ...
     la.model = {**la.model, "name": "/work/main/assets/target", "recorded_on": "/srv/box/cpu"}  # ... others may not
     assert describe.config_words(la).startswith("lookahead · W 5 · N 4 · G 5")
-    assert describe.config_words(spec).startswith("speculative tree 3,2,1 · cutoff 0.40 · draft: embedded draft")
+    assert describe.config_words(spec).startswith("speculative tree 3,2,1 · cutoff 0.40 · draft: shipped draft "
+                                                  "(assets/drafts/smollm2")
+    embedded = Trace.from_dict({**spec.to_dict(), "config": {**spec.config, "draft": {"name": "/srv/x/assets/draft"}}})
+    assert describe.config_words(embedded).startswith("speculative tree 3,2,1 · cutoff 0.40 · draft: embedded draft")
     for tr in (la, spec, Trace.load(ASSETS / "prompt_lookup.json"), Trace.load(ASSETS / "speculative_staged_chain.json")):
         head = re.search(r'<div class="ds-head">(.*?)</div>', viz.step_view_html(tr)).group(1)
         assert "{" not in head and '"' not in head and "recorded on cpu" in head  # no JSON; where it was recorded

@@ -37,6 +37,8 @@ def _num(v: object) -> str:
 
 def _draft_words(name: str) -> str:
     """The app's shipped draft model is called what it is; an unnamed one is not guessed at."""
+    if name.endswith("drafts/smollm2"):
+        return "shipped draft (assets/drafts/smollm2: 2 layers, the target's embedding and head)"
     return "embedded draft" if name.endswith("assets/draft") else name or "unnamed draft model"
 
 

@@ -213,9 +213,12 @@ _SI = {-12: "p", -9: "n", -6: "µ", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: 
 
 
 def si(v: float) -> str:
-    """A number in SI style, as plotly's exponentformat="SI" writes it: 2e9 -> "2G", 5e-4 -> "500µ"."""
+    """A number in SI style, as plotly's exponentformat="SI" writes it: 2e9 -> "2G", 5e-4 -> "500µ"; from
+    0.001 to 1 a plain decimal (0.1 -> "0.1")."""
     if not (isinstance(v, (int, float)) and math.isfinite(v)) or v == 0:
         return "0" if v == 0 else str(v)
+    if 1e-3 <= abs(v) < 1:  # "0.1", not "100m": a milli- prefix on a ratio (FLOP/byte) reads as a unit
+        return f"{v:.3g}"
     e = max(-12, min(18, 3 * math.floor(math.log10(abs(v)) / 3)))
     m = v / 10.0 ** e
     return f"{m:.3g}{_SI[e]}"

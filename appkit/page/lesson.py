@@ -133,8 +133,10 @@ ALL = [  # every stop this lesson has; STOPS: those whose model parts ship in th
          "the token tree drafted by the shallow layers, accepted in green up to the first rejection",
          expect={"views": ["tree", "mask"]}, request=CALC, on="adapter"),
     Stop("Retrieval: draft from a datastore, no model", "retrieval", VECTOR,
-         "Retrieval drafts with no model at all: it finds the longest suffix of the text in a datastore (here an "
-         "index of the Python standard library; on the embedded models the prompt and output so far) and proposes "
+         "Retrieval drafts with no model at all: it finds the longest suffix of the text in a datastore (here the "
+         "shipped one: 661,815 tokens, a quarter of them the default model's own answers to 935 chat requests, "
+         "the rest the first 105 files of the Python standard library in name order, `__future__.py` to `dbm/`; "
+         "on the embedded models the prompt and output so far) and proposes "
          "what followed it there as a tree, most frequent first. One pass verifies the tree, so common code "
          "phrases are accepted several tokens at a time.",
          "the token tree of retrieved continuations and the longest one the target accepted",

@@ -23,7 +23,8 @@ from .widgets import Int, Text
 
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
 DATASTORES = [("suffix cache: the prompt, the output so far, earlier runs (SuffixDecoding)", ""),
-              ("shipped datastore: Python stdlib for SmolLM2-135M-Instruct (REST)", "shipped")]
+              ("shipped datastore for SmolLM2-135M-Instruct: its own chat answers + the stdlib up to dbm/ (REST)",
+               "shipped")]
 
 
 def initial(settings_cls) -> dict:

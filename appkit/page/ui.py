@@ -199,10 +199,12 @@ def profile_tab(p: Page, lim: Limits) -> None:
             p.prof_stop = gr.Button("Stop", variant="stop", min_width=100)
         p.prof_md = gr.Markdown()
         with gr.Row():
-            p.roof_plot = gr.Plot(label="roofline", min_width=300)
-            p.lat_plot = gr.Plot(label="step latency vs query tokens", min_width=300)
+            # each figure carries its own title in its top-left corner: a component label there would sit on it
+            p.roof_plot = gr.Plot(label="roofline", show_label=False, min_width=300)
+            p.lat_plot = gr.Plot(label="step latency vs query tokens", show_label=False, min_width=300)
         with gr.Row():
-            p.flops_plot, p.ops_plot = gr.Plot(label="FLOPs vs steps"), gr.Plot(label="operator breakdown (roofline bound)")
+            p.flops_plot = gr.Plot(label="FLOPs vs steps", show_label=False)
+            p.ops_plot = gr.Plot(label="operator breakdown (roofline bound)", show_label=False)
         p.prof_files = gr.Files(label="downloads", interactive=False)
 
 

@@ -171,7 +171,9 @@ class Tabs(TuneTab, Handlers):
                                   compare=runs if len(runs) > 1 else None)
         totals, pk = prof.get("totals") or {}, prof.get("peaks") or {}
         each = " · ".join(f"**{m}**: {run_counts(t).words()}" for m, (t, _) in runs.items())
-        summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}) · measured peaks: "
+        counted = prof.get("bytes_counted") or f"weights in {prof.get('dtype', '?')}"
+        summary = (f"{each} — on {prof.get('device', '?')} ({prof.get('dtype', '?')}; bytes counted: {counted}) · "
+                   f"measured peaks: "
                    f"{pk.get('flops', 0) / 1e9:.1f} GFLOP/s, {pk.get('bandwidth', 0) / 1e9:.1f} GB/s"
                    + (f" · {method} total FLOPs {totals.get('flops', 0):.3g}" if totals.get("flops") else ""))
         others = {m: r for m, r in runs.items() if m != method}
@@ -278,11 +280,13 @@ class Tabs(TuneTab, Handlers):
         else:
             raise ValueError("upload a trace JSON, pick a recorded trace, or run something first")
         try:  # it opens on the step that shows the method's point (viz/exports/teach.py), not on the empty prefill
-            html = viz.step_view_html(tr, initial_step=teaching_step(tr)["k"])
+            pick = teaching_step(tr)
+            html = viz.step_view_html(tr, initial_step=pick["k"])
         except Exception as e:  # noqa: BLE001 - a trace that parses but cannot be drawn is corrupt
             raise ValueError(f"the trace is corrupt: it could not be drawn ({one_line(e)})") from None
         if len(html) > MAX_REPLAY_HTML_BYTES:
             raise ValueError(f"this trace's step view would be {len(html) / 2**20:.0f} MB (the page takes at most "
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
-        return CLEAR, stats_md(tr, note="recorded" if model == "?" else ""), html, tr.text
+        why = f"\n\n**Why this step:** {pick['shows']}"  # said from the step counts, never from the trace's text
+        return CLEAR, stats_md(tr, note="recorded" if model == "?" else "") + why, html, tr.text

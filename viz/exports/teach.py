@@ -49,7 +49,7 @@ Want = tuple[str, Callable]  # (what the step shows, in words; the test a step m
 WANTS: dict[str, Want] = {
     "greedy": ("a plain step: one query token, one new token", lambda s: True),
     "jacobi": ("a step where the model confirmed guesses of the block", lambda s: step_counts(s).guessed > 0),
-    "lookahead": ("a step that accepted an n-gram harvested from the Jacobi window (not a copy of the text)",
+    "lookahead": ("a step that accepted an n-gram from the pool, harvested from earlier Jacobi windows (not a copy of the text)",
                   lambda s: step_counts(s).guessed > 0 and _chosen_source(s) in ("window", "")),
     "prompt_lookup": ("a step that accepted a copy of earlier text", lambda s: step_counts(s).guessed > 0),
     "chain": ("a step that accepted some drafted tokens and rejected the next one (red)", _rejected_after_some),

@@ -294,7 +294,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     });
     const here = rows[rows.length - 1], n = here.a.length, pool = here.p || [];
     const what = esc(T.what);  // said by Python from the data (viz/steps/trajectory.py data: a block or a window)
-    const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool, not the window: ${esc(pool.join(""))}` : "";
+    const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool, harvested from earlier Jacobi windows (not this row's guesses): ${esc(pool.join(""))}` : "";
     return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined)${fromPool}; ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];
   }
@@ -310,7 +310,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     if (!pr || !window.Plotly) return;
     const row = pr.steps.find((r) => r.index === s.i), num = root.querySelector(".ds-prof-num");
     if (num) num.textContent = row ? `step ${row.index}: ${row.n_query} query tokens · ${fmt(row.flops)} FLOPs · ` +
-      `${fmt(row.bytes)} bytes · ${fmt(row.ms)} ms · ${fmt(row.intensity)} FLOP/byte · ${fmt(row.achieved)} FLOP/s` +
+      `${fmt(row.bytes)} bytes (${pr.bytes_counted || "weights"}) · ${fmt(row.ms)} ms · ${fmt(row.intensity)} FLOP/byte · ${fmt(row.achieved)} FLOP/s` +
       (row.bound ? ` · ${row.bound}-bound` : "") : `step ${s.i}: no cost recorded`;
     const pts = pr.steps.filter((r) => r.intensity && r.achieved), cur = row && row.intensity && row.achieved ? [row] : [];
     const roof = pr.roof ? [{ x: pr.roof.intensity, y: pr.roof.attainable, mode: "lines", name: esc(`roof (${pr.roof.device || "machine"})`),

@@ -10,10 +10,26 @@ def _q(trace, tokens_: list[int]) -> str:
     return repr("".join(text_of(trace, t) for t in tokens_))
 
 
+def cut_words(tr, step_index: int) -> str:
+    """' Cut: ...' for the run's last step when max new tokens stopped it there: the step kept fewer tokens
+    than its verification accepted, and a caption or picture counting the accepted path would say more."""
+    if step_index != len(tr.steps) - 1 or tr.stop_reason != "max_new_tokens" or tr.steps[step_index].kind == "prefill":
+        return ""
+    limit = tr.config.get("max_new_tokens") if isinstance(tr.config, dict) else None
+    kept = len(tr.steps[step_index].accepted)
+    return (f" Cut: the run reached max new tokens{f' ({limit})' if isinstance(limit, int) else ''} in this step, so "
+            f"it kept only {kept} token{'s' if kept != 1 else ''}; anything marked accepted beyond them was dropped.")
+
+
 @drawn
 def caption(trace: TraceLike, step_index: int) -> str:
-    """One line in plain words: what went into this step's forward pass and what came out."""
+    """One line in plain words: what went into this step's forward pass and what came out (and that the run
+    was cut there, on a last step stopped by max new tokens)."""
     tr = as_trace(trace)
+    return _caption(tr, step_index) + cut_words(tr, step_index)
+
+
+def _caption(tr, step_index: int) -> str:
     s = tr.steps[step_index]
     got = f"{len(s.accepted)} new token{'s' if len(s.accepted) != 1 else ''} {_q(tr, s.accepted)}"
     if s.kind == "prefill":

@@ -85,6 +85,8 @@ def data(trace: TraceLike, costs: dict | list | None, peaks: dict | None = None)
                 "ridge": ridge, **pk}
         xs, ys = xs + [lo, hi], ys + [lo * pk["bandwidth"], pk["flops"]]
     greedy = greedy_line(tr, costs)
+    from profiling.flops import bytes_counted
+    counted = bytes_counted(tr.model if isinstance(tr.model, dict) else {})
     return {"method": tr.method, "color": method_color(tr.method), "greedy_color": method_color("greedy"),
-            "steps": rows, "roof": roof, "greedy": greedy,
+            "bytes_counted": counted, "steps": rows, "roof": roof, "greedy": greedy,
             "axes": {"intensity": log_axis(xs), "achieved": log_axis(ys)}}

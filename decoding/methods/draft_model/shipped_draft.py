@@ -164,7 +164,9 @@ def load_draft_folder(target, folder: str | Path | None = None):
     draft.load_state_dict(state, strict=False, assign=True)
     draft.set_input_embeddings(target.get_input_embeddings())
     draft.set_output_embeddings(target.get_output_embeddings())
-    return draft.to(emb.device).eval()
+    draft = draft.to(emb.device).eval()
+    draft.name_or_path_ = str(folder)  # its config is the target's, _name_or_path included: the trace names the folder
+    return draft
 
 
 def fits(target, folder: str | Path | None = None) -> bool:
