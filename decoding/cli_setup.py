@@ -105,8 +105,11 @@ def _option(f: Flag) -> dict:
         return {"action": "store_true"}
     if k.kind == "texts":
         return {"action": "append", "default": None, "metavar": "FILE", "type": nonempty}
-    if k.kind in ("file", "folder"):
-        return {"default": None, "type": input_file if k.kind == "file" else input_dir}
+    if k.kind == "file":
+        return {"default": None, "type": input_file}
+    if k.kind == "folder":  # a shipped folder's name (--datastore smollm2) reads as its path
+        from .models import shipped_folder
+        return {"default": None, "type": lambda text: input_dir(shipped_folder(k.name, text))}
     if k.choices is not None:
         return {"default": None, "choices": k.choices}
     if k.kind is None and all(x.lo is not None and x.hi is not None for x in ks):
