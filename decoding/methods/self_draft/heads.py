@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from decoding.fast.cpu_gemm import PackedLinear
 from decoding.fast.layout import column_major_linears
 from decoding.engine.drafter import Abilities
 from decoding.engine.sampling import Sampling, warp
@@ -298,6 +297,7 @@ class DraftLM:
             self.head.weight.copy_(w.detach()[ids])
             if lm.bias is not None:
                 self.head.bias.copy_(lm.bias.detach()[ids])
+            from decoding.fast.cpu_gemm import PackedLinear  # not at import: see decoding/fast/cpu_step.py
             if isinstance(lm, PackedLinear):  # the target's layout (layout.py), for the drafts' head too
                 self.head = PackedLinear(self.head)
             elif w.device.type == "cpu" and w.dtype == torch.float32:
