@@ -22,7 +22,7 @@ from .cli_run import add_arguments
 from .methods import registry
 from .methods.registry import MethodSpec
 from .methods.spec import Knob
-from .models import load
+from .models import ModelError, load
 from .params import LIMITS
 
 SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes 64 bits
@@ -323,6 +323,24 @@ def _resolve_heads(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
     return {**p, "heads": heads}
 
 
+def check_draft_name(draft: str) -> None:
+    """--draft, checked before the target loads (on Gemma the load took 20-30 s before the refusal): a name
+    (embedded-draft) or an existing path passes; a path that is not there (./x, /x, ~/x, a/b/c, or one under a
+    folder that exists here) is one line; anything else is a Hub id, refused at once when it is not cached
+    and cannot be downloaded (models.check_hub)."""
+    from .models import NAMED, check_hub
+    p = Path(draft).expanduser()
+    if draft in NAMED or p.exists():
+        return
+    parts = Path(draft).parts
+    if draft.startswith((".", "/", "~")) or len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir()):
+        raise ValueError(f"--draft {draft}: no such file or folder")
+    try:
+        check_hub(draft)
+    except ModelError as e:
+        raise ValueError(f"--draft: {e}") from None
+
+
 RESOLVE = {"draft_model": _resolve_draft, "heads": _resolve_heads}  # by resource (spec.needs)
 
 
@@ -370,10 +388,12 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         from decoding.methods.self_draft.heads import check_heads_files, heads_folder
         params["heads"] = heads_folder(params["heads"], spec.name)
         check_heads_files(params["heads"])
-    draft = params.get("draft_model")
-    if isinstance(draft, str) and draft.startswith((".", "/", "~")) and not Path(draft).expanduser().exists():
-        raise ValueError(f"--draft {draft}: no such file or folder")  # before the target's load, not after it
+    if isinstance(params.get("draft_model"), str):
+        check_draft_name(params["draft_model"])
     args.model = target_name(args.model)
+    if "heads" in spec.needs and not params.get("heads"):  # no shipped heads of this width: say so before the load
+        from decoding.methods.self_draft.heads import check_shipped_heads_fit
+        check_shipped_heads_fit(args.model, spec.name)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None),
                       kernel=kernel_arg(args))

@@ -382,11 +382,37 @@ def default_heads(model, method: str) -> str:
         if cfg.get("base_fingerprint") and cfg["base_fingerprint"] in fingerprints:
             return str(shipped)
         bases.append(cfg.get("base_model") or "the embedded target")
+    raise ValueError(no_heads_for(method, bases))
+
+
+def check_shipped_heads_fit(model_dir: str, method: str) -> None:
+    """Before a model loads: when no shipped heads set has its hidden width (read from config.json, cheap),
+    none can be its own, so the refusal default_heads would give after the load comes now. A set of the
+    same width may still be another model's: default_heads checks the fingerprint after the load."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # a Hub id, or no readable config: the load says what is wrong
+    cfg = cfg.get("text_config") or cfg
+    hidden = cfg.get("hidden_size", cfg.get("n_embd", cfg.get("d_model")))
+    cards = []
+    for shipped in (SHIPPED_HEADS / method, SHIPPED_HEADS / "smollm2" / method):
+        try:
+            cards.append(json.loads((shipped / "heads.json").read_text()))
+        except (OSError, ValueError):
+            continue
+    if hidden is None or any(c.get("hidden") in (None, hidden) for c in cards):
+        return
+    raise ValueError(no_heads_for(method, [c.get("base_model") or "the embedded target" for c in cards]))
+
+
+def no_heads_for(method: str, bases: list[str]) -> str:
+    """The one line for a model no shipped heads were trained for."""
     shipped = SHIPPED_HEADS / method
     base = " and ".join(bases) or "the embedded target"
-    raise ValueError(f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
-                     f"for {base}, not this model; train heads for it with python -m decoding train-heads "
-                     f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
+    return (f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
+            f"for {base}, not this model; train heads for it with python -m decoding train-heads "
+            f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
 
 
 def prepare_heads(method: str):
