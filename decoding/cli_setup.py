@@ -344,15 +344,25 @@ def check_draft_name(draft: str) -> None:
 RESOLVE = {"draft_model": _resolve_draft, "heads": _resolve_heads}  # by resource (spec.needs)
 
 
+def preset_knobs(spec: MethodSpec) -> list[Knob]:
+    """The knobs a preset of `spec` sets (lookahead: window, ngram, guesses)."""
+    return [k for k in spec.knobs() if any(k.name in shape for shape in spec.presets.values())]
+
+
+def preset_words(spec: MethodSpec, values: dict) -> str:
+    """A preset's shape in the [preset] line's words: "W1 N3 G2"."""
+    return " ".join(f"{k.label.split()[0]}{values[k.name]}" for k in preset_knobs(spec) if k.name in values)
+
+
 def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     """A cli_preset method without any of its preset's parameters: the preset tuned on this device or shipped
     for this model (decoding/presets.py, the app's), else the method's defaults; one line says which. Why:
     lookahead's paper shape (GPU) ran at 0.28x greedy on a CPU, where no window pays."""
     from .presets import lookup
-    keys = [k for k in spec.knobs() if any(k.name in shape for shape in spec.presets.values())]
+    keys = preset_knobs(spec)
 
-    def words(values: dict) -> str:  # "W1 N3 G2"
-        return " ".join(f"{k.label.split()[0]}{values[k.name]}" for k in keys if k.name in values)
+    def words(values: dict) -> str:
+        return preset_words(spec, values)
     found = lookup(args.model, model, spec.name)
     if found is None:
         tunes = "; --auto tunes one" if spec.tuner is not None else ""
@@ -410,7 +420,11 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         detail = f" ({tuned['detail']})" if tuned.get("detail") else ""
         print(f"[auto] {tuned['label']}{detail}", file=sys.stderr)
         params = {**params, **tuned["params"]}
-    elif spec.cli_preset and not getattr(args, "lp", False) and \
-            not any(name in params for shape in spec.presets.values() for name in shape):
-        params = {**params, **preset_params(args, spec, model)}
+    elif spec.cli_preset and not any(name in params for shape in spec.presets.values() for name in shape):
+        if getattr(args, "lp", False):  # the shape runs split over the ranks: a one-process preset does not apply
+            note(args, f"[preset] {spec.name} {preset_words(spec, spec.defaults())}: the paper's defaults (--lp splits "
+                       f"the window over the processes; the device presets are timed in one; "
+                       f"{'/'.join(k.cli for k in preset_knobs(spec) if k.cli)} choose another)")
+        else:
+            params = {**params, **preset_params(args, spec, model)}
     return model, tok, build(spec, params, model, tok), sampling
