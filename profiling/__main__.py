@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_dir
+from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_dir, with_template
 from decoding.cli_setup import add_generate_arguments, setup
 from decoding.methods.registry import BASELINE
 from decoding.models import ModelError
@@ -23,7 +23,8 @@ from .sweep import format_sweep, latency_sweep
 
 
 # generate's options that only generate uses: the profiler runs one --prompt and writes its files to --out
-GENERATE_ONLY = ("prompt_file", "chat", "stop", "stream", "compare", "json", "check_exact")
+# (--chat it shares: a chat model's answer is profiled on the prompt generate --chat would run)
+GENERATE_ONLY = ("prompt_file", "stop", "stream", "compare", "json", "check_exact")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, drafter, sampling = setup(args)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        tr, prof = profile_run(model, tok, args.prompt, args.method, max_new_tokens=args.max_new_tokens,
+        prompt = with_template(tok, [args.prompt], args.chat)[0]  # --chat: the template's ids, as generate's
+        tr, prof = profile_run(model, tok, prompt, args.method, max_new_tokens=args.max_new_tokens,
                                sampling=sampling, drafter=drafter, perfetto_path=out / f"{args.method}.perfetto.json",
                                measure_peaks=not args.no_peaks,
                                static={"auto": None, "on": True, "off": False}[args.static],

@@ -15,6 +15,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,  # noqa: E402
                           Qwen2ForCausalLM)
+from installed_wheel import venv, wheel  # noqa: E402,F401 - the installed package, one a session
+
 torch.set_num_threads(1)  # 2 cores: more threads on tiny models only add contention
 
 

@@ -6,7 +6,9 @@ fails these tests rather than skipping them)."""
 from __future__ import annotations
 
 import copy
+import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -147,6 +149,37 @@ def test_kernel_builds_under_the_hashed_name_and_says_so_once(monkeypatch, tmp_p
     (tmp_path / calls[0][0] / f"{calls[0][0]}.so").write_bytes(b"")
     cpu_gemm.kernel.__wrapped__()
     assert cpu_gemm.BUILDING not in capsys.readouterr().err  # built already: no note
+
+
+def test_a_first_build_says_so_on_a_piped_stderr_too(monkeypatch, tmp_path, capsys):
+    """A first CLI run with its stderr piped (a log, CI) was silent for the whole compile: one line says
+    what is compiled and that it happens once per machine; loading a built kernel says nothing."""
+    import torch.utils.cpp_extension as ext
+    monkeypatch.setattr(ext, "load", lambda name, sources, **kw: None)
+    monkeypatch.setattr(ext, "get_default_build_root", lambda: str(tmp_path))
+    monkeypatch.setattr(cpu_gemm, "why_not", lambda: None)
+    monkeypatch.setattr(cpu_gemm, "_REGISTERED", [True])
+    monkeypatch.setattr(cpu_gemm, "ISA", [])
+    monkeypatch.setattr(torch.ops, "decodescope", type("Ops", (), {"select_isa": staticmethod(lambda isa: isa)})(),
+                        raising=False)
+    cpu_gemm.kernel.__wrapped__()
+    err = capsys.readouterr().err
+    assert err.count(cpu_gemm.BUILDING) == 1 and "once per machine" in err and err.count("\n") == 1, err
+    name = cpu_gemm.build_name()
+    (tmp_path / name).mkdir(exist_ok=True)
+    (tmp_path / name / f"{name}.so").write_bytes(b"")
+    cpu_gemm.kernel.__wrapped__()
+    assert capsys.readouterr().err == ""
+
+
+def test_running_the_build_module_gives_no_runpy_warning():
+    """`python -m decoding.fast.cpu_gemm` (build the kernel ahead of time): importing the package must not
+    import the module itself, or runpy warns that it was found in sys.modules before running it."""
+    import subprocess
+    env = {**os.environ, "DECODESCOPE_CPU_GEMM": "0"}  # says why it is not used, and exits: no build here
+    r = subprocess.run([sys.executable, "-m", "decoding.fast.cpu_gemm"], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 1 and "RuntimeWarning" not in r.stderr and "not used here" in r.stderr, r.stderr
 
 
 def test_build_name_keys_the_compiler_the_python_abi_and_the_environment():

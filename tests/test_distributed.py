@@ -244,3 +244,46 @@ def test_pictures_and_projections_read_the_distributed_trace(spawned):
     bad["config"]["distributed"]["world_size"] = 0
     with pytest.raises(ValueError, match="world_size"):
         Trace.from_dict(bad)
+
+
+def test_a_refusal_under_torchrun_is_one_line_from_rank_0(tmp_path):
+    """A bad option under torchrun (--lp with a method it does not split): one `error:` line (rank 0's, the
+    other ranks quiet), a non-zero status, rank 0's status 2 the root cause torchrun reports, and no traceback
+    of ours (torchrun's own failure report follows: a worker cannot switch it off)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "DECODESCOPE_NO_FETCH": "1", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", str(port), "-m", "decoding", "generate", "--model", "embedded",
+                        "--lp", "--method", "greedy", "--prompt", "x"], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path, env=env)
+    out = r.stdout + r.stderr
+    ours = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert r.returncode != 0 and ours == ["error: --lp splits lookahead's window over the processes: use --method "
+                                           "lookahead"], out[-3000:]
+    root_cause = out.split("Root Cause", 1)[-1]
+    assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause, out[-3000:]
+    ours_in_a_traceback = [x for x in out.splitlines() if x.strip().startswith("File ") and "/decoding/" in x]
+    assert not ours_in_a_traceback, out[-3000:]  # the only traceback is the launcher's, none from our code
+
+
+def test_lp_says_which_shape_it_runs(tiny_dir):
+    """--lp without a shape runs the paper's defaults (a device preset is timed in one process): a [preset]
+    line says so, as every other lookahead run's does."""
+    from decoding.__main__ import build_parser
+    from decoding.cli_setup import setup
+    args = build_parser().parse_args(["generate", "--model", tiny_dir, "--method", "lookahead", "--lp",
+                                      "--prompt", "def x", "--max-new-tokens", "2"])
+    setup(args)
+    lines = [x for x in getattr(args, "notes", []) if x.startswith("[preset]")]
+    assert len(lines) == 1 and "paper's defaults" in lines[0] and "--lp" in lines[0], getattr(args, "notes", [])
+    args = build_parser().parse_args(["generate", "--model", tiny_dir, "--method", "lookahead", "--lp",
+                                      "--window", "3", "--prompt", "def x", "--max-new-tokens", "2"])
+    setup(args)
+    assert not [x for x in getattr(args, "notes", []) if x.startswith("[preset]")]  # a given shape: no line

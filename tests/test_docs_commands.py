@@ -14,6 +14,7 @@ import ast
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import re
 import runpy
@@ -195,15 +196,19 @@ MISSING = re.compile(r"must name (?:an )?existing (file|folder|files or folders)
                      r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\") does not exist")
 
 
-def check_command(argv: list[str], workdir: Path) -> None:
+def check_command(argv: list[str], workdir: Path, installed: bool = False) -> None:
     """Assert that argv (one of our CLIs, as a page shows it) parses; workdir is the current directory,
-    holding the repository's top-level entries, where the reader's own files get stand-ins."""
+    holding the repository's top-level entries, where the reader's own files get stand-ins. installed: the
+    package runs from a wheel's install and workdir holds nothing of the checkout, so a path into the
+    checkout (assets/target) is an error: the reader who ran `pip install` has no such folder."""
     cli = our_cli(argv)
     src = source_of(cli)
     assert src.is_file(), f"{cli.target} does not exist"
     for tok in cli.args:  # a path into the repository must be there
         path = tok.split("=", 1)[-1]
         if "/" in path and path.split("/")[0] in REPO_TOP and not re.search(r"[*?<>{}$]", path):
+            assert not installed, (f"{path} is a path into the checkout: from an installed package it does "
+                                   "not exist (name it: embedded, embedded-draft, a shipped name)")
             assert (ROOT / path).exists(), f"{path} is named as a repository path but does not exist"
     code = src.read_text()
     compile(code, str(src), "exec")
@@ -297,6 +302,51 @@ def test_the_readers_own_files_get_stand_ins(workdir):
     check_command(["python", "-m", "decoding", "generate", "--method", "retrieval", "--datastore", "ds/"], workdir)
     assert (workdir / "notes.txt").is_file() and (workdir / "ds").is_dir()
     assert not (ROOT / "notes.txt").exists() and not (ROOT / "ds").exists()
+
+
+# Runs inside the venv of tests/installed_wheel.py, in an empty folder outside the checkout: every command of
+# the installed package's CLIs (python -m ..., decodescope) on the pages, checked as above against the install.
+# Prints one JSON line: where the package was imported from, and each failure.
+FROM_THE_WHEEL = r"""
+import json, os, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])  # this file's folder: the checks and the pages, never the checkout's packages
+import decoding
+import test_docs_commands as t
+failed = []
+for where, argv in t.COMMANDS:
+    if t.our_cli(argv).kind not in ("module", "console"):
+        continue
+    work = Path(tempfile.mkdtemp(dir=os.getcwd()))
+    os.chdir(work)
+    try:
+        t.check_command(argv, work, installed=True)
+    except AssertionError as e:
+        failed.append(f"{where}: {e}")
+print(json.dumps({"decoding": decoding.__file__, "failed": failed}))
+"""
+
+
+def test_every_command_on_the_pages_parses_from_the_installed_wheel(venv):
+    """The pages' commands of the installed CLIs (python -m ..., decodescope), run the way a reader who did
+    `pip install` runs them: the package from the wheel's install in a fresh venv, the current directory an
+    empty folder outside the checkout. Scripts (python app.py, bench/*.py) are the checkout's own files and
+    are checked above only."""
+    from installed_wheel import in_venv
+    r = in_venv(venv, str(venv["py"]), "-c", FROM_THE_WHEEL, str(Path(__file__).parent))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["decoding"].startswith(str(venv["root"] / "env")), got["decoding"]
+    assert not got["failed"], "\n".join(got["failed"])
+
+
+def test_a_checkout_path_fails_the_installed_check(tmp_path, monkeypatch):
+    """The installed check refuses a path only a checkout has, where the checkout's check accepts it."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["python", "-m", "decoding", "generate", "--model", "assets/target"]
+    with pytest.raises(AssertionError, match="path into the checkout"):
+        check_command(argv, tmp_path, installed=True)
+    check_command(["python", "-m", "decoding", "generate", "--model", "embedded"], tmp_path, installed=True)
 
 
 PYTHON = [b for p in PAGES for b in blocks(p) if b.lang in ("python", "py")]

@@ -112,3 +112,45 @@ def test_profile_a_gguf_model(gguf_file, cache, tmp_path, capsys):
     names = {p.name for p in out.iterdir()}
     assert any(n.endswith(".json") for n in names), names
     capsys.readouterr()
+
+
+def test_a_killed_conversions_partial_folder_is_swept_by_the_next(gguf_file, tmp_path):
+    """A conversion writes into a temporary .partial folder beside its destination and renames it into place:
+    a killed one (SIGKILL: no cleanup runs) leaves only such folders. The next conversion removes the stale
+    ones (older than fetch_model.STALE_S), keeps a fresh one (another conversion may be writing it), and never
+    takes a partial folder for a converted model."""
+    import os
+    import time
+    from decoding.fetch_model import STALE_S
+    from decoding.gguf_import import convert_gguf, converted, folder_for
+    cache = tmp_path / "cache"
+    dest = folder_for(gguf_file, cache)
+    dest.parent.mkdir(parents=True)
+    stale = dest.parent / f".{dest.name}.k1ll3d.partial"
+    replaced = dest.parent / f".{dest.name}.old-123-456"
+    fresh = dest.parent / f".{dest.name}.busy.partial"
+    other = dest.parent / ".someone-elses"
+    for d in (stale, replaced, fresh, other):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"half")
+    old = time.time() - STALE_S - 60
+    for d in (stale, replaced, other):
+        os.utime(d, (old, old))
+    assert converted(gguf_file, cache) is None  # a partial folder is not a conversion
+    assert convert_gguf(gguf_file, cache) == dest and (dest / "gguf.json").is_file()
+    assert not stale.exists() and not replaced.exists()
+    assert fresh.is_dir() and other.is_dir()  # a live conversion's, and what is not ours
+    assert not [p for p in dest.parent.glob(f".{dest.name}.*") if p not in (fresh,)]  # the rename left nothing
+
+
+def test_one_stage_progress_bar_serves_the_fetch_and_the_conversion(capsys):
+    """The fetch's and a conversion's stage bars are one function (fetch_model.progress_bar); the conversion's
+    also logs each finished stage as a [convert] line above the bar."""
+    from decoding import fetch_model, gguf_import
+    assert gguf_import.progress_bar is fetch_model.progress_bar
+    bar, progress = fetch_model.progress_bar(gguf_import.STAGES, "convert", log="convert")
+    progress("read", 0.0, "reading")
+    progress("read", 1.0, "Q4_1 11")
+    assert bar.n == 1
+    bar.close()
+    assert "[convert] read: Q4_1 11" in capsys.readouterr().err

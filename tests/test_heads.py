@@ -615,3 +615,18 @@ def test_drafters_beside_a_block_packed_target_store_q8_0_blocks_and_stay_exact(
     module = load_drafting(heads, packed, kind, 0)[0]  # another key: loaded again
     assert {m.storage for m in module.modules() if isinstance(m, PackedLinear)} == {"fp32"}
     assert load_drafting(heads, stock, kind, None)[0] is not None  # a stock target: nothing rounded, no error
+
+
+def test_a_large_vocabulary_drafts_over_at_most_32k_tokens_by_default():
+    """The default drafting vocabulary is a quarter of the vocabulary, capped at 32,768 rows: a 200K-token head
+    drafts over its 32,768 most emitted tokens (not 50,000); a small one keeps its quarter; --draft-vocab wins."""
+    import torch
+    from torch import nn
+    from decoding.methods.self_draft.heads import LARGE_VOCAB_DRAFT, DraftLM
+    big = nn.Linear(4, 200_000, bias=False)
+    counts = torch.randint(0, 1000, (200_000,))
+    d = DraftLM(big, counts)
+    assert d.size == LARGE_VOCAB_DRAFT == 32_768
+    assert set(d.ids.tolist()) == set(torch.argsort(counts, descending=True, stable=True)[:32_768].tolist())
+    assert DraftLM(nn.Linear(4, 8_192, bias=False), torch.randint(0, 9, (8_192,))).size == 2_048
+    assert DraftLM(big, counts, 100_000).size == 100_000 and DraftLM(big, counts, 0).ids is None

@@ -43,3 +43,39 @@ def test_a_missing_draft_is_refused_before_the_target_loads(tmp_path, monkeypatc
                  "--prompt", "import os"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such file or folder" in err[0], err
+
+
+def _no_load(monkeypatch):
+    import decoding.cli_setup as cs
+
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded before the refusal")
+    monkeypatch.setattr(cs, "load", no_load)
+
+
+def _one_refusal(capsys, argv: list[str]) -> str:
+    from decoding.__main__ import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_a_missing_relative_draft_or_an_uncached_hub_draft_is_refused_before_any_load(tmp_path, monkeypatch, capsys):
+    """A relative path under a folder that exists (drafts/mine) and a Hub id that is not cached while offline
+    (the suite runs with HF_HUB_OFFLINE=1) are refused in one line before the target loads."""
+    _no_load(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "drafts").mkdir()
+    base = ["generate", "--model", "embedded", "--method", "speculative", "--prompt", "import os"]
+    assert "no such file or folder" in _one_refusal(capsys, [*base, "--draft", "drafts/mine"])
+    assert "not in the Hugging Face cache" in _one_refusal(capsys, [*base, "--draft", "someone/no-such-draft-xyz"])
+
+
+def test_heads_no_shipped_set_fits_are_refused_before_the_model_loads(tiny_dir, monkeypatch, capsys):
+    """EAGLE / Medusa on a model whose width no shipped heads have: the refusal default_heads gives after the
+    load comes before it (Gemma's load took 20-30 s)."""
+    _no_load(monkeypatch)
+    for method in ("eagle", "medusa"):
+        line = _one_refusal(capsys, ["generate", "--model", tiny_dir, "--method", method, "--prompt", "x"])
+        assert f"{method} needs heads" in line and "train-heads" in line, line

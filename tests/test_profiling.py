@@ -265,10 +265,31 @@ def test_profile_help_lists_only_options_that_work(capsys):
     each is still refused by name in one line."""
     assert cli_main(["--help"]) == 0
     out = capsys.readouterr().out
-    for opt in ("--json", "--compare", "--prompt-file", "--chat", "--check-exact", "--stream", "--stop"):
+    for opt in ("--json", "--compare", "--prompt-file", "--check-exact", "--stream", "--stop"):  # --chat works
         assert f"{opt} " not in out and f"{opt}\n" not in out and f"{opt}," not in out, opt
         value = {"--chat": [], "--check-exact": [], "--stream": [], "--compare": ["greedy"]}.get(opt, ["x"])
         assert cli_main([opt, *value]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and opt in err and "not the profiler's" in err, err
     assert "--method" in out and "--out" in out and "--sweep" in out
+
+
+def test_profile_takes_chat_as_generate_does(tiny_dir, tmp_path, capsys):
+    """--chat: the profiled prompt is the chat template's token ids, as `generate --chat` runs it; a tokenizer
+    without a template is refused in one line."""
+    import shutil
+    from transformers import AutoTokenizer
+    chat = tmp_path / "chat"
+    shutil.copytree(tiny_dir, chat)
+    t = AutoTokenizer.from_pretrained(chat)
+    t.chat_template = "{% for m in messages %}def {{ m['content'] }} :{% endfor %}"
+    t.save_pretrained(chat)
+    out = tmp_path / "p"
+    assert cli_main(["--model", str(chat), "--prompt", "x ( y )", "--chat", "--max-new-tokens", "3", "--no-peaks",
+                     "--out", str(out)]) == 0, capsys.readouterr().err
+    doc = json.loads((out / "greedy.trace.json").read_text())
+    assert doc["prompt_ids"] == t("def x ( y ) :")["input_ids"]
+    capsys.readouterr()
+    assert cli_main(["--model", tiny_dir, "--prompt", "x", "--chat", "--no-peaks", "--out", str(tmp_path / "q")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no chat template" in err, err

@@ -47,7 +47,8 @@ def retrieval_source(choice: str) -> str | None:
     if choice in ("", None):
         return None
     if choice == "shipped":
-        return str(Path(__file__).resolve().parents[2] / "assets" / "datastore" / "smollm2")
+        from decoding.models import SHIPPED_FOLDERS
+        return SHIPPED_FOLDERS["datastore"]["smollm2"]  # the package's, a checkout's or an install's
     raise InputError(f"**retrieval source**: choose the suffix cache or the shipped datastore, not {choice!r}")
 
 

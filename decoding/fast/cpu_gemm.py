@@ -68,7 +68,10 @@ SOURCES = (SOURCE, SOURCE.with_name("cpu_step.cpp"), SOURCE.with_name("cpu_int8.
 # whole step (cpu_step.py), the int8 kernel
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp")
 LDFLAGS = ("-fopenmp",)  # OpenMP: parallel_for
-BUILDING = "building the CPU kernel (once, ~30 s)..."
+# Said on every stream when a build starts (a first run was silent for ~73 s on a busy machine): what is
+# compiled and that it happens once per machine; a terminal also sees the seconds go by (building()).
+BUILDING = ("compiling the CPU kernel (decoding/fast/cpu_gemm.cpp, C++ for this CPU) once per machine and Python "
+            "environment, 30-90 s; later runs load it")
 ROWS_MAX = 256  # rows per call up to which the kernel was measured faster than MKL (1-2 threads); more: MKL
 MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear weights) fit in this share of RAM
 OWNER = "decodescope.owner"  # in the build folder: flock'd by the process building, which writes its pid there
@@ -130,6 +133,33 @@ def built(name: str, root: Path) -> bool:
 
 def _say(text: str) -> None:
     print(f"decodescope: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def building(first: bool, every_s: float = 1.0):
+    """Around a compile: BUILDING once (first: nothing built yet; loading a built kernel says nothing), and
+    on a terminal the seconds so far, rewritten in place until it ends."""
+    if not first:
+        yield
+        return
+    tty = sys.stderr.isatty()
+    print(f"decodescope: {BUILDING}" + ("" if tty else "..."), file=sys.stderr, end="" if tty else "\n", flush=True)
+    done = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            print(f"\rdecodescope: {BUILDING}... {time.monotonic() - start:.0f} s", file=sys.stderr, end="", flush=True)
+    ticker = threading.Thread(target=tick, daemon=True) if tty else None
+    if ticker:
+        ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if ticker:
+            ticker.join()
+            print(f"\rdecodescope: {BUILDING}: done in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -202,10 +232,9 @@ def _kernel():
                 _FAILED.append(_WAITED[-1])
                 _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
                 return None
-            if sys.stderr.isatty() and not built(name, folder.parent):  # a piped stderr keeps its one-line errors
-                _say(BUILDING)
-            load(name, [str(s) for s in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
-                 build_directory=str(folder), is_python_module=False, verbose=False)
+            with building(not built(name, folder.parent)):
+                load(name, [str(s) for s in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+                     build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build, no writable folder: "use MKL"
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
         _FAILED.append(f"its build failed ({type(e).__name__}: {first})")

@@ -24,7 +24,6 @@ import os
 
 import torch
 
-from . import cpu_gemm
 
 ROUND = 256  # capacity granularity of a CpuKV (doubles when a step needs more)
 # transformers' classes whose decoder layer is Llama's (RMSNorm, rotary, SiLU gate), by model_type; Qwen2 adds
@@ -45,6 +44,7 @@ def why_not(model) -> str | None:
     cfg = getattr(model, "config", None)
     if cfg is None or ARCHS.get(type(model).__name__) != getattr(cfg, "model_type", None):
         return f"{type(model).__name__} is not one of {', '.join(ARCHS)}"
+    from . import cpu_gemm  # here, not at import: `python -m decoding.fast.cpu_gemm` must not find it imported
     if cpu_gemm.kernel() is None:
         return f"no CPU kernel ({cpu_gemm.why_not()})"
     emb = model.get_input_embeddings().weight

@@ -7,6 +7,7 @@ import argparse
 import atexit
 import os
 import sys
+import time
 
 from decoding.methods.windows.lookahead import SPEC as LOOKAHEAD  # lookahead parallelism splits this method's window
 from .group import launched
@@ -33,6 +34,22 @@ def prepare(args: argparse.Namespace) -> None:
         args.json = None
         sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the process's lifetime
     atexit.register(_close)
+
+
+# Under torchrun every rank runs the same checks and refuses alike: rank 0 says it; the others stay quiet this
+# long first, so rank 0's exit (status 2) is the failure torchrun names as the root cause, not a SIGTERM'd rank 0
+# whose line never printed.
+QUIET_RANK_WAIT_S = 3.0
+
+
+def say_refusal(line: str) -> None:
+    """A refusal's one line: printed once, by rank 0 under torchrun (the caller exits with status 2 on every
+    rank, no traceback of ours). torchrun's launcher still prints its own failure report (ChildFailedError)
+    for any worker that exits non-zero: that is torch's and cannot be switched off from a worker."""
+    if launched() and os.environ.get("RANK", "0") != "0":
+        time.sleep(QUIET_RANK_WAIT_S)  # torchrun ends this rank once rank 0 has exited
+        return
+    print(line, file=sys.stderr, flush=True)
 
 
 def _close() -> None:

@@ -47,7 +47,7 @@ def frames(trace: TraceLike, steps: list[int] | None = None, width: int = 1100) 
         from playwright.sync_api import sync_playwright
     except ImportError:  # a dev dependency: the command says so in one line, not a traceback
         raise OSError("the GIF export drives Chromium with playwright, which is not installed: "
-                      "pip install playwright (requirements-dev.txt; it uses the system chromium)") from None
+                      "pip install playwright, and a chromium (apt-get install chromium; docs/install.md)") from None
 
     from ..summaries.report import write_report
     tr = as_trace(trace)

@@ -64,7 +64,8 @@ def drafted_from(src: str, where: list[tuple[str, int]]) -> list[str]:
 
 def open_datastore(path: str | Path, tokenizer=None) -> Datastore:
     """A datastore, opened once per process per file version; the tokenizer check runs every call."""
-    p = Path(path).expanduser()
+    from decoding.models import shipped_folder
+    p = Path(shipped_folder("datastore", str(path))).expanduser()
     try:
         key = (str(p.resolve()),) + tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None
                                           for f in (p / "datastore.json", p / "tokens.bin", p / "sa.bin"))
@@ -274,7 +275,7 @@ class Retrieval:
 class RetrievalParams:
     datastore: object = knob(None, cli="--datastore", kind="folder",
                              help="retrieval: a REST datastore folder (python -m decoding build-datastore; shipped for "
-                                  "the default model: assets/datastore/smollm2); without it retrieval drafts from the "
+                                  "the default model by name: smollm2); without it retrieval drafts from the "
                                   "suffix cache (SuffixDecoding: prompt, output so far, earlier runs)")
     tokenizer: object = knob(None, shared=True, internal=True, help="the target's tokenizer, checked against the datastore's")
     budget: int = knob(None, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget",

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from decoding.fast.cpu_gemm import PackedLinear
 from decoding.fast.layout import column_major_linears
 from decoding.engine.drafter import Abilities
 from decoding.engine.sampling import Sampling, warp
@@ -274,6 +273,9 @@ def quantize_drafting(module: nn.Module) -> int:
     return done
 
 
+LARGE_VOCAB_DRAFT = 32_768  # the default drafting vocabulary's cap (FR-Spec's size for a 128K vocabulary)
+
+
 class DraftLM:
     """The target's LM head as the drafts use it, optionally restricted to the `size` tokens the target
     chose most often in training (FR-Spec, Zhao et al. 2025). Why: a drafting level multiplies its rows by
@@ -281,7 +283,9 @@ class DraftLM:
     a token the target rarely emits is rarely worth a tree node. Drafts only: verification runs the full
     head, so greedy ids stay exact and sampling keeps the target's distribution.
     size None: a quarter of the vocabulary (FR-Spec's 32K of Llama 3's 128K; on the embedded target the
-    top 2,048 of 8,192 cover 94-98% of its argmax choices); 0, heads without counts, or an LM head that is
+    top 2,048 of 8,192 cover 94-98% of its argmax choices), at most LARGE_VOCAB_DRAFT tokens: a quarter of
+    Gemma 3's 262K would still be 65K rows per drafting level (EAGLE ran at 0.7 tokens/s against greedy's 3
+    there); 0, heads without counts, or an LM head that is
     not a plain Linear: the whole vocabulary. Holds a copy of those rows (a quarter of the LM head's memory
     by default: ~270 MB for a 128K x 4096 bf16 head)."""
 
@@ -290,7 +294,7 @@ class DraftLM:
         w = getattr(lm, "weight", None)
         if counts is None or not isinstance(lm, nn.Linear) or w.shape[0] != len(counts):
             return
-        size = w.shape[0] // 4 if size is None else int(size)
+        size = min(w.shape[0] // 4, LARGE_VOCAB_DRAFT) if size is None else int(size)
         if 0 < size < w.shape[0]:
             ids = torch.argsort(counts, descending=True, stable=True)[:size].sort().values.to(w.device)
             self.head = nn.Linear(w.shape[1], size, bias=lm.bias is not None, device=w.device, dtype=w.dtype)
@@ -298,6 +302,7 @@ class DraftLM:
             self.head.weight.copy_(w.detach()[ids])
             if lm.bias is not None:
                 self.head.bias.copy_(lm.bias.detach()[ids])
+            from decoding.fast.cpu_gemm import PackedLinear  # not at import: see decoding/fast/cpu_step.py
             if isinstance(lm, PackedLinear):  # the target's layout (layout.py), for the drafts' head too
                 self.head = PackedLinear(self.head)
             elif w.device.type == "cpu" and w.dtype == torch.float32:
@@ -382,11 +387,37 @@ def default_heads(model, method: str) -> str:
         if cfg.get("base_fingerprint") and cfg["base_fingerprint"] in fingerprints:
             return str(shipped)
         bases.append(cfg.get("base_model") or "the embedded target")
+    raise ValueError(no_heads_for(method, bases))
+
+
+def check_shipped_heads_fit(model_dir: str, method: str) -> None:
+    """Before a model loads: when no shipped heads set has its hidden width (read from config.json, cheap),
+    none can be its own, so the refusal default_heads would give after the load comes now. A set of the
+    same width may still be another model's: default_heads checks the fingerprint after the load."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # a Hub id, or no readable config: the load says what is wrong
+    cfg = cfg.get("text_config") or cfg
+    hidden = cfg.get("hidden_size", cfg.get("n_embd", cfg.get("d_model")))
+    cards = []
+    for shipped in (SHIPPED_HEADS / method, SHIPPED_HEADS / "smollm2" / method):
+        try:
+            cards.append(json.loads((shipped / "heads.json").read_text()))
+        except (OSError, ValueError):
+            continue
+    if hidden is None or any(c.get("hidden") in (None, hidden) for c in cards):
+        return
+    raise ValueError(no_heads_for(method, [c.get("base_model") or "the embedded target" for c in cards]))
+
+
+def no_heads_for(method: str, bases: list[str]) -> str:
+    """The one line for a model no shipped heads were trained for."""
     shipped = SHIPPED_HEADS / method
     base = " and ".join(bases) or "the embedded target"
-    raise ValueError(f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
-                     f"for {base}, not this model; train heads for it with python -m decoding train-heads "
-                     f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
+    return (f"{method} needs heads: the shipped ones ({shipped.relative_to(ASSETS.parent)}) were trained "
+            f"for {base}, not this model; train heads for it with python -m decoding train-heads "
+            f"--model M --kind {method} --data TEXT --out DIR, then pass heads=DIR (--heads DIR)")
 
 
 def prepare_heads(method: str):
