@@ -226,15 +226,6 @@ def method_params(args: argparse.Namespace, spec: MethodSpec, specs: dict[str, M
     return p
 
 
-# Checks of a parameter against the sampling settings (a spec's check sees the parameters only).
-def _check_acceptance(value, sampling) -> None:
-    from decoding.methods.self_draft.medusa import check_acceptance
-    check_acceptance(value, sampling)
-
-
-SAMPLING_CHECKS = {"acceptance": _check_acceptance}
-
-
 def note(args: argparse.Namespace, line: str) -> None:
     """A line about what setup chose (the shipped heads, draft or preset): printed once the first run has passed
     its checks, so bad input still answers with one line."""
@@ -357,9 +348,8 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         raise ValueError("--check-exact compares greedy output with HF greedy: drop --temperature")
     spec = specs[args.method]
     params = method_params(args, spec, specs)
-    for name, check in SAMPLING_CHECKS.items():
-        if name in params:
-            check(params[name], sampling)
+    if spec.check_sampling is not None:  # a value the sampling settings rule out (typical acceptance, greedy)
+        spec.check_sampling(params, sampling)
     spec, params = checked(spec, params)  # names, ranges and the method's own combination check
     if args.auto:
         check_auto(spec, params, specs)

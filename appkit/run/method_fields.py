@@ -10,7 +10,7 @@ methods is read from the spec (its knobs, needs, presets).
 from __future__ import annotations
 
 from decoding.methods import registry
-from decoding.methods.spec import Knob, MethodSpec
+from decoding.methods.spec import CAPABILITIES, Knob, MethodSpec
 
 # Page fields (= Settings fields = API parameter names) older than the specs, where they differ from the knob.
 FIELD_OF = {"tree": "widths", "tree_budget": "budget", "budget": "heads_budget"}
@@ -60,8 +60,8 @@ def range_key(name: str) -> str:
 
 
 def has_shape(s: MethodSpec) -> bool:
-    """Its controls include a token tree's shape (chain / tree widths / budget, one radio picks)."""
-    return any(k.kind == "widths" for k in ui_knobs(s))
+    """Its spec declares the tree-shape radio (chain / tree widths / budget, one radio picks)."""
+    return s.can("tree_shape")
 
 
 def needing(resource: str) -> tuple[str, ...]:
@@ -74,10 +74,12 @@ def needs(method: str, resource: str) -> bool:
     return s is not None and resource in s.needs
 
 
-def takes(method: str, param: str) -> bool:
-    """The method's drafter is built with `param` (reference_ids, datastore, acceptance, history...)."""
+def can(method: str, capability: str) -> bool:
+    """The method's spec declares `capability` (decoding/methods/spec.py CAPABILITIES: reference texts, the
+    retrieval source, the session's history, typical acceptance, the tree-shape radio); False for an unknown
+    method. Declared, never inferred from a parameter's name: a new method's `datastore` knob is its own."""
     s = spec(method)
-    return s is not None and param in s.param_names()
+    return s is not None and s.can(capability)
 
 
 def knob_fields() -> dict[str, Knob]:
@@ -124,7 +126,7 @@ def field_values(method: str, params: dict) -> dict:
     mine = {k.name: k for k in ui_knobs(s)}
     out: dict = {}
     if has_shape(s):
-        tree = next(k.name for k in mine.values() if k.kind == "widths")
+        tree = CAPABILITIES["tree_shape"]
         mode = "tree" if params.get(tree) else "budget" if params.get("tree_budget") else "chain"
         out[SHAPE] = mode
         for name in SHAPE_MODES[mode]:

@@ -19,6 +19,33 @@ BASELINE = "greedy"  # the method every other one is measured against and must r
 RESOURCES = ("draft_model", "heads", "adapter", "datastore")
 # Pictures the step view can draw, chosen by the structure a method's trace records (viz reads these).
 PICTURES = ("mask", "tree", "window", "pool", "trajectory", "retrieval", "draft_cost", "heads")
+# What the app hands a method beyond its controls, declared by the spec (capabilities) and never inferred from
+# a parameter's name; each names the parameter that receives it, which the method must declare:
+# "reference_texts": the reference box's texts, tokenised (prompt lookup's reference lookup);
+# "datastore": the page's retrieval source (a datastore folder, or None for the suffix cache);
+# "session_history": this session's earlier runs (a suffix-cache History), never the process's;
+# "typical_acceptance": the page's typical-acceptance switch ("exact" or Medusa's "typical", sampling only);
+# "tree_shape": the page's chain / tree widths / budget radio picks the shape (the "widths" knob is the tree).
+CAPABILITIES = {"reference_texts": "reference_ids", "datastore": "datastore", "session_history": "history",
+                "typical_acceptance": "acceptance", "tree_shape": "tree"}
+
+
+@dataclass(frozen=True)
+class Tuner:
+    """How a method's shape is tuned (decoding/tune.py drives it; the strategy lives with the method).
+    run: (model, tokenizer, prompts, *, method, pilot_tokens, reps, draft, heads, draft_tokenizer, **fixed)
+      -> {"params", "label", "result"[, "detail"]}.
+    chooses: the parameters it picks (a user's value for one of them contradicts --auto); what: their name in
+    words; fixed: the tuner options a user's other values fix (a given heads confidence is the only cut tried);
+    pilot_runs: (pilot prompts, reps) -> pilot decodes one tune makes (a shared server counts them first);
+    reps: repetitions the app uses; measured: (the tuner's result) -> one sentence of what it measured."""
+    run: Callable[..., dict]
+    chooses: tuple[str, ...]
+    what: str
+    pilot_runs: Callable[[int, int], int]
+    fixed: Callable[[dict], dict] = lambda params: {}
+    reps: int = 1
+    measured: Callable[[dict], str] = lambda result: ""
 
 
 def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | None = None, lo: float | None = None,
@@ -70,7 +97,12 @@ class MethodSpec:
     prepare: (params dict, model, tokenizer) -> params dict: what only the model can settle (load a draft,
       pick the shipped heads, check a datastore against the tokenizer); None = nothing to settle.
     check: (params dict) -> None: raises ValueError on a combination the ranges cannot express.
-    tuner: the strategy decoding/tune.py searches this method's shape with (None = not tuned).
+    check_sampling: (params dict, Sampling) -> None: raises ValueError on a value the sampling settings rule
+      out (typical acceptance at temperature 0); the CLI runs it before a model loads.
+    capabilities: what the app hands the method beyond its controls (CAPABILITIES: reference texts, the
+      retrieval source, the session's history, the typical-acceptance switch, the tree-shape radio).
+    tuner: the Tuner decoding/tune.py searches this method's shape with, declared with the method (None = not
+      tuned).
     presets: shipped shapes by place ("cpu_embedded", "cpu_default", "teaching").
     cli_preset: `generate` runs the device's preset (decoding/presets.py lookup) when none of the preset's
       parameters is given: for a method whose default shape loses to greedy on some devices (lookahead's
@@ -96,7 +128,9 @@ class MethodSpec:
     needs: tuple[str, ...] = ()
     prepare: Callable[[dict, Any, Any], dict] | None = None
     check: Callable[[dict], None] | None = None
-    tuner: str | None = None
+    check_sampling: Callable[[dict, Any], None] | None = None
+    capabilities: tuple[str, ...] = ()
+    tuner: Tuner | None = None
     presets: dict[str, dict] = field(default_factory=dict)
     cli_preset: bool = False
     pictures: tuple[str, ...] = ("mask",)
@@ -122,6 +156,12 @@ class MethodSpec:
     def param_names(self) -> tuple[str, ...]:
         """Every keyword the drafter is built from (user and internal), as make_drafter accepts them."""
         return tuple(f.name for f in dataclasses.fields(self.params))
+
+    def can(self, capability: str) -> bool:
+        """It declares `capability` (CAPABILITIES): the app hands it that input."""
+        if capability not in CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
+        return capability in self.capabilities
 
     def defaults(self) -> dict:
         return {k.name: k.default for k in self.knobs(user=False)}

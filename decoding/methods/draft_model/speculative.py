@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from decoding.methods.draft_model.draft_tree import DraftCore, TreeBuilder, make_shape
+from decoding.methods.draft_model.draft_tree import DraftCore, TreeBuilder, make_shape, speculative_query_tokens
 from decoding.engine.drafter import Abilities, Plan, tree_record
 from decoding.models import ModelError
 from decoding.engine.sampling import Sampling, make_generator, warp
@@ -301,5 +301,7 @@ SPEC = MethodSpec(
     needs=("draft_model",), prepare=prepare, check=check, tuner="draft_shapes",
     presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
              "teaching": {"draft_tokens": 4, "staged": False}},
-    pictures=("mask", "tree"), words=words,
+    pictures=("mask", "tree"), words=words, capabilities=("tree_shape",),
+    query_tokens=lambda p: speculative_query_tokens(make_shape(p.get("draft_tokens"), p.get("tree"),
+                                                               p.get("tree_budget"), bool(p.get("staged")))),
     examples=({"draft_tokens": 4, "confidence": 0.0}, {"tree": [3, 2, 1], "confidence": 0.0},))

@@ -301,6 +301,12 @@ def prepare(p: dict, model, tokenizer) -> dict:
     return {"tokenizer": tokenizer, **vocab, **p}
 
 
+def query_tokens(p: dict) -> int:
+    """x0 and the trie's nodes: at most the budget (its default depends on the source: REST or the suffix cache)."""
+    budget = p.get("budget") or (REST if p.get("datastore") is not None else SUFFIX)["budget"]
+    return budget + 1
+
+
 SPEC = MethodSpec(
     name="retrieval", drafter=Retrieval, params=RetrievalParams, label="retrieval", colour="#b8860b",
     summary="drafts what followed the context's longest matching suffix in a datastore or the suffix cache",
@@ -315,4 +321,5 @@ SPEC = MethodSpec(
     paper="He et al. 2023, REST (arXiv 2311.08252); Oliaro et al. 2024, SuffixDecoding (arXiv 2411.04975)",
     prepare=prepare, presets={"cpu_embedded": {}},
     pictures=("mask", "tree", "retrieval"),
+    query_tokens=query_tokens, capabilities=("datastore", "session_history"),
     examples=({},))

@@ -26,7 +26,7 @@ from decoding.engine.drafter import Plan, best_closed, tree_record
 from decoding.methods.self_draft.eagle_layer import EagleLayer
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.masks import chain_parents, grow_level, step_mask
-from decoding.methods.self_draft.medusa import check_acceptance, record_verdict
+from decoding.methods.self_draft.medusa import check_acceptance, check_sampling, record_verdict
 from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
 from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
 from decoding.engine.sampling import Sampling, draw_children, make_generator, warp
@@ -341,4 +341,6 @@ SPEC = MethodSpec(
     needs=("heads",), prepare=prepare_heads("eagle"), tuner="heads_budget",
     presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 8, "adaptive": 1, "draft_vocab": 4096}},
     pictures=("mask", "tree", "heads"),
+    query_tokens=lambda p: p["budget"] + 1,  # x0 and the budget's best nodes
+    capabilities=("typical_acceptance",), check_sampling=check_sampling,
     examples=({"budget": 8},))

@@ -112,6 +112,12 @@ def check_acceptance(acceptance: str, sampling: Sampling | None = None) -> str:
     return acceptance
 
 
+def check_sampling(p: dict, sampling: Sampling) -> None:
+    """The spec's sampling check (medusa, eagle): typical acceptance needs sampling."""
+    if p.get("acceptance") is not None:
+        check_acceptance(p["acceptance"], sampling)
+
+
 def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
     """The tree record the viz reads: accepted path, first rejected child, the target's probability of
     every drafted token (greedy: softmax of its logits; what 'why was it cut' needs). The probabilities are
@@ -149,4 +155,6 @@ SPEC = MethodSpec(
     needs=("heads",), prepare=prepare_heads("medusa"), tuner="heads_budget",
     presets={"cpu_embedded": {"budget": 4, "confidence": 0.1}, "cpu_default": {"budget": 4, "confidence": 0.1}},
     pictures=("mask", "tree", "heads"),
+    query_tokens=lambda p: p["budget"] + 1,  # x0 and the budget's best nodes
+    capabilities=("typical_acceptance",), check_sampling=check_sampling,
     examples=({"budget": 8},))

@@ -12,11 +12,23 @@ import random
 from dataclasses import dataclass
 
 from decoding.engine.drafter import Abilities, Plan
-from decoding.params import LIMITS, TEXT_SPAN
+from decoding.params import LIMITS
 from decoding.engine.masks import add_chains, add_trie, level_start, lookahead_layout
 from decoding.methods.windows.pool import Pool
 from decoding.engine.verify import Verdict, common_prefix
 from decoding.methods.spec import MethodSpec, knob
+
+# Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
+# on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
+# (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7
+# and 10, 7 was about as fast as 10 with fewer query tokens.
+TEXT_SPAN = 7
+
+
+def lookahead_query_tokens(window: int, ngram: int, guesses: int, text_span: int = TEXT_SPAN) -> int:
+    """Most query tokens one lookahead step can run: x0 + the window (W-1 + (N-2)W) + G candidates of up
+    to max(N-1, text span) tokens (shared prefixes merge, so real steps are often smaller)."""
+    return window * (ngram - 1) + guesses * max(ngram - 1, text_span)
 
 
 class Lookahead:
@@ -172,4 +184,5 @@ SPEC = MethodSpec(
              "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
              "teaching": {"window": 5, "ngram": 4, "guesses": 5}},
     pictures=("mask", "window", "pool", "trajectory"), words=words,
+    query_tokens=lambda p: lookahead_query_tokens(p["window"], p["ngram"], p["guesses"], p["text_span"]),
     examples=({"window": 4, "ngram": 3, "guesses": 4}, {"window": 1, "ngram": 3, "guesses": 2},))
