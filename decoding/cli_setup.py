@@ -135,13 +135,12 @@ def refusal(f: Flag, specs: dict[str, MethodSpec] | None = None) -> str:
 def auto_usage(specs: dict[str, MethodSpec] | None = None) -> str:
     """'--method lookahead (without --window/--ngram/--guesses), ... or --method medusa / eagle (without
     --budget)': the tuned methods, grouped by tuner and the flags it chooses."""
-    from .tune import TUNERS
     groups: dict[tuple, list[str]] = {}
     for name, spec in _specs(specs).items():
         if spec.tuner is None:
             continue
-        flags = tuple(k.cli for k in spec.knobs() if k.name in TUNERS[spec.tuner].chooses and k.cli)
-        groups.setdefault((spec.tuner, flags), []).append(name)
+        flags = tuple(k.cli for k in spec.knobs() if k.name in spec.tuner.chooses and k.cli)
+        groups.setdefault((id(spec.tuner), flags), []).append(name)
     return _or(f"--method {' / '.join(names)} (without {'/'.join(flags)})" for (_, flags), names in groups.items())
 
 
@@ -261,8 +260,7 @@ def target_name(name: str | None) -> str:
 
 def check_auto(spec: MethodSpec, p: dict, specs: dict[str, MethodSpec] | None = None) -> None:
     """--auto needs a tuner, and none of the parameters it chooses given."""
-    from .tune import TUNERS
-    t = TUNERS[spec.tuner] if spec.tuner is not None else None
+    t = spec.tuner
     given = [k for k in spec.knobs() if t is not None and k.name in t.chooses and k.name in p]
     if t is not None and not given:
         return
@@ -370,10 +368,10 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)
     if args.auto:  # the method's tuner (decoding/tune.py), the same the app's Tune button runs
-        from .tune import TUNERS, tune
+        from .tune import tune
         tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
                      draft=params.get("draft_model"), heads=params.get("heads"),
-                     draft_tokenizer=params.get("draft_tokenizer"), **TUNERS[spec.tuner].fixed(params))
+                     draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))
         detail = f" ({tuned['detail']})" if tuned.get("detail") else ""
         print(f"[auto] {tuned['label']}{detail}", file=sys.stderr)
         params = {**params, **tuned["params"]}

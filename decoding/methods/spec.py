@@ -31,10 +31,24 @@ CAPABILITIES = {"reference_texts": "reference_ids", "datastore": "datastore", "s
 
 
 @dataclass(frozen=True)
+class PilotKit:
+    """What decoding/tune.py lends a method's tuner: a method's file may not import the API (decoding.api
+    builds methods through the registry, so the import would close a circle).
+    run: decoding.run; make_drafter: (method, **params) -> a drafter without a model; time_pilots: every
+    (method, params) timed on every pilot prompt (decoding.tune.time_pilots); pilots: one prompt or a list of
+    texts -> the list of pilot prompts; specs: the registry's specs, by name."""
+    run: Callable[..., Any]
+    make_drafter: Callable[..., Any]
+    time_pilots: Callable[..., dict]
+    pilots: Callable[[Any], list]
+    specs: dict
+
+
+@dataclass(frozen=True)
 class Tuner:
     """How a method's shape is tuned (decoding/tune.py drives it; the strategy lives with the method).
-    run: (model, tokenizer, prompts, *, method, pilot_tokens, reps, draft, heads, draft_tokenizer, **fixed)
-      -> {"params", "label", "result"[, "detail"]}.
+    run: (PilotKit, model, tokenizer, prompts, *, method, pilot_tokens, reps, draft, heads, draft_tokenizer,
+      **fixed) -> {"params", "label", "result"[, "detail"]}.
     chooses: the parameters it picks (a user's value for one of them contradicts --auto); what: their name in
     words; fixed: the tuner options a user's other values fix (a given heads confidence is the only cut tried);
     pilot_runs: (pilot prompts, reps) -> pilot decodes one tune makes (a shared server counts them first);

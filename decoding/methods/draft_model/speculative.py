@@ -26,7 +26,9 @@ from decoding.methods.draft_model.stage2 import NGramStage2, Table, load_table
 from decoding.engine.verify import Verdict
 from decoding.params import LIMITS
 from decoding.methods.draft_model.shipped_draft import NO_DRAFT, load_draft
-from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.spec import MethodSpec, PilotKit, Tuner, knob
+from decoding.methods.draft_model.shape_tune import (SHAPES, autotune_speculative, label as shape_label,
+                                                     measured as measured_shapes)
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
     """Refuse a draft that does not share the target's tokenizer (one clear message). What is compared is
@@ -256,6 +258,22 @@ def prepare(p: dict, model, tokenizer) -> dict:
     return p
 
 
+def _tune(kit: PilotKit, model, tok, prompts, *, method, pilot_tokens, reps, draft=None, heads=None,
+          draft_tokenizer=None, **fixed) -> dict:
+    """The tuner's run (shape_tune.py): the draft is checked against the target before piloting (a clear
+    error, not a crash mid-tune)."""
+    if draft is None:
+        raise ValueError("tuning speculative decoding needs a draft model")
+    if draft_tokenizer is not None:
+        check_compatible(model, draft, tok, draft_tokenizer)
+    res = autotune_speculative(kit, model, draft, tok, prompts, pilot_tokens=pilot_tokens, reps=reps, **fixed)
+    return {"params": res["best"], "label": shape_label(res["best"]), "result": res}
+
+
+TUNER = Tuner(_tune, ("draft_tokens", "tree", "tree_budget", "staged"), "shape",
+              pilot_runs=lambda prompts, reps: (len(SHAPES) + 1) * prompts * reps, measured=measured_shapes)
+
+
 def words(c: dict) -> str:
     """The shape in words (the draft's name is added by the report, which hides server paths)."""
     mode, tree = c.get("mode") or "chain", c.get("tree")
@@ -298,7 +316,7 @@ SPEC = MethodSpec(
     "distribution exactly."),
     paper="Leviathan et al. 2023 (arXiv 2211.17192), Chen et al. 2023 (arXiv 2302.01318); SpecInfer's token tree "
           "(Miao et al. 2024, arXiv 2305.09781); staged (Spector & Re 2023, arXiv 2308.04623)",
-    needs=("draft_model",), prepare=prepare, check=check, tuner="draft_shapes",
+    needs=("draft_model",), prepare=prepare, check=check, tuner=TUNER,
     presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
              "teaching": {"draft_tokens": 4, "staged": False}},
     pictures=("mask", "tree"), words=words, capabilities=("tree_shape",),

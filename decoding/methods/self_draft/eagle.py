@@ -36,6 +36,7 @@ from decoding.params import MAX_TREE_NODES
 from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
                                              prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.self_draft.heads_tune import TUNER
 
 
 def tree_shape(budget: int) -> tuple[int, int]:
@@ -338,7 +339,7 @@ SPEC = MethodSpec(
     "hidden state] and predicts the next hidden state, token by token, growing a tree of the most probable "
     "paths (EAGLE-2). The target checks the whole tree in one forward; greedy output equals its own."),
     paper="Li et al. 2024, EAGLE (arXiv 2401.15077) and EAGLE-2 (arXiv 2406.16858)",
-    needs=("heads",), prepare=prepare_heads("eagle"), tuner="heads_budget",
+    needs=("heads",), prepare=prepare_heads("eagle"), tuner=TUNER,
     presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 8, "adaptive": 1, "draft_vocab": 4096}},
     pictures=("mask", "tree", "heads"),
     query_tokens=lambda p: p["budget"] + 1,  # x0 and the budget's best nodes

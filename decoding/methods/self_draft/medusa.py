@@ -28,6 +28,7 @@ from decoding.params import MAX_TREE_NODES
 from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
                                              prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.self_draft.heads_tune import TUNER
 
 
 class Medusa(HeadsDrafter):
@@ -152,7 +153,7 @@ SPEC = MethodSpec(
     " their top-k, by the product of the heads' probabilities, form a tree the target checks in one forward. "
     "The tree view labels each node with its head and rank; greedy output equals the target's own."),
     paper="Cai et al. 2024, Medusa (arXiv 2401.10774)",
-    needs=("heads",), prepare=prepare_heads("medusa"), tuner="heads_budget",
+    needs=("heads",), prepare=prepare_heads("medusa"), tuner=TUNER,
     presets={"cpu_embedded": {"budget": 4, "confidence": 0.1}, "cpu_default": {"budget": 4, "confidence": 0.1}},
     pictures=("mask", "tree", "heads"),
     query_tokens=lambda p: p["budget"] + 1,  # x0 and the budget's best nodes

@@ -17,6 +17,7 @@ from decoding.engine.masks import add_chains, add_trie, level_start, lookahead_l
 from decoding.methods.windows.pool import Pool
 from decoding.engine.verify import Verdict, common_prefix
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.windows.lookahead_tune import TUNER
 
 # Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
 # on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
@@ -179,7 +180,7 @@ SPEC = MethodSpec(
     "model that is where most accepted guesses come from). Query tokens per step ≈ W(N−1) + G × candidate "
     "length: bigger is more hits but more compute; the *Sweep* tab shows the trade-off."),
     paper="Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using Lookahead Decoding (arXiv 2402.02057)",
-    tuner="latency_curve", cli_preset=True,
+    tuner=TUNER, cli_preset=True,
     presets={"cpu_embedded": {"window": 1, "ngram": 3, "guesses": 2},
              "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
              "teaching": {"window": 5, "ngram": 4, "guesses": 5}},
