@@ -274,7 +274,7 @@ def test_exact_against_hf_greedy_dynamic_and_static(world, method, arch):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_exact_on_the_virtual_cuda_device(world, method):
-    from decoding.fast.virtual_cuda import virtual_cuda
+    from decoding.testing.virtual_cuda import virtual_cuda
     import copy
     spec = SPECS[method]
     cpu = world.target("llama")

@@ -64,7 +64,7 @@ def _vocab_size(model) -> int:
 class Speculative:
     """Drafter: the draft model (and optionally stage 2) proposes, the runner's target forward verifies."""
     name = "speculative"
-    abilities = Abilities(own_model=True, wants_tracing=True)
+    abilities = Abilities(binds_target=True, wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Speculative":

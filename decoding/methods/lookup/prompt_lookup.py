@@ -38,7 +38,7 @@ class PromptLookup:
     @property
     def abilities(self) -> Abilities:
         """adaptive: bound to the target (bind) to measure what its rows cost."""
-        return Abilities(own_model=self.adaptive)
+        return Abilities(binds_target=self.adaptive)
 
     @classmethod
     def from_params(cls, **p) -> "PromptLookup":

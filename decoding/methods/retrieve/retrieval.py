@@ -129,7 +129,7 @@ class Retrieval:
     @property
     def abilities(self) -> Abilities:
         """adaptive: bound to the target (bind) to measure what its rows cost."""
-        return Abilities(own_model=self.adaptive, wants_tracing=True)
+        return Abilities(binds_target=self.adaptive, wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Retrieval":

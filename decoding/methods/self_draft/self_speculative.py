@@ -66,7 +66,7 @@ class SelfSpeculative:
     @property
     def abilities(self) -> Abilities:
         k = self.k if self._model is not None else 0
-        return Abilities(hidden_layers=tuple(range(k + 1)) if k else (), own_model=True, wants_tracing=True)
+        return Abilities(hidden_layers=tuple(range(k + 1)) if k else (), binds_target=True, wants_tracing=True)
 
     def config(self) -> dict:
         return {"adapter": self.path, "depth": self.depth, "branch": self.branch, "beam": self.beam,
