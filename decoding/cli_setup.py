@@ -205,7 +205,7 @@ def method_params(args: argparse.Namespace, spec: MethodSpec, specs: dict[str, M
     """The values the user gave for `spec`'s knobs (left-out flags are absent); a flag the method does not
     take is refused with one line naming the methods that do. Reference texts are read here (one line for
     a missing, binary or oversize file)."""
-    from decoding.methods.lookup.reference_text import check_references, read_reference
+    from decoding.methods.resources import check_references, read_reference
     specs = _specs(specs)
     p: dict = {}
     for f in method_flags(specs).values():
@@ -281,7 +281,7 @@ def _resolve_draft(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
     target's embedding, head and tokenizer), else loaded with the CLI's own options (device, dtype, remote
     code, layout, attention). Loaded before --auto, which pilots with it."""
     from .api import load_draft
-    from decoding.methods.draft_model.shipped_draft import CARD
+    from decoding.methods.resources import CARD
     value = p.get("draft_model")
     if value is None or (Path(value).expanduser() / CARD).is_file():
         try:
@@ -352,7 +352,7 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
     if args.auto:
         check_auto(spec, params, specs)
     if "heads" in spec.needs and params.get("heads"):  # a folder without heads is refused before a model loads
-        from decoding.methods.self_draft.heads import check_heads_files, heads_folder
+        from decoding.methods.resources import check_heads_files, heads_folder
         params["heads"] = heads_folder(params["heads"], spec.name)
         check_heads_files(params["heads"])
     draft = params.get("draft_model")

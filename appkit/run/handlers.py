@@ -16,7 +16,7 @@ from decoding import make_sampling, run
 from decoding.api import vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
-from decoding.methods.retrieve.suffix_cache import Histories
+from decoding.methods.resources import Histories
 
 from . import presets
 from .copied import copied_note

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from decoding import run
 from decoding.build import build
-from decoding.methods.lookup.reference_text import tokenize_references
 
 from .method_fields import can, needs
 from .settings import Settings
@@ -47,7 +46,7 @@ class Prepared:
         and none drafts from another's output."""
         kw = {**self.params.get(method, {}), **self.user.get(method, {}), **self.resources.get(method, {})}
         if can(method, "reference_texts") and self.reference:  # with any preset: the text is the user's
-            kw["reference_ids"] = tokenize_references(self.tok, self.reference)
+            kw["reference"] = self.reference  # the spec's prepare step tokenises it
         if needs(method, "draft_model"):
             kw.update(draft_model=self.dmodel, draft_tokenizer=self.dtok)
         if can(method, "session_history"):  # this session's earlier runs, never the process's

@@ -144,7 +144,7 @@ def _shape(method: str, params: dict) -> str:
     if "block" in names:
         return f"block {params['block']}"
     if "heads" in sp.needs:
-        from decoding.methods.self_draft.heads_tune import heads_label
+        from decoding.methods.resources import heads_label
         return f"tree {heads_label(params)}"  # the words --auto prints
     if "adapter" in sp.needs:
         return f"depth {params.get('depth', 6)}" + (f", stop {params['stop']}" if "stop" in params else "")

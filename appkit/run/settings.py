@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, fields, make_dataclass
 
 from decoding.build import checked
-from decoding.methods.lookup.reference_text import check_references
+from decoding.methods.resources import check_references
 from decoding.methods.spec import CAPABILITIES, Knob, MethodSpec
 from decoding.params import DEFAULT_CONFIDENCE
 

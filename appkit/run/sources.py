@@ -54,7 +54,7 @@ def retrieval_source(choice: str) -> str | None:
 def check_retrieval(p, methods: list[str]) -> None:
     """A datastore built with another tokenizer (the shipped one is SmolLM2's): one input error, before any run."""
     if any(can(m, "datastore") for m in methods) and retrieval_source(p.settings.datastore):
-        from decoding.methods.retrieve.retrieval import open_datastore
+        from decoding.methods.resources import open_datastore
         try:
             open_datastore(retrieval_source(p.settings.datastore), p.tok)
         except ValueError as e:
@@ -63,7 +63,7 @@ def check_retrieval(p, methods: list[str]) -> None:
 
 def check_heads(p, methods: list[str]) -> None:
     """Heads trained for another model, or a missing/corrupt heads file: one input error, before any run."""
-    from decoding.methods.self_draft.heads import HeadsError, load_heads
+    from decoding.methods.resources import HeadsError, load_heads
     for m in methods:
         if m in needing("heads"):
             try:

@@ -26,7 +26,7 @@ PICTURES = ("mask", "tree", "window", "pool", "trajectory", "retrieval", "draft_
 # "session_history": this session's earlier runs (a suffix-cache History), never the process's;
 # "typical_acceptance": the page's typical-acceptance switch ("exact" or Medusa's "typical", sampling only);
 # "tree_shape": the page's chain / tree widths / budget radio picks the shape (the "widths" knob is the tree).
-CAPABILITIES = {"reference_texts": "reference_ids", "datastore": "datastore", "session_history": "history",
+CAPABILITIES = {"reference_texts": "reference", "datastore": "datastore", "session_history": "history",
                 "typical_acceptance": "acceptance", "tree_shape": "tree"}
 
 
@@ -113,6 +113,9 @@ class MethodSpec:
     check: (params dict) -> None: raises ValueError on a combination the ranges cannot express.
     check_sampling: (params dict, Sampling) -> None: raises ValueError on a value the sampling settings rule
       out (typical acceptance at temperature 0); the CLI runs it before a model loads.
+    check_run: (drafter, prompt tokens, max new tokens) -> None: raises ValueError when a run that long does
+      not fit what the drafter brings (a draft model's own positions); decoding.run calls it after the
+      target's own check.
     capabilities: what the app hands the method beyond its controls (CAPABILITIES: reference texts, the
       retrieval source, the session's history, the typical-acceptance switch, the tree-shape radio).
     tuner: the Tuner decoding/tune.py searches this method's shape with, declared with the method (None = not
@@ -143,6 +146,7 @@ class MethodSpec:
     prepare: Callable[[dict, Any, Any], dict] | None = None
     check: Callable[[dict], None] | None = None
     check_sampling: Callable[[dict, Any], None] | None = None
+    check_run: Callable[[Any, int, int], None] | None = None
     capabilities: tuple[str, ...] = ()
     tuner: Tuner | None = None
     presets: dict[str, dict] = field(default_factory=dict)

@@ -20,7 +20,7 @@ import torch
 
 from decoding.methods.draft_model.draft_tree import DraftCore, TreeBuilder, make_shape, speculative_query_tokens
 from decoding.engine.drafter import Abilities, Plan, tree_record
-from decoding.models import ModelError
+from decoding.models import ModelError, check_window
 from decoding.engine.sampling import Sampling, make_generator, warp
 from decoding.methods.draft_model.stage2 import NGramStage2, Table, load_table
 from decoding.engine.verify import Verdict
@@ -270,6 +270,12 @@ def _tune(kit: PilotKit, model, tok, prompts, *, method, pilot_tokens, reps, dra
     return {"params": res["best"], "label": shape_label(res["best"]), "result": res}
 
 
+def check_run(drafter: "Speculative", prompt_tokens: int, max_new_tokens: int) -> None:
+    """The draft model's window must hold the run too (it reads the same positions as the target)."""
+    if drafter.draft is not None:
+        check_window(drafter.draft.config, prompt_tokens, max_new_tokens, drafter.max_depth(), drafter.name)
+
+
 TUNER = Tuner(_tune, ("draft_tokens", "tree", "tree_budget", "staged"), "shape",
               pilot_runs=lambda prompts, reps: (len(SHAPES) + 1) * prompts * reps, measured=measured_shapes)
 
@@ -316,7 +322,7 @@ SPEC = MethodSpec(
     "distribution exactly."),
     paper="Leviathan et al. 2023 (arXiv 2211.17192), Chen et al. 2023 (arXiv 2302.01318); SpecInfer's token tree "
           "(Miao et al. 2024, arXiv 2305.09781); staged (Spector & Re 2023, arXiv 2308.04623)",
-    needs=("draft_model",), prepare=prepare, check=check, tuner=TUNER,
+    needs=("draft_model",), prepare=prepare, check=check, check_run=check_run, tuner=TUNER,
     presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
              "teaching": {"draft_tokens": 4, "staged": False}},
     pictures=("mask", "tree"), words=words, capabilities=("tree_shape",),
