@@ -1,6 +1,7 @@
 """Speculative decoding as a drafter on the shared engine: a draft model proposes a chain or a token tree,
 the target verifies it in the runner's one forward (decoding/engine/runner.py), optionally staged (an n-gram
-stage 2 drafts for the draft model, decoding/methods/draft_model/stage2.py). Draft-side machinery: decoding/methods/draft_model/draft_tree.py.
+stage 2 drafts for the draft model, decoding/methods/draft_model/stage2.py). Draft-side machinery:
+decoding/methods/draft_model/draft_tree.py (+ draft_core.py, tree_shape.py, tree_replay.py); its tuner: shape_tune.py.
 
 Modes: chain (draft_tokens=K: K tokens, the target checks K + 1 positions), tree (widths per depth, e.g.
 [3, 2, 1]) and dynamic (tree_budget=B: the B best nodes by cumulative draft probability, depth <= K).
@@ -18,7 +19,9 @@ import time
 
 import torch
 
-from decoding.methods.draft_model.draft_tree import DraftCore, TreeBuilder, make_shape, speculative_query_tokens
+from decoding.methods.draft_model.draft_core import DraftCore
+from decoding.methods.draft_model.draft_tree import TreeBuilder
+from decoding.methods.draft_model.tree_shape import make_shape, speculative_query_tokens
 from decoding.engine.drafter import Abilities, Plan, tree_record
 from decoding.models import ModelError, check_window
 from decoding.engine.sampling import Sampling, make_generator, warp
@@ -34,7 +37,7 @@ def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
     """Refuse a draft that does not share the target's tokenizer (one clear message). What is compared is
     what the two models can emit: their logit rows. Row counts may differ (Qwen2.5-0.5B pads to 151,936
     rows, Qwen2.5-7B to 152,064, one tokenizer): the draft's logits are cut or padded to the target's rows
-    (draft_tree.fit_vocab). A tokenizer may also hold MORE tokens than a model has rows (a Qwen2 tokenizer
+    (draft_core.fit_vocab). A tokenizer may also hold MORE tokens than a model has rows (a Qwen2 tokenizer
     with an added token the embedding never got): no model can emit those ids, greedy decoding runs such a
     target, and so does speculative decoding. So the tokenizers must agree on the ids below both models'
     row counts, nothing else. Without both tokenizers only equal row counts can be trusted. Returns True
