@@ -12,10 +12,6 @@ from __future__ import annotations
 from decoding.methods import registry
 from decoding.methods.spec import CAPABILITIES, Knob, MethodSpec
 
-# Page fields (= Settings fields = API parameter names) older than the specs, where they differ from the knob.
-FIELD_OF = {"tree": "widths", "tree_budget": "budget", "budget": "heads_budget"}
-# The app's range of a knob (appkit/public/limits.py, public caps included) where it is kept under another name.
-RANGE_OF = {"budget": "tree_budget"}
 # The elem_ids the browser tests and screenshots find the controls by (others: ds-knob-<field>).
 ELEM_ID = {"window": "ds-W", "ngram": "ds-N", "guesses": "ds-G", "confidence": "ds-cutoff"}
 # A token tree's shape (a knob of kind "widths" beside a chain length and a node budget) is picked with one
@@ -51,12 +47,25 @@ def ui_knobs(s: MethodSpec) -> list[Knob]:
     return [k for k in s.knobs() if k.ui]
 
 
+def declared(attr: str) -> dict[str, str]:
+    """Knob name -> what its knob declares for the page ("page_field": the page field, where one older than
+    the specs has another name; "page_range": the app's range key), the first declaring method's, in order."""
+    out: dict[str, str] = {}
+    for s in registry.SPECS.values():
+        for k in s.knobs():
+            if getattr(k, attr):
+                out.setdefault(k.name, getattr(k, attr))
+    return out
+
+
 def field_of(name: str) -> str:
-    return FIELD_OF.get(name, name)
+    """The page field (= Settings field = API parameter name) that holds knob `name`."""
+    return declared("page_field").get(name, name)
 
 
 def range_key(name: str) -> str:
-    return RANGE_OF.get(name, name)
+    """The app's range (appkit/public/limits.py, public caps included) of knob `name`."""
+    return declared("page_range").get(name, name)
 
 
 def has_shape(s: MethodSpec) -> bool:

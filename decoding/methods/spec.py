@@ -64,7 +64,8 @@ class Tuner:
 
 def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | None = None, lo: float | None = None,
          hi: float | None = None, choices: tuple | None = None, ui: bool = False, step: float | None = None,
-         internal: bool = False, negate: bool = False, kind: str | None = None, shared: bool = False) -> Any:
+         internal: bool = False, negate: bool = False, kind: str | None = None, shared: bool = False,
+         page_field: str | None = None, page_range: str | None = None) -> Any:
     """A method parameter: a dataclass field whose metadata is its one description.
     cli: its flag ("--window"); several methods may share a flag (--budget), each mapping it to its own field.
     lo / hi: the accepted range (integers when the default is an int); choices: the accepted values.
@@ -76,9 +77,13 @@ def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | Non
     or a store object the API passes, checked by the method's own check).
     shared: the name means the same thing in every method that declares it (budget, heads, adaptive): the CLI
     and the app may show one control for it. A name two methods use must be declared shared by both, or the
-    registry refuses to load (a new method's `tree` must not silently become speculative's tree)."""
+    registry refuses to load (a new method's `tree` must not silently become speculative's tree).
+    page_field: the app's page field holding it, where one older than the specs has another name (speculative's
+    tree is the page's "widths"); page_range: the app's range for it (appkit/public/limits.py) where that is kept
+    under another name. Declared here, so the app maps no parameter name by hand."""
     meta = {"label": label, "help": help, "cli": cli, "lo": lo, "hi": hi, "choices": choices, "ui": ui,
-            "step": step, "internal": internal, "negate": negate, "kind": kind, "shared": shared}
+            "step": step, "internal": internal, "negate": negate, "kind": kind, "shared": shared,
+            "page_field": page_field, "page_range": page_range}
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -101,6 +106,8 @@ class Knob:
     negate: bool
     kind: str | None
     shared: bool = False
+    page_field: str | None = None
+    page_range: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,8 @@ class MethodSpec:
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
             k = Knob(f.name, default, m.get("label") or f.name.replace("_", " "), m.get("help", ""), m.get("cli"),
                      m.get("lo"), m.get("hi"), m.get("choices"), bool(m.get("ui")), m.get("step"),
-                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"), bool(m.get("shared")))
+                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"), bool(m.get("shared")),
+                     m.get("page_field"), m.get("page_range"))
             if not (user and k.internal):
                 out.append(k)
         return out

@@ -224,9 +224,10 @@ class SpeculativeParams:
                           help="speculative: skip drafting while plain target steps are faster (measured online)")
     draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
                              ui=True, label="K draft tokens", help="speculative: chain length K (default 4)")
-    tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths",
+    tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths", page_field="widths",
                         help="speculative: token tree widths per depth, e.g. 3,2,1")
     tree_budget: int = knob(None, lo=LIMITS["tree_budget"][0], hi=LIMITS["tree_budget"][1], cli="--tree-budget",
+                            page_field="budget",
                             ui=True, label="tree budget",
                             help="speculative: dynamic tree of the B best nodes by draft probability")
     staged: bool = knob(False, cli="--staged", ui=True, label="staged",

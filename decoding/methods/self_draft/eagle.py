@@ -320,6 +320,7 @@ def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
 class EagleParams:
     heads: object = heads_knob()
     budget: int = knob(16, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                       page_field="heads_budget", page_range="tree_budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     depth: int = knob(None, shared=True, lo=1, hi=64, help="draft depth (default: from the budget)")
     branch: int = knob(4, shared=True, lo=1, hi=64, help="children per expanded node")

@@ -137,6 +137,7 @@ def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
 class MedusaParams:
     heads: object = heads_knob()
     budget: int = knob(12, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                       page_field="heads_budget", page_range="tree_budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     branch: int = knob(4, shared=True, lo=1, hi=64, help="top-k of each head")
     draft_vocab: int = draft_vocab_knob()
