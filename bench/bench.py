@@ -151,7 +151,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         c[f"ours speculative staged chain K{k + 2}"] = spec(draft_tokens=k + 2, staged=True)
         c["ours speculative staged tree 2,1,1,1,1"] = spec(tree=[2, 1, 1, 1, 1], staged=True)
         if spec_auto:
-            from decoding.tune import label
+            from decoding.methods.draft_model.shape_tune import label
             c[f"ours speculative auto ({label(spec_auto)})"] = spec(**spec_auto)
     for name, method, p in (("ours self-speculative", "self_speculative", {}),
                             ("ours self-speculative tree 2x2 d6 b12", "self_speculative",
@@ -488,13 +488,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 f"{a.prompts.replace(',', '+')}")
     auto = spec_auto = None
     if not a.no_auto:  # W/N/G chosen from this device's latency curve and pilots on the first 3 prompts
-        from decoding.tune import autotune
-        tuned = autotune(model, tok, [p["prompt"] for p in prompts[:3]], pilot_tokens=min(48, a.max_new_tokens))
+        from decoding.methods.windows.lookahead_tune import autotune
+        from decoding.tune import kit
+        tuned = autotune(kit(), model, tok, [p["prompt"] for p in prompts[:3]], pilot_tokens=min(48, a.max_new_tokens))
         auto = tuned["best"]
         print(f"autotune picked {auto} (curve {tuned['curve']})", file=sys.stderr)
         if draft is not None:  # K / tree / staged chosen by timing pilots on the same 3 prompts
-            from decoding.tune import autotune_speculative
-            spec_auto = autotune_speculative(model, draft, tok, [p["prompt"] for p in prompts[:3]],
+            from decoding.methods.draft_model.shape_tune import autotune_speculative
+            spec_auto = autotune_speculative(kit(), model, draft, tok, [p["prompt"] for p in prompts[:3]],
                                              pilot_tokens=min(32, a.max_new_tokens))["best"]
             print(f"speculative autotune picked {spec_auto}", file=sys.stderr)
     heads = Path(a.heads) if a.heads else None if a.quick else shipped_heads(a.model)

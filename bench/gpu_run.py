@@ -25,7 +25,7 @@ is left. Items (budget in seconds, in this order):
   heads     python bench/bench_heads.py --budgets 8,16,32 --runs 3   Medusa / EAGLE  (180)
   heads-t07 python bench/bench_heads.py --temperature 0.7 --budgets 8,16 --runs 3  (180)
 
-The rehearsal runs the capture item on the virtual CUDA device (decoding/fast/virtual_cuda.py: cuda:0
+The rehearsal runs the capture item on the virtual CUDA device (decoding/testing/virtual_cuda.py: cuda:0
 tensors with CPU values, CUDA's device rules, host reads counted), the other items at smoke sizes on CPU.
 After every item: gpu_run.md (item, status, seconds, log) and the lines to paste into docs/gpu.md's
 "On a GPU" section, printed at the end. Logs: <out>/logs/<item>.log. Imports no gradio / plotly.
@@ -128,7 +128,7 @@ def capture_item(out: Path, rehearse: bool) -> dict:
     from decoding import generate
     from decoding.exactness import agreement, hf_greedy
     from decoding.fast.capture_check import checking, summary
-    from decoding.fast.virtual_cuda import virtual_cuda
+    from decoding.testing.virtual_cuda import virtual_cuda
     from gpu_cases import CASES, PROMPT, Models, heads_dir
 
     real = torch.cuda.is_available() and not rehearse

@@ -18,7 +18,7 @@ from .cli_run import (SEPARATOR, THREADS, OneLineParser, check_writable, compare
 from .cli_setup import add_generate_arguments, setup, target_name
 from .models import ModelError, load
 from .exactness import measure
-from decoding.methods.self_draft.heads import KINDS
+from decoding.methods.resources import HEADS_KINDS as KINDS
 from .methods.registry import BASELINE, SPECS, needing
 
 MEDUSA, EAGLE = KINDS  # train-heads' kinds of heads (decoding/methods/self_draft/heads.py)
@@ -198,7 +198,7 @@ def build_datastore(args: argparse.Namespace) -> int:
     """python -m decoding build-datastore: only the tokenizer is loaded; a tqdm bar counts files and tokens."""
     from tqdm import tqdm
     from transformers import AutoTokenizer
-    from decoding.methods.retrieve.datastore import build, source_files
+    from decoding.methods.resources import build_datastore as build, source_files
     files = source_files(args.sources)  # a missing or empty source fails before the tokenizer loads
     tok = AutoTokenizer.from_pretrained(target_name(args.model), trust_remote_code=args.trust_remote_code)
     bar = tqdm(total=len(files), desc="build-datastore", unit="file", file=sys.stderr)

@@ -4,10 +4,8 @@ from __future__ import annotations
 from .build import ALIASES, HOOKS, SAMPLING_FIELDS, build, check_params, params_of
 from .engine.runner import generate
 from .engine.sampling import Sampling
-from decoding.methods.self_draft.heads import default_heads, heads_folder
-from decoding.methods.lookup.reference_text import tokenize_references
 from .methods.registry import METHODS, SPECS, needing
-from decoding.methods.draft_model.shipped_draft import AUTO_DRAFT, NO_DRAFT, default_draft, load_draft, with_layout
+from .methods.resources import AUTO_DRAFT, NO_DRAFT, default_draft, default_heads, heads_folder, load_draft, with_layout
 from .models import check_window, describe, max_positions
 from .params import check_range
 from .trace import Trace
@@ -57,10 +55,8 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
     ids = list(prompt) if isinstance(prompt, list) else tokenizer(prompt)["input_ids"]
     if isinstance(prompt, str) and not prompt.strip() or not ids:
         raise ValueError("the prompt is empty")
-    if params.get("reference") is not None:
-        if drafter is not None:
-            raise ValueError("give reference= or a drafter built with reference_ids, not both")
-        params["reference_ids"] = tokenize_references(tokenizer, params.pop("reference"))
+    if params.get("reference") is not None and drafter is not None:  # the spec's prepare step tokenises it
+        raise ValueError("give reference= or a drafter built with reference_ids, not both")
     drafter = drafter or build_drafter(model, tokenizer, method, **{k: v for k, v in params.items() if k not in HOOKS})
     limit = max_positions(model.config)
     if limit is not None and len(ids) + max_new_tokens + drafter.max_depth() > limit:
@@ -68,8 +64,9 @@ def run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *, ma
                          f"{drafter.name.replace('_', ' ')} span ({drafter.max_depth()} positions one step looks "
                          f"ahead) exceeds the model's {limit} positions")
     check_window(model.config, len(ids), max_new_tokens, drafter.max_depth(), drafter.name)
-    if getattr(drafter, "draft", None) is not None:
-        check_window(drafter.draft.config, len(ids), max_new_tokens, drafter.max_depth(), drafter.name)
+    spec = SPECS.get(drafter.name)
+    if spec is not None and spec.check_run is not None:  # what the drafter brings must fit too (a draft's window)
+        spec.check_run(drafter, len(ids), max_new_tokens)
     eos = eos_of(model, tokenizer)
     if lp or getattr(model, "tp_info_", None) is not None:  # past one process: decoding/parallel/
         from .parallel.launch import generate_distributed

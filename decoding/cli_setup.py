@@ -138,13 +138,12 @@ def refusal(f: Flag, specs: dict[str, MethodSpec] | None = None) -> str:
 def auto_usage(specs: dict[str, MethodSpec] | None = None) -> str:
     """'--method lookahead (without --window/--ngram/--guesses), ... or --method medusa / eagle (without
     --budget)': the tuned methods, grouped by tuner and the flags it chooses."""
-    from .tune import TUNERS
     groups: dict[tuple, list[str]] = {}
     for name, spec in _specs(specs).items():
         if spec.tuner is None:
             continue
-        flags = tuple(k.cli for k in spec.knobs() if k.name in TUNERS[spec.tuner].chooses and k.cli)
-        groups.setdefault((spec.tuner, flags), []).append(name)
+        flags = tuple(k.cli for k in spec.knobs() if k.name in spec.tuner.chooses and k.cli)
+        groups.setdefault((id(spec.tuner), flags), []).append(name)
     return _or(f"--method {' / '.join(names)} (without {'/'.join(flags)})" for (_, flags), names in groups.items())
 
 
@@ -209,7 +208,7 @@ def method_params(args: argparse.Namespace, spec: MethodSpec, specs: dict[str, M
     """The values the user gave for `spec`'s knobs (left-out flags are absent); a flag the method does not
     take is refused with one line naming the methods that do. Reference texts are read here (one line for
     a missing, binary or oversize file)."""
-    from decoding.methods.lookup.reference_text import check_references, read_reference
+    from decoding.methods.resources import check_references, read_reference
     specs = _specs(specs)
     p: dict = {}
     for f in method_flags(specs).values():
@@ -227,15 +226,6 @@ def method_params(args: argparse.Namespace, spec: MethodSpec, specs: dict[str, M
             v = check_references([read_reference(x) for x in v])
         p[k.name] = v
     return p
-
-
-# Checks of a parameter against the sampling settings (a spec's check sees the parameters only).
-def _check_acceptance(value, sampling) -> None:
-    from decoding.methods.self_draft.medusa import check_acceptance
-    check_acceptance(value, sampling)
-
-
-SAMPLING_CHECKS = {"acceptance": _check_acceptance}
 
 
 def note(args: argparse.Namespace, line: str) -> None:
@@ -273,8 +263,7 @@ def target_name(name: str | None) -> str:
 
 def check_auto(spec: MethodSpec, p: dict, specs: dict[str, MethodSpec] | None = None) -> None:
     """--auto needs a tuner, and none of the parameters it chooses given."""
-    from .tune import TUNERS
-    t = TUNERS[spec.tuner] if spec.tuner is not None else None
+    t = spec.tuner
     given = [k for k in spec.knobs() if t is not None and k.name in t.chooses and k.name in p]
     if t is not None and not given:
         return
@@ -295,7 +284,7 @@ def _resolve_draft(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
     target's embedding, head and tokenizer), else loaded with the CLI's own options (device, dtype, remote
     code, layout, attention). Loaded before --auto, which pilots with it."""
     from .api import load_draft
-    from decoding.methods.draft_model.shipped_draft import CARD
+    from decoding.methods.resources import CARD
     value = p.get("draft_model")
     if value is None or (Path(value).expanduser() / CARD).is_file():
         try:
@@ -388,14 +377,13 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         raise ValueError("--check-exact compares greedy output with HF greedy: drop --temperature")
     spec = specs[args.method]
     params = method_params(args, spec, specs)
-    for name, check in SAMPLING_CHECKS.items():
-        if name in params:
-            check(params[name], sampling)
+    if spec.check_sampling is not None:  # a value the sampling settings rule out (typical acceptance, greedy)
+        spec.check_sampling(params, sampling)
     spec, params = checked(spec, params)  # names, ranges and the method's own combination check
     if args.auto:
         check_auto(spec, params, specs)
     if "heads" in spec.needs and params.get("heads"):  # a folder without heads is refused before a model loads
-        from decoding.methods.self_draft.heads import check_heads_files, heads_folder
+        from decoding.methods.resources import check_heads_files, heads_folder
         params["heads"] = heads_folder(params["heads"], spec.name)
         check_heads_files(params["heads"])
     if isinstance(params.get("draft_model"), str):
@@ -413,10 +401,10 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)
     if args.auto:  # the method's tuner (decoding/tune.py), the same the app's Tune button runs
-        from .tune import TUNERS, tune
+        from .tune import tune
         tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
                      draft=params.get("draft_model"), heads=params.get("heads"),
-                     draft_tokenizer=params.get("draft_tokenizer"), **TUNERS[spec.tuner].fixed(params))
+                     draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))
         detail = f" ({tuned['detail']})" if tuned.get("detail") else ""
         print(f"[auto] {tuned['label']}{detail}", file=sys.stderr)
         params = {**params, **tuned["params"]}

@@ -11,11 +11,6 @@ LIMITS = {"max_new_tokens": (1, 4096), "window": (1, 64), "ngram": (2, 16), "gue
           "draft_tokens": (1, 32), "tree_width": (1, 16), "tree_depth": (1, 16), "tree_budget": (1, 256),
           "text_span": (1, 32), "block": (1, 64), "reference_tokens": (1, 64),
           "draft_vocab": (0, 1_000_000)}
-# Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
-# on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
-# (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7
-# and 10, 7 was about as fast as 10 with fewer query tokens.
-TEXT_SPAN = 7
 MAX_TREE_NODES = 256
 DEFAULT_CONFIDENCE = 0.4  # drafting stops below this draft probability (HF assisted generation's default)
 
@@ -25,8 +20,3 @@ def check_range(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
         raise ValueError(f"{name.replace('_', '-')} must be an integer in [{lo}, {hi}], got {value}")
 
-
-def lookahead_query_tokens(window: int, ngram: int, guesses: int, text_span: int = TEXT_SPAN) -> int:
-    """Most query tokens one lookahead step can run: x0 + the window (W-1 + (N-2)W) + G candidates of up
-    to max(N-1, text span) tokens (shared prefixes merge, so real steps are often smaller)."""
-    return window * (ngram - 1) + guesses * max(ngram - 1, text_span)

@@ -40,6 +40,16 @@ def tiny(arch: str, vocab: int = 64, seed: int = 0, hidden: int = 32, layers: in
     return cls(cfg).eval()
 
 
+@pytest.fixture(scope="module")
+def no_cpu_kernel():
+    """The CPU GEMM kernel's build is not what a test of decoding methods tests (and waits while another
+    process builds it): a module that asks for this (pytestmark = usefixtures) runs without it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DECODESCOPE_CPU_GEMM", "0")
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def tiny_models():
     return {arch: tiny(arch) for arch in ("llama", "qwen2", "gpt2")}

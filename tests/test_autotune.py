@@ -1,6 +1,8 @@
 """The automatic lookahead choice ranks real pilot runs by compression / measured step latency."""
 from conftest import tiny
-from decoding.tune import GRID, autotune, interpolate, monotone
+from decoding.engine.timing import interpolate, monotone
+from decoding.methods.windows.lookahead_tune import GRID, autotune
+from decoding.tune import kit
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 
@@ -15,7 +17,7 @@ def test_autotune_with_a_given_curve_prefers_cheap_steps():
     model = tiny("llama")
     # a CPU-like curve: every extra query token costs 10% of a one-token step
     curve = {q: 1.0 + 0.1 * (q - 1) for q in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
-    r = autotune(model, None, PROMPT, pilot_tokens=24, curve=curve)
+    r = autotune(kit(), model, None, PROMPT, pilot_tokens=24, curve=curve)
     ranks = [x["predicted_speedup"] for x in r["ranking"]]
     assert ranks == sorted(ranks, reverse=True) and len(ranks) == len(GRID)
     best = r["ranking"][0]
@@ -29,7 +31,7 @@ def test_autotune_with_a_given_curve_prefers_cheap_steps():
 
 
 def test_autotune_measures_a_curve_when_none_is_given():
-    r = autotune(tiny("llama"), None, PROMPT, pilot_tokens=8, grid=[(2, 3, 2), (3, 4, 3)], kv_len=32)
+    r = autotune(kit(), tiny("llama"), None, PROMPT, pilot_tokens=8, grid=[(2, 3, 2), (3, 4, 3)], kv_len=32)
     assert set(r["curve"]) >= {"1", "2", "4"} and all(v > 0 for v in r["curve"].values())
 
 
@@ -38,7 +40,7 @@ def test_autotune_pilots_several_prompts_together(tiny_dir):
     model, tok = load(tiny_dir, device="cpu")
     pilots = ["def f ( x ) : return x + 1 def f ( x ) :", "class A : def g ( self ) : return self . g"]
     curve = {q: 1.0 + 0.1 * (q - 1) for q in (1, 2, 4, 8, 16, 32, 64, 128)}
-    r = autotune(model, tok, pilots, pilot_tokens=12, grid=[(1, 3, 1), (2, 4, 2)], curve=curve, text_span=3)
+    r = autotune(kit(), model, tok, pilots, pilot_tokens=12, grid=[(1, 3, 1), (2, 4, 2)], curve=curve, text_span=3)
     for x in r["ranking"]:
         trs = [run(model, tok, p, "lookahead", max_new_tokens=12, trace=False,
                    drafter=make_drafter("lookahead", window=x["window"], ngram=x["ngram"], guesses=x["guesses"],

@@ -7,8 +7,8 @@ For every method: exact against HF greedy on three tiny architectures, on the dy
 path and on the virtual CUDA device; sampling keeps the target's distribution (chi-square; the statistic's
 negative control is below); an out-of-range value is refused with one sentence by the API, the CLI, the app
 and custom_generate; custom_generate accepts the method's own parameters; the trace round-trips, passes the
-untrusted-trace checks and counts its drafts; every origin and role it writes has a colour and a legend
-word; parameter names are unique unless declared shared; every number parameter has a range. The checks are
+untrusted-trace checks and counts its drafts; the spec's query-token count bounds every step it runs; every
+origin and role it writes has a colour and a legend word; parameter names are unique unless declared shared; every number parameter has a range. The checks are
 plain functions, so test_planted_violations_are_caught runs them on broken fake methods and sees each fail.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from conftest import hf_greedy, tiny
+from sampling_check import L, PROMPT as PROMPT_6, chi2_pvalue, exact_joint, peaky_model
 from decoding import generate, run
 from decoding.build import build
 from decoding.engine.sampling import Sampling
@@ -37,13 +38,7 @@ N = 16
 METHODS = list(SPECS)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_kernel():
-    """The CPU GEMM kernel's build is not what this file tests (and waits while another process builds it)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DECODESCOPE_CPU_GEMM", "0")
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("no_cpu_kernel")
 
 
 class World:
@@ -55,9 +50,7 @@ class World:
     def target(self, arch: str):
         if arch not in self.models:
             if arch == "peaky":  # a confident 6-token model: the sampling test enumerates its outputs
-                m = tiny("llama", vocab=VOCAB, seed=7)
-                with torch.no_grad():
-                    m.lm_head.weight.mul_(6.0)
+                m = peaky_model()
             else:
                 m = tiny(arch)
             self.models[arch] = m
@@ -156,6 +149,16 @@ def check_trace(spec: MethodSpec, tr: Trace) -> None:
     stats = spec_decode_stats(tr)
     if spec.name != BASELINE:
         assert stats.get("num_draft_tokens"), f"{spec.name} drafted nothing the stats count: {stats}"
+
+
+def check_query_count(spec: MethodSpec, params: dict, tr: Trace) -> None:
+    """The spec's query-token count (what the app holds to its step budget) bounds every step the method
+    really runs: a count that undercounts would let public mode run a step over its budget."""
+    if spec.query_tokens is None:
+        return
+    most = spec.query_tokens({**spec.defaults(), **params})
+    ran = max(s.n_query for s in tr.steps[1:])  # step 0 is the prompt's forward
+    assert ran <= most, f"{spec.name} ran a step of {ran} query tokens; its spec counts at most {most}"
 
 
 def check_palette(spec: MethodSpec, tr: Trace, palette) -> None:
@@ -274,7 +277,7 @@ def test_exact_against_hf_greedy_dynamic_and_static(world, method, arch):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_exact_on_the_virtual_cuda_device(world, method):
-    from decoding.fast.virtual_cuda import virtual_cuda
+    from decoding.testing.virtual_cuda import virtual_cuda
     import copy
     spec = SPECS[method]
     cpu = world.target("llama")
@@ -290,12 +293,13 @@ def test_exact_on_the_virtual_cuda_device(world, method):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_trace_round_trips_counts_drafts_and_every_origin_has_a_colour(world, method):
+def test_trace_round_trips_counts_drafts_fits_its_query_count_and_every_origin_has_a_colour(world, method):
     from viz import palette
     spec = SPECS[method]
     tr = run(world.target("llama"), None, PROMPTS[0], method, max_new_tokens=N,
              **{**spec.examples[0], **world.stand_ins(spec, "llama")})
     check_trace(spec, tr)
+    check_query_count(spec, spec.examples[0], tr)
     check_palette(spec, tr, palette)
 
 
@@ -329,41 +333,8 @@ def test_custom_generate_takes_the_methods_own_parameters(world, method):
 
 # ---- sampling keeps the target's distribution ----
 
-VOCAB, L = 6, 3
 RUNS = 600
-SAMPLED_PROMPT = [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 0, 1, 4, 5]
 WARP = Sampling(1.0, 5, 0.95, 0)
-
-
-def exact_joint(model, s: Sampling) -> dict[tuple, float]:
-    """The exact distribution of the first L sampled tokens, by enumeration (216 outcomes)."""
-    import itertools
-    from decoding.engine.sampling import warp
-    probs = {}
-    with torch.no_grad():
-        for seq in itertools.product(range(VOCAB), repeat=L):
-            ids = torch.tensor([SAMPLED_PROMPT + list(seq)])
-            logits = model(ids).logits[0, len(SAMPLED_PROMPT) - 1:len(SAMPLED_PROMPT) - 1 + L]
-            p = warp(logits, s)
-            probs[seq] = float(torch.prod(p[torch.arange(L), torch.tensor(seq)]))
-    return probs
-
-
-def chi2_pvalue(counts: dict[tuple, int], probs: dict[tuple, float], n: int) -> float:
-    """Pearson chi-square, cells expected under 5 merged into one."""
-    stat, small_obs, small_exp, cells = 0.0, 0, 0.0, 0
-    for k, p in probs.items():
-        e, o = p * n, counts.get(k, 0)
-        if e < 5:
-            small_obs, small_exp = small_obs + o, small_exp + e
-            continue
-        stat += (o - e) ** 2 / e
-        cells += 1
-    if small_exp > 0:
-        stat += (small_obs - small_exp) ** 2 / small_exp
-        cells += 1
-    return float(torch.special.gammaincc(torch.tensor((cells - 1) / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
 
 
 @pytest.fixture(scope="module")
@@ -378,7 +349,7 @@ def sampled(world: World, spec: MethodSpec, runs: int) -> tuple[dict[tuple, int]
     multi = 0
     for seed in range(runs):
         d = build(spec, params, model, None)
-        tr = generate(model, SAMPLED_PROMPT, d, max_new_tokens=L, sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
+        tr = generate(model, PROMPT_6, d, max_new_tokens=L, sampling=Sampling(1.0, 5, 0.95, seed), trace=False)
         counts[tuple(tr.output_ids)] = counts.get(tuple(tr.output_ids), 0) + 1
         multi += any(len(s.accepted) > 1 for s in tr.steps)
     return counts, multi
@@ -531,6 +502,11 @@ def test_planted_violations_are_caught(world, fake, monkeypatch):
     with pytest.raises(AssertionError, match="over its budget"):
         check_public_budget(counted)
     monkeypatch.undo()
+    # 9. a query-token count below what a step really runs (the fake's steps run 4 query tokens)
+    tr = generate(model, PROMPTS[0], build(good, {}, model), max_new_tokens=N)
+    check_query_count(dataclasses.replace(good, query_tokens=lambda p: 4), {}, tr)
+    with pytest.raises(AssertionError, match="its spec counts at most 3"):
+        check_query_count(dataclasses.replace(good, query_tokens=lambda p: 3), {}, tr)
     # 8. a sampler that is not the target's: the chi-square run on greedy "samples" fails
-    counts = {tuple(hf_greedy(world.target("peaky"), SAMPLED_PROMPT, L)): RUNS}
+    counts = {tuple(hf_greedy(world.target("peaky"), PROMPT_6, L)): RUNS}
     assert chi2_pvalue(counts, exact_joint(world.target("peaky"), WARP), RUNS) < 1e-3

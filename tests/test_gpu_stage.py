@@ -73,7 +73,7 @@ def test_paper_setting_runs_on_a_graph_bucket():
     paper"): it runs in the 256-row graph bucket, reading 76 rows (x0, the top level, the candidates), with
     the dynamic path's logits."""
     from decoding.engine.core import Core
-    from decoding.engine.masks import lookahead_layout
+    from decoding.methods.windows.lookahead import lookahead_layout
     from decoding.fast.static_cache import GRAPH_MAX, bucket
     lay = lookahead_layout(15, 5, 4, 15)
     lay["parents"] = lay["parents"][:60] + [0 if i % 7 == 0 else 60 + i - 1 for i in range(105)]  # span 7

@@ -187,17 +187,18 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     """The tuner times every budget and ranks by tokens/s; the app's Tune (presets.tune) uses it with the
     heads it is given and stores the budget as the device's auto preset."""
     from appkit.run import presets
-    from decoding.tune import autotune_heads
+    from decoding.methods.self_draft.heads_tune import autotune_heads
+    from decoding.tune import kit
     from decoding.models import load
     model, heads = trained["llama", "medusa"]
-    res = autotune_heads(model, None, PROMPTS[0], "medusa", heads, pilot_tokens=12, budgets=(2, 8), reps=1)
+    res = autotune_heads(kit(), model, None, PROMPTS[0], "medusa", heads, pilot_tokens=12, budgets=(2, 8), reps=1)
     assert sorted((r["budget"], r["confidence"]) for r in res["ranking"]) == [(2, 0.0), (2, 0.1), (8, 0.0), (8, 0.1)]
     assert res["best"] == res["ranking"][0]["budget"] and res["params"] == {
         "budget": res["ranking"][0]["budget"], "confidence": res["ranking"][0]["confidence"]}
     assert res["ranking"][0]["tokens_per_s"] >= res["ranking"][1]["tokens_per_s"] > 0
     assert all(r["compression"] >= 1 for r in res["ranking"])
     with pytest.raises(ValueError, match="not 'jacobi'"):
-        autotune_heads(model, None, PROMPTS[0], "jacobi", heads)
+        autotune_heads(kit(), model, None, PROMPTS[0], "jacobi", heads)
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
     mdir = save_tiny_dir(tmp_path / "m")
     m2, tok = load(mdir)

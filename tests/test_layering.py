@@ -139,3 +139,26 @@ def test_the_rooms_of_decoding():
 def test_speculative_does_not_import_api():
     assert "decoding.api" not in GRAPH["decoding.methods.draft_model.speculative"]
     assert "decoding.methods.draft_model.speculative" in GRAPH["decoding.methods.registry"]
+
+
+# Outside decoding/methods/ a method is reached through the registry, the spec, or resources.py (drafts, heads,
+# reference texts, datastores, histories, the adapter), never through its own modules. Left as they are: the
+# trainers of heads and adapters (decoding/training/) and lookahead parallelism (decoding/parallel/, and the
+# interconnect model that prices its split), which are parts of one method kept outside its folder.
+METHOD_DOORS = {"decoding.methods", "decoding.methods.registry", "decoding.methods.spec", "decoding.methods.resources"}
+METHOD_PARTS_OUTSIDE = ("decoding.training", "decoding.parallel", "profiling.interconnect")
+
+
+def method_internals_imported(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} imports {dep}" for name, deps in graph.items()
+                  if not name.startswith(("decoding.methods", *METHOD_PARTS_OUTSIDE))
+                  for dep in deps if dep.startswith("decoding.methods.") and dep not in METHOD_DOORS)
+
+
+def test_nothing_outside_the_methods_imports_a_methods_internals():
+    assert method_internals_imported(GRAPH) == []
+
+
+def test_the_internals_rule_can_fail():
+    planted = {**GRAPH, "decoding.api": GRAPH["decoding.api"] | {"decoding.methods.self_draft.medusa"}}
+    assert method_internals_imported(planted) == ["decoding.api imports decoding.methods.self_draft.medusa"]

@@ -4,7 +4,8 @@ engine's."""
 import numpy as np
 import torch
 
-from decoding.engine.masks import depths_of, lookahead_layout, step_mask, tree_visibility
+from decoding.engine.masks import depths_of, step_mask, tree_visibility
+from decoding.methods.windows.lookahead import lookahead_layout
 
 
 def reference_mask(W: int, N: int, G: int) -> tuple[np.ndarray, list[int]]:

@@ -67,7 +67,8 @@ def test_a_new_method_appears_in_generate_help(toy_registry, capsys):
     (["--method", "toy_copy", "--toy-span", "0"], "--toy-span must be an integer in [1, 9], got 0"),
     (["--method", "lookahead", "--budget", "4"],
      "error: --budget needs --method " + " or ".join(", ".join(
-         [m for m in registry.METHODS if "budget" in registry.SPECS[m].param_names()] + ["toy_copy"]).rsplit(", ", 1))),
+         [m for m in registry.METHODS if any(k.cli == "--budget" for k in registry.SPECS[m].knobs())]
+         + ["toy_copy"]).rsplit(", ", 1))),  # every spec whose knob takes --budget, then the toy's
     (["--method", "toy_copy", "--window", "3"], "error: --window, --ngram, --guesses, --no-prompt-ngrams, "
                                                  "--text-span need --method lookahead"),
 ], ids=["own-flag-other-method", "own-range", "shared-flag", "other-flag"])

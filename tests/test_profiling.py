@@ -10,7 +10,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from decoding import Step, Trace, generate, make_drafter
 from decoding.engine.core import Core
-from decoding.engine.masks import chain_parents, depths_of, lookahead_layout
+from decoding.engine.masks import chain_parents, depths_of
+from decoding.methods.windows.lookahead import lookahead_layout
 from profiling import calibrate, roofline
 from profiling.__main__ import main as cli_main
 from profiling.flops import arch_of, attention_flops, draft_cost, linear_flops, step_cost, trace_costs

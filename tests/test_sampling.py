@@ -6,54 +6,15 @@ goodness-of-fit test; the bound: the test fails if p < 1e-3 (a correct sampler f
 seeds are fixed, so the result is reproducible). A negative control shows the same test rejects a
 distribution that is only slightly wrong (temperature 0.8 instead of 1.0).
 """
-import itertools
-
 import pytest
 import torch
 
-from conftest import tiny
 from decoding import generate, make_drafter
-from decoding.engine.sampling import Sampling, warp
+from decoding.engine.sampling import Sampling
+from sampling_check import L, PROMPT, chi2_pvalue, exact_joint, peaky_model
 
-VOCAB, L, RUNS = 6, 3, 3000
+RUNS = 3000
 HEADS_RUNS = 2000
-PROMPT = [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 0, 1, 4, 5]
-
-
-def exact_joint(model, s: Sampling) -> dict[tuple, float]:
-    probs = {}
-    with torch.no_grad():
-        for seq in itertools.product(range(VOCAB), repeat=L):
-            ids = torch.tensor([PROMPT + list(seq)])
-            logits = model(ids).logits[0, len(PROMPT) - 1:len(PROMPT) - 1 + L]
-            p = warp(logits, s)
-            probs[seq] = float(torch.prod(p[torch.arange(L), torch.tensor(seq)]))
-    return probs
-
-
-def chi2_pvalue(counts: dict[tuple, int], probs: dict[tuple, float], n: int) -> float:
-    """Pearson chi-square with cells of expected count < 5 merged into one."""
-    stat, small_obs, small_exp, cells = 0.0, 0, 0.0, 0
-    for k, p in probs.items():
-        e, o = p * n, counts.get(k, 0)
-        if e < 5:
-            small_obs, small_exp = small_obs + o, small_exp + e
-            continue
-        stat += (o - e) ** 2 / e
-        cells += 1
-    if small_exp > 0:
-        stat += (small_obs - small_exp) ** 2 / small_exp
-        cells += 1
-    df = cells - 1
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
-
-
-def peaky_model():
-    model = tiny("llama", vocab=VOCAB, seed=7)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(6.0)  # a confident model, so candidates get accepted often
-    return model
 
 
 def sampled_counts(model, method: str, runs: int, **params) -> tuple[dict[tuple, int], int]:

@@ -13,7 +13,7 @@ import pytest
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
 from decoding.engine.core import core_options
-from decoding.methods.draft_model import draft_tree
+from decoding.methods.draft_model import draft_tree, tree_replay
 from test_gpu_stage import PROMPT, _per_step
 
 MODES = [pytest.param(dict(draft_tokens=4, confidence=0.0), id="chain"),
@@ -93,14 +93,14 @@ def test_a_node_the_device_did_not_run_restarts_the_step_level_by_level(pair, mo
     monkeypatch.setattr(draft_tree, "DEVICE_DRAFT", True)
     real, misses = draft_tree.TreeBuilder._replay, []
 
-    class Miss(draft_tree._Miss):
+    class Miss(tree_replay._Miss):
         def __init__(self):
             misses.append(1)
 
     def root_only(self, context, table, runs, n_run):
         return real(self, context, {(): table[()]}, runs, n_run)
 
-    monkeypatch.setattr(draft_tree, "_Miss", Miss)
+    monkeypatch.setattr(tree_replay, "_Miss", Miss)
     monkeypatch.setattr(draft_tree.TreeBuilder, "_replay", root_only)
     out = generate(target, PROMPT, make_drafter("speculative", draft_model=draft, **params), max_new_tokens=16)
     assert len(misses) == len(out.steps) - 1
@@ -114,7 +114,7 @@ def test_device_parents_give_the_host_trees_logits(pair, static):
     """Core._run_rows (parents as a device tensor, the mask built from region_vis) against the same tree
     run with host parents: the same logits, and a host-tree forward before commit() is refused."""
     import torch
-    from decoding.methods.draft_model.draft_tree import DraftCore
+    from decoding.methods.draft_model.draft_core import DraftCore
     _, draft = pair
     outs = []
     for rows in (False, True):

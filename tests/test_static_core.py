@@ -6,7 +6,7 @@ import torch
 from conftest import hf_greedy, tiny
 from decoding import generate, make_drafter
 from decoding.engine.core import Core
-from decoding.methods.draft_model.draft_tree import DraftCore
+from decoding.methods.draft_model.draft_core import DraftCore
 from decoding.fast.static_cache import StaticKV, bucket
 
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]]

@@ -12,13 +12,7 @@ from decoding import build, generate
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def no_kernel():
-    """The CPU GEMM kernel's build is not what this file tests (and waits while another process builds it)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DECODESCOPE_CPU_GEMM", "0")
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("no_cpu_kernel")
 
 
 def first_tree(tr) -> dict:

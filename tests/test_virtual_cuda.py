@@ -1,4 +1,4 @@
-"""Every method on the virtual CUDA device (decoding/fast/virtual_cuda.py), through the path a CUDA user
+"""Every method on the virtual CUDA device (decoding/testing/virtual_cuda.py), through the path a CUDA user
 gets: the model moved with .to("cuda"), the static cache, graph buckets captured by the emulated graph.
 Each run must mix no devices (a mismatch raises), capture every bucket it used, and give the ids of the
 same run on the CPU; host reads (and blocking uploads, which drain the stream as a read does) per decode
@@ -18,10 +18,10 @@ import torch
 
 from conftest import hf_greedy
 from decoding import Sampling, generate
-from decoding.fast import virtual_cuda as vc_mod
+from decoding.testing import virtual_cuda as vc_mod
 from decoding.fast.graphs import emulated_graphs
 from decoding.fast.static_cache import StaticKV
-from decoding.fast.virtual_cuda import DeviceMismatch, virtual_cuda
+from decoding.testing.virtual_cuda import DeviceMismatch, virtual_cuda
 from gpu_cases import CASES, PROMPT, Models, heads_dir
 
 N = 12

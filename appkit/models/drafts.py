@@ -87,7 +87,7 @@ def no_draft(target: str, draft: str, why: str) -> str:
 def check_draft(model, tok, dmodel, dtok, target: str, draft: str) -> None:
     """Before a speculative run: a draft that does not share the target's tokenizer is refused in one line
     that says what to pick instead (not the engine's error from the middle of the run)."""
-    from decoding.methods.draft_model.speculative import check_compatible
+    from decoding.methods.resources import check_compatible
     try:
         check_compatible(model, dmodel, tok, dtok)
     except ModelError as e:

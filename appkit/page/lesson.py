@@ -21,7 +21,7 @@ import gradio as gr
 
 from decoding.api import METHODS, SPECS
 from decoding.fetch_model import MODEL_NAME, cached
-from decoding.methods.self_draft.self_spec_adapter import CONFIG as ADAPTER_CONFIG, shipped_adapter
+from decoding.methods.resources import ADAPTER_CONFIG, shipped_adapter
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.exports.teach import WANTS
 

@@ -17,8 +17,8 @@ from decoding.presets import SHIPPED_CPU
 from . import autofields
 from .explain import explain
 
-from ..run.method_fields import (DEFAULT_METHOD, ELEM_ID, SHAPE, SHAPE_MODES, field_of, field_values, groups,
-                            has_shape, method_choices, range_key, specs, takes, ui_knobs)
+from ..run.method_fields import (DEFAULT_METHOD, ELEM_ID, SHAPE, SHAPE_MODES, can, field_of, field_values, groups,
+                            has_shape, method_choices, range_key, specs, ui_knobs)
 from .widgets import Int, Text
 
 SPEC_MODES = [("chain (K tokens)", "chain"), ("tree (widths per depth)", "tree"), ("dynamic tree (budget)", "budget")]
@@ -98,7 +98,7 @@ def method_controls(p, lim, shown: dict) -> None:
         p.datastore = gr.Dropdown(DATASTORES, value="", label="retrieval source",
                                   info="the shipped datastore fits SmolLM2-135M-Instruct's tokenizer only")
     p.resource_groups = [(p.hd_group, tuple(m for m, s in specs().items() if {"heads", "adapter"} & set(s.needs))),
-                         (p.rt_group, tuple(m for m in specs() if takes(m, "datastore")))]
+                         (p.rt_group, tuple(m for m in specs() if can(m, "datastore")))]
 
 
 def control_fields() -> list[str]:

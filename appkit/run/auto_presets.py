@@ -8,7 +8,7 @@ preset (at most 256 sessions), never the preset every later visitor gets and pre
 from __future__ import annotations
 
 from . import presets
-from .method_fields import is_baseline, needs, takes
+from .method_fields import can, is_baseline, needs
 from .prepared import Prepared
 from .sources import heads_folder
 
@@ -57,7 +57,7 @@ class AutoPresets:
                 pr = self._preset(p, target, m) or self._tune_auto(p, target, m, pause)
                 p.params[m] = dict(pr["params"])
                 p.notes[m] = f"auto preset {presets.describe(m, pr['params'])} ({pr['source']})"
-            if p.settings.typical and takes(m, "acceptance"):  # the stats line says this text is not the target's
+            if p.settings.typical and can(m, "typical_acceptance"):  # the stats line says this text is not the target's
                 p.notes[m] = ", ".join(x for x in (p.notes.get(m), "typical acceptance (NOT exact)") if x)
             self.check_positions(p, m)
 

@@ -16,7 +16,7 @@ from decoding import make_sampling, run
 from decoding.api import vocab_for
 from decoding.models import describe, max_positions
 from decoding.fast.graphs import capture_warning
-from decoding.methods.retrieve.suffix_cache import Histories
+from decoding.methods.resources import Histories
 
 from . import presets
 from .copied import copied_note
@@ -32,7 +32,7 @@ from ..public.per_session import PerSession
 from ..public.fair import CLIENT_JOBS, PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
 from ..public.limits import PUBLIC_HISTORY, Limits
 from ..models.model_cache import ModelCache
-from .method_fields import is_baseline, needs, takes
+from .method_fields import can, is_baseline, needs
 from .settings import InputError, Settings, check_common, method_params, raise_if, reference_texts, user_params
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
 from .auto_presets import AutoPresets
@@ -160,10 +160,10 @@ class Handlers(AutoPresets):
         params = {m: {} if auto else method_params(s, m, self.lim, problems) for m in methods}
         # the draft cutoff is the user's under every preset (manual and teaching: among the method's params)
         user = {m: user_params(s, m, self.lim, problems) for m in methods} if auto else {}
-        if s.typical and any(takes(m, "acceptance") for m in methods) and common.get("temperature") == 0:
+        if s.typical and any(can(m, "typical_acceptance") for m in methods) and common.get("temperature") == 0:
             problems.append("**typical acceptance** needs sampling (temperature > 0); at temperature 0 the heads' "
                             "verification is exact already")
-        reference = reference_texts(s, problems) if any(takes(m, "reference_ids") for m in methods) else []
+        reference = reference_texts(s, problems) if any(can(m, "reference_texts") for m in methods) else []
         device = "auto"
         try:
             target = self.model_name(s.target, "target")

@@ -10,12 +10,8 @@ methods is read from the spec (its knobs, needs, presets).
 from __future__ import annotations
 
 from decoding.methods import registry
-from decoding.methods.spec import Knob, MethodSpec
+from decoding.methods.spec import CAPABILITIES, Knob, MethodSpec
 
-# Page fields (= Settings fields = API parameter names) older than the specs, where they differ from the knob.
-FIELD_OF = {"tree": "widths", "tree_budget": "budget", "budget": "heads_budget"}
-# The app's range of a knob (appkit/public/limits.py, public caps included) where it is kept under another name.
-RANGE_OF = {"budget": "tree_budget"}
 # The elem_ids the browser tests and screenshots find the controls by (others: ds-knob-<field>).
 ELEM_ID = {"window": "ds-W", "ngram": "ds-N", "guesses": "ds-G", "confidence": "ds-cutoff"}
 # A token tree's shape (a knob of kind "widths" beside a chain length and a node budget) is picked with one
@@ -51,17 +47,30 @@ def ui_knobs(s: MethodSpec) -> list[Knob]:
     return [k for k in s.knobs() if k.ui]
 
 
+def declared(attr: str) -> dict[str, str]:
+    """Knob name -> what its knob declares for the page ("page_field": the page field, where one older than
+    the specs has another name; "page_range": the app's range key), the first declaring method's, in order."""
+    out: dict[str, str] = {}
+    for s in registry.SPECS.values():
+        for k in s.knobs():
+            if getattr(k, attr):
+                out.setdefault(k.name, getattr(k, attr))
+    return out
+
+
 def field_of(name: str) -> str:
-    return FIELD_OF.get(name, name)
+    """The page field (= Settings field = API parameter name) that holds knob `name`."""
+    return declared("page_field").get(name, name)
 
 
 def range_key(name: str) -> str:
-    return RANGE_OF.get(name, name)
+    """The app's range (appkit/public/limits.py, public caps included) of knob `name`."""
+    return declared("page_range").get(name, name)
 
 
 def has_shape(s: MethodSpec) -> bool:
-    """Its controls include a token tree's shape (chain / tree widths / budget, one radio picks)."""
-    return any(k.kind == "widths" for k in ui_knobs(s))
+    """Its spec declares the tree-shape radio (chain / tree widths / budget, one radio picks)."""
+    return s.can("tree_shape")
 
 
 def needing(resource: str) -> tuple[str, ...]:
@@ -74,10 +83,12 @@ def needs(method: str, resource: str) -> bool:
     return s is not None and resource in s.needs
 
 
-def takes(method: str, param: str) -> bool:
-    """The method's drafter is built with `param` (reference_ids, datastore, acceptance, history...)."""
+def can(method: str, capability: str) -> bool:
+    """The method's spec declares `capability` (decoding/methods/spec.py CAPABILITIES: reference texts, the
+    retrieval source, the session's history, typical acceptance, the tree-shape radio); False for an unknown
+    method. Declared, never inferred from a parameter's name: a new method's `datastore` knob is its own."""
     s = spec(method)
-    return s is not None and param in s.param_names()
+    return s is not None and s.can(capability)
 
 
 def knob_fields() -> dict[str, Knob]:
@@ -124,7 +135,7 @@ def field_values(method: str, params: dict) -> dict:
     mine = {k.name: k for k in ui_knobs(s)}
     out: dict = {}
     if has_shape(s):
-        tree = next(k.name for k in mine.values() if k.kind == "widths")
+        tree = CAPABILITIES["tree_shape"]
         mode = "tree" if params.get(tree) else "budget" if params.get("tree_budget") else "chain"
         out[SHAPE] = mode
         for name in SHAPE_MODES[mode]:

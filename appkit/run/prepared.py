@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 
 from decoding import run
 from decoding.build import build
-from decoding.methods.lookup.reference_text import tokenize_references
 
-from .method_fields import needs, takes
+from .method_fields import can, needs
 from .settings import Settings
 
 
@@ -46,11 +45,11 @@ class Prepared:
         or a profile's runs each get a frozen copy, so every repeat of every method starts from the same state
         and none drafts from another's output."""
         kw = {**self.params.get(method, {}), **self.user.get(method, {}), **self.resources.get(method, {})}
-        if takes(method, "reference_ids") and self.reference:  # with any preset: the text is the user's
-            kw["reference_ids"] = tokenize_references(self.tok, self.reference)
+        if can(method, "reference_texts") and self.reference:  # with any preset: the text is the user's
+            kw["reference"] = self.reference  # the spec's prepare step tokenises it
         if needs(method, "draft_model"):
             kw.update(draft_model=self.dmodel, draft_tokenizer=self.dtok)
-        if takes(method, "history"):  # this session's earlier runs, never the process's
+        if can(method, "session_history"):  # this session's earlier runs, never the process's
             kw["history"] = (False if self.history is None else self.history if join_history
                              else self.history.copy())
         return build(method, kw, self.model, self.tok)

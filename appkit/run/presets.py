@@ -86,12 +86,12 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
 
     measured = ""
     if tuner_of(method) is not None:  # the same tuner as the CLI's --auto (decoding/tune.py)
-        tuner = spec(method).tuner
-        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=PILOT_TOKENS, reps=REPS.get(tuner, 1),
+        tuner = tuner_of(method)
+        tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=PILOT_TOKENS, reps=tuner.reps,
                           draft=draft, heads=heads or str(ASSETS / "heads" / method),
                           **({"pause": pause} if pause is not None else {}))
         params, res = tuned["params"], tuned["result"]
-        measured = MEASURED.get(tuner, lambda r: "")(res)
+        measured = tuner.measured(res)
     else:
         params = dict(SHIPPED_CPU.get(method, {}))  # no tuner (prompt lookup, retrieval, self-speculative): its defaults
     if not save:
@@ -103,28 +103,6 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
     return {"params": params, "source": "tuned on this device just now", "measured": measured}
 
 
-def measured_lookahead(res: dict) -> str:
-    """What the lookahead tuner measured, in one sentence: the 1-token step, then best and runner-up."""
-    r, curve = res["ranking"], res["curve"]
-    top = "; ".join(f"W{x['window']} N{x['ngram']} G{x['guesses']}: {x['compression']:.2f} tokens/step at "
-                    f"{x['step_ms']:.1f} ms/step → {x['predicted_speedup']:.2f}x" for x in r[:2])
-    return (f"1-token step {float(curve.get('1', 0)):.1f} ms; piloted {len(r)} W/N/G configs on "
-            f"{len(PILOTS)} prompts, best first: {top}")
-
-
-def measured_speculative(res: dict) -> str:
-    r = res["ranking"]
-    top = "; ".join(f"{x['label']}: {x['compression']:.2f} tokens/step, {x['speedup']:.2f}x greedy" for x in r[:2])
-    return f"timed greedy ({res['greedy_tokens_per_s']:.0f} tokens/s) and {len(r)} draft shapes, best first: {top}"
-
-
-def measured_heads(res: dict) -> str:
-    r = res["ranking"]
-    top = "; ".join(f"{describe('eagle', x)}: {x['compression']:.2f} tokens/step, {x['tokens_per_s']:.1f} tokens/s"
-                    for x in r[:2])
-    return f"timed {len(r)} tree budgets (and cuts) on {len(PILOTS)} prompts, best first: {top}"
-
-
 def tune_work(tok, method: str) -> int:
     """Tokens tuning `method` processes (pilot prompt + pilot tokens, per pilot run): a Tune's share of the
     work budget, like a race's runs."""
@@ -134,7 +112,7 @@ def tune_work(tok, method: str) -> int:
         return 0
     prompts = pilots(tok)
     per_run = PILOT_TOKENS + max(len(tok(p)["input_ids"]) for p in prompts)
-    return pilot_runs(method, len(prompts), REPS.get(spec(method).tuner, 1)) * per_run
+    return pilot_runs(method, len(prompts), t.reps) * per_run
 
 
 def resolve(model_name: str, model, tok, method: str, draft=None, heads: str | None = None) -> dict:
@@ -166,7 +144,7 @@ def _shape(method: str, params: dict) -> str:
     if "block" in names:
         return f"block {params['block']}"
     if "heads" in sp.needs:
-        from decoding.tune import heads_label
+        from decoding.methods.resources import heads_label
         return f"tree {heads_label(params)}"  # the words --auto prints
     if "adapter" in sp.needs:
         return f"depth {params.get('depth', 6)}" + (f", stop {params['stop']}" if "stop" in params else "")
@@ -175,7 +153,4 @@ def _shape(method: str, params: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in params.items())
 
 
-# What each tuner measured, in one sentence (by the tuner a spec names), and its repeats per pilot.
-MEASURED = {"latency_curve": measured_lookahead, "draft_shapes": measured_speculative, "heads_budget": measured_heads}
-REPS = {"block": 2}
 PILOT_TOKENS = 32

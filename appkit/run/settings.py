@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, fields, make_dataclass
 
 from decoding.build import checked
 from decoding.fast.cpu_gemm import KERNELS, kernel_wanted
-from decoding.methods.draft_model.draft_tree import make_shape, speculative_query_tokens
-from decoding.methods.lookup.reference_text import check_references
-from decoding.methods.spec import Knob, MethodSpec
-from decoding.params import DEFAULT_CONFIDENCE, lookahead_query_tokens
+from decoding.methods.resources import check_references
+from decoding.methods.spec import CAPABILITIES, Knob, MethodSpec
+from decoding.params import DEFAULT_CONFIDENCE
 
 from ..public.limits import MAX_PROMPT_CHARS, PUBLIC_CAPS, TEMPERATURE, Limits
 from .method_fields import (DEFAULT_METHOD, SHAPE_MODES, USER_KNOBS, field_of, has_shape, knob_fields, range_key,
@@ -224,7 +223,7 @@ def knob_value(s: Settings, k: Knob, lim: Limits, problems: list[str]):
 def shape_params(s: Settings, sp: MethodSpec, lim: Limits, problems: list[str]) -> dict:
     """A token tree's shape from the mode radio: a chain of K, tree widths per depth, or a node budget."""
     knobs = {k.name: k for k in ui_knobs(sp)}
-    tree = next(k for k in knobs.values() if k.kind == "widths")
+    tree = knobs[CAPABILITIES["tree_shape"]]
     p: dict = {}
     if s.spec_mode == "tree":
         text = getattr(s, field_of(tree.name))
@@ -246,23 +245,13 @@ def shape_params(s: Settings, sp: MethodSpec, lim: Limits, problems: list[str]) 
 
 
 def has_query(sp: MethodSpec) -> bool:
-    """Its controls say how many query tokens a step runs (query_tokens has a formula for them)."""
-    names = {k.name for k in ui_knobs(sp)}
-    return sp.query_tokens is not None or {"window", "ngram", "guesses"} <= names or has_shape(sp) or "block" in names
+    """Its spec says how many query tokens a step runs (MethodSpec.query_tokens)."""
+    return sp.query_tokens is not None
 
 
 def query_tokens(sp: MethodSpec, p: dict) -> int | None:
-    """Most query tokens one step of these parameters runs (None: no formula for this method's shape)."""
-    if sp.query_tokens is not None:  # the spec's own count
-        return sp.query_tokens({**sp.defaults(), **p})
-    if {"window", "ngram", "guesses"} <= p.keys():
-        return lookahead_query_tokens(p["window"], p["ngram"], p["guesses"])
-    if has_shape(sp):
-        return speculative_query_tokens(make_shape(p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"),
-                                                   bool(p.get("staged"))))
-    if "block" in p:
-        return p["block"] + 1
-    return None
+    """Most query tokens one step of these parameters runs, by the spec's own count (None: it declares none)."""
+    return sp.query_tokens({**sp.defaults(), **p}) if sp.query_tokens is not None else None
 
 
 def reference_texts(s: Settings, problems: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .method_fields import needing, spec, takes
+from .method_fields import can, needing, spec
 from .settings import InputError, Settings
 
 
@@ -34,9 +34,9 @@ def resources(s: Settings, method: str, model=None) -> dict:
         out["heads"] = heads_folder(s.heads, method, model)
     if "adapter" in sp.needs and (s.heads or "").strip():
         out["adapter"] = s.heads.strip()
-    if takes(method, "acceptance"):
+    if can(method, "typical_acceptance"):
         out["acceptance"] = "typical" if s.typical else "exact"
-    if takes(method, "datastore"):
+    if can(method, "datastore"):
         out["datastore"] = retrieval_source(s.datastore)
     return out
 
@@ -54,8 +54,8 @@ def retrieval_source(choice: str) -> str | None:
 
 def check_retrieval(p, methods: list[str]) -> None:
     """A datastore built with another tokenizer (the shipped one is SmolLM2's): one input error, before any run."""
-    if any(takes(m, "datastore") for m in methods) and retrieval_source(p.settings.datastore):
-        from decoding.methods.retrieve.retrieval import open_datastore
+    if any(can(m, "datastore") for m in methods) and retrieval_source(p.settings.datastore):
+        from decoding.methods.resources import open_datastore
         try:
             open_datastore(retrieval_source(p.settings.datastore), p.tok)
         except ValueError as e:
@@ -64,7 +64,7 @@ def check_retrieval(p, methods: list[str]) -> None:
 
 def check_heads(p, methods: list[str]) -> None:
     """Heads trained for another model, or a missing/corrupt heads file: one input error, before any run."""
-    from decoding.methods.self_draft.heads import HeadsError, load_heads
+    from decoding.methods.resources import HeadsError, load_heads
     for m in methods:
         if m in needing("heads"):
             try:

@@ -3,7 +3,7 @@
 Every method (greedy, lookahead, prompt lookup, speculative target and draft) runs a tree of new tokens
 and then keeps the nodes whose keys/values belong to the accepted text. Above the accepted prefix
 (`length` tokens) the cache holds a *region* of uncommitted nodes: the last forward's, or, for a draft
-model, several forwards' worth of tree nodes (draft_tree.DraftCore). A node attends to the prefix, its
+model, several forwards' worth of tree nodes (draft_core.DraftCore). A node attends to the prefix, its
 region ancestors and itself, at position length + depth. `commit(keep)` moves the kept region nodes down
 onto the prefix and drops the rest: the one KV-compaction routine, for target and draft alike.
 

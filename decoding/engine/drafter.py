@@ -21,8 +21,9 @@ class Abilities:
     MethodSpec's: decoding/methods/spec.py).
     hidden_layers: target hidden states it reads (transformers' hidden_states index, -1 = last, normed):
       the runner hands the prompt's rows to prefill_features() and each step's hidden_rows to observe().
-    own_model: it runs a model of its own (a draft), or prices the target's rows (adaptive trees): the
-      runner calls bind(target, sampling) first.
+    binds_target: it needs the target itself before the run (a draft to check against it and put on its
+      device, the target's vocabulary size or layers, its row costs for adaptive trees): the runner calls
+      bind(target, sampling) first. The only way a drafter learns the target's vocabulary.
     wants_tracing: it records trace-only quantities (host transfers) only when told the run is traced
       (the runner sets drafter.tracing).
     acceptance: the verification rule when sampling: "exact" (the target's distribution) or "typical"
@@ -30,7 +31,7 @@ class Abilities:
     prefill_logits: it learns from the prompt's forward too: the runner hands the prefill's logits (one row
       per prompt token, the forward it runs anyway) to prefill_logits(logits) after start()."""
     hidden_layers: tuple[int, ...] = ()
-    own_model: bool = False
+    binds_target: bool = False
     wants_tracing: bool = False
     acceptance: str = "exact"
     prefill_logits: bool = False
@@ -54,7 +55,7 @@ class Plan:
 
 class Drafter(Protocol):
     """The contract. Optional methods, called only where `abilities` says so: bind(model, sampling)
-    (own_model), prefill_features(feats) (hidden_layers: the prompt's hidden states, [layers, rows, h]),
+    (binds_target), prefill_features(feats) (hidden_layers: the prompt's hidden states, [layers, rows, h]),
     prefill_logits(logits) (prefill_logits: the prompt's logits, [rows, vocab])."""
     name: str
     abilities: Abilities

@@ -87,30 +87,6 @@ def chain_parents(n: int) -> list[int]:
     return list(range(-1, n - 1))
 
 
-def level_start(window: int, level: int) -> int:
-    """Query index of window level `level`'s first token: row 0 is [x0, L0] (W tokens), each later level
-    W tokens, so level l starts at W * l. The one place this arithmetic lives (masks and lookahead)."""
-    return window * level
-
-
-def lookahead_layout(window: int, ngram: int, levels: int, n_candidates: int) -> dict[str, list]:
-    """Parents, depths and roles of a lookahead step's query, in the paper's order.
-
-    Query = [x0 | L0 (W-1) | L1 (W) | ... | L_{levels-1} (W) | G' candidates x (N-1)].
-    Role slots: window → (level, column) with x0 = (0, 0) and L0[j-1] = (0, j); candidate → (g, i).
-    """
-    W, n1 = window, ngram - 1
-    parents, roles, slots = [-1], ["x0"], [(0, 0)]
-    for j in range(1, W):
-        parents.append(j - 1); roles.append("window"); slots.append((0, j))
-    for lev in range(1, levels):
-        for j in range(W):
-            parents.append(level_start(W, lev - 1) + j)  # the token above it in the window
-            roles.append("window"); slots.append((lev, j))
-    add_chains(parents, roles, slots, [n1] * n_candidates)
-    return {"parents": parents, "depths": depths_of(parents), "roles": roles, "slots": slots}
-
-
 def add_chains(parents: list[int], roles: list[str], slots: list, lengths: list[int],
                role: str = "candidate") -> None:
     """Append candidate chains, each hanging under x0 (query index 0); slot = (candidate, offset)."""

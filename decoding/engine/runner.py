@@ -54,7 +54,7 @@ def generate(model: PreTrainedModel, prompt_ids: list[int], drafter: Drafter | N
     ab = drafter.abilities  # what the drafter needs, as data (engine/drafter contract)
     if ab.wants_tracing:  # trace-only quantities (host transfers) only when tracing
         drafter.tracing = trace
-    if ab.own_model:  # a drafter with its own model (speculative's draft) checks it and learns sampling
+    if ab.binds_target:  # it needs the target (a draft checked against it, the vocabulary, row costs) and sampling
         drafter.bind(model, sampling)
     static = default_static(model) if static is None else bool(static)
     # room for the whole run plus one bucket, so the static cache never regrows (and keeps its graphs)

@@ -11,7 +11,7 @@ a TorchDispatchMode that sees every aten op, and report what breaks or silently 
               values are baked into the graph at capture
   host-tensor an op output on another device than the cache's (a CPU tensor on a CUDA path): a pageable
               copy inside capture (only visible where the cache is not on the CPU: on CUDA, or on the
-              virtual CUDA device of virtual_cuda.py in CI)
+              virtual CUDA device of decoding/testing/virtual_cuda.py in CI)
   rng         a random op: replay repeats the captured draws unless the generator is registered with
               the graph (the default CUDA generator is; an explicit one is not)
   foreign     a tensor read (or written) inside the region that is neither a fixed buffer (io, mask,
@@ -59,7 +59,8 @@ ALLOWED = {
 }
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.abspath(__file__)
-_DEVICE = os.path.join(os.path.dirname(_HERE), "virtual_cuda.py")  # the CPU stand-in for CUDA: not a caller
+_DEVICE = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "testing", "virtual_cuda.py")  # the CPU stand-in
+# for CUDA (a test device, decoding/testing/): not a caller
 _ACTIVE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("decodescope_capture_check", default=None)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from .spec import BASELINE, MethodSpec  # noqa: F401 (BASELINE re-exported: the registry names the baseline)
+from .spec import BASELINE, CAPABILITIES, MethodSpec  # noqa: F401 (BASELINE re-exported: the registry names the baseline)
 
 MODULES = (
     "decoding.methods.greedy",
@@ -34,9 +34,19 @@ def load_specs(modules: tuple[str, ...] = MODULES) -> dict[str, MethodSpec]:
             raise TypeError(f"{name} declares no SPEC = MethodSpec(...)")
         if spec.name in out:
             raise ValueError(f"two methods are called {spec.name!r}")
+        check_capabilities(spec)
         out[spec.name] = spec
     check_shared(out)
     return out
+
+
+def check_capabilities(spec: MethodSpec) -> None:
+    """A declared capability is a known one, and the method takes the parameter that receives it."""
+    for c in spec.capabilities:
+        if c not in CAPABILITIES:
+            raise ValueError(f"{spec.name} declares an unknown capability {c!r} (known: {', '.join(CAPABILITIES)})")
+        if CAPABILITIES[c] not in spec.param_names():
+            raise ValueError(f"{spec.name} declares {c!r} but takes no {CAPABILITIES[c]!r} parameter to receive it")
 
 
 def check_shared(specs: dict[str, MethodSpec]) -> None:

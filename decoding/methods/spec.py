@@ -19,11 +19,53 @@ BASELINE = "greedy"  # the method every other one is measured against and must r
 RESOURCES = ("draft_model", "heads", "adapter", "datastore")
 # Pictures the step view can draw, chosen by the structure a method's trace records (viz reads these).
 PICTURES = ("mask", "tree", "window", "pool", "trajectory", "retrieval", "draft_cost", "heads")
+# What the app hands a method beyond its controls, declared by the spec (capabilities) and never inferred from
+# a parameter's name; each names the parameter that receives it, which the method must declare:
+# "reference_texts": the reference box's texts, tokenised (prompt lookup's reference lookup);
+# "datastore": the page's retrieval source (a datastore folder, or None for the suffix cache);
+# "session_history": this session's earlier runs (a suffix-cache History), never the process's;
+# "typical_acceptance": the page's typical-acceptance switch ("exact" or Medusa's "typical", sampling only);
+# "tree_shape": the page's chain / tree widths / budget radio picks the shape (the "widths" knob is the tree).
+CAPABILITIES = {"reference_texts": "reference", "datastore": "datastore", "session_history": "history",
+                "typical_acceptance": "acceptance", "tree_shape": "tree"}
+
+
+@dataclass(frozen=True)
+class PilotKit:
+    """What decoding/tune.py lends a method's tuner: a method's file may not import the API (decoding.api
+    builds methods through the registry, so the import would close a circle).
+    run: decoding.run; make_drafter: (method, **params) -> a drafter without a model; time_pilots: every
+    (method, params) timed on every pilot prompt (decoding.tune.time_pilots); pilots: one prompt or a list of
+    texts -> the list of pilot prompts; specs: the registry's specs, by name."""
+    run: Callable[..., Any]
+    make_drafter: Callable[..., Any]
+    time_pilots: Callable[..., dict]
+    pilots: Callable[[Any], list]
+    specs: dict
+
+
+@dataclass(frozen=True)
+class Tuner:
+    """How a method's shape is tuned (decoding/tune.py drives it; the strategy lives with the method).
+    run: (PilotKit, model, tokenizer, prompts, *, method, pilot_tokens, reps, draft, heads, draft_tokenizer,
+      **fixed) -> {"params", "label", "result"[, "detail"]}.
+    chooses: the parameters it picks (a user's value for one of them contradicts --auto); what: their name in
+    words; fixed: the tuner options a user's other values fix (a given heads confidence is the only cut tried);
+    pilot_runs: (pilot prompts, reps) -> pilot decodes one tune makes (a shared server counts them first);
+    reps: repetitions the app uses; measured: (the tuner's result) -> one sentence of what it measured."""
+    run: Callable[..., dict]
+    chooses: tuple[str, ...]
+    what: str
+    pilot_runs: Callable[[int, int], int]
+    fixed: Callable[[dict], dict] = lambda params: {}
+    reps: int = 1
+    measured: Callable[[dict], str] = lambda result: ""
 
 
 def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | None = None, lo: float | None = None,
          hi: float | None = None, choices: tuple | None = None, ui: bool = False, step: float | None = None,
-         internal: bool = False, negate: bool = False, kind: str | None = None, shared: bool = False) -> Any:
+         internal: bool = False, negate: bool = False, kind: str | None = None, shared: bool = False,
+         page_field: str | None = None, page_range: str | None = None) -> Any:
     """A method parameter: a dataclass field whose metadata is its one description.
     cli: its flag ("--window"); several methods may share a flag (--budget), each mapping it to its own field.
     lo / hi: the accepted range (integers when the default is an int); choices: the accepted values.
@@ -35,9 +77,13 @@ def knob(default: Any = None, *, label: str = "", help: str = "", cli: str | Non
     or a store object the API passes, checked by the method's own check).
     shared: the name means the same thing in every method that declares it (budget, heads, adaptive): the CLI
     and the app may show one control for it. A name two methods use must be declared shared by both, or the
-    registry refuses to load (a new method's `tree` must not silently become speculative's tree)."""
+    registry refuses to load (a new method's `tree` must not silently become speculative's tree).
+    page_field: the app's page field holding it, where one older than the specs has another name (speculative's
+    tree is the page's "widths"); page_range: the app's range for it (appkit/public/limits.py) where that is kept
+    under another name. Declared here, so the app maps no parameter name by hand."""
     meta = {"label": label, "help": help, "cli": cli, "lo": lo, "hi": hi, "choices": choices, "ui": ui,
-            "step": step, "internal": internal, "negate": negate, "kind": kind, "shared": shared}
+            "step": step, "internal": internal, "negate": negate, "kind": kind, "shared": shared,
+            "page_field": page_field, "page_range": page_range}
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -60,6 +106,8 @@ class Knob:
     negate: bool
     kind: str | None
     shared: bool = False
+    page_field: str | None = None
+    page_range: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +118,15 @@ class MethodSpec:
     prepare: (params dict, model, tokenizer) -> params dict: what only the model can settle (load a draft,
       pick the shipped heads, check a datastore against the tokenizer); None = nothing to settle.
     check: (params dict) -> None: raises ValueError on a combination the ranges cannot express.
-    tuner: the strategy decoding/tune.py searches this method's shape with (None = not tuned).
+    check_sampling: (params dict, Sampling) -> None: raises ValueError on a value the sampling settings rule
+      out (typical acceptance at temperature 0); the CLI runs it before a model loads.
+    check_run: (drafter, prompt tokens, max new tokens) -> None: raises ValueError when a run that long does
+      not fit what the drafter brings (a draft model's own positions); decoding.run calls it after the
+      target's own check.
+    capabilities: what the app hands the method beyond its controls (CAPABILITIES: reference texts, the
+      retrieval source, the session's history, the typical-acceptance switch, the tree-shape radio).
+    tuner: the Tuner decoding/tune.py searches this method's shape with, declared with the method (None = not
+      tuned).
     presets: shipped shapes by place ("cpu_embedded", "cpu_default", "teaching").
     cli_preset: `generate` runs the device's preset (decoding/presets.py lookup) when none of the preset's
       parameters is given: for a method whose default shape loses to greedy on some devices (lookahead's
@@ -96,7 +152,10 @@ class MethodSpec:
     needs: tuple[str, ...] = ()
     prepare: Callable[[dict, Any, Any], dict] | None = None
     check: Callable[[dict], None] | None = None
-    tuner: str | None = None
+    check_sampling: Callable[[dict, Any], None] | None = None
+    check_run: Callable[[Any, int, int], None] | None = None
+    capabilities: tuple[str, ...] = ()
+    tuner: Tuner | None = None
     presets: dict[str, dict] = field(default_factory=dict)
     cli_preset: bool = False
     pictures: tuple[str, ...] = ("mask",)
@@ -114,7 +173,8 @@ class MethodSpec:
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
             k = Knob(f.name, default, m.get("label") or f.name.replace("_", " "), m.get("help", ""), m.get("cli"),
                      m.get("lo"), m.get("hi"), m.get("choices"), bool(m.get("ui")), m.get("step"),
-                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"), bool(m.get("shared")))
+                     bool(m.get("internal")), bool(m.get("negate")), m.get("kind"), bool(m.get("shared")),
+                     m.get("page_field"), m.get("page_range"))
             if not (user and k.internal):
                 out.append(k)
         return out
@@ -122,6 +182,12 @@ class MethodSpec:
     def param_names(self) -> tuple[str, ...]:
         """Every keyword the drafter is built from (user and internal), as make_drafter accepts them."""
         return tuple(f.name for f in dataclasses.fields(self.params))
+
+    def can(self, capability: str) -> bool:
+        """It declares `capability` (CAPABILITIES): the app hands it that input."""
+        if capability not in CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
+        return capability in self.capabilities
 
     def defaults(self) -> dict:
         return {k.name: k.default for k in self.knobs(user=False)}

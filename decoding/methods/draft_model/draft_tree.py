@@ -1,4 +1,5 @@
-"""The draft side of speculative decoding: the draft model's KV cache and the token tree it expands.
+"""The draft side of speculative decoding: the token tree the draft expands in its KV cache (draft_core.py),
+replayed from one device read when its levels were chained (tree_replay.py), in a shape (tree_shape.py).
 
 The draft keeps its own Core. Above the accepted prefix its cache holds a *speculative region*: the
 catch-up tokens (accepted text the draft has not seen yet, ending with x0) and every tree node already
@@ -43,103 +44,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decoding.engine.core import Core
 from decoding.engine.drafter import best_closed
-from decoding.params import DEFAULT_CONFIDENCE, LIMITS, MAX_TREE_NODES, check_range
 from decoding.engine.sampling import Sampling, draw_children, uniform, warp
-
+from decoding.methods.draft_model import tree_replay
+from decoding.methods.draft_model.draft_core import DraftCore  # noqa: F401 (the builder's type)
+from decoding.methods.draft_model.tree_replay import _Replay, _top_list
+from decoding.methods.draft_model.tree_shape import Shape, level_rows as _level_rows
 
 # Chain the draft levels on the device (one host read per draft): None = where the draft runs on CUDA and
 # no confidence cut could save forwards (a host read per level stalls the GPU; on CPU a read is free).
 # DECODESCOPE_DEVICE_DRAFT=1/0 forces it; tests set it to count what a CUDA run syncs.
 DEVICE_DRAFT: bool | None = {"1": True, "0": False}.get(os.environ.get("DECODESCOPE_DEVICE_DRAFT", ""))
-
-
-class DraftCore(Core):
-    """A Core whose region of tree nodes persists across forwards until `settle`."""
-    role = "draft"
-    vocab: int | None = None  # the target's logit rows (set by Speculative.start); None = the draft's own
-
-    def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> torch.Tensor:
-        """Run new region nodes (parents index the region, earlier nodes or this batch); logits [q - skip, V]
-        for all but the first `skip` nodes (catch-up tokens whose predictions nobody reads)."""
-        return fit_vocab(self._run(tokens, parents, rows=len(tokens) - skip if skip else None), self.vocab)
-
-    def grow_ids(self, ids: torch.Tensor, parents: list[int]) -> torch.Tensor:
-        """grow() for tokens that live on the device (a level's top-k, never read by the host): the forward
-        takes them from `ids` (placeholders go through the host side). Logits [len(parents), V]."""
-        ids = ids.clamp(max=self.model.get_input_embeddings().weight.shape[0] - 1)  # a padded id: prob 0, dropped
-        self._ids = ids
-        if self.static:
-            self.cache.ids_in = ids
-        try:
-            return fit_vocab(self._run([0] * len(parents), parents), self.vocab)
-        finally:
-            self._ids = None
-            if self.static:
-                self.cache.ids_in = None
-
-    def grow_rows(self, ids: torch.Tensor, anc: torch.Tensor, depth: int) -> torch.Tensor:
-        """grow_ids() whose parents (region rows `anc`) were chosen on the device too: the tree mask is
-        built there (Core._run_rows). Logits [len(anc), V]."""
-        ids = ids.clamp(max=self.model.get_input_embeddings().weight.shape[0] - 1)
-        self._ids = ids
-        if self.static:
-            self.cache.ids_in = ids
-        try:
-            return fit_vocab(self._run_rows(anc, depth), self.vocab)
-        finally:
-            self._ids = None
-            if self.static:
-                self.cache.ids_in = None
-
-    _ids: torch.Tensor | None = None
-
-    def _dynamic(self, tokens, *args, **kwargs):
-        """The dynamic path with device ids (grow_ids): the step's first upload (ids and depths) gets its
-        id row from the device tensor."""
-        if self._ids is None:
-            return super()._dynamic(tokens, *args, **kwargs)
-        real = self.uploads
-        self.uploads = _IdsFirst(real, self._ids)
-        try:
-            return super()._dynamic(tokens, *args, **kwargs)
-        finally:
-            self.uploads = real
-
-    def settle(self, keep: list[int]) -> None:
-        """Keep region nodes `keep` (a root-first chain, ascending) as accepted text; drop the rest."""
-        self.commit(keep)
-
-
-class _IdsFirst:
-    """Uploads whose next longs([ids, depths]) takes its id row from a device tensor (DraftCore.grow_ids)."""
-
-    def __init__(self, uploads, ids: torch.Tensor):
-        self.up, self.ids = uploads, ids
-
-    def longs(self, values) -> torch.Tensor:
-        out = self.up.longs(values)
-        if self.ids is not None:
-            out = out.clone() if out.device != self.ids.device or not out.is_contiguous() else out
-            out[0].copy_(self.ids)
-            self.ids = None
-        return out
-
-    def upload(self, *args, **kwargs):
-        return self.up.upload(*args, **kwargs)
-
-
-def fit_vocab(logits: torch.Tensor, vocab: int | None) -> torch.Tensor:
-    """Draft logits over the target's rows: a draft padded to more rows (same tokenizer) never proposes a
-    padding id; a draft with fewer rows gives the target's extra ids probability 0 (-inf logits)."""
-    n = logits.shape[-1]
-    if vocab is None or vocab == n:
-        return logits
-    if n > vocab:
-        return logits[..., :vocab]
-    pad = logits.new_full((*logits.shape[:-1], vocab - n), float("-inf"))
-    return torch.cat([logits, pad], -1)
 
 
 @dataclass
@@ -155,20 +70,6 @@ class Node:
     top: list[tuple[int, float]] | None = field(default=None, repr=False)  # its best tokens, on the host
     kids: list[int] = field(default_factory=list)
     expanded: bool = False
-
-
-@dataclass
-class Shape:
-    """chain: widths [1] * K; tree: widths per depth; dynamic: best `budget` nodes up to depth K."""
-    mode: str
-    widths: list[int]
-    budget: int = 0
-    branch: int = 4             # dynamic mode: children considered per node
-    confidence: float = 0.0     # a node whose draft probability is below this is a leaf (HF's confidence stop)
-
-    @property
-    def depth(self) -> int:
-        return len(self.widths)
 
 
 class TreeBuilder:
@@ -404,7 +305,7 @@ class TreeBuilder:
         host.chained, host._dist, host._tops = (lambda: False), (lambda rows: rows), replay.tops
         try:
             nodes, n_catch, st = host.build(context)
-        except _Miss:
+        except tree_replay._Miss:
             self.core.commit(list(range(n_catch - 1)))  # keep the accepted catch-up text, drop the tree
             host.core, host._dist, host._tops = self.core, self._dist, self._tops
             return host.build(context)
@@ -540,130 +441,3 @@ class TreeBuilder:
             nd.kids = [remap[c] for c in nd.kids if c in remap]
             out.append(nd)
         return out
-
-
-class _Miss(Exception):
-    """The replay needed a node the device did not run."""
-
-
-class _Missing:
-    """The top list of a region row the device did not run: reading it aborts the replay."""
-
-    def __getitem__(self, i):
-        raise _Miss
-
-    def __iter__(self):
-        raise _Miss
-
-
-class _Replay:
-    """The draft Core as build() sees it during a replay (TreeBuilder._replay): grow() runs no forward, it
-    names each new row by its token path below x0 (catch-up rows: none; x0: ()); tops() hands back the top
-    lists read from the device for those paths."""
-
-    def __init__(self, length: int, n0: int, n_catch: int, table: dict):
-        self.length, self.table, self.catch_end = length, table, n0 + n_catch
-        self.spec_parents: list[int] = [-1] * n0
-        self.paths: dict[int, tuple | None] = {}
-
-    def grow(self, tokens: list[int], parents: list[int], skip: int = 0) -> list[int]:
-        out = []
-        for t, p in zip(tokens, parents):
-            v = len(self.spec_parents)
-            self.spec_parents.append(p)
-            if v < self.catch_end:
-                self.paths[v] = () if v == self.catch_end - 1 else None
-            else:
-                up = self.paths.get(p)
-                self.paths[v] = None if up is None else up + (t,)
-            out.append(v)
-        return out[skip:]
-
-    def tops(self, rows: list[int]) -> list:
-        return [self.table[self.paths[v]][0] if self.paths[v] in self.table else _Missing() for v in rows]
-
-    def real(self, v: int) -> int:
-        """A replayed row's row in the draft's region (catch-up rows, and -1, are the same)."""
-        return v if v < self.catch_end else self.table[self.paths[v]][1]
-
-
-def _top_list(toks: list[float], probs: list[float]) -> list[tuple[int, float]]:
-    """A read row as _tops makes it: (token, probability) pairs, best first."""
-    return [(int(t), p) for t, p in zip(toks, probs)]
-
-
-def _level_rows(widths: list[int], d: int) -> int:
-    """Nodes at depth d of the full fixed-width tree (depth 0: the root)."""
-    n = 1
-    for w in widths[:d]:
-        n *= w
-    return n
-
-
-# ---- the shape's parameters: checked once for the API, the CLI and the app ----
-
-def parse_tree(text: str | list[int]) -> list[int]:
-    """'3,2,1' -> [3, 2, 1] (children per node at depths 1, 2, 3)."""
-    if isinstance(text, (list, tuple)):
-        return list(text)
-    try:
-        return [int(x) for x in str(text).replace(" ", "").split(",")]
-    except ValueError:
-        raise ValueError(f"tree must be comma-separated widths per depth like 3,2,1, got {text!r}") from None
-
-
-def tree_nodes(widths: list[int]) -> int:
-    """Drafted nodes of a full fixed-width tree (x0 not counted): 3,2,1 -> 3 + 6 + 6 = 15."""
-    total, level = 0, 1
-    for w in widths:
-        level *= w
-        total += level
-    return total
-
-
-def make_shape(draft_tokens: int | None = None, tree=None, tree_budget: int | None = None,
-               staged: bool = False, confidence: float | None = None) -> Shape:
-    """Validate the speculative parameters. confidence: a drafted node whose draft probability is below
-    it is not expanded further (default 0.4, HF's assisted generation default, for chains and fixed-width
-    trees; unused by dynamic trees, which rank nodes by cumulative probability within the budget)."""
-    shape = _shape(draft_tokens, tree, tree_budget, staged)
-    if confidence is not None:
-        if not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
-            raise ValueError(f"draft-confidence must be in [0, 1], got {confidence}")
-        shape.confidence = float(confidence)
-    elif shape.mode != "dynamic":
-        shape.confidence = DEFAULT_CONFIDENCE
-    return shape
-
-
-def _shape(draft_tokens, tree, tree_budget, staged) -> Shape:
-    if tree is not None and tree_budget is not None:
-        raise ValueError("give either tree (fixed widths) or tree-budget (dynamic tree), not both")
-    if tree is not None and draft_tokens is not None:
-        raise ValueError("tree widths set the depth: do not also give draft-tokens")
-    if draft_tokens is not None:
-        check_range("draft_tokens", draft_tokens)
-    if tree is not None:
-        widths = parse_tree(tree)
-        lo, hi = LIMITS["tree_depth"]
-        if not lo <= len(widths) <= hi:
-            raise ValueError(f"tree must have {lo}..{hi} depths, got {len(widths)}")
-        for w in widths:
-            check_range("tree_width", w)
-        total = tree_nodes(widths)
-        if total > MAX_TREE_NODES:
-            raise ValueError(f"tree {','.join(map(str, widths))} has {total} nodes; at most {MAX_TREE_NODES}")
-        return Shape("chain" if all(w == 1 for w in widths) else "tree", widths)
-    if tree_budget is not None:
-        check_range("tree_budget", tree_budget)
-        if staged:
-            raise ValueError("staged works with chain and fixed-width tree modes, not tree-budget")
-        return Shape("dynamic", [1] * (draft_tokens or 6), budget=tree_budget)
-    return Shape("chain", [1] * (draft_tokens or 4))
-
-
-def speculative_query_tokens(shape: Shape) -> int:
-    """Most query tokens one target step verifies: x0 plus every drafted node."""
-    if shape.mode == "dynamic":
-        return 1 + shape.budget
-    return 1 + tree_nodes(shape.widths)

@@ -1,6 +1,7 @@
 """Speculative decoding as a drafter on the shared engine: a draft model proposes a chain or a token tree,
 the target verifies it in the runner's one forward (decoding/engine/runner.py), optionally staged (an n-gram
-stage 2 drafts for the draft model, decoding/methods/draft_model/stage2.py). Draft-side machinery: decoding/methods/draft_model/draft_tree.py.
+stage 2 drafts for the draft model, decoding/methods/draft_model/stage2.py). Draft-side machinery:
+decoding/methods/draft_model/draft_tree.py (+ draft_core.py, tree_shape.py, tree_replay.py); its tuner: shape_tune.py.
 
 Modes: chain (draft_tokens=K: K tokens, the target checks K + 1 positions), tree (widths per depth, e.g.
 [3, 2, 1]) and dynamic (tree_budget=B: the B best nodes by cumulative draft probability, depth <= K).
@@ -18,21 +19,25 @@ import time
 
 import torch
 
-from decoding.methods.draft_model.draft_tree import DraftCore, TreeBuilder, make_shape
+from decoding.methods.draft_model.draft_core import DraftCore
+from decoding.methods.draft_model.draft_tree import TreeBuilder
+from decoding.methods.draft_model.tree_shape import make_shape, speculative_query_tokens
 from decoding.engine.drafter import Abilities, Plan, tree_record
-from decoding.models import ModelError
+from decoding.models import ModelError, check_window
 from decoding.engine.sampling import Sampling, make_generator, warp
 from decoding.methods.draft_model.stage2 import NGramStage2, Table, load_table
 from decoding.engine.verify import Verdict
 from decoding.params import LIMITS
 from decoding.methods.draft_model.shipped_draft import NO_DRAFT, load_draft
-from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.spec import MethodSpec, PilotKit, Tuner, knob
+from decoding.methods.draft_model.shape_tune import (SHAPES, autotune_speculative, label as shape_label,
+                                                     measured as measured_shapes)
 
 def check_compatible(target, draft, target_tok=None, draft_tok=None) -> bool:
     """Refuse a draft that does not share the target's tokenizer (one clear message). What is compared is
     what the two models can emit: their logit rows. Row counts may differ (Qwen2.5-0.5B pads to 151,936
     rows, Qwen2.5-7B to 152,064, one tokenizer): the draft's logits are cut or padded to the target's rows
-    (draft_tree.fit_vocab). A tokenizer may also hold MORE tokens than a model has rows (a Qwen2 tokenizer
+    (draft_core.fit_vocab). A tokenizer may also hold MORE tokens than a model has rows (a Qwen2 tokenizer
     with an added token the embedding never got): no model can emit those ids, greedy decoding runs such a
     target, and so does speculative decoding. So the tokenizers must agree on the ids below both models'
     row counts, nothing else. Without both tokenizers only equal row counts can be trusted. Returns True
@@ -62,7 +67,7 @@ def _vocab_size(model) -> int:
 class Speculative:
     """Drafter: the draft model (and optionally stage 2) proposes, the runner's target forward verifies."""
     name = "speculative"
-    abilities = Abilities(own_model=True, wants_tracing=True)
+    abilities = Abilities(binds_target=True, wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Speculative":
@@ -219,9 +224,10 @@ class SpeculativeParams:
                           help="speculative: skip drafting while plain target steps are faster (measured online)")
     draft_tokens: int = knob(None, lo=LIMITS["draft_tokens"][0], hi=LIMITS["draft_tokens"][1], cli="--draft-tokens",
                              ui=True, label="K draft tokens", help="speculative: chain length K (default 4)")
-    tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths",
+    tree: object = knob(None, cli="--tree", kind="widths", ui=True, label="tree widths", page_field="widths",
                         help="speculative: token tree widths per depth, e.g. 3,2,1")
     tree_budget: int = knob(None, lo=LIMITS["tree_budget"][0], hi=LIMITS["tree_budget"][1], cli="--tree-budget",
+                            page_field="budget",
                             ui=True, label="tree budget",
                             help="speculative: dynamic tree of the B best nodes by draft probability")
     staged: bool = knob(False, cli="--staged", ui=True, label="staged",
@@ -254,6 +260,28 @@ def prepare(p: dict, model, tokenizer) -> dict:
     if dtok is not None and p.get("draft_tokenizer") is None:
         p["draft_tokenizer"] = dtok
     return p
+
+
+def _tune(kit: PilotKit, model, tok, prompts, *, method, pilot_tokens, reps, draft=None, heads=None,
+          draft_tokenizer=None, **fixed) -> dict:
+    """The tuner's run (shape_tune.py): the draft is checked against the target before piloting (a clear
+    error, not a crash mid-tune)."""
+    if draft is None:
+        raise ValueError("tuning speculative decoding needs a draft model")
+    if draft_tokenizer is not None:
+        check_compatible(model, draft, tok, draft_tokenizer)
+    res = autotune_speculative(kit, model, draft, tok, prompts, pilot_tokens=pilot_tokens, reps=reps, **fixed)
+    return {"params": res["best"], "label": shape_label(res["best"]), "result": res}
+
+
+def check_run(drafter: "Speculative", prompt_tokens: int, max_new_tokens: int) -> None:
+    """The draft model's window must hold the run too (it reads the same positions as the target)."""
+    if drafter.draft is not None:
+        check_window(drafter.draft.config, prompt_tokens, max_new_tokens, drafter.max_depth(), drafter.name)
+
+
+TUNER = Tuner(_tune, ("draft_tokens", "tree", "tree_budget", "staged"), "shape",
+              pilot_runs=lambda prompts, reps: (len(SHAPES) + 1) * prompts * reps, measured=measured_shapes)
 
 
 def words(c: dict) -> str:
@@ -298,8 +326,10 @@ SPEC = MethodSpec(
     "distribution exactly."),
     paper="Leviathan et al. 2023 (arXiv 2211.17192), Chen et al. 2023 (arXiv 2302.01318); SpecInfer's token tree "
           "(Miao et al. 2024, arXiv 2305.09781); staged (Spector & Re 2023, arXiv 2308.04623)",
-    needs=("draft_model",), prepare=prepare, check=check, tuner="draft_shapes",
+    needs=("draft_model",), prepare=prepare, check=check, check_run=check_run, tuner=TUNER,
     presets={"cpu_embedded": {"tree": [2, 1, 1, 1, 1], "staged": True}, "cpu_default": {"tree": [3, 2, 1]},
              "teaching": {"draft_tokens": 4, "staged": False}},
-    pictures=("mask", "tree"), words=words,
+    pictures=("mask", "tree"), words=words, capabilities=("tree_shape",),
+    query_tokens=lambda p: speculative_query_tokens(make_shape(p.get("draft_tokens"), p.get("tree"),
+                                                               p.get("tree_budget"), bool(p.get("staged")))),
     examples=({"draft_tokens": 4, "confidence": 0.0}, {"tree": [3, 2, 1], "confidence": 0.0},))

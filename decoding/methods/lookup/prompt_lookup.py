@@ -38,7 +38,7 @@ class PromptLookup:
     @property
     def abilities(self) -> Abilities:
         """adaptive: bound to the target (bind) to measure what its rows cost."""
-        return Abilities(own_model=self.adaptive)
+        return Abilities(binds_target=self.adaptive)
 
     @classmethod
     def from_params(cls, **p) -> "PromptLookup":
@@ -237,4 +237,5 @@ SPEC = MethodSpec(
     presets={"cpu_embedded": {"max_ngram": 3, "num_tokens": 10}, "cpu_default": {"max_ngram": 3, "num_tokens": 10, "adaptive": 1},
              "teaching": {"max_ngram": 3, "num_tokens": 10}},
     pictures=("mask", "pool", "tree"), words=words,
+    capabilities=("reference_texts",),
     examples=({"num_tokens": 4, "candidates": 2},))

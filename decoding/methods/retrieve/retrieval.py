@@ -130,7 +130,7 @@ class Retrieval:
     @property
     def abilities(self) -> Abilities:
         """adaptive: bound to the target (bind) to measure what its rows cost."""
-        return Abilities(own_model=self.adaptive, wants_tracing=True)
+        return Abilities(binds_target=self.adaptive, wants_tracing=True)
 
     @classmethod
     def from_params(cls, **p) -> "Retrieval":
@@ -302,6 +302,12 @@ def prepare(p: dict, model, tokenizer) -> dict:
     return {"tokenizer": tokenizer, **vocab, **p}
 
 
+def query_tokens(p: dict) -> int:
+    """x0 and the trie's nodes: at most the budget (its default depends on the source: REST or the suffix cache)."""
+    budget = p.get("budget") or (REST if p.get("datastore") is not None else SUFFIX)["budget"]
+    return budget + 1
+
+
 SPEC = MethodSpec(
     name="retrieval", drafter=Retrieval, params=RetrievalParams, label="retrieval", colour="#b8860b",
     summary="drafts what followed the context's longest matching suffix in a datastore or the suffix cache",
@@ -316,4 +322,5 @@ SPEC = MethodSpec(
     paper="He et al. 2023, REST (arXiv 2311.08252); Oliaro et al. 2024, SuffixDecoding (arXiv 2411.04975)",
     prepare=prepare, presets={"cpu_embedded": {}},
     pictures=("mask", "tree", "retrieval"),
+    query_tokens=query_tokens, capabilities=("datastore", "session_history"),
     examples=({},))

@@ -26,7 +26,7 @@ from decoding.engine.drafter import Plan, best_closed, tree_record
 from decoding.methods.self_draft.eagle_layer import EagleLayer
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.masks import chain_parents, grow_level, step_mask
-from decoding.methods.self_draft.medusa import check_acceptance, record_verdict
+from decoding.methods.self_draft.medusa import check_acceptance, check_sampling, record_verdict
 from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
 from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
 from decoding.engine.sampling import Sampling, draw_children, make_generator, warp
@@ -36,6 +36,7 @@ from decoding.params import MAX_TREE_NODES
 from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
                                              prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.self_draft.heads_tune import TUNER
 
 
 def tree_shape(budget: int) -> tuple[int, int]:
@@ -319,6 +320,7 @@ def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
 class EagleParams:
     heads: object = heads_knob()
     budget: int = knob(16, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                       page_field="heads_budget", page_range="tree_budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     depth: int = knob(None, shared=True, lo=1, hi=64, help="draft depth (default: from the budget)")
     branch: int = knob(4, shared=True, lo=1, hi=64, help="children per expanded node")
@@ -338,7 +340,9 @@ SPEC = MethodSpec(
     "hidden state] and predicts the next hidden state, token by token, growing a tree of the most probable "
     "paths (EAGLE-2). The target checks the whole tree in one forward; greedy output equals its own."),
     paper="Li et al. 2024, EAGLE (arXiv 2401.15077) and EAGLE-2 (arXiv 2406.16858)",
-    needs=("heads",), prepare=prepare_heads("eagle"), tuner="heads_budget",
+    needs=("heads",), prepare=prepare_heads("eagle"), tuner=TUNER,
     presets={"cpu_embedded": {"budget": 8, "confidence": 0.1}, "cpu_default": {"budget": 8, "adaptive": 1, "draft_vocab": 4096}},
     pictures=("mask", "tree", "heads"),
+    query_tokens=lambda p: p["budget"] + 1,  # x0 and the budget's best nodes
+    capabilities=("typical_acceptance",), check_sampling=check_sampling,
     examples=({"budget": 8},))

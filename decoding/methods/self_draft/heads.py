@@ -351,7 +351,7 @@ class HeadsDrafter:
 
     @property
     def abilities(self) -> Abilities:
-        return Abilities(hidden_layers=(-1,), own_model=True, acceptance=self.acceptance, wants_tracing=True)
+        return Abilities(hidden_layers=(-1,), binds_target=True, acceptance=self.acceptance, wants_tracing=True)
 
 
 SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for

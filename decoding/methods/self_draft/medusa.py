@@ -28,6 +28,7 @@ from decoding.params import MAX_TREE_NODES
 from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
                                              prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.self_draft.heads_tune import TUNER
 
 
 class Medusa(HeadsDrafter):
@@ -112,6 +113,12 @@ def check_acceptance(acceptance: str, sampling: Sampling | None = None) -> str:
     return acceptance
 
 
+def check_sampling(p: dict, sampling: Sampling) -> None:
+    """The spec's sampling check (medusa, eagle): typical acceptance needs sampling."""
+    if p.get("acceptance") is not None:
+        check_acceptance(p["acceptance"], sampling)
+
+
 def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
     """The tree record the viz reads: accepted path, first rejected child, the target's probability of
     every drafted token (greedy: softmax of its logits; what 'why was it cut' needs). The probabilities are
@@ -130,6 +137,7 @@ def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
 class MedusaParams:
     heads: object = heads_knob()
     budget: int = knob(12, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                       page_field="heads_budget", page_range="tree_budget",
                        help="tree nodes verified per step (default 12 medusa, 16 eagle)")
     branch: int = knob(4, shared=True, lo=1, hi=64, help="top-k of each head")
     draft_vocab: int = draft_vocab_knob()
@@ -146,7 +154,9 @@ SPEC = MethodSpec(
     " their top-k, by the product of the heads' probabilities, form a tree the target checks in one forward. "
     "The tree view labels each node with its head and rank; greedy output equals the target's own."),
     paper="Cai et al. 2024, Medusa (arXiv 2401.10774)",
-    needs=("heads",), prepare=prepare_heads("medusa"), tuner="heads_budget",
+    needs=("heads",), prepare=prepare_heads("medusa"), tuner=TUNER,
     presets={"cpu_embedded": {"budget": 4, "confidence": 0.1}, "cpu_default": {"budget": 4, "confidence": 0.1}},
     pictures=("mask", "tree", "heads"),
+    query_tokens=lambda p: p["budget"] + 1,  # x0 and the budget's best nodes
+    capabilities=("typical_acceptance",), check_sampling=check_sampling,
     examples=({"budget": 8},))

@@ -66,7 +66,7 @@ class SelfSpeculative:
     @property
     def abilities(self) -> Abilities:
         k = self.k if self._model is not None else 0
-        return Abilities(hidden_layers=tuple(range(k + 1)) if k else (), own_model=True, wants_tracing=True)
+        return Abilities(hidden_layers=tuple(range(k + 1)) if k else (), binds_target=True, wants_tracing=True)
 
     def config(self) -> dict:
         return {"adapter": self.path, "depth": self.depth, "branch": self.branch, "beam": self.beam,
@@ -316,5 +316,6 @@ SPEC = MethodSpec(
     paper="Liu et al. 2024, Kangaroo (arXiv 2404.18911)",
     needs=("adapter",), prepare=prepare, presets={"cpu_embedded": {}},
     pictures=("mask", "tree", "draft_cost"),
+    query_tokens=lambda p: p["depth"] + 1,  # x0 and a chain of `depth` drafts (branch and beam are 1)
     origins={ORIGIN: ("#f06090", "early-exit draft (the target's first layers + adapter)")},
     examples=({"depth": 4},))

@@ -29,6 +29,7 @@ from decoding.engine.masks import chain_parents
 from decoding.engine.verify import Verdict
 from decoding.params import LIMITS
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.windows.jacobi_tune import TUNER
 
 
 class Jacobi:
@@ -108,8 +109,9 @@ SPEC = MethodSpec(
     "produces and checks them later, which is where its 2x comes from."),
     paper="Santilli et al. 2023, Accelerating Transformer Inference for Translation via Parallel Decoding "
           "(arXiv 2305.10427)",
-    tuner="block",
+    tuner=TUNER,
     # teaching: the lesson's block of 5 (a block of 1 is one guess: nothing to see)
     presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}, "teaching": {"block": 5}},
     pictures=("mask", "window", "trajectory"), words=words,
+    query_tokens=lambda p: p["block"] + 1,  # x0 and the block's guesses
     examples=({"block": 4},))

@@ -12,11 +12,48 @@ import random
 from dataclasses import dataclass
 
 from decoding.engine.drafter import Abilities, Plan
-from decoding.params import LIMITS, TEXT_SPAN
-from decoding.engine.masks import add_chains, add_trie, level_start, lookahead_layout
+from decoding.params import LIMITS
+from decoding.engine.masks import add_chains, add_trie, depths_of
 from decoding.methods.windows.pool import Pool
 from decoding.engine.verify import Verdict, common_prefix
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.windows.lookahead_tune import TUNER
+
+# Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
+# on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
+# (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7
+# and 10, 7 was about as fast as 10 with fewer query tokens.
+TEXT_SPAN = 7
+
+
+def lookahead_query_tokens(window: int, ngram: int, guesses: int, text_span: int = TEXT_SPAN) -> int:
+    """Most query tokens one lookahead step can run: x0 + the window (W-1 + (N-2)W) + G candidates of up
+    to max(N-1, text span) tokens (shared prefixes merge, so real steps are often smaller)."""
+    return window * (ngram - 1) + guesses * max(ngram - 1, text_span)
+
+
+def level_start(window: int, level: int) -> int:
+    """Query index of window level `level`'s first token: row 0 is [x0, L0] (W tokens), each later level
+    W tokens, so level l starts at W * l. The one place this arithmetic lives."""
+    return window * level
+
+
+def lookahead_layout(window: int, ngram: int, levels: int, n_candidates: int) -> dict[str, list]:
+    """Parents, depths and roles of a lookahead step's query, in the paper's order.
+
+    Query = [x0 | L0 (W-1) | L1 (W) | ... | L_{levels-1} (W) | G' candidates x (N-1)].
+    Role slots: window → (level, column) with x0 = (0, 0) and L0[j-1] = (0, j); candidate → (g, i).
+    """
+    W, n1 = window, ngram - 1
+    parents, roles, slots = [-1], ["x0"], [(0, 0)]
+    for j in range(1, W):
+        parents.append(j - 1); roles.append("window"); slots.append((0, j))
+    for lev in range(1, levels):
+        for j in range(W):
+            parents.append(level_start(W, lev - 1) + j)  # the token above it in the window
+            roles.append("window"); slots.append((lev, j))
+    add_chains(parents, roles, slots, [n1] * n_candidates)
+    return {"parents": parents, "depths": depths_of(parents), "roles": roles, "slots": slots}
 
 
 class Lookahead:
@@ -167,9 +204,10 @@ SPEC = MethodSpec(
     "model that is where most accepted guesses come from). Query tokens per step ≈ W(N−1) + G × candidate "
     "length: bigger is more hits but more compute; the *Sweep* tab shows the trade-off."),
     paper="Fu et al. 2024, Break the Sequential Dependency of LLM Inference Using Lookahead Decoding (arXiv 2402.02057)",
-    tuner="latency_curve", cli_preset=True,
+    tuner=TUNER, cli_preset=True,
     presets={"cpu_embedded": {"window": 1, "ngram": 3, "guesses": 2},
              "cpu_default": {"window": 1, "ngram": 3, "guesses": 1},
              "teaching": {"window": 5, "ngram": 4, "guesses": 5}},
     pictures=("mask", "window", "pool", "trajectory"), words=words,
+    query_tokens=lambda p: lookahead_query_tokens(p["window"], p["ngram"], p["guesses"], p["text_span"]),
     examples=({"window": 4, "ngram": 3, "guesses": 4}, {"window": 1, "ngram": 3, "guesses": 2},))

@@ -60,7 +60,7 @@ DEVICE = torch.device("cuda", 0)
 NAME = "Virtual CUDA (CPU values)"
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.abspath(__file__)
-_SKIP = {_HERE, os.path.join(os.path.dirname(_HERE), "capture_check.py")}
+_SKIP = {_HERE, os.path.join(os.path.dirname(os.path.dirname(_HERE)), "fast", "capture_check.py")}
 # ops whose output shape depends on values: CUDA reads the size back to the host
 DYNAMIC = {"nonzero", "nonzero_static", "argwhere", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
            "unique_consecutive", "bincount", "nonzero_numpy"}
@@ -290,7 +290,7 @@ def _item(self: "VirtualCudaTensor", name: str, idx, value):
 def _made(t: torch.Tensor) -> None:
     """Tell an active capture checker that an indexing result was made inside its region (the checker
     only sees aten ops, and indexing runs below it here)."""
-    from .capture_check import _Watch, _key
+    from decoding.fast.capture_check import _Watch, _key
     for mode in _get_current_dispatch_mode_stack():
         if isinstance(mode, _Watch):
             k = _key(t)
@@ -568,7 +568,7 @@ def virtual_cuda(graphs: bool = True):
     """Within the block "cuda" is the virtual device (see the module docstring); yields its VirtualCuda
     record (syncs, uploads). graphs: static caches capture with the emulated CUDA graph (graphs.py; a
     real CUDAGraph needs a real device). Not re-entrant; torch.cuda is restored afterwards."""
-    from .graphs import emulated_graphs
+    from decoding.fast.graphs import emulated_graphs
     if torch.cuda.is_available() and _STATE[0] is None and not getattr(torch.cuda, "_virtual", False):
         raise RuntimeError("a real CUDA device is present: run on it instead of the virtual one")
     if _STATE[0] is not None:
