@@ -272,11 +272,12 @@ def test_readme_speed_table_comes_from_the_newest_quiet_heldout_run_with_llama_c
                                                      "rows": rows}))
     (res / "cpu-nollama.json").write_text(json.dumps({"meta": {**meta, "date": "2026-03-01"}, "rows": rows[:2]}))
     monkeypatch.setattr(readme_table, "ROOT", tmp_path)
-    assert readme_table.speed_source().name == "cpu-new.json"
+    assert {t: p.name for t, p in readme_table.speed_sources().items()} == {1: "cpu-new.json"}
     block = readme_table.speed_block()
-    assert "| ours eagle | 120.0 | 1.20x | 1.50x | 2.00 | yes |" in block
-    assert "| llama.cpp greedy | 80.0 | 0.80x | 1.00x | – | no (its own kernels) |" in block
-    assert "`python bench/bench.py --prompts heldout_chat` on 2026-01-02 (`bench/results/cpu-new.json`)" in block
+    assert "| ours eagle | fp32 | 120.0 | 1.20x | 1.50x | 2.00 | yes (HF greedy's tokens) |" in block
+    assert "| llama.cpp greedy | llama.cpp | 80.0 | 0.80x | 1.00x | – | no (its own kernels) |" in block
+    assert "Produced by `python bench/bench.py --prompts heldout_chat` (`bench/results/cpu-new.json`)" in block
+    assert "2026-01-02" in block
     (tmp_path / "docs").mkdir()
     page = tmp_path / "docs" / "performance.md"
     page.write_text("# P\n")
@@ -289,12 +290,12 @@ def test_readme_speed_table_comes_from_the_newest_quiet_heldout_run_with_llama_c
     assert readme_table.main([], page, front) == 0
     assert readme_table.main(["--check"], page, front) == 0
     text = front.read_text()
-    assert "old" not in text and "| ours eagle | 120.0 |" in text and text.endswith(f"{readme_table.SPEED_END}\n\nafter\n")
+    assert "old" not in text and "| ours eagle | fp32 | 120.0 |" in text and text.endswith(f"{readme_table.SPEED_END}\n\nafter\n")
 
 
 def test_the_shipped_readme_speed_table_is_current():
     """The README's speed numbers are exactly what bench/results holds (python bench/readme_table.py writes them)."""
     import readme_table
     assert readme_table.SPEED_BEGIN in (readme_table.ROOT / "README.md").read_text()
-    assert readme_table.speed_source() is not None
+    assert readme_table.speed_sources()
     assert readme_table.check() == []  # both generated blocks: the README's and docs/performance.md's
