@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .api import make_sampling
 from .build import build, checked
-from .cli_args import (THREADS, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file)
+from .cli_args import (THREADS, _checked, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file)
 from .cli_run import add_arguments
 from .methods import registry
 from .methods.registry import MethodSpec
@@ -109,7 +109,9 @@ def _option(f: Flag) -> dict:
         return {"default": None, "type": input_file}
     if k.kind == "folder":  # a shipped folder's name (--datastore smollm2) reads as its path
         from .models import shipped_folder
-        return {"default": None, "type": lambda text: input_dir(shipped_folder(k.name, text))}
+        def folder(text: str) -> str:
+            return input_dir(shipped_folder(k.name, text))
+        return {"default": None, "type": _checked(folder, "input_dir")}
     if k.choices is not None:
         return {"default": None, "choices": k.choices}
     if k.kind is None and all(x.lo is not None and x.hi is not None for x in ks):
@@ -390,7 +392,7 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         check_draft_name(params["draft_model"])
     args.model = target_name(args.model)
     if "heads" in spec.needs and not params.get("heads"):  # no shipped heads of this width: say so before the load
-        from decoding.methods.self_draft.heads import check_shipped_heads_fit
+        from decoding.methods.resources import check_shipped_heads_fit
         check_shipped_heads_fit(args.model, spec.name)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None),

@@ -14,6 +14,7 @@ from decoding.methods.retrieve.datastore import build as build_datastore, source
 from decoding.methods.retrieve.retrieval import open_datastore  # noqa: F401
 from decoding.methods.retrieve.suffix_cache import Histories  # noqa: F401 (a server's per-session histories)
 from decoding.methods.self_draft.heads import (KINDS as HEADS_KINDS, HeadsError, check_heads_files,  # noqa: F401
+                                               check_shipped_heads_fit,
                                                default_heads, heads_folder, load_heads)
 from decoding.methods.self_draft.heads_tune import heads_label  # noqa: F401 (a heads tree's words)
 from decoding.methods.self_draft.self_spec_adapter import CONFIG as ADAPTER_CONFIG, shipped_adapter  # noqa: F401

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from ..common import ORIGIN_COLORS, ROLE_COLORS, TraceLike, as_trace, box, drawn, esc, is_parent, number, text_of
 from ..counts import step_counts
 from ..palette import STATE_COLORS, tree_legend
+from .cut import cut_words
 from .window import _empty
 
 
@@ -163,7 +164,6 @@ def view(trace: TraceLike, step_index: int) -> dict | None:
         title += (f" · confidence cutoff {_fixed(cut, 2)}: "
                   + (f"{len(pruned)} proposed node(s) below it pruned (faint)" if d["pruned_recorded"]
                      else "pruned nodes not recorded in this trace"))
-    from .stepper_text import cut_words
     title += cut_words(tr, step_index)
     return {"step": d["step"], "title": title, "nodes": out, "edges": edges,
             "rows": max(y.values()) + 1 if y else 1, "depth": max(n["depth"] for n in nodes + pruned)}
