@@ -186,12 +186,17 @@ def mask_legend(roles: bool | set[str] = False) -> list[tuple[str, str]]:
     return cells + [(f"role: {ROLE_LABELS[r]}", ROLE_COLORS[r]) for r in shown]
 
 
+# the page's own accents (caption box, its border, the x0 cell's border): stepper_css.py's values, which the
+# slide deck (export.js) must repeat; the browser code may hard-code greys only, so it reads these from here
+PAGE_COLORS = {"caption": "#f3f7fb", "accent": "#3182bd", "x0": "#1f4e79"}
+
+
 def for_js() -> dict:
     """Everything stepper.js colours with (so the browser and Python draw the same colours)."""
     return {"origin": ORIGIN_COLORS, "origin_labels": ORIGIN_LABELS, "role": ROLE_COLORS, "role_labels": ROLE_LABELS,
             "age": AGE_COLORS, "init": INIT_COLOR, "state": STATE_COLORS, "select": SELECT_COLOR, "mask": MASK_COLORS,
             "current": CURRENT_COLOR, "method": METHOD_COLORS, "method_labels": METHOD_LABELS, "extra": EXTRA_COLORS, "step": STEP_COLORS,
-            "trajectory": TRAJECTORY_COLORS}
+            "trajectory": TRAJECTORY_COLORS, "page": PAGE_COLORS}
 
 
 def decade_ticks(lo: float, hi: float) -> dict:

@@ -204,7 +204,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
     });
     go(back);
     const title = esc(`DecodeScope — ${D.method}: ${slides.length} slides, ${which.length || n} of ${n} steps (${head})`);
-    const ok = esc((D.palette.state || {}).matched || "#2ca25f");
+    const ok = esc(D.palette.state.matched), pc = D.palette.page;
     return `<!doctype html><html><head><meta charset="utf-8"><title>${title}</title><style>` +
       ":root{--u:min(calc(100vw / 1920),calc(100vh / 1080))}" +
       "body{margin:0;background:#333;font-family:system-ui,sans-serif;color:#222;overflow:hidden}" +
@@ -212,7 +212,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
       "padding:calc(26 * var(--u)) calc(44 * var(--u));flex-direction:column;gap:calc(12 * var(--u))}.slide.on{display:flex}" +
       ".slide *{box-sizing:border-box}.sl-head{font-size:calc(20 * var(--u));color:#555;flex:none}" +
       ".sl-title{font-size:calc(32 * var(--u));margin:0;font-weight:600;flex:none;line-height:1.2}" +
-      ".sl-cap{font-size:calc(26 * var(--u));margin:0;background:#f3f7fb;border-left:calc(6 * var(--u)) solid #3182bd;" +
+      `.sl-cap{font-size:calc(26 * var(--u));margin:0;background:${esc(pc.caption)};border-left:calc(6 * var(--u)) solid ${esc(pc.accent)};` +
       "padding:calc(8 * var(--u)) calc(14 * var(--u));line-height:1.3;flex:none}" +
       ".sl-note{font-size:calc(22 * var(--u));margin:0;color:#333;flex:none}" +
       ".sl-view{flex:1 1 auto;min-height:0;display:flex;align-items:center;justify-content:center}" +
@@ -223,7 +223,7 @@ window.DecodeScopeExport = window.DecodeScopeExport || (function () {
       "table.ds-tab td{min-width:calc(64 * var(--u));height:calc(66 * var(--u));text-align:center;white-space:pre;" +
       "border:calc(2 * var(--u)) solid #999;border-radius:calc(5 * var(--u));padding:calc(2 * var(--u)) calc(8 * var(--u));line-height:1.1}" +
       "table.ds-tab td small{display:block;font-size:calc(16 * var(--u));color:#555}" +
-      "table.ds-tab td.ds-x0{border:calc(5 * var(--u)) solid #1f4e79}table.ds-tab td.ds-init{border-style:dashed}" +
+      `table.ds-tab td.ds-x0{border:calc(5 * var(--u)) solid ${esc(pc.x0)}}table.ds-tab td.ds-init{border-style:dashed}` +
       `table.ds-tab td.ds-hv{box-shadow:0 0 0 calc(4 * var(--u)) ${ok}}table.ds-tab td.ds-empty{border:none}` +
       "table.ds-tab tr.ds-chosen th{font-weight:700;color:#000}table.ds-tab tr.ds-chosen td{border:calc(3 * var(--u)) solid #222}" +
       ".ds-legend{font-size:calc(20 * var(--u));display:flex;flex-wrap:wrap;gap:calc(6 * var(--u)) calc(24 * var(--u));flex:none}" +
