@@ -7,25 +7,15 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 import viz
 from viz.common import as_trace
 
+from test_slides_deck import browser  # noqa: F401 (the module's Chromium, one fixture)
+
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), "Chromium missing: apt-get install -y chromium"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
 
 
 def test_svg_export_is_native_svg_with_the_steps_tokens_as_text(browser, tmp_path):
