@@ -629,6 +629,7 @@ def test_concurrent_clients_each_get_their_own_result(server, dirs):
         assert out[2] == tr["text"]
 
 
+@pytest.mark.timing
 def test_stop_ends_within_a_second_and_keeps_the_partial_run(server, dirs):
     c = Client(server[0], verbose=False)
     job = c.submit(*settings(dirs, target=dirs["slow"], max_new=400), api_name="/run")

@@ -148,6 +148,7 @@ def overflow(page) -> int:
     return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
 
 
+@pytest.mark.timing
 def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     url, demo = served
     page, watch = open_app(browser, url)
@@ -206,6 +207,7 @@ def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     page.close()
 
 
+@pytest.mark.timing
 def test_stop_within_a_second_keeps_the_partial_run(browser, url):
     page, watch = open_app(browser, url)
     set_number(page, "ds-max-new", 1500)

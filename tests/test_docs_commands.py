@@ -376,8 +376,10 @@ def test_the_readme_keeps_what_ci_and_the_scripts_read():
     readme = (ROOT / "README.md").read_text()
     assert readme.count("<!-- test-command -->") == 1
     after = readme.split("<!-- test-command -->\n", 1)[1]
+    # the whole suite: two workers on what is not marked timing, then the timing tests alone
     assert after.startswith("```bash\npip install -r requirements.txt -r requirements-dev.txt -c constraints.txt"
-                            " && python -m pytest -q\n```")
+                            " && python -m pytest -q -n 2 --dist loadfile -m \"not timing\""
+                            " && python -m pytest -q -m timing\n```")
     assert readme.count("<!-- methods-table -->") == 1 and readme.count("<!-- /methods-table -->") == 1
     table = readme.split("<!-- methods-table -->", 1)[1].split("<!-- /methods-table -->", 1)[0].strip().splitlines()
     header = [c.strip() for c in table[0].strip("|").split("|")]

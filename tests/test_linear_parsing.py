@@ -112,11 +112,13 @@ def _check_linear(name: str, fn, make, largest: int = LARGEST) -> None:
         f"grows {big / max(small, 1e-9):.1f}x for {GROWTH}x the input (linear: ~{GROWTH}x)")
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", JSON_FAMILIES)
 def test_trace_parsing_is_linear_in_the_upload(name):
     _check_linear(name, _parse, JSON_FAMILIES[name])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("reader", TEXT_READERS)
 def test_page_text_readers_are_linear(reader):
     for name, make in TEXT_FAMILIES.items():
