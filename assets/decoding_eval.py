@@ -102,7 +102,7 @@ def lookahead_row(model, tok, prompt: str, a, variant: str, ref_ids: list[int]) 
 def engine_acceptance(model, tok, draft, prompt: str, a, confidence: float | None) -> tuple[int, int]:
     """(accepted + bonus tokens, verification steps) of the engine's greedy speculative chain."""
     from decoding.api import run
-    from decoding.stats import speculative_stats
+    from decoding.trace.stats import speculative_stats
 
     tr = run(model, tok, prompt, "speculative", max_new_tokens=a.max_new_tokens, draft_model=draft,
              draft_tokens=a.draft_tokens, confidence=confidence)

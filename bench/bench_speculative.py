@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from decoding import generate, make_drafter  # noqa: E402
 from decoding.models import EMBEDDED_DRAFT, EMBEDDED_TARGET, load  # noqa: E402
-from decoding.stats import speculative_stats  # noqa: E402
+from decoding.trace.stats import speculative_stats  # noqa: E402
 
 CODE_PROMPTS = [
     "import os\nimport sys\n\n\ndef main(argv=None):\n    \"\"\"Parse the command line and run.\"\"\"\n    ",

@@ -25,7 +25,7 @@ from decoding import load, run  # noqa: E402
 from decoding.methods.self_draft.self_spec_adapter import CONFIG  # noqa: E402
 from decoding.training.self_spec_train import train_adapter  # noqa: E402
 from decoding.training.train_heads import read_texts  # noqa: E402
-from decoding.stats import spec_decode_stats  # noqa: E402
+from decoding.trace.stats import spec_decode_stats  # noqa: E402
 
 MODEL = Path("~/.cache/decodescope/models/smollm2-135m-instruct").expanduser()
 

@@ -152,9 +152,9 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
 
 
 def metric_lines(tr) -> list[str]:
-    """The drafting figures under the serving engines' names (decoding/stats.py, one definition each;
+    """The drafting figures under the serving engines' names (decoding/trace/stats.py, one definition each;
     docs/trace.md "Speculative metrics"): a DecodeScope run reads like a vLLM / SGLang / TensorRT-LLM log."""
-    from .stats import spec_decode_stats, speculative_stats
+    from .trace.stats import spec_decode_stats, speculative_stats
     sd = spec_decode_stats(tr)
     if not sd:
         return []

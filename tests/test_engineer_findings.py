@@ -221,7 +221,7 @@ NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_
 
 
 def test_metrics_formulas_on_a_hand_made_trace():
-    from decoding.stats import spec_decode_stats
+    from decoding.trace.stats import spec_decode_stats
     from decoding.trace import Step, Trace
 
     def step(i, roles, accepted):
@@ -249,7 +249,7 @@ def test_metrics_formulas_on_a_hand_made_trace():
                                            ("prompt_lookup", {}), ("jacobi", dict(block=3)),
                                            ("speculative", dict(draft_tokens=3)), ("medusa", {}), ("eagle", {})])
 def test_every_drafting_method_has_one_definition(embedded, method, params):
-    from decoding.stats import spec_decode_stats, speculative_stats
+    from decoding.trace.stats import spec_decode_stats, speculative_stats
     model, tok = embedded
     if method == "speculative":
         params = dict(params, draft_model=str(ROOT / "assets" / "draft"))

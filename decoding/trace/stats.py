@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .methods.spec import BASELINE  # a leaf: data modules read traces, not the registry
+from ..methods.spec import BASELINE  # a leaf: data modules read traces, not the registry
 
 DRAFT_ROLES = frozenset({"candidate", "draft", "stage2", "jacobi"})  # proposals the target verifies
 

@@ -2,7 +2,7 @@
 
 A trace is untrusted input: people share them and the public Space replays uploads. check_document()
 parses with bounded nesting and number size, enforces the size caps (CAPS, documented in docs/trace.md),
-validates against trace.schema.json with jsonschema, and then checks what no schema can say: parents form
+validates against schema.json with jsonschema, and then checks what no schema can say: parents form
 a forest (every parent before its child), parallel arrays agree, indices are in range, token ids are inside
 the vocabulary. Any failure is one TraceError (a ValueError) naming the value: never a traceback.
 """
@@ -13,7 +13,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-SCHEMA_FILE = Path(__file__).with_name("trace.schema.json")
+SCHEMA_FILE = Path(__file__).with_name("schema.json")
 NOT_A_TRACE = "not a DecodeScope trace"
 
 # Size caps. A real run stays far inside them: max-new-tokens is at most 4096 (steps <= 4097), a step's

@@ -2,7 +2,7 @@
 
 A Trace is plain data (ints, floats, strings, lists, dicts) so it serialises to JSON and a run recorded on
 a GPU replays anywhere. Bump SCHEMA when a field changes meaning. The one document (Trace.save, the CLI's
---json, the app's download) is described field by field in docs/trace.md and by decoding/trace.schema.json.
+--json, the app's download) is described field by field in docs/trace.md and by decoding/trace/schema.json.
 Version 2 always carries the derived "stats" (and "speculative" for speculative runs); both are recomputed,
 never read back. Trace.load also reads version 1 files and the pre-v2 CLI wrapper {"trace": {...}, ...}.
 
@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .stats import spec_decode_stats, speculative_stats
-from .trace_check import TraceError, check_document, load_file, parse
+from .check import TraceError, check_document, load_file, parse
 
 SCHEMA = "decodescope.trace/2"
 READS = ("decodescope.trace/1", SCHEMA)  # v1: the same fields; "stats" optional
@@ -113,7 +113,7 @@ class Trace:
     @classmethod
     def from_dict(cls, d: dict) -> "Trace":
         """Every trace that enters DecodeScope comes through here (Trace.load, the app's upload and replay, the
-        CLIs, shipped examples): decoding.trace_check validates it first, so a crafted file is refused with one
+        CLIs, shipped examples): decoding.trace.check validates it first, so a crafted file is refused with one
         TraceError (a ValueError) before any picture or statistic touches it."""
         if not isinstance(d, dict):
             raise TraceError(f"not a DecodeScope trace: expected a JSON object, got {type(d).__name__}")
@@ -142,7 +142,7 @@ class Trace:
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
         """Read a trace file of any supported version; bad files raise TraceError (a ValueError), one sentence.
-        The size is checked before reading, and parsing bounds nesting and number size (trace_check)."""
+        The size is checked before reading, and parsing bounds nesting and number size (decoding/trace/check.py)."""
         return cls.from_dict(load_file(path))
 
     @classmethod
