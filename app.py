@@ -42,7 +42,7 @@ from appkit.run.method_fields import SHAPE, USER_KNOBS, field_of, tune_fields  #
 from appkit.page.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
-from decoding.fetch_model import MODEL_NAME  # noqa: E402
+from decoding.models.fetch import MODEL_NAME  # noqa: E402
 from decoding.fast.cpu_gemm import build_in_background  # noqa: E402
 from appkit.models.default_model import DefaultModel  # noqa: E402
 from appkit.page.examples import example_labels, examples_for  # noqa: E402

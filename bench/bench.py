@@ -103,7 +103,7 @@ def ours_runner(model, tok, method: str, **params):
 def shipped_heads(model_name: str) -> Path | None:
     """The folder holding medusa/ and eagle/ heads shipped for this model (assets/heads: the embedded target;
     assets/heads/smollm2: the default model), else None."""
-    from decoding.fetch_model import FOLDER
+    from decoding.models.fetch import FOLDER
     if Path(model_name).resolve() == Path(EMBEDDED_TARGET).resolve():
         return ROOT / "assets" / "heads"
     return ROOT / "assets" / "heads" / "smollm2" if Path(model_name).name == FOLDER else None
@@ -209,7 +209,7 @@ def int8_note(rows: list[dict]) -> str | None:
 
 def is_default_model(model) -> bool:
     """Whether `model` is the default model as fetched (its folder's name), whose app presets the bench shows."""
-    from decoding.fetch_model import FOLDER
+    from decoding.models.fetch import FOLDER
     return Path(getattr(model, "name_or_path", "") or "").name == FOLDER
 
 

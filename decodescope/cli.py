@@ -9,7 +9,7 @@
     decodescope project run.json                                       # = python -m profiling.project ...
     decodescope operators run.json --step 3                            # = python -m profiling.operators ...
     decodescope bench --quick                                          # = python bench/bench.py (a checkout)
-    decodescope fetch-model                                            # = python -m decoding.fetch_model
+    decodescope fetch-model                                            # = python -m decoding.models.fetch
     decodescope convert model.Q4_K_M.gguf                              # = python -m decoding convert ...
     decodescope app [--port N]                                         # = python app.py
 
@@ -48,7 +48,7 @@ TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding"
            "project": ("profiling.project", [], {"python -m profiling.project": "decodescope project"}),
            "operators": ("profiling.operators", [], {"python -m profiling.operators": "decodescope operators"}),
            "convert": ("decoding.__main__", ["convert"], {"python -m decoding": "decodescope"}),
-           "fetch-model": ("decoding.fetch_model", [], {"python -m decoding.fetch_model": "decodescope fetch-model"})}
+           "fetch-model": ("decoding.models.fetch", [], {"python -m decoding.models.fetch": "decodescope fetch-model"})}
 
 
 def usage() -> str:

@@ -183,8 +183,8 @@ def metric_lines(tr) -> list[str]:
 def convert(args: argparse.Namespace) -> int:
     """python -m decoding convert FILE.gguf: prints the converted folder (what --model accepts too); a file
     that is not a GGUF, or one transformers cannot map, is one line and exit status 2."""
-    from .fetch_model import FetchError
-    from .gguf_import import convert_with_bar, gguf_path
+    from .models.fetch import FetchError
+    from .models.gguf import convert_with_bar, gguf_path
     try:
         if gguf_path(args.gguf) is None:
             raise ValueError(f"{args.gguf} is neither a .gguf file nor a folder holding one")

@@ -241,13 +241,13 @@ def target_name(name: str | None) -> str:
     a progress bar on first use, or the embedded target with one line on stderr saying why and how to fetch
     it later."""
     if name is not None:  # a GGUF file converts once into the cache, with a progress bar the first time
-        from .fetch_model import FetchError
-        from .gguf_import import convert_with_bar
+        from .models.fetch import FetchError
+        from .models.gguf import convert_with_bar
         try:
             return convert_with_bar(name)
         except FetchError as e:
             raise ValueError(f"--model: {e}") from None
-    from .fetch_model import progress_bar
+    from .models.fetch import progress_bar
     from .models import resolve
     shown: list = []  # the bar appears with the first stage: only when a fetch really starts
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .fetch_model import FOLDER, cache_root
+from .models.fetch import FOLDER, cache_root
 from .methods.registry import SPECS
 
 # The embedded model on a CPU: the best rows measured on the 2-core dev box with the v2 models
@@ -64,7 +64,7 @@ def device_key(model) -> str:
 
 
 def preset_file(cache_dir: str | Path | None = None) -> Path:
-    """Where tuned presets are kept: presets.json in the cache folder (fetch_model.cache_root)."""
+    """Where tuned presets are kept: presets.json in the cache folder (decoding.models.fetch.cache_root)."""
     return cache_root(cache_dir) / "presets.json"
 
 

@@ -222,7 +222,7 @@ def default_pair():
     """The default model (SmolLM2-135M-Instruct) if this machine has it: in the suite's cache or the user's own
     (~/.cache/decodescope). The suite never downloads (a fresh CI machine has neither: there the traces are held
     to everything that needs no model, and `python scripts/record_traces.py` re-records them on the real one)."""
-    from decoding import fetch_model as fm
+    from decoding.models import fetch as fm
     folder = fm.cached() or fm.cached(Path.home() / ".cache" / "decodescope")
     if folder is None:
         return None

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from decoding import fetch_model as fm
+from decoding.models import fetch as fm
 from decoding import load
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET, resolve
 from test_fetch_model import fake_wheel, tiny_source, write_gguf

