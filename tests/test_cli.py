@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import hf_greedy
-from decoding.__main__ import main
+from decoding.cli.main import main
 from decoding.trace import SCHEMA, Trace
 
 

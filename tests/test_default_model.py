@@ -50,7 +50,7 @@ def test_load_without_a_name_uses_the_cached_default(pinned):
 
 
 def test_cli_default_model_and_fallback_line(pinned, capsys, tmp_path):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     out = tmp_path / "t.json"
     assert main(["generate", "--method", "greedy", "--prompt", "def", "--max-new-tokens", "3", "--json", str(out)]) == 0
     err = capsys.readouterr().err

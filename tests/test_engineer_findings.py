@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig, LlamaF
 
 from conftest import hf_greedy, save_tiny_dir, tiny
 from decoding import ModelError, Sampling, load, run
-from decoding.__main__ import main as cli
+from decoding.cli.main import main as cli
 from decodescope.cli import main as decodescope
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -333,7 +333,7 @@ def test_stdin_splits_prompts_like_a_file(tiny_dir, tmp_path, monkeypatch, capsy
 
 
 def test_unwritable_json_fails_before_the_model_loads(tiny_dir, monkeypatch, capsys):
-    import decoding.__main__ as m
+    import decoding.cli.main as m
 
     def no_load(*a, **k):
         raise AssertionError("the model loaded before --json was checked")

@@ -43,7 +43,7 @@ def hf_reference(folder: Path) -> list[int]:
 
 
 def generate(argv: list[str], capsys) -> tuple[int, str]:
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     rc = main(["generate", "--prompt", PROMPT, "--max-new-tokens", str(N), "--stop", "none", *argv])
     return rc, capsys.readouterr().err
 
@@ -85,7 +85,7 @@ def test_the_block_kernel_streams_what_the_conversion_says(gguf_file, cache):
 
 
 def test_convert_command_and_its_refusals(gguf_file, cache, tmp_path, capsys):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     assert main(["convert", str(gguf_file)]) == 0
     first = capsys.readouterr().out.strip()
     assert main(["convert", str(gguf_file)]) == 0 and capsys.readouterr().out.strip() == first

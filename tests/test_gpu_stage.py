@@ -43,7 +43,7 @@ def test_failed_capture_is_recorded_retried_once_and_stays_exact():
 
 
 def test_cli_prints_one_line_when_capture_failed(tiny_dir, capsys):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     with pytest.warns(UserWarning), core_options(graphs=True):
         assert main(["generate", "--model", tiny_dir, "--prompt", "def x ( y ) :", "--max-new-tokens", "6",
                      "--static", "on"]) == 0

@@ -152,7 +152,7 @@ def _cli(args, capsys):
     """In-process (main() is what the entry point runs) to keep the suite fast."""
     from types import SimpleNamespace
 
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     capsys.readouterr()
     rc = main(args)
     out = capsys.readouterr()

@@ -41,7 +41,7 @@ def test_every_runtime_asset_is_in_the_wheel(wheel):
 def test_wheel_builds_installs_and_imports_outside_the_repo(wheel, tmp_path):
     pip = PIP
     names = set(zipfile.ZipFile(wheel).namelist())
-    for need in ("decoding/api.py", "decoding/__main__.py", "viz/summaries/report.py", "viz/page/stepper.js", "profiling/__main__.py",
+    for need in ("decoding/api.py", "decoding/__main__.py", "decoding/cli/main.py", "viz/summaries/report.py", "viz/page/stepper.js", "profiling/__main__.py",
                  "appkit/run/handlers.py", "decodescope/gradio_app/app.py", "decodescope/cli.py",
                  "decodescope/assets/target/config.json", "decoding/fast/cpu_gemm.cpp",
                  "decodescope/assets/heads/eagle/heads.json", "decodescope/assets/heads/medusa/heads.json",

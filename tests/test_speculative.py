@@ -10,7 +10,7 @@ import torch
 
 from conftest import hf_greedy, save_tiny_dir, tiny
 from decoding import Sampling, generate, make_drafter
-from decoding.__main__ import main as cli_main
+from decoding.cli.main import main as cli_main
 from decoding.models import ModelError
 from decoding.engine.sampling import warp
 from decoding.trace.stats import speculative_stats

@@ -35,7 +35,7 @@ def test_apply_sets_torch_and_keeps_omp_num_threads(monkeypatch):
 
 
 def test_cli_prints_the_threads_line(tiny_dir, capsys, monkeypatch):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:

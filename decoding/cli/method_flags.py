@@ -15,15 +15,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .api import make_sampling
-from .build import build, checked
-from .cli_args import (THREADS, _checked, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file)
-from .cli_run import add_arguments
-from .methods import registry
-from .methods.registry import MethodSpec
-from .methods.spec import Knob
-from .models import ModelError, load
-from .params import LIMITS
+from ..api import make_sampling
+from ..build import build, checked
+from .args import (THREADS, _checked, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file)
+from .habits import add_arguments
+from ..methods import registry
+from ..methods.registry import MethodSpec
+from ..methods.spec import Knob
+from ..models import ModelError, load
+from ..params import LIMITS
 
 SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes 64 bits
 DEFAULT_METHOD = "lookahead"  # generate's --method when none is given (the registry's first method otherwise)
@@ -108,7 +108,7 @@ def _option(f: Flag) -> dict:
     if k.kind == "file":
         return {"default": None, "type": input_file}
     if k.kind == "folder":  # a shipped folder's name (--datastore smollm2) reads as its path
-        from .models import shipped_folder
+        from ..models import shipped_folder
         def folder(text: str) -> str:
             return input_dir(shipped_folder(k.name, text))
         return {"default": None, "type": _checked(folder, "input_dir")}
@@ -151,7 +151,7 @@ def auto_usage(specs: dict[str, MethodSpec] | None = None) -> str:
 
 def add_generate_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSpec] | None = None) -> None:
     """generate's options (the profiler takes them too). Every option that takes a value has a type that
-    checks it (decoding/cli_args.py) or choices: bad input is refused here, with one line, before a model
+    checks it (decoding/cli/args.py) or choices: bad input is refused here, with one line, before a model
     loads."""
     specs = _specs(specs)
     g.add_argument("--model", default=None, type=nonempty,
@@ -201,7 +201,7 @@ def add_generate_arguments(g: argparse.ArgumentParser, specs: dict[str, MethodSp
                         "always compare; fp32 is identical by construction)")
     g.add_argument("--json", default=None, type=output_file,
                    help="write output_ids, text, stats and the full trace here")
-    add_arguments(g)  # --prompt-file, --chat, --stop, --stream, --compare (decoding/cli_run.py)
+    add_arguments(g)  # --prompt-file, --chat, --stop, --stream, --compare (decoding/cli/habits.py)
 
 
 # ---- parsed flags -> the chosen method's parameters ----
@@ -241,14 +241,14 @@ def target_name(name: str | None) -> str:
     a progress bar on first use, or the embedded target with one line on stderr saying why and how to fetch
     it later."""
     if name is not None:  # a GGUF file converts once into the cache, with a progress bar the first time
-        from .models.fetch import FetchError
-        from .models.gguf import convert_with_bar
+        from ..models.fetch import FetchError
+        from ..models.gguf import convert_with_bar
         try:
             return convert_with_bar(name)
         except FetchError as e:
             raise ValueError(f"--model: {e}") from None
-    from .models.fetch import progress_bar
-    from .models import resolve
+    from ..models.fetch import progress_bar
+    from ..models import resolve
     shown: list = []  # the bar appears with the first stage: only when a fetch really starts
 
     def progress(stage: str, fraction: float, message: str) -> None:
@@ -285,7 +285,7 @@ def _resolve_draft(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
     """The draft (a "model" knob): the one shipped for the target or a draft folder (layers only, sharing the
     target's embedding, head and tokenizer), else loaded with the CLI's own options (device, dtype, remote
     code, layout, attention). Loaded before --auto, which pilots with it."""
-    from .api import load_draft
+    from ..api import load_draft
     from decoding.methods.resources import CARD
     value = p.get("draft_model")
     if value is None or (Path(value).expanduser() / CARD).is_file():
@@ -308,7 +308,7 @@ def _resolve_heads(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
     """--heads DIR (resolved before the load), else the heads shipped for this model, with a note."""
     if p.get("heads"):
         return p
-    from .api import default_heads
+    from ..api import default_heads
     heads = default_heads(model, spec.name)
     note(args, f"[heads] {heads} (shipped for this model)")
     return {**p, "heads": heads}
@@ -319,7 +319,7 @@ def check_draft_name(draft: str) -> None:
     (embedded-draft) or an existing path passes; a path that is not there (./x, /x, ~/x, a/b/c, or one under a
     folder that exists here) is one line; anything else is a Hub id, refused at once when it is not cached
     and cannot be downloaded (models.check_hub)."""
-    from .models import NAMED, check_hub
+    from ..models import NAMED, check_hub
     p = Path(draft).expanduser()
     if draft in NAMED or p.exists():
         return
@@ -349,7 +349,7 @@ def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     """A cli_preset method without any of its preset's parameters: the preset tuned on this device or shipped
     for this model (decoding/presets.py, the app's), else the method's defaults; one line says which. Why:
     lookahead's paper shape (GPU) ran at 0.28x greedy on a CPU, where no window pays."""
-    from .presets import lookup
+    from ..presets import lookup
     keys = preset_knobs(spec)
 
     def words(values: dict) -> str:
@@ -403,7 +403,7 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)
     if args.auto:  # the method's tuner (decoding/tune.py), the same the app's Tune button runs
-        from .tune import tune
+        from ..tune import tune
         tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
                      draft=params.get("draft_model"), heads=params.get("heads"),
                      draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))
