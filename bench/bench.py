@@ -128,7 +128,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         c[f"ours lookahead auto (W{auto['window']} N{auto['ngram']} G{auto['guesses']})"] = ours_runner(
             model, tok, "lookahead", **auto)
     if is_default_model(model):  # the app's Run tab on a CPU: the shipped preset for the default model
-        from decoding.presets import SHIPPED_CPU_DEFAULT
+        from decoding.tuning.device_presets import SHIPPED_CPU_DEFAULT
         from appkit.run.presets import describe
         from decoding.methods.registry import spec_of
         for method, preset in SHIPPED_CPU_DEFAULT.items():
@@ -171,7 +171,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             for b in budgets:
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
             from appkit.run.presets import describe
-            from decoding.presets import SHIPPED_CPU_DEFAULT
+            from decoding.tuning.device_presets import SHIPPED_CPU_DEFAULT
             preset = SHIPPED_CPU_DEFAULT.get(kind) if is_default_model(model) else None
             if preset:  # the app's shipped CPU preset for the default model
                 c[f"ours {kind} {describe(kind, preset)} (app CPU preset)"] = ours_runner(
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     auto = spec_auto = None
     if not a.no_auto:  # W/N/G chosen from this device's latency curve and pilots on the first 3 prompts
         from decoding.methods.windows.lookahead_tune import autotune
-        from decoding.tune import kit
+        from decoding.tuning.tune import kit
         tuned = autotune(kit(), model, tok, [p["prompt"] for p in prompts[:3]], pilot_tokens=min(48, a.max_new_tokens))
         auto = tuned["best"]
         print(f"autotune picked {auto} (curve {tuned['curve']})", file=sys.stderr)

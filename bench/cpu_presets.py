@@ -3,7 +3,7 @@
     python bench/cpu_presets.py                      # every candidate, 4 requests x 64 tokens, 2 interleaved rounds
     DECODESCOPE_DRAFT_BLOCKS=0 python bench/cpu_presets.py --only eagle   # the heads' weights kept float32
 
-The shipped presets (decoding/presets.py SHIPPED_CPU_DEFAULT, declared in each method's spec) are chosen here,
+The shipped presets (decoding/tuning/device_presets.py SHIPPED_CPU_DEFAULT, declared in each method's spec) are chosen here,
 on appkit/page/examples.py's chat requests, never on the held-out bench prompts (bench/prompts/heldout_chat.jsonl),
 which measure them afterwards (bench/bench.py). Prints tokens/s, the ratio to greedy in the same round, and the
 mean accepted tokens a step; every run is checked against greedy's output (exact). One thread unless --threads.

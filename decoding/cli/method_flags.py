@@ -347,9 +347,9 @@ def preset_words(spec: MethodSpec, values: dict) -> str:
 
 def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     """A cli_preset method without any of its preset's parameters: the preset tuned on this device or shipped
-    for this model (decoding/presets.py, the app's), else the method's defaults; one line says which. Why:
+    for this model (decoding/tuning/device_presets.py, the app's), else the method's defaults; one line says which. Why:
     lookahead's paper shape (GPU) ran at 0.28x greedy on a CPU, where no window pays."""
-    from ..presets import lookup
+    from ..tuning.device_presets import lookup
     keys = preset_knobs(spec)
 
     def words(values: dict) -> str:
@@ -402,8 +402,8 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
     for resource in spec.needs:
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)
-    if args.auto:  # the method's tuner (decoding/tune.py), the same the app's Tune button runs
-        from ..tune import tune
+    if args.auto:  # the method's tuner (decoding/tuning/tune.py), the same the app's Tune button runs
+        from ..tuning.tune import tune
         tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
                      draft=params.get("draft_model"), heads=params.get("heads"),
                      draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))

@@ -189,9 +189,9 @@ def fitting_sizes(config: PretrainedConfig, sizes, kv_len: int) -> tuple[tuple[i
 
 
 def set_cpu_threads(model, threads: int | None) -> None:
-    """Threads for CPU inference: `threads`, else decoding/threads.py's rule (the usable cores minus the load,
+    """Threads for CPU inference: `threads`, else decoding/tuning/threads.py's rule (the usable cores minus the load,
     one for small models on small machines); model.threads_rule_ keeps the rule's words for the CLI."""
-    from ..threads import apply
+    from ..tuning.threads import apply
     model.threads_rule_ = apply(model, threads)
 
 

@@ -16,9 +16,9 @@ from typing import Callable, ContextManager
 # between pilot runs, so one Tune is many short turns, not one long one.
 Pause = Callable[[], ContextManager]
 
-from .api import make_drafter, run
-from .methods.registry import BASELINE, SPECS, spec_of
-from .methods.spec import PilotKit, Tuner
+from ..api import make_drafter, run
+from ..methods.registry import BASELINE, SPECS, spec_of
+from ..methods.spec import PilotKit, Tuner
 
 
 def pilot_prompts(prompt) -> list:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .models.fetch import FOLDER, cache_root
-from .methods.registry import SPECS
+from ..models.fetch import FOLDER, cache_root
+from ..methods.registry import SPECS
 
 # The embedded model on a CPU: the best rows measured on the 2-core dev box with the v2 models
 # (bench/results/cpu-embedded-{code,chat}.md: lookahead W1 N3 G2 at 1.66x / 1.69x HF greedy, speculative staged
@@ -42,13 +42,13 @@ SHIPPED_CPU_DEFAULT = {name: spec.presets["cpu_default"] for name, spec in SPECS
 
 def is_default(model_name: str) -> bool:
     """The default model, by the page's name for it or its cache folder."""
-    from .models import DEFAULT_MODEL
+    from ..models import DEFAULT_MODEL
     return model_name == DEFAULT_MODEL or Path(str(model_name)).name == FOLDER
 
 
 def is_embedded(model_name: str) -> bool:
     """The embedded target, by its path as given (relative or absolute)."""
-    from .models import EMBEDDED_TARGET
+    from ..models import EMBEDDED_TARGET
     try:
         return model_name == EMBEDDED_TARGET or Path(model_name).resolve() == Path(EMBEDDED_TARGET).resolve()
     except (OSError, ValueError):
@@ -71,7 +71,7 @@ def preset_file(cache_dir: str | Path | None = None) -> Path:
 def lookup(model_name: str, model, method: str, path: Path | None = None) -> dict | None:
     """{"params", "source"} for this (model, device) and method: tuned before on this device (the cache
     file), else shipped for the embedded or the default model on a CPU, else None."""
-    from .models import DEFAULT_MODEL, EMBEDDED_TARGET
+    from ..models import DEFAULT_MODEL, EMBEDDED_TARGET
     try:
         stored = json.loads((path or preset_file()).read_text())
     except (OSError, ValueError):
