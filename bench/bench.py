@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "compare"))  # llamacpp.py: the llama.cpp rows
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
@@ -110,7 +111,7 @@ def shipped_heads(model_name: str) -> Path | None:
 
 
 DRAFT_VOCAB = 4096  # a smaller drafting vocabulary than the heads' default quarter, for one EAGLE row
-HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/run/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
+HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/run/presets.py SHIPPED_CPU; bench/methods/bench_heads.py sweeps it)
 
 
 def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,
@@ -239,7 +240,7 @@ def int8_rows(model8, tok, draft, k: int, auto, hf_model, hf_draft, spec_auto, h
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
           auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None,
           heads: Path | None = None, extra: dict | None = None, model8=None, fp32: bool = True) -> list[dict]:
-    """extra: more rows, {name: runner}, after ours (bench/llamacpp.py's). A runner with a `greedy_of`
+    """extra: more rows, {name: runner}, after ours (bench/compare/llamacpp.py's). A runner with a `greedy_of`
     attribute naming another row gets 'equals_greedy_of': [runs equal, runs, that row], round by round.
     model8: the same model on the int8 kernel (its "ours" rows again, INT8-suffixed); fp32 False: without the
     fp32 kernel's "ours" rows."""
@@ -405,7 +406,7 @@ def quick_models():
 
 
 def llama_rows(gguf: str | None, model_name: str, tok, hf_model) -> dict | None:
-    """llama.cpp's greedy and prompt-lookup rows (bench/llamacpp.py) on `gguf`, else on the GGUF the default
+    """llama.cpp's greedy and prompt-lookup rows (bench/compare/llamacpp.py) on `gguf`, else on the GGUF the default
     model was converted from, at torch's thread count; None, after one line saying why, where they cannot
     run (llama-cpp-python not installed, no GGUF for this model)."""
     import llamacpp

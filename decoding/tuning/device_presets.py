@@ -15,10 +15,10 @@ from ..methods.registry import SPECS
 
 # The embedded model on a CPU: the best rows measured on the 2-core dev box with the v2 models
 # (bench/results/cpu-embedded-{code,chat}.md: lookahead W1 N3 G2 at 1.66x / 1.69x HF greedy, speculative staged
-# tree 2,1,1,1,1 at 1.03x / 1.14x), so the first run needs no tuning. Jacobi block 2 (bench/jacobi_reference.py:
+# tree 2,1,1,1,1 at 1.03x / 1.14x), so the first run needs no tuning. Jacobi block 2 (bench/methods/jacobi_reference.py:
 # compression ~1.0 at any K; small K costs least); eagle 8 / medusa 4 with cut 0.1 (bench_heads.py --cuts 0,0.1:
 # eagle 0.99x -> 1.05x HF greedy, medusa 0.96x -> 0.99x); retrieval: REST's / SuffixDecoding's defaults
-# (bench/retrieval_bench.py); self_speculative: the shipped adapter's depth and stop.
+# (bench/methods/retrieval_bench.py); self_speculative: the shipped adapter's depth and stop.
 # Declared in each method's spec (spec.presets["cpu_embedded"]); this dict is derived from them.
 SHIPPED_CPU = {name: spec.presets["cpu_embedded"] for name, spec in SPECS.items() if "cpu_embedded" in spec.presets}
 # The default model (SmolLM2-135M-Instruct) on a CPU with the block kernel (decoding/fast/blocks.py): what the
@@ -30,7 +30,7 @@ SHIPPED_CPU = {name: spec.presets["cpu_embedded"] for name, spec in SPECS.items(
 # 1.68 tokens/step, 1.06x greedy's 62 tokens/s on the pilots (chain-like trees 2,1,1: 1.03x).
 # Re-measured on 2026-11-27 after the one-call CPU step (decoding/fast/cpu_step.py) made a 1-row step 14 -> 8.4 ms,
 # so that every verified row costs relatively more: on the page's 4 example chat requests, 64 tokens, 2 rounds
-# (python bench/cpu_presets.py, load 0.6), EAGLE budget 4 cut 0.1 0.97x greedy, adaptive budget 8 1.06x (so the
+# (python bench/methods/cpu_presets.py, load 0.6), EAGLE budget 4 cut 0.1 0.97x greedy, adaptive budget 8 1.06x (so the
 # preset is now adaptive); prompt lookup copying 10 tokens 0.71x, 3 tokens 0.98x, adaptive (copies priced per
 # step) 0.99x (now adaptive: it still copies far where the text repeats, as code does). After the step's weight
 # list was cached (greedy ~10% faster) and EAGLE's layer became one op call: EAGLE adaptive budget 8 1.01x, the same

@@ -4,7 +4,7 @@ tokens per step, draft milliseconds per step against the target's, the speed rat
 exactness (our ids == HF greedy's). Writes bench/results/self-spec-sweep.{json,md} and a plotly figure
 (JSON, open with plotly.io.read_json) of accepted tokens per step and draft cost against k.
 
-  python bench/self_spec_sweep.py --ks 4 8 12 --data /tmp/smol_data --adapters /tmp/selfspec \
+  python bench/methods/self_spec_sweep.py --ks 4 8 12 --data /tmp/smol_data --adapters /tmp/selfspec \
       --prompts bench/prompts/heldout_chat.jsonl --max-new-tokens 96
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from decoding import load, run  # noqa: E402
@@ -125,7 +125,7 @@ def main() -> None:
               f"{r['draft_over_target']:.2f} | {r['early_stop_rate']:.2f} | {r['speed_vs_hf_greedy']:.2f}x | "
               f"{r['speed_vs_engine_greedy']:.2f}x | {r['exact']} |"
               for r in rows]
-    out.with_suffix(".md").write_text(f"# self_speculative exit-layer sweep\n\n`python bench/self_spec_sweep.py "
+    out.with_suffix(".md").write_text(f"# self_speculative exit-layer sweep\n\n`python bench/methods/self_spec_sweep.py "
                                       f"{' '.join(sys.argv[1:])}` (CPU, 1 thread)\n\n" + "\n".join(lines) + "\n")
     print("\n".join(lines))
 

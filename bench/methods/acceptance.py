@@ -1,8 +1,8 @@
 """Mean accepted tokens per decode step of any method on a prompt set, one greedy run per prompt (acceptance
 does not depend on machine load, so this needs no quiet machine and no interleaving; bench.py times methods).
 
-    python bench/acceptance.py retrieval datastore=assets/datastore/smollm2 prompts=heldout_chat,heldout_code
-    python bench/acceptance.py self_speculative depth=8 stop=0.5 --max-new-tokens 128
+    python bench/methods/acceptance.py retrieval datastore=assets/datastore/smollm2 prompts=heldout_chat,heldout_code
+    python bench/methods/acceptance.py self_speculative depth=8 stop=0.5 --max-new-tokens 128
 
 k=v: the method's options (decoding.run's keyword arguments: numbers are read as numbers); model=M (default:
 the default model) and prompts=SETS (bench/prompts sets, comma-separated, default heldout_chat; chat requests
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

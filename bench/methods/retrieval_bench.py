@@ -1,9 +1,9 @@
 """Retrieval drafting on the default model (SmolLM2-135M-Instruct), CPU: exactness, accepted tokens per step and
 speed against greedy, plus the datastore's build and lookup times.
 
-    python bench/retrieval_bench.py --prompts heldout_chat,heldout_code    # the figures (held-out prompts)
-    python bench/retrieval_bench.py --prompts chat,code --configs ...      # tuning (never on held-out sets)
-    python bench/retrieval_bench.py --store-only                           # build 10M tokens + lookups only
+    python bench/methods/retrieval_bench.py --prompts heldout_chat,heldout_code    # the figures (held-out prompts)
+    python bench/methods/retrieval_bench.py --prompts chat,code --configs ...      # tuning (never on held-out sets)
+    python bench/methods/retrieval_bench.py --store-only                           # build 10M tokens + lookups only
 
 Configs: "suffix" (the suffix cache, SuffixDecoding), "datastore" (the shipped REST datastore, with the suffix
 cache beside it unless with_cache=0), then ":param=value" options (e.g. datastore:budget=16:with_cache=0).
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -138,7 +138,7 @@ def main() -> None:
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()}, "
              f"{os.cpu_count()} cores, {platform.processor() or platform.platform()}; torch {torch.__version__}, "
              f"1 thread, fp32",
-             f"- command: `python bench/retrieval_bench.py {' '.join(sys.argv[1:])}`",
+             f"- command: `python bench/methods/retrieval_bench.py {' '.join(sys.argv[1:])}`",
              f"- load average before: {before}"]
     if not args.store_only:
         sets = args.prompts.split(",")

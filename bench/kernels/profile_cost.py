@@ -3,7 +3,7 @@ analytic per-step costs (appkit.run.costs.run_costs) and the step view drawn wit
 
 Why: profiling stays on by default only if it costs under 10% of the run. Prints the share per
 repetition (the first one pays one-time imports and is reported separately). Run:
-    python bench/profile_cost.py [--tokens 400] [--reps 3]
+    python bench/kernels/profile_cost.py [--tokens 400] [--reps 3]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import viz  # noqa: E402
 from appkit.run.costs import run_costs  # noqa: E402
 from appkit.run.presets import SHIPPED_CPU  # noqa: E402

@@ -1,8 +1,8 @@
 """Speculative decoding benchmark: DecodeScope chain / tree / staged vs HF assisted generation, same draft.
 
-    python bench/bench_speculative.py                 # the embedded models in assets/ (target, draft)
-    python bench/bench_speculative.py --quick         # seconds: tiny random models (draft = target's 1st layer)
-    python bench/bench_speculative.py --target T --draft D --draft-tokens 4 --tree 3,2,1 --runs 5
+    python bench/methods/bench_speculative.py                 # the embedded models in assets/ (target, draft)
+    python bench/methods/bench_speculative.py --quick         # seconds: tiny random models (draft = target's 1st layer)
+    python bench/methods/bench_speculative.py --target T --draft D --draft-tokens 4 --tree 3,2,1 --runs 5
 
 Every configuration runs on every prompt in each round, interleaved (HF plain greedy, HF assisted,
 ours...), so load drift on a shared machine hits all of them alike; a configuration's time for a round
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from decoding import generate, make_drafter  # noqa: E402

@@ -1,8 +1,8 @@
 """Self-drafting heads (Medusa, EAGLE) against HF greedy and our draft-model and lookahead rows.
 
-    nice -n 19 python bench/bench_heads.py                   # embedded target, assets/heads/, code prompts
-    python bench/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle --cuts 0,0.1
-    python bench/bench_heads.py --temperature 0.7 --budgets 8 --runs 3   # sampling: vs HF sampling, + typical rows
+    nice -n 19 python bench/methods/bench_heads.py                   # embedded target, assets/heads/, code prompts
+    python bench/methods/bench_heads.py --runs 3 --max-new-tokens 96 --budgets 8,16,24 --kinds eagle --cuts 0,0.1
+    python bench/methods/bench_heads.py --temperature 0.7 --budgets 8 --runs 3   # sampling: vs HF sampling, + typical rows
 
 Same protocol as bench/bench.py (whose helpers it uses): every row runs every prompt once per round,
 rounds interleaved, times are medians over rounds of each row's total; greedy outputs checked token for
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -1,7 +1,7 @@
 """Candidate CPU presets of the default model on the page's example chat requests (what the presets are chosen on).
 
-    python bench/cpu_presets.py                      # every candidate, 4 requests x 64 tokens, 2 interleaved rounds
-    DECODESCOPE_DRAFT_BLOCKS=0 python bench/cpu_presets.py --only eagle   # the heads' weights kept float32
+    python bench/methods/cpu_presets.py                      # every candidate, 4 requests x 64 tokens, 2 interleaved rounds
+    DECODESCOPE_DRAFT_BLOCKS=0 python bench/methods/cpu_presets.py --only eagle   # the heads' weights kept float32
 
 The shipped presets (decoding/tuning/device_presets.py SHIPPED_CPU_DEFAULT, declared in each method's spec) are chosen here,
 on appkit/page/examples.py's chat requests, never on the held-out bench prompts (bench/prompts/heldout_chat.jsonl),
@@ -16,8 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench.py's helpers (from bench import ...)
 
 from decoding import load  # noqa: E402
 from decoding.api import run  # noqa: E402

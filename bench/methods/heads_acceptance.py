@@ -1,7 +1,7 @@
 """Mean accepted tokens per decode step of the shipped heads by tree budget, on every held-out code prompt
 (acceptance does not depend on machine load, so this needs no interleaving; bench_heads.py times them).
 
-    nice -n 19 python bench/heads_acceptance.py eagle 8,16,32 [HEADS_ROOT (default assets/heads)] [k=v ...]
+    nice -n 19 python bench/methods/heads_acceptance.py eagle 8,16,32 [HEADS_ROOT (default assets/heads)] [k=v ...]
 
 k=v: more drafter options, e.g. depth=8 branch=8 beam=8; temperature=T (and seed=S) samples instead of
 greedy, e.g. `medusa 8 temperature=1.0 acceptance=typical` beside `medusa 8 temperature=1.0`; model=M (default:
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

@@ -6,7 +6,7 @@ node costs real time, so the best shape is not the paper's. Rows: budgets with t
 the confidence cut. Prompts: the held-out code prompts (bench/prompts/code.jsonl) but the 1,205-token one;
 96 new tokens; rounds interleaved.
 
-    python bench/eagle_shapes.py [--rounds 2] [--heads assets/heads/eagle]
+    python bench/methods/eagle_shapes.py [--rounds 2] [--heads assets/heads/eagle]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

@@ -1,7 +1,7 @@
 """Does the static-shape path (decoding/fast/static_cache.py), or torch.compile of its buckets, pay on CPU?
 
-    python bench/bench_static.py            # embedded target, fp32, 1 thread, code prompts, greedy + lookahead
-    python bench/bench_static.py --quick    # tiny random model, seconds (checks that it runs)
+    python bench/kernels/bench_static.py            # embedded target, fp32, 1 thread, code prompts, greedy + lookahead
+    python bench/kernels/bench_static.py --quick    # tiny random model, seconds (checks that it runs)
 
 Decode steps only (prefill excluded), exactly --max-new-tokens per run. Contenders per method: `dynamic`
 (DynamicCache, exact shapes), `static` (preallocated cache, buckets of 1, 2, 4, ... 128 rows, eager),
@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench.py's helpers (from bench import ...)
 
 from decoding import generate, load, make_drafter  # noqa: E402
 from decoding.engine.core import core_options  # noqa: E402

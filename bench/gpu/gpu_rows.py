@@ -1,4 +1,4 @@
-"""The two model-level checks of bench/gpu_check.py: the exactness matrix against HF greedy and the speed
+"""The two model-level checks of bench/gpu/gpu_check.py: the exactness matrix against HF greedy and the speed
 rows against what a user would run instead (HF greedy, HF static-cache compiled greedy, HF assisted
 generation, HF prompt lookup).
 
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -1,7 +1,7 @@
 """How often the int8 kernel's greedy equals HF's float32 greedy, request by request.
 
-    python bench/int8_agreement.py                                  # held-out chat and code, 96 new tokens
-    python bench/int8_agreement.py --quick                          # tiny random model, seconds (tests)
+    python bench/kernels/int8_agreement.py                                  # held-out chat and code, 96 new tokens
+    python bench/kernels/int8_agreement.py --quick                          # tiny random model, seconds (tests)
 
 Why: the int8 mode (decoding/fast/cpu_int8.cpp) makes every method return exactly this mode's own greedy
 tokens, by construction, but that greedy multiplies int8-rounded activations, so it is not HF's float32 greedy
@@ -17,8 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench.py's helpers (from bench import ...)
 
 import torch  # noqa: E402
 

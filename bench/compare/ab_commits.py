@@ -4,7 +4,7 @@ old commit vs this checkout, on the embedded models, interleaved (old, new, old,
 Why CPU time: the dev box is shared; one-thread process time is the work, wall time is the neighbours too.
 Each measurement is a fresh subprocess inside that tree, so each side imports its own decoding/.
 
-    python bench/ab_commits.py --old 64f0417 [--reps 3] [--prompts 6] [--tokens 96]
+    python bench/compare/ab_commits.py --old 64f0417 [--reps 3] [--prompts 6] [--tokens 96]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASES = [("greedy", {}), ("lookahead", {"window": 1, "ngram": 3, "guesses": 1}), ("prompt_lookup", {})]
 CODE = r'''
 import json, sys, time

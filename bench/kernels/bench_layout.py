@@ -1,7 +1,7 @@
 """Step latency with transformers' stock weight layout vs the engine's column-major and packed ones (decoding/fast/layout.py).
 
-    python bench/bench_layout.py            # embedded model, q = 1..32, kv length 200, 1 thread
-    python bench/bench_layout.py --quick    # tiny random model, seconds (used by the test suite)
+    python bench/kernels/bench_layout.py            # embedded model, q = 1..32, kv length 200, 1 thread
+    python bench/kernels/bench_layout.py --quick    # tiny random model, seconds (used by the test suite)
 
 Interleaved A/B: each repetition times one step of every layout in turn, so drift of a shared machine hits
 both alike; medians per size. Writes bench/results/cpu-layout.{md,json} (with --model M:
@@ -27,8 +27,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench.py's helpers (from bench import ...)
 
 from decoding import load  # noqa: E402
 from decoding.engine.core import Core  # noqa: E402

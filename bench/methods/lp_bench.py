@@ -1,7 +1,7 @@
 """Lookahead parallelism, measured: per-step compute and communication per rank, tokens/s against the same
 lookahead in one process, the tokens checked identical, and the projection of the paper's setting.
 
-    torchrun --nproc-per-node 2 bench/lp_bench.py [--model DIR] [--prompts code] [--count 3] [--max-new-tokens 64]
+    torchrun --nproc-per-node 2 bench/methods/lp_bench.py [--model DIR] [--prompts code] [--count 3] [--max-new-tokens 64]
         [--window 5 --ngram 4 --guesses 5] [--gpus 8 --device A100 --link nvlink]
 
 Every rank runs the LP decode; rank 0 also runs one-process lookahead (the others wait at a barrier) and
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{name}.json").write_text(json.dumps(result, indent=1))
         lines = [f"# Lookahead parallelism, {world} processes ({backend}), {result['model']}", "",
-                 f"`torchrun --nproc-per-node {world} bench/lp_bench.py {' '.join(argv or sys.argv[1:])}` on "
+                 f"`torchrun --nproc-per-node {world} bench/methods/lp_bench.py {' '.join(argv or sys.argv[1:])}` on "
                  f"{os.cpu_count()} CPU cores, load average {load_avg[0]:.2f}; W={a.window} N={a.ngram} G={a.guesses}, "
                  f"{len(texts)} prompts x {a.max_new_tokens} tokens. Tokens identical to one-process lookahead: {same}.",
                  "", "| rank | median compute ms / step | median communication ms / step | median query tokens |",

@@ -1,8 +1,8 @@
 """The packed CPU GEMM kernel against the maintained libraries: every linear of a model, weights cold as in a
 real step.
 
-    python bench/bench_cpu_gemm.py                        # the embedded target's linears, 1 and 2 threads
-    python bench/bench_cpu_gemm.py --model DIR --threads 2 --rows 1,2,4,8,16,32,64
+    python bench/kernels/bench_cpu_gemm.py                        # the embedded target's linears, 1 and 2 threads
+    python bench/kernels/bench_cpu_gemm.py --model DIR --threads 2 --rows 1,2,4,8,16,32,64
 
 Per row count M: the time of one pass over all the model's nn.Linear weights (x [M, in] @ W^T), interleaved,
 medians of --reps passes, for
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> str:
     print(before, flush=True)
     lines = [f"CPU GEMM on {a.model or 'the embedded target'}: {len(weights)} linear weights ({mb:.0f} MB fp32), "
              f"torch {torch.__version__}; ms per pass over all weights, medians of {a.reps} interleaved passes "
-             f"(`python bench/bench_cpu_gemm.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "
+             f"(`python bench/kernels/bench_cpu_gemm.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "
              f"{time.strftime('%Y-%m-%d')}). Library packs are made for the row count timed."
              + (" Times are the thread's CPU time." if a.cpu_time else "") + f" int8 kernel: {cpu_gemm.int8_isa()}.",
              "", before, ""]

@@ -3,7 +3,7 @@
 Why: the trace is always on in the app, so it must be nearly free (goal: <= 5% over tracing off); the
 profiler is opt-in and its overhead is reported so users know how far profiled step times are inflated.
 Runs are interleaved (rotating order each round) and the median of several rounds is reported, because
-the machine is shared and drifts. Run:  python bench/bench_profiling.py [--model DIR] [--reps 9]
+the machine is shared and drifts. Run:  python bench/kernels/bench_profiling.py [--model DIR] [--reps 9]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from decoding import generate, load, make_drafter  # noqa: E402
 from decoding.methods.registry import SPECS  # noqa: E402
 from profiling.profiler import StepClock  # noqa: E402

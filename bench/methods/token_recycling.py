@@ -2,8 +2,8 @@
 tokens per decode step and wall time relative to greedy, one interleaved round per prompt (greedy, then each
 method, on the same prompt back to back), so a load change hits every method alike.
 
-    python bench/token_recycling.py                       # the default model, 64 new tokens
-    python bench/token_recycling.py --max-new-tokens 96 --out bench/results/token-recycling-cpu.md
+    python bench/methods/token_recycling.py                       # the default model, 64 new tokens
+    python bench/methods/token_recycling.py --max-new-tokens 96 --out bench/results/token-recycling-cpu.md
 
 Methods: token_recycling cold (a fresh matrix per prompt, seeded from the prompt's forward), token_recycling
 kept (one drafter with keep=True across the set's prompts: a session), prompt_lookup and lookahead with their
@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -48,7 +48,7 @@ def load_avg() -> str:
 
 def write(args, before: str, rows: list) -> None:
     after = load_avg()
-    head = (f"Token Recycling vs prompt lookup and lookahead: `python bench/token_recycling.py --sets {args.sets} "
+    head = (f"Token Recycling vs prompt lookup and lookahead: `python bench/methods/token_recycling.py --sets {args.sets} "
             f"--max-new-tokens {args.max_new_tokens}` on {args.model}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads 1, CPU GEMM kernel "
             f"{'off' if os.environ.get('DECODESCOPE_CPU_GEMM') == '0' else 'as the device default'}, "

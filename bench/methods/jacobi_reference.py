@@ -1,7 +1,7 @@
 """Plain Jacobi beside lookahead, and reference lookup on an edit task (aggressive decoding).
 
-    python bench/jacobi_reference.py                # embedded models, writes bench/results/cpu-jacobi-reference.{md,json}
-    python bench/jacobi_reference.py --quick        # seconds, tiny random model (the test suite runs it)
+    python bench/methods/jacobi_reference.py                # embedded models, writes bench/results/cpu-jacobi-reference.{md,json}
+    python bench/methods/jacobi_reference.py --quick        # seconds, tiny random model (the test suite runs it)
 
 Part 1 (compression, no timing): Jacobi (block K) and lookahead on the held-out code prompts
 (bench/prompts/code.jsonl), 96 new tokens each, every output checked against HF greedy.
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench import hf_runner, load_prompts, machine  # noqa: E402
@@ -157,7 +157,7 @@ def edit_rows(model, tok, hf_model, tasks: list[dict], n: int, rounds: int, ref_
 def markdown(part1: list[dict], part2: list[dict], meta: dict, args) -> str:
     head = (f"Measured on {meta['gpu'] or meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), "
             f"{meta['device']} {meta['dtype']}, torch {meta['torch']}; a shared machine: read ratios from one "
-            f"interleaved run, not absolute times. Command: `python bench/jacobi_reference.py --rounds "
+            f"interleaved run, not absolute times. Command: `python bench/methods/jacobi_reference.py --rounds "
             f"{args.rounds}` (load average {meta.get('load') or 0:.1f} at the end).")
     lines = [head, "", f"**Jacobi vs lookahead**: {part1[0]['prompts']} held-out code prompts, {args.max_new_tokens} "
              "new tokens each (compression = new tokens / forward passes, prefill included).", "",

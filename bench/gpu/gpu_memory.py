@@ -1,8 +1,8 @@
 """GPU memory of a long-lived server: 100 mixed runs (methods x lengths) on the embedded pair, memory after
 the first 10 against after all 100 (goal: within 1.1x), with the static-cache pool's contents.
 
-    python bench/gpu_memory.py --out DIR     # on the GPU (embedded models, their default dtype)
-    python bench/gpu_memory.py --quick       # CPU, tiny models, a few runs: checks it runs
+    python bench/gpu/gpu_memory.py --out DIR     # on the GPU (embedded models, their default dtype)
+    python bench/gpu/gpu_memory.py --quick       # CPU, tiny models, a few runs: checks it runs
 
 Memory = torch.cuda.memory_allocated / memory_reserved on CUDA; on CPU the pool's bytes (cache_pool)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     ratio = marks[runs][key] / max(marks[10][key], 1)
     doc = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "runs": runs, "mix": MIX,
            "lengths": LENGTHS, "after_10": marks[10], f"after_{runs}": marks[runs], "measure": key, "ratio": ratio,
-           "goal": 1.1, "pass": ratio <= 1.1, "command": "python bench/gpu_memory.py " + " ".join(argv or sys.argv[1:])}
+           "goal": 1.1, "pass": ratio <= 1.1, "command": "python bench/gpu/gpu_memory.py " + " ".join(argv or sys.argv[1:])}
     text = (f"GPU memory ({doc['device']}, {runs} mixed runs): {key} after 10 runs {marks[10][key] / 2**20:.0f} MiB, "
             f"after {runs} {marks[runs][key] / 2**20:.0f} MiB = {ratio:.2f}x (goal <= 1.1x); pool "
             f"{marks[runs]['pool_caches']} caches, {marks[runs]['pool_bytes'] / 2**20:.0f} MiB.")

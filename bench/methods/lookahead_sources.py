@@ -1,7 +1,7 @@
 """Where lookahead's accepted guesses come from: prompt n-grams, output n-grams or the Jacobi window.
 
-    python bench/lookahead_sources.py                  # embedded model, code prompts, a few W/N/G
-    python bench/lookahead_sources.py --quick          # tiny random model (test suite)
+    python bench/methods/lookahead_sources.py                  # embedded model, code prompts, a few W/N/G
+    python bench/methods/lookahead_sources.py --quick          # tiny random model (test suite)
 
 Why: the window is lookahead's own idea, the text n-grams are what prompt lookup also exploits. Knowing
 which one pays on a model says how to size W (and why text_span matters). Reads only the traces.
@@ -15,8 +15,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench.py's helpers (from bench import ...)
 
 from decoding import load, run  # noqa: E402
 
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         out.mkdir(parents=True, exist_ok=True)
         meta = {**machine(model), "prompts": a.prompts, "max_new_tokens": n}
         (out / "cpu-lookahead-sources.md").write_text(
-            f"Prompts `{a.prompts}`, {n} new tokens, embedded model (`python bench/lookahead_sources.py`).\n\n" + text)
+            f"Prompts `{a.prompts}`, {n} new tokens, embedded model (`python bench/methods/lookahead_sources.py`).\n\n" + text)
         (out / "cpu-lookahead-sources.json").write_text(json.dumps({"meta": meta, "configs": rows}, indent=1))
     return rows
 

@@ -4,7 +4,7 @@ Launches the app (the embedded models, the page's first example prompt, the defa
 repeats per race: exactly what a visitor's first "Race" press runs), calls /race N times, and writes one
 line per race (winner, every method's median speed-up and min-max spread) plus whether they agree.
 
-    python bench/race_winner.py [--races 3] [--out bench/results/cpu-race-winner.md]
+    python bench/methods/race_winner.py [--races 3] [--out bench/results/cpu-race-winner.md]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gradio_client import Client  # noqa: E402
@@ -78,7 +78,7 @@ def main() -> int:
     text = "\n".join([
         f"# {a.races} default races in a row ({platform.machine()}, {platform.processor() or 'cpu'}, "
         f"torch threads as the app sets them)", "",
-        f"Command: `python bench/race_winner.py --races {a.races}`. Each race: greedy + {', '.join(RACE_DEFAULT)}, "
+        f"Command: `python bench/methods/race_winner.py --races {a.races}`. Each race: greedy + {', '.join(RACE_DEFAULT)}, "
         f"{REPEATS} interleaved repeats, {max_new} new tokens, the page's first example prompt, the embedded "
         "models, auto presets.", "",
         "| race | verdict | median speed-up vs greedy (min-max over the repeats) | wall |", "|---|---|---|---|",

@@ -1,15 +1,15 @@
 """The one command a GPU session runs: correctness on CUDA, exactness against HF greedy, the latency curve
-and the speed rows, each judged against its goal (GOALS below; bench/GPU.md), in ONE report.
+and the speed rows, each judged against its goal (GOALS below; bench/gpu/GPU.md), in ONE report.
 
-    python bench/gpu_check.py --out DIR                # on the GPU machine (all four items)
-    python bench/gpu_check.py --out DIR --items c,d    # some items; the report merges what DIR holds
+    python bench/gpu/gpu_check.py --out DIR                # on the GPU machine (all four items)
+    python bench/gpu/gpu_check.py --out DIR --items c,d    # some items; the report merges what DIR holds
 
 On a session with a 10-minute limit per command, run the items in two or three commands into the same DIR
 (e.g. --items a,b then --items c then --items d): each run rewrites the report from every item file in DIR.
-    python bench/gpu_check.py --out DIR --quick        # seconds, CPU, tiny models: checks it all runs
+    python bench/gpu/gpu_check.py --out DIR --quick        # seconds, CPU, tiny models: checks it all runs
 
 Items: (a) pytest -m cuda tests/test_cuda.py, parsed from JUnit XML; (b) the exactness matrix (methods x
-{fp32, bf16}, embedded models, 12 held-out prompts, 96 tokens); (c) bench/gpu_scaling.py (7B-shaped random
+{fp32, bf16}, embedded models, 12 held-out prompts, 96 tokens); (c) bench/gpu/gpu_scaling.py (7B-shaped random
 bf16 Llama: 1-token step, 64-token tree step, first run vs warm); (d) speed rows (ours vs HF greedy, HF
 static-cache compiled greedy, HF assisted, HF prompt lookup). Each item runs in its own process: a crash,
 a CUDA error or a timeout is recorded as that item's failure and the next item still runs. The report
@@ -28,7 +28,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ITEMS = {"a": "CUDA test matrix", "b": "exactness vs HF greedy", "c": "latency curve (7B shape)",
          "d": "speed rows"}
 GOALS = {"step_ms": 6.0, "tree_ratio": 1.3, "first_warm": 1.2, "lookahead_vs_hf": 3.0,
@@ -100,7 +100,7 @@ def run_inline(key: str, out: Path, quick: bool) -> dict:
     except Exception as e:  # noqa: BLE001 - record and go on to the next item
         rec = {"error": f"{type(e).__name__}: {e}", "tail": traceback.format_exc()[-4000:]}
     rec["seconds"] = round(time.time() - t0, 1)
-    rec["item_command"] = f"python bench/gpu_check.py --items {key} --quick"
+    rec["item_command"] = f"python bench/gpu/gpu_check.py --items {key} --quick"
     (out / f"item_{key}.json").write_text(json.dumps(rec, indent=1, default=str))
     return rec
 
@@ -117,7 +117,7 @@ def run_item(key: str, out: Path, quick: bool, timeout: int) -> dict:
     path = out / f"item_{key}.json"
     rec = json.loads(path.read_text()) if rc == 0 and path.exists() else {"error": f"exit {rc}", "tail": tail}
     rec["seconds"] = round(time.time() - t0, 1)
-    rec["item_command"] = " ".join(["python bench/gpu_check.py --items", key] + (["--quick"] if quick else []))
+    rec["item_command"] = " ".join(["python bench/gpu/gpu_check.py --items", key] + (["--quick"] if quick else []))
     path.write_text(json.dumps(rec, indent=1, default=str))
     return rec
 
@@ -141,7 +141,7 @@ def judge(items: dict, quick: bool, env: dict) -> list[dict]:
         else:
             status = ("pass" if ok else "fail") if graded and not (quick and speed) else "info"
         lines.append({"item": key, "goal": goal, "value": value, "status": status, "device": where, "dtype": dtype,
-                      "command": (it or {}).get("item_command", f"python bench/gpu_check.py --items {key}"),
+                      "command": (it or {}).get("item_command", f"python bench/gpu/gpu_check.py --items {key}"),
                       "path": (path or {}).get("label", "–")})
 
     a = items.get("a", {})
@@ -266,14 +266,14 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(2)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "bench" / "gpu"))  # gpu_rows, gpu_scaling
     os.environ["GPU_CHECK_RUNS"] = str(a.runs)  # read by item d, in this process or a child
     os.environ["GPU_CHECK_DTYPE"] = a.dtype
     if a.item:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         (out / f"item_{a.item}.json").write_text(json.dumps(ITEM_FNS[a.item](out, a.quick), indent=1, default=str))
         return {}
-    command = "python bench/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/gpu/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
     doc = report(out, a.quick, command)
     for key in [k.strip() for k in a.items.split(",") if k.strip()]:
         if key not in ITEMS:

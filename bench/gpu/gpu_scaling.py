@@ -1,8 +1,8 @@
 """Where extra query tokens stop being free on a big model, what a first run costs against a warm one, and
 decode bandwidth against the device's peak.
 
-    python bench/gpu_scaling.py             # 7B-shaped Llama, random weights, bf16, on the GPU (~14 GB)
-    python bench/gpu_scaling.py --quick     # tiny shape on CPU: checks the program runs (test suite)
+    python bench/gpu/gpu_scaling.py             # 7B-shaped Llama, random weights, bf16, on the GPU (~14 GB)
+    python bench/gpu/gpu_scaling.py --quick     # tiny shape on CPU: checks the program runs (test suite)
 
 Random weights: latency and bandwidth depend on shapes, not values, and nothing needs downloading. The
 latency curve uses the engine's own Core built as a run builds it (the static, CUDA-graph path on CUDA;
@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
         decode["fraction_of_datasheet"] = bw / peak["datasheet"]["bandwidth"]
     doc = {"meta": {"device": device_name(device), "dtype": str(dtype).replace("torch.", ""),
                     "torch": torch.__version__, "shape": shape, "kv_len": kv,
-                    "command": "python bench/gpu_scaling.py" + (" --quick" if a.quick else "")},
+                    "command": "python bench/gpu/gpu_scaling.py" + (" --quick" if a.quick else "")},
            "sweep": sweep, "tree_step": tree, "dynamic_tree_step": dynamic, "first_vs_warm": warm,
            "decode_bandwidth": decode}
     md = [f"Measured on {doc['meta']['device']}, {doc['meta']['dtype']}, torch {torch.__version__}; Llama "

@@ -2,7 +2,7 @@
 per-step FLOPs each configuration spends (log scale). The paper's claim: with N large enough,
 exponentially growing W buys a linear drop in steps.
 
-    python bench/scaling_law.py [--model M] [--prompts 4] [--max-new-tokens 64] [--ws 1,2,4,8,16] [--ns 3,5,7,11]
+    python bench/methods/scaling_law.py [--model M] [--prompts 4] [--max-new-tokens 64] [--ws 1,2,4,8,16] [--ns 3,5,7,11]
 
 Writes bench/results/scaling_law.json (data) and scaling_law.html + .png (picture, when Chromium exists).
 Compression counts decode steps only (generated tokens after the first / decode steps), so the prefill
@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
