@@ -32,8 +32,7 @@ def test_every_runtime_asset_is_in_the_wheel(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in (ROOT / "assets").rglob("*"):
         rel = f.relative_to(ROOT / "assets")
-        if (not f.is_file() or f.suffix in (".py", ".pyc", ".tsv") or rel.parts[0] == "results"
-                or f.name == "corpus_packages.txt"):
+        if not f.is_file() or f.suffix in (".py", ".pyc") or rel.parts[0] == "results":
             continue
         assert f"decodescope/assets/{rel.as_posix()}" in names, rel
 

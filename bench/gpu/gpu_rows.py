@@ -40,16 +40,16 @@ QUICK_PROMPTS = ["def x ( y ) : return y + 1 def x ( y ) :", "class A : def g ( 
 
 
 def prompts(quick: bool, limit: int = 12) -> tuple[list[str], str]:
-    """(prompts, where from): the held-out prompts of assets/decoding_eval.py (read from this Python's
+    """(prompts, where from): the held-out prompts of scripts/assets/decoding_eval.py (read from this Python's
     stdlib), else bench/prompts/code.jsonl (also held-out stdlib code)."""
     if quick:
         return QUICK_PROMPTS, "quick word prompts"
     try:
-        sys.path.insert(0, str(ROOT / "assets"))
+        sys.path.insert(0, str(ROOT / "scripts" / "assets"))
         import decoding_eval
         found = [p for _, p in decoding_eval.prompts(limit)]
         if len(found) == limit:
-            return found, "assets/decoding_eval.py prompts()"
+            return found, "scripts/assets/decoding_eval.py prompts()"
     except Exception as e:  # noqa: BLE001 - a missing stdlib source tree: fall back, say so
         print(f"decoding_eval prompts unavailable ({e}); using bench/prompts/code.jsonl", file=sys.stderr)
     lines = (ROOT / "bench" / "prompts" / "code.jsonl").read_text().splitlines()[:limit]

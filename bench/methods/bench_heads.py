@@ -10,7 +10,7 @@ token against HF greedy. "mean accepted" = tokens per decode step, the target's 
 With --temperature T > 0 every row samples (seed 0 per prompt; HF: generate(do_sample=True)) and is timed
 against HF sampling; the heads also get a row with Medusa's typical acceptance (not exact); no row can be
 checked token for token there.
-The bench prompts are held-out stdlib files (assets/stdlib_corpus.py); the heads never saw them.
+The bench prompts are held-out stdlib files (scripts/assets/stdlib_corpus.py); the heads never saw them.
 """
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def corpus_table(tok, cache=Path("/tmp/decodescope_stage2_table.json")):
     from decoding.methods.draft_model.stage2 import build_table, load_table, save_table
     if cache.exists():
         return load_table(cache)
-    sys.path.insert(0, str(ROOT / "assets"))
+    sys.path.insert(0, str(ROOT / "scripts" / "assets"))
     import stdlib_corpus
     train, _ = stdlib_corpus.load_split()
     table = build_table((tok(t)["input_ids"] for t in train.values()), 3, 2, 100_000)

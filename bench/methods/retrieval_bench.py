@@ -55,7 +55,7 @@ def store_timings(tok, copies: int = 3, lookups: int = 300) -> dict:
     contexts from text that is not in the store (the held-out prompts, every 8th position), where short
     matches with thousands of occurrences are the expensive case."""
     import sys as _sys
-    _sys.path.insert(0, str(ROOT / "assets"))
+    _sys.path.insert(0, str(ROOT / "scripts" / "assets"))
     import stdlib_corpus
     from decoding.methods.retrieve.datastore import Datastore, build
     root = stdlib_corpus.stdlib_root()

@@ -1,6 +1,6 @@
 """Lookahead compression of a shipped model on held-out code prompts (uses the `decoding` package).
 
-    python assets/decoding_eval.py --model assets/target --window 15 --ngram 5 --guesses 15 --max-new-tokens 96
+    python scripts/assets/decoding_eval.py --model assets/target --window 15 --ngram 5 --guesses 15 --max-new-tokens 96
 
 Prompts: for each held-out file with at least two `def` lines (codec tables under encodings/ excluded), the 12
 lines ending with the second `def` signature (the same rule as the greedy completions in eval_models.py).
@@ -22,7 +22,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
+ASSETS = HERE.parents[1] / "assets"
 import stdlib_corpus  # noqa: E402
 from eval_models import loop_prompts  # noqa: E402
 
@@ -116,14 +117,14 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(HERE / "target"))
+    ap.add_argument("--model", default=str(ASSETS / "target"))
     ap.add_argument("--window", type=int, default=15)
     ap.add_argument("--ngram", type=int, default=5)
     ap.add_argument("--guesses", type=int, default=15)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--draft", default=str(HERE / "draft"), help="draft for the speculative rows ('' = skip)")
+    ap.add_argument("--draft", default=str(ASSETS / "draft"), help="draft for the speculative rows ('' = skip)")
     ap.add_argument("--draft-tokens", type=int, default=4)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()

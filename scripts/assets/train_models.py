@@ -1,10 +1,10 @@
 """Train DecodeScope's default tokenizer, draft and target models.
 
-    python assets/train_models.py --device cuda         # v2 (shipped): stdlib corpus, ~1.5 min on one H100
-    python assets/build_corpus.py && python assets/train_models.py --preset v3 --device cuda   # v3, see README
-    python assets/train_models.py                       # CPU: the same schedule, hours (it prints its ETA)
-    python assets/train_models.py --resume              # continue from assets/.ckpt after an interruption
-    python assets/train_models.py --tiny --out-dir /tmp/x --ckpt-dir /tmp/x/ckpt   # seconds, for tests
+    python scripts/assets/train_models.py --device cuda         # v2 (shipped): stdlib corpus, ~1.5 min on one H100
+    python scripts/assets/build_corpus.py && python scripts/assets/train_models.py --preset v3 --device cuda   # v3, see README
+    python scripts/assets/train_models.py                       # CPU: the same schedule, hours (it prints its ETA)
+    python scripts/assets/train_models.py --resume              # continue from assets/.ckpt after an interruption
+    python scripts/assets/train_models.py --tiny --out-dir /tmp/x --ckpt-dir /tmp/x/ckpt   # seconds, for tests
 
 The schedule is counted in tokens (--tokens-*, the v3 preset) or epochs over the fit tokens (--epochs-*, v2;
 --steps-* for an exact step count), never in wall-clock minutes, so the same command trains the same model on
@@ -32,6 +32,7 @@ import stdlib_corpus  # noqa: E402
 from eval_models import evaluate_dirs, heldout_nll, bits_per_byte  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+ASSETS = HERE.parents[1] / "assets"  # writes target/ and draft/ there; .corpus and .ckpt are git-ignored there
 # name -> (hidden, layers, heads, intermediate, lr)
 ARCH = {
     "target": dict(hidden_size=320, num_hidden_layers=6, num_attention_heads=5, intermediate_size=864),
@@ -243,7 +244,7 @@ def load_data(args, ckdir: Path):
 
         work = Path(args.corpus_dir)
         if not (work / "meta.json").exists():
-            raise SystemExit(f"error: no v3 corpus in {work}: run python assets/build_corpus.py first")
+            raise SystemExit(f"error: no v3 corpus in {work}: run python scripts/assets/build_corpus.py first")
         meta = json.loads((work / "meta.json").read_text())
         tok = stdlib_corpus.wrap_tokenizer(Tokenizer.from_file(str(work / "tokenizer.json")), args.max_positions)
         ids = {s: np.memmap(work / f"{s}.bin", dtype=np.uint16, mode="r") for s in meta["splits"]
@@ -262,9 +263,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="v2",
                     help="v2: the shipped recipe (stdlib, 10M/2.5M); v3: build_corpus.py's corpus, 36M/4.5M")
-    ap.add_argument("--corpus-dir", default=str(HERE / ".corpus"), help="build_corpus.py's output (preset v3)")
-    ap.add_argument("--out-dir", default=str(HERE), help="writes <out>/target and <out>/draft")
-    ap.add_argument("--ckpt-dir", default=str(HERE / ".ckpt"), help="checkpoints and token caches (not in git)")
+    ap.add_argument("--corpus-dir", default=str(ASSETS / ".corpus"), help="build_corpus.py's output (preset v3)")
+    ap.add_argument("--out-dir", default=str(ASSETS), help="writes <out>/target and <out>/draft")
+    ap.add_argument("--ckpt-dir", default=str(ASSETS / ".ckpt"), help="checkpoints and token caches (not in git)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores on CPU)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

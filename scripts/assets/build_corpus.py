@@ -1,16 +1,16 @@
 """Build the v3 training corpus: permissively licensed PyPI packages + the stdlib, cleaned, split, tokenized.
 
-    python assets/build_corpus.py                      # download, filter, dedup, split, tokenizer, token files
-    python assets/build_corpus.py --skip-download      # reuse the wheels in <work>/wheels
+    python scripts/assets/build_corpus.py                      # download, filter, dedup, split, tokenizer, token files
+    python scripts/assets/build_corpus.py --skip-download      # reuse the wheels in <work>/wheels
 
-Steps: pip-download the wheels pinned in assets/corpus_packages.txt; keep a package only if its licence is
+Steps: pip-download the wheels pinned in scripts/assets/corpus_packages.txt; keep a package only if its licence is
 MIT / BSD / Apache-2.0 / PSF (corpus_sources.wheel_licence); drop vendored, generated, minified, fixture and
 data files; drop exact and near duplicates (near_dup), letting an evaluation file win over a training copy;
 split BY PACKAGE (packages marked `heldout` are evaluation only) and keep v2's held-out stdlib files
 (stdlib_corpus.is_heldout) out of training so bits/byte stays comparable with v2; train the byte-level BPE on
 a sample of the training files; write uint16 token files that train_models.py memory-maps.
 Outputs (git-ignored) in --work (default assets/.corpus); the manifest (every package, version, licence,
-file counts) goes to assets/corpus_manifest.tsv and the totals to assets/results/corpus_stats.json.
+file counts) goes to scripts/assets/corpus_manifest.tsv and the totals to assets/results/corpus_stats.json.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import near_dup  # noqa: E402
 import stdlib_corpus  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+ASSETS = HERE.parents[1] / "assets"  # what the scripts build and read: the models, results/, the git-ignored .corpus
 SPLITS = ("train", "valid", "heldout_packages", "heldout_stdlib")
 VALID_MODULUS = 200  # 1 in 200 training files (salted hash) picks the best checkpoint
 STDLIB = "python-stdlib"
@@ -122,8 +123,8 @@ def bytes_per_token(tok, texts: list[str]) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packages", default=str(HERE / "corpus_packages.txt"))
-    ap.add_argument("--work", default=str(HERE / ".corpus"), help="wheels, docs, tokenizer, token files (git-ignored)")
-    ap.add_argument("--manifest", default=None, help="default assets/corpus_manifest.tsv (--tiny: in --work)")
+    ap.add_argument("--work", default=str(ASSETS / ".corpus"), help="wheels, docs, tokenizer, token files (git-ignored)")
+    ap.add_argument("--manifest", default=None, help="default scripts/assets/corpus_manifest.tsv (--tiny: in --work)")
     ap.add_argument("--stats", default=None, help="default assets/results/corpus_stats.json (--tiny: in --work)")
     ap.add_argument("--skip-download", action="store_true")
     ap.add_argument("--vocab-size", type=int, default=8192)
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     work, t_start = Path(a.work), time.time()
     a.manifest = Path(a.manifest or (work / "corpus_manifest.tsv" if a.tiny else HERE / "corpus_manifest.tsv"))
-    a.stats = Path(a.stats or (work / "corpus_stats.json" if a.tiny else HERE / "results" / "corpus_stats.json"))
+    a.stats = Path(a.stats or (work / "corpus_stats.json" if a.tiny else ASSETS / "results" / "corpus_stats.json"))
     work.mkdir(parents=True, exist_ok=True)
     docs, rows = collect(src.read_packages(Path(a.packages)), work / "wheels", not a.skip_download, a.tiny)
     log(f"[collect] {len(docs)} files from {sum(r['status'] == 'used' for r in rows)} packages")
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
     from tokenizers import Tokenizer
 
     candidates = {f"v3 corpus BPE {a.vocab_size}": tok,
-                  "v2 stdlib BPE 8192 (shipped)": Tokenizer.from_file(str(HERE / "target" / "tokenizer.json"))}
+                  "v2 stdlib BPE 8192 (shipped)": Tokenizer.from_file(str(ASSETS / "target" / "tokenizer.json"))}
     for v in [int(x) for x in a.compare_vocab.split(",") if x]:
         candidates[f"v3 corpus BPE {v}"] = stdlib_corpus.train_tokenizer(tokenizer_sample(texts, a.tokenizer_mb), v)
     stats["bytes_per_token"] = {name: {k: round(bytes_per_token(t, v), 4) for k, v in held.items() if v}

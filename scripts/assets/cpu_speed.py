@@ -1,6 +1,6 @@
 """CPU greedy speed of the v2 and v3 architectures (random weights: speed does not depend on the values).
 
-    python assets/cpu_speed.py --threads 2
+    python scripts/assets/cpu_speed.py --threads 2
 
 HF greedy (model.generate(do_sample=False)) of 128 new tokens after a 64-token prompt, fp32, interleaved
 repeats so that a shared machine's noise hits both architectures alike; prints tokens/s (median of repeats).

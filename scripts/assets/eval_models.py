@@ -1,6 +1,6 @@
 """Held-out evaluation of the shipped models: loss, bits per byte, tokenizer round trip, greedy completions.
 
-    python assets/eval_models.py [--out-dir assets] [--ckpt-dir assets/.ckpt]
+    python scripts/assets/eval_models.py [--out-dir assets] [--ckpt-dir assets/.ckpt]
 
 bits/byte = (total NLL in nats over every held-out token after the first) / ln 2 / (UTF-8 bytes of the
 held-out files).  The held-out stream is the held-out files in sorted order, each followed by EOS; the EOS
@@ -191,7 +191,7 @@ def loops_main(out_dir: Path, names=("target", "draft")) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     prompts = loop_prompts(stdlib_corpus.load_split()[1])
-    res = {"prompts": "assets/eval_models.py: loop_prompts (held-out stdlib files)", "models": {}}
+    res = {"prompts": "scripts/assets/eval_models.py: loop_prompts (held-out stdlib files)", "models": {}}
     for name in names:
         tok = AutoTokenizer.from_pretrained(out_dir / name)
         model = AutoModelForCausalLM.from_pretrained(out_dir / name).eval()
@@ -207,10 +207,10 @@ def main() -> int:
     import argparse
     import json
 
-    here = Path(__file__).resolve().parent
+    assets = Path(__file__).resolve().parents[2] / "assets"
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out-dir", default=str(here))
-    ap.add_argument("--ckpt-dir", default=str(here / ".ckpt"))
+    ap.add_argument("--out-dir", default=str(assets))
+    ap.add_argument("--ckpt-dir", default=str(assets / ".ckpt"))
     ap.add_argument("--ctx", type=int, default=256, help="the training context (seq_len)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--completions-only", action="store_true", help="skip the held-out loss")
