@@ -73,7 +73,7 @@ def test_wheel_builds_installs_and_imports_outside_the_repo(wheel, tmp_path):
     for model in ("target", "draft"):
         assert (assets / model / "config.json").is_file()
     assert (assets / "traces" / "prompt_lookup.json").is_file() and (assets / "README.md").is_file()
-    assert '"decodescope" / "assets"' in (site / "decoding" / "models.py").read_text()
+    assert '"decodescope" / "assets"' in (site / "decoding" / "models" / "__init__.py").read_text()
     assert (site / "bin" / "decodescope").exists()
 
 

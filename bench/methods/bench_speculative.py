@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--staged-tree", default="2,1,1,1,1")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--corpus-table", action="store_true",
-                    help="also run staged with an n-gram table from the stdlib TRAIN split (assets/stdlib_corpus)")
+                    help="also run staged with an n-gram table from the stdlib TRAIN split (scripts/assets/stdlib_corpus.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -98,7 +98,7 @@ class Trace:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["stats"] = {**self.stats(), **spec_decode_stats(self)}  # + the serving engines' names (stats.py)
+        d["stats"] = {**self.stats(), **spec_decode_stats(self)}  # + the serving engines' names (decoding/trace/stats.py)
         if isinstance(self.config, dict) and isinstance(self.config.get("draft"), dict):  # a draft model's run
             # (read from the trace itself, which replays without the registry)
             d["speculative"] = speculative_stats(self)

@@ -1,6 +1,6 @@
 """Run statistics computed from a trace alone (no model, no drafter): what Trace.to_dict writes as the
 derived blocks, the CLI prints, and readers without DecodeScope recompute from the JSON.
-Plain functions of the trace's data, so trace.py can call them without importing any method.
+Plain functions of the trace's data, so the Trace (decoding/trace/__init__.py) can call them without importing any method.
 
 One definition per figure, for every drafting method (docs/trace.md, "Speculative metrics"), under the
 names the serving engines use, so a trace and a vLLM / SGLang / TensorRT-LLM log can be compared as is:
