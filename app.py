@@ -42,7 +42,7 @@ from appkit.run.method_fields import SHAPE, USER_KNOBS, field_of, tune_fields  #
 from appkit.page.ui import CSS, MARK_STALE, RUN_STATUS_HEAD, UNMARK_STALE_ON_ERROR, Page, layout  # noqa: E402
 from decoding import ModelError  # noqa: E402
 from decoding.models import DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET  # noqa: E402
-from decoding.fetch_model import MODEL_NAME  # noqa: E402
+from decoding.models.fetch import MODEL_NAME  # noqa: E402
 from decoding.fast.cpu_gemm import build_in_background  # noqa: E402
 from appkit.models.default_model import DefaultModel  # noqa: E402
 from appkit.page.examples import example_labels, examples_for  # noqa: E402
@@ -54,7 +54,7 @@ GPU = "gpu"  # one concurrency id: every event that runs a model waits in the sa
 PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
 PUBLIC_MODEL_CACHE_MB = 8192  # public mode: weights kept loaded (the 1.7B allow-listed model is 6.8 GB in fp32)
 UNREAD_S = 10.0  # public mode: a job whose messages nobody has read for this long ends
-RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace_check.py bounds each one)
+RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace/check.py bounds each one)
 
 
 def gpu(event: str):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench" / "compare"))  # llamacpp.py: the llama.cpp rows
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
@@ -103,14 +104,14 @@ def ours_runner(model, tok, method: str, **params):
 def shipped_heads(model_name: str) -> Path | None:
     """The folder holding medusa/ and eagle/ heads shipped for this model (assets/heads: the embedded target;
     assets/heads/smollm2: the default model), else None."""
-    from decoding.fetch_model import FOLDER
+    from decoding.models.fetch import FOLDER
     if Path(model_name).resolve() == Path(EMBEDDED_TARGET).resolve():
         return ROOT / "assets" / "heads"
     return ROOT / "assets" / "heads" / "smollm2" if Path(model_name).name == FOLDER else None
 
 
 DRAFT_VOCAB = 4096  # a smaller drafting vocabulary than the heads' default quarter, for one EAGLE row
-HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/run/presets.py SHIPPED_CPU; bench/bench_heads.py sweeps it)
+HEADS_BUDGET = 8  # the shipped CPU EAGLE preset (appkit/run/presets.py SHIPPED_CPU; bench/methods/bench_heads.py sweeps it)
 
 
 def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=None, hf_draft=None,
@@ -128,7 +129,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
         c[f"ours lookahead auto (W{auto['window']} N{auto['ngram']} G{auto['guesses']})"] = ours_runner(
             model, tok, "lookahead", **auto)
     if is_default_model(model):  # the app's Run tab on a CPU: the shipped preset for the default model
-        from decoding.presets import SHIPPED_CPU_DEFAULT
+        from decoding.tuning.device_presets import SHIPPED_CPU_DEFAULT
         from appkit.run.presets import describe
         from decoding.methods.registry import spec_of
         for method, preset in SHIPPED_CPU_DEFAULT.items():
@@ -171,7 +172,7 @@ def contenders(model, tok, draft, k: int, auto: dict | None = None, hf_model=Non
             for b in budgets:
                 c[f"ours {kind} budget {b}"] = ours_runner(model, tok, kind, heads=str(Path(heads) / kind), budget=b)
             from appkit.run.presets import describe
-            from decoding.presets import SHIPPED_CPU_DEFAULT
+            from decoding.tuning.device_presets import SHIPPED_CPU_DEFAULT
             preset = SHIPPED_CPU_DEFAULT.get(kind) if is_default_model(model) else None
             if preset:  # the app's shipped CPU preset for the default model
                 c[f"ours {kind} {describe(kind, preset)} (app CPU preset)"] = ours_runner(
@@ -209,7 +210,7 @@ def int8_note(rows: list[dict]) -> str | None:
 
 def is_default_model(model) -> bool:
     """Whether `model` is the default model as fetched (its folder's name), whose app presets the bench shows."""
-    from decoding.fetch_model import FOLDER
+    from decoding.models.fetch import FOLDER
     return Path(getattr(model, "name_or_path", "") or "").name == FOLDER
 
 
@@ -239,7 +240,7 @@ def int8_rows(model8, tok, draft, k: int, auto, hf_model, hf_draft, spec_auto, h
 def bench(model, tok, draft, prompts: list[dict], runs: int, n: int, k: int, only: str | None,
           auto: dict | None = None, hf_model=None, hf_draft=None, spec_auto: dict | None = None,
           heads: Path | None = None, extra: dict | None = None, model8=None, fp32: bool = True) -> list[dict]:
-    """extra: more rows, {name: runner}, after ours (bench/llamacpp.py's). A runner with a `greedy_of`
+    """extra: more rows, {name: runner}, after ours (bench/compare/llamacpp.py's). A runner with a `greedy_of`
     attribute naming another row gets 'equals_greedy_of': [runs equal, runs, that row], round by round.
     model8: the same model on the int8 kernel (its "ours" rows again, INT8-suffixed); fp32 False: without the
     fp32 kernel's "ours" rows."""
@@ -405,7 +406,7 @@ def quick_models():
 
 
 def llama_rows(gguf: str | None, model_name: str, tok, hf_model) -> dict | None:
-    """llama.cpp's greedy and prompt-lookup rows (bench/llamacpp.py) on `gguf`, else on the GGUF the default
+    """llama.cpp's greedy and prompt-lookup rows (bench/compare/llamacpp.py) on `gguf`, else on the GGUF the default
     model was converted from, at torch's thread count; None, after one line saying why, where they cannot
     run (llama-cpp-python not installed, no GGUF for this model)."""
     import llamacpp
@@ -489,7 +490,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     auto = spec_auto = None
     if not a.no_auto:  # W/N/G chosen from this device's latency curve and pilots on the first 3 prompts
         from decoding.methods.windows.lookahead_tune import autotune
-        from decoding.tune import kit
+        from decoding.tuning.tune import kit
         tuned = autotune(kit(), model, tok, [p["prompt"] for p in prompts[:3]], pilot_tokens=min(48, a.max_new_tokens))
         auto = tuned["best"]
         print(f"autotune picked {auto} (curve {tuned['curve']})", file=sys.stderr)

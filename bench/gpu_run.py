@@ -1,4 +1,4 @@
-"""The ONE command to run on a borrowed GPU: bench/GPU.md's runbook in order, each item with its own time
+"""The ONE command to run on a borrowed GPU: bench/gpu/GPU.md's runbook in order, each item with its own time
 budget, every report under bench/results/gpu-<device>/, a failed item never stopping the later ones.
 
     python bench/gpu_run.py                 # on the GPU: the proof of the CUDA path (< 8 minutes)
@@ -14,16 +14,16 @@ is left. Items (budget in seconds, in this order):
   capture   every method (tiny models) on the graph path, fp32 and bf16: the capture checker
             (decoding/fast/capture_check.py) under torch.cuda.set_sync_debug_mode("warn"), every bucket
             captured, fp32 output = HF greedy, bf16 agreement with HF greedy reported  (120)
-  a         python bench/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (210)
+  a         python bench/gpu/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (210)
   speed     one speed row: ours greedy and lookahead W15 N5 G15 vs HF greedy, embedded target, 4 prompts  (120)
   -- second invocation --
-  c         python bench/gpu_check.py --items c   7B-shaped latency curve on the graph path  (300)
+  c         python bench/gpu/gpu_check.py --items c   7B-shaped latency curve on the graph path  (300)
   -- later invocations, on a task that gets more device time --
-  b         python bench/gpu_check.py --items b   exactness vs HF greedy, fp32 + bf16  (240)
-  d         python bench/gpu_check.py --items d --runs 3   speed rows vs HF  (360)
-  memory    python bench/gpu_memory.py   memory after 100 mixed runs vs 10  (150)
-  heads     python bench/bench_heads.py --budgets 8,16,32 --runs 3   Medusa / EAGLE  (180)
-  heads-t07 python bench/bench_heads.py --temperature 0.7 --budgets 8,16 --runs 3  (180)
+  b         python bench/gpu/gpu_check.py --items b   exactness vs HF greedy, fp32 + bf16  (240)
+  d         python bench/gpu/gpu_check.py --items d --runs 3   speed rows vs HF  (360)
+  memory    python bench/gpu/gpu_memory.py   memory after 100 mixed runs vs 10  (150)
+  heads     python bench/methods/bench_heads.py --budgets 8,16,32 --runs 3   Medusa / EAGLE  (180)
+  heads-t07 python bench/methods/bench_heads.py --temperature 0.7 --budgets 8,16 --runs 3  (180)
 
 The rehearsal runs the capture item on the virtual CUDA device (decoding/testing/virtual_cuda.py: cuda:0
 tensors with CPU values, CUDA's device rules, host reads counted), the other items at smoke sizes on CPU.
@@ -56,21 +56,21 @@ SPARE = ["assets/heads/smollm2", "assets/heads/smollm2-self_speculative", "asset
 ITEMS = [
     ("capture", 120, "capture check + every method on the graph path, fp32 and bf16",
      ["bench/gpu_run.py", "--item", "capture"], ("gpu_run", ["--item", "capture"])),
-    ("a", 210, "CUDA test matrix", ["bench/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
+    ("a", 210, "CUDA test matrix", ["bench/gpu/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
     ("speed", 120, "one speed row: ours greedy + lookahead vs HF greedy", ["bench/gpu_run.py", "--item", "speed"],
      ("gpu_run", ["--item", "speed"])),
-    ("c", 300, "latency curve (7B shape)", ["bench/gpu_check.py", "--items", "c"],
+    ("c", 300, "latency curve (7B shape)", ["bench/gpu/gpu_check.py", "--items", "c"],
      ("gpu_check", ["--quick", "--items", "c"])),
-    ("b", 240, "exactness vs HF greedy", ["bench/gpu_check.py", "--items", "b"],
+    ("b", 240, "exactness vs HF greedy", ["bench/gpu/gpu_check.py", "--items", "b"],
      ("gpu_check", ["--quick", "--items", "b"])),
-    ("d", 360, "speed rows", ["bench/gpu_check.py", "--items", "d", "--runs", "3"],
+    ("d", 360, "speed rows", ["bench/gpu/gpu_check.py", "--items", "d", "--runs", "3"],
      ("gpu_check", ["--quick", "--items", "d"])),
-    ("memory", 150, "GPU memory, 100 runs vs 10", ["bench/gpu_memory.py"], ("gpu_memory", ["--quick"])),
+    ("memory", 150, "GPU memory, 100 runs vs 10", ["bench/gpu/gpu_memory.py"], ("gpu_memory", ["--quick"])),
     ("heads", 180, "Medusa / EAGLE vs HF greedy",
-     ["bench/bench_heads.py", "--budgets", "8,16,32", "--runs", "3"],
+     ["bench/methods/bench_heads.py", "--budgets", "8,16,32", "--runs", "3"],
      ("bench_heads", ["--budgets", "8", "--runs", "1", "--limit", "1", "--max-new-tokens", "12", "--no-baselines",
                       "--device", "cpu"])),
-    ("heads-t07", 180, "heads when sampling", ["bench/bench_heads.py", "--temperature", "0.7", "--budgets", "8,16",
+    ("heads-t07", 180, "heads when sampling", ["bench/methods/bench_heads.py", "--temperature", "0.7", "--budgets", "8,16",
                                                "--runs", "3"],
      ("bench_heads", ["--temperature", "0.7", "--budgets", "8", "--runs", "1", "--limit", "1", "--max-new-tokens",
                       "12", "--no-baselines", "--device", "cpu"])),
@@ -176,7 +176,7 @@ def capture_item(out: Path, rehearse: bool) -> dict:
 def speed_item(out: Path, rehearse: bool) -> dict:
     """The runbook's one speed row: ours greedy and lookahead W15 N5 G15 (the path a run takes: graphs on
     CUDA) vs HF greedy, embedded target, 4 prompts x 96 tokens, 2 timed rounds (smoke size on CPU)."""
-    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "bench" / "gpu"))
     import torch
     import gpu_rows
     real = torch.cuda.is_available() and not rehearse
@@ -196,7 +196,7 @@ def run_item(item, out: Path, rehearse: bool, timeout: float, log: Path) -> dict
                 if module == "gpu_run":
                     (capture_item if rargs[-1] == "capture" else speed_item)(out, True)
                 else:
-                    sys.path.insert(0, str(ROOT / "bench"))
+                    sys.path.insert(0, str((ROOT / argv[0]).parent))  # the item's own folder under bench/
                     mod = __import__(module)
                     mod.main(rargs + out_args(name, out))
             status = "ok"

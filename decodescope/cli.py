@@ -9,7 +9,7 @@
     decodescope project run.json                                       # = python -m profiling.project ...
     decodescope operators run.json --step 3                            # = python -m profiling.operators ...
     decodescope bench --quick                                          # = python bench/bench.py (a checkout)
-    decodescope fetch-model                                            # = python -m decoding.fetch_model
+    decodescope fetch-model                                            # = python -m decoding.models.fetch
     decodescope convert model.Q4_K_M.gguf                              # = python -m decoding convert ...
     decodescope app [--port N]                                         # = python app.py
 
@@ -39,16 +39,16 @@ COMMANDS = {"generate": "decode a prompt and print the text and run statistics",
             "app": "start the Gradio app (http://127.0.0.1:7860; --port N)"}
 
 # command -> (module whose main() runs it, words put before the arguments, program name its parser shows)
-TARGETS = {"generate": ("decoding.__main__", ["generate"], {"python -m decoding": "decodescope"}),
-           "train-heads": ("decoding.__main__", ["train-heads"], {"python -m decoding": "decodescope"}),
-           "build-datastore": ("decoding.__main__", ["build-datastore"], {"python -m decoding": "decodescope"}),
+TARGETS = {"generate": ("decoding.cli.main", ["generate"], {"python -m decoding": "decodescope"}),
+           "train-heads": ("decoding.cli.main", ["train-heads"], {"python -m decoding": "decodescope"}),
+           "build-datastore": ("decoding.cli.main", ["build-datastore"], {"python -m decoding": "decodescope"}),
            "profile": ("profiling.__main__", [], {"python -m profiling": "decodescope profile"}),
            "report": ("viz.__main__", ["report"], {"python -m viz": "decodescope"}),
            "side-by-side": ("viz.__main__", ["side-by-side"], {"python -m viz": "decodescope"}),
            "project": ("profiling.project", [], {"python -m profiling.project": "decodescope project"}),
            "operators": ("profiling.operators", [], {"python -m profiling.operators": "decodescope operators"}),
-           "convert": ("decoding.__main__", ["convert"], {"python -m decoding": "decodescope"}),
-           "fetch-model": ("decoding.fetch_model", [], {"python -m decoding.fetch_model": "decodescope fetch-model"})}
+           "convert": ("decoding.cli.main", ["convert"], {"python -m decoding": "decodescope"}),
+           "fetch-model": ("decoding.models.fetch", [], {"python -m decoding.models.fetch": "decodescope fetch-model"})}
 
 
 def usage() -> str:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd in TARGETS:
         import importlib
 
-        from decoding.cli_run import program_names
+        from decoding.cli.habits import program_names
         module, words, names = TARGETS[cmd]
         with program_names(names):
             return importlib.import_module(module).main([*words, *rest])
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def app(argv: list[str]) -> int:
     """decodescope app [--port N]: the port reaches app.py through PORT / GRADIO_SERVER_PORT, which it reads."""
-    from decoding.cli_run import OneLineParser, int_in, parse_args
+    from decoding.cli.habits import OneLineParser, int_in, parse_args
     ap = OneLineParser(prog="decodescope app", description="start the Gradio app (python app.py)")
     ap.add_argument("--port", type=int_in(1024, 65535), default=None,
                     help="port to serve on, 1024..65535 (default: $PORT, else $GRADIO_SERVER_PORT, else 7860)")

@@ -37,7 +37,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .api import build_drafter, check_params
-from .cli_run import decode_until
+from .cli.habits import decode_until
 from .engine.sampling import Sampling
 from .methods.registry import SPECS
 from .trace import Trace

@@ -4,7 +4,7 @@
         --prompt "def fib(n):" --max-new-tokens 64 --out runs/prof
 
 Method options are generate's own (`python -m decoding generate --help`: --tree, --staged, --auto, --draft,
---trust-remote-code, --dtype, --device, ...), added and resolved by the same code (decoding/cli_setup.py), so
+--trust-remote-code, --dtype, --device, ...), added and resolved by the same code (decoding/cli/method_flags.py), so
 the two CLIs never drift.
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from decoding.cli_run import OneLineParser, int_in, nonempty, one_line, output_dir, with_template
-from decoding.cli_setup import add_generate_arguments, setup
+from decoding.cli.habits import OneLineParser, int_in, nonempty, one_line, output_dir, with_template
+from decoding.cli.method_flags import add_generate_arguments, setup
 from decoding.methods.registry import BASELINE
 from decoding.models import ModelError
 

@@ -133,7 +133,7 @@ def format_breakdown(b: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from decoding.cli_run import OneLineParser, int_in, nonempty
+    from decoding.cli.habits import OneLineParser, int_in, nonempty
     ap = OneLineParser(prog="python -m profiling.operators", description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=nonempty, help="a trace JSON (any DecodeScope trace version)")
     ap.add_argument("--step", type=int_in(0, MAX_STEP), default=None,
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Bad input (a missing or malformed trace, a step not in it, an unknown device) is one line, exit 2."""
-    from decoding.cli_run import MALFORMED, load_trace, not_a_trace, one_line, parse_args
+    from decoding.cli.habits import MALFORMED, load_trace, not_a_trace, one_line, parse_args
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
         return args

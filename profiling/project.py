@@ -163,7 +163,7 @@ device_list.checked, device_list.kind = True, "str"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from decoding.cli_run import OneLineParser, nonempty
+    from decoding.cli.habits import OneLineParser, nonempty
     ap = OneLineParser(prog="python -m profiling.project", description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=nonempty, help="a trace JSON (any DecodeScope trace version)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "tf32"),
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Bad input (a missing or malformed trace, an unknown device) is one line on stderr, exit status 2."""
-    from decoding.cli_run import MALFORMED, load_trace, not_a_trace, one_line, parse_args
+    from decoding.cli.habits import MALFORMED, load_trace, not_a_trace, one_line, parse_args
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
         return args

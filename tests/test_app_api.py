@@ -41,7 +41,7 @@ def test_run_by_keyword_uses_the_values_sent(client, dirs):
     doc = json.loads(open(path).read())
     cfg = doc["config"]
     assert (cfg["window"], cfg["ngram"], cfg["guesses"]) == (2, 3, 1)
-    jsonschema.validate(doc, json.loads((ROOT / "decoding" / "trace.schema.json").read_text()))  # the one format
+    jsonschema.validate(doc, json.loads((ROOT / "decoding" / "trace" / "schema.json").read_text()))  # the one format
 
 
 def test_other_endpoints_by_keyword(client, dirs):

@@ -20,7 +20,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
-sys.path.insert(0, str(ASSETS))
+SCRIPTS = ROOT / "scripts" / "assets"  # the programs that build assets/
+sys.path.insert(0, str(SCRIPTS))
 import build_corpus  # noqa: E402
 import corpus_sources  # noqa: E402
 import eval_models  # noqa: E402
@@ -106,7 +107,7 @@ def test_asset_sizes_within_budget():
 
 
 def _tiny_run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(ASSETS / "train_models.py"), "--tiny", "--threads", "1", "--seed", "7",
+    cmd = [sys.executable, str(SCRIPTS / "train_models.py"), "--tiny", "--threads", "1", "--seed", "7",
            "--out-dir", str(out), "--ckpt-dir", str(out / "ckpt"), *extra]
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", RAYON_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -222,7 +223,7 @@ def default_pair():
     """The default model (SmolLM2-135M-Instruct) if this machine has it: in the suite's cache or the user's own
     (~/.cache/decodescope). The suite never downloads (a fresh CI machine has neither: there the traces are held
     to everything that needs no model, and `python scripts/record_traces.py` re-records them on the real one)."""
-    from decoding import fetch_model as fm
+    from decoding.models import fetch as fm
     folder = fm.cached() or fm.cached(Path.home() / ".cache" / "decodescope")
     if folder is None:
         return None

@@ -16,7 +16,7 @@ from appkit.public.limits import Limits
 from appkit.run import presets
 from appkit.run.handlers import Handlers
 from appkit.run.settings import FIELDS, Settings
-from decoding.presets import device_key
+from decoding.tuning.device_presets import device_key
 
 MEDUSA, EAGLE = {"budget": 4, "confidence": 0.1}, {"budget": 8, "adaptive": 1, "draft_vocab": 4096}
 

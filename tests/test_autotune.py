@@ -2,7 +2,7 @@
 from conftest import tiny
 from decoding.engine.timing import interpolate, monotone
 from decoding.methods.windows.lookahead_tune import GRID, autotune
-from decoding.tune import kit
+from decoding.tuning.tune import kit
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 

@@ -1,7 +1,7 @@
 """The speculative autotune times real pilot runs of each shape against greedy and ranks them."""
 from conftest import tiny
 from decoding.methods.draft_model.shape_tune import SHAPES, autotune_speculative, label
-from decoding.tune import kit
+from decoding.tuning.tune import kit
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]
 

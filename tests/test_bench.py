@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path[:0] = [str(BENCH), str(BENCH / "kernels"), str(BENCH / "gpu"), str(BENCH / "methods")]  # scripts by folder
 import bench  # noqa: E402
 
 
@@ -76,7 +77,7 @@ def test_gpu_check_quick_writes_one_report(tmp_path):
     goals = doc["goals"]
     assert {g["item"] for g in goals} == {"a", "b", "c", "d"}
     assert all(g["status"] in ("pass", "info") for g in goals), [g for g in goals if g["status"] not in ("pass", "info")]
-    assert all(g["device"] and g["dtype"] and g["command"].startswith("python bench/gpu_check.py") for g in goals)
+    assert all(g["device"] and g["dtype"] and g["command"].startswith("python bench/gpu/gpu_check.py") for g in goals)
     assert doc["items"]["a"]["counts"]["passed"] > 0 and doc["items"]["a"]["counts"]["failure"] == 0
     assert {r["dtype"] for r in doc["items"]["b"]["rows"]} == {"fp32", "bf16"}
     names = [r["method"] for r in doc["items"]["d"]["rows"]]
@@ -120,7 +121,7 @@ def test_gpu_check_refuses_gpu_goals_without_cuda(tmp_path, capsys):
 def test_gpu_check_imports_no_app_dependencies():
     """The GPU image has no gradio or plotly: the check must not import them (or viz/app)."""
     import subprocess
-    code = ("import sys; sys.path[:0] = ['bench', '.']; import gpu_check, gpu_rows, gpu_scaling; "
+    code = ("import sys; sys.path[:0] = ['bench/gpu', 'bench', '.']; import gpu_check, gpu_rows, gpu_scaling; "
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'gradio', 'plotly', 'viz', 'app', 'appkit'}); "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True,

@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 import app as app_module
 from appkit.models import drafts
 from appkit.page.ui import METHOD_CHOICES, PRESETS
-from decoding import fetch_model as fm
+from decoding.models import fetch as fm
 from decoding.models import DEFAULT_MODEL
 from test_browser import Watch, browser, free_port, set_number  # noqa: F401 - browser: the one Chromium fixture
 

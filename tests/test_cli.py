@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import hf_greedy
-from decoding.__main__ import main
+from decoding.cli.main import main
 from decoding.trace import SCHEMA, Trace
 
 
@@ -112,11 +112,11 @@ def test_exactness_line_fp32_by_construction_and_measured_in_bf16(tiny_dir, tmp_
 
 
 def test_lookahead_without_wng_runs_the_devices_preset_and_says_which(tiny_dir, tmp_path, capsys, monkeypatch):
-    """--method lookahead without W/N/G runs the preset the app runs (decoding/presets.py): shipped for the
+    """--method lookahead without W/N/G runs the preset the app runs (decoding/tuning/device_presets.py): shipped for the
     embedded model on a CPU, tuned on this device when the cache holds one, else the paper's W5 N4 G5; one
     line names it. Explicit W/N/G win. The output stays HF greedy's."""
     from decoding.models import EMBEDDED_TARGET
-    from decoding.presets import SHIPPED_CPU, device_key, preset_file
+    from decoding.tuning.device_presets import SHIPPED_CPU, device_key, preset_file
     out = tmp_path / "run.json"
     assert main(["generate", "--model", EMBEDDED_TARGET, "--prompt", "def f(x):", "--max-new-tokens", "6",
                  "--check-exact", "--json", str(out)]) == 0

@@ -3,7 +3,7 @@ never a traceback, never a crash.
 
 The options are read from the argparse parsers themselves (decoding generate / train-heads, profiling,
 profiling.project, profiling.operators, viz report / side-by-side), so a new option is fuzzed, and must
-declare its check (a type from decoding/cli_run.py or choices), without touching this file. Each case calls
+declare its check (a type from decoding/cli/habits.py or choices), without touching this file. Each case calls
 main(argv) in-process; two run a real process (a crash there, SIGSEGV, would not show in-process).
 Each command's valid base run is checked to succeed, so a bad value that slipped through shows as rc 0.
 """
@@ -20,8 +20,8 @@ import pytest
 
 from conftest import WORDS
 from decodescope.cli import main as decodescope_main
-from decoding.__main__ import build_parser as decoding_parser
-from decoding.__main__ import main as decoding_main
+from decoding.cli.main import build_parser as decoding_parser
+from decoding.cli.main import main as decoding_main
 from profiling.__main__ import build_parser as profiling_parser
 from profiling.__main__ import main as profiling_main
 from profiling.operators import build_parser as operators_parser

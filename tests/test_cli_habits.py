@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import hf_greedy
-from decoding.__main__ import main
+from decoding.cli.main import main
 
 P1, P2 = "def x ( y ) : return y + 1", "for i in range ( n ) : print ( i )"
 

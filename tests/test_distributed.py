@@ -276,8 +276,8 @@ def test_a_refusal_under_torchrun_is_one_line_from_rank_0(tmp_path):
 def test_lp_says_which_shape_it_runs(tiny_dir):
     """--lp without a shape runs the paper's defaults (a device preset is timed in one process): a [preset]
     line says so, as every other lookahead run's does."""
-    from decoding.__main__ import build_parser
-    from decoding.cli_setup import setup
+    from decoding.cli.main import build_parser
+    from decoding.cli.method_flags import setup
     args = build_parser().parse_args(["generate", "--model", tiny_dir, "--method", "lookahead", "--lp",
                                       "--prompt", "def x", "--max-new-tokens", "2"])
     setup(args)

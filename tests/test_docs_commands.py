@@ -155,13 +155,23 @@ def stop_after_parsing():
         argparse.ArgumentParser.parse_args = orig
 
 
+ENTRY = re.compile(r"^from (\.[\w.]*) import main$", re.M)  # a package's thin __main__.py: `from .cli.main import main`
+
+
 def source_of(cli: Cli) -> Path:
+    """The file whose parser reads the arguments: a thin __main__.py hands them to the module it imports main from."""
     if cli.kind in ("script", "file"):
         return ROOT / cli.target
     spec = importlib.util.find_spec(cli.target)
     assert spec is not None and spec.origin, f"no module {cli.target}"
     origin = Path(spec.origin)
-    return origin.parent / "__main__.py" if origin.name == "__init__.py" else origin
+    if origin.name != "__init__.py":
+        return origin
+    main = origin.parent / "__main__.py"
+    entry = ENTRY.search(main.read_text()) if main.is_file() else None
+    if entry:
+        return source_of(Cli(cli.kind, importlib.util.resolve_name(entry.group(1), cli.target), cli.args))
+    return main
 
 
 def parse_once(cli: Cli) -> tuple[bool, str]:

@@ -135,7 +135,7 @@ def test_cli_adaptive_reaches_retrieval_and_stays_refused_elsewhere(tiny_dir, tm
     """--adaptive: retrieval (and eagle) price their trees; a method without it refuses it in one line."""
     import json
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     js = tmp_path / "run.json"
     assert main(["generate", "--model", tiny_dir, "--method", "retrieval", "--adaptive", "--prompt",
                  "def x ( y ) : return y def x ( y ) :", "--max-new-tokens", "12", "--json", str(js)]) == 0

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig, LlamaF
 
 from conftest import hf_greedy, save_tiny_dir, tiny
 from decoding import ModelError, Sampling, load, run
-from decoding.__main__ import main as cli
+from decoding.cli.main import main as cli
 from decodescope.cli import main as decodescope
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +221,7 @@ NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_
 
 
 def test_metrics_formulas_on_a_hand_made_trace():
-    from decoding.stats import spec_decode_stats
+    from decoding.trace.stats import spec_decode_stats
     from decoding.trace import Step, Trace
 
     def step(i, roles, accepted):
@@ -249,7 +249,7 @@ def test_metrics_formulas_on_a_hand_made_trace():
                                            ("prompt_lookup", {}), ("jacobi", dict(block=3)),
                                            ("speculative", dict(draft_tokens=3)), ("medusa", {}), ("eagle", {})])
 def test_every_drafting_method_has_one_definition(embedded, method, params):
-    from decoding.stats import spec_decode_stats, speculative_stats
+    from decoding.trace.stats import spec_decode_stats, speculative_stats
     model, tok = embedded
     if method == "speculative":
         params = dict(params, draft_model=str(ROOT / "assets" / "draft"))
@@ -333,7 +333,7 @@ def test_stdin_splits_prompts_like_a_file(tiny_dir, tmp_path, monkeypatch, capsy
 
 
 def test_unwritable_json_fails_before_the_model_loads(tiny_dir, monkeypatch, capsys):
-    import decoding.__main__ as m
+    import decoding.cli.main as m
 
     def no_load(*a, **k):
         raise AssertionError("the model loaded before --json was checked")

@@ -8,7 +8,7 @@ import torch
 
 from conftest import hf_greedy, save_tiny_dir
 from decoding import load, run
-from decoding.__main__ import main as generate_main
+from decoding.cli.main import main as generate_main
 from decoding.models import ModelError
 from profiling.__main__ import main as profile_main
 

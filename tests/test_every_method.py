@@ -27,9 +27,9 @@ from decoding.build import build
 from decoding.engine.sampling import Sampling
 from decoding.methods import registry
 from decoding.methods.registry import BASELINE, SPECS, MethodSpec
-from decoding.stats import DRAFT_ROLES, kept_drafts, spec_decode_stats
+from decoding.trace.stats import DRAFT_ROLES, kept_drafts, spec_decode_stats
 from decoding.trace import Trace
-from decoding.trace_check import check_document
+from decoding.trace.check import check_document
 
 
 ARCHS = ("llama", "qwen2", "gpt2")

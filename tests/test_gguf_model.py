@@ -43,13 +43,13 @@ def hf_reference(folder: Path) -> list[int]:
 
 
 def generate(argv: list[str], capsys) -> tuple[int, str]:
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     rc = main(["generate", "--prompt", PROMPT, "--max-new-tokens", str(N), "--stop", "none", *argv])
     return rc, capsys.readouterr().err
 
 
 def test_model_gguf_converts_once_and_every_method_is_exact(gguf_file, cache, tmp_path, capsys):
-    from decoding.gguf_import import converted
+    from decoding.models.gguf import converted
     rc, err = generate(["--model", str(gguf_file), "--method", "greedy", "--json", str(tmp_path / "g.json")], capsys)
     assert rc == 0, err
     assert "[convert] read: Q4_1 " in err and "[convert] save:" in err  # progress, stage by stage
@@ -74,7 +74,7 @@ def test_model_gguf_converts_once_and_every_method_is_exact(gguf_file, cache, tm
 def test_the_block_kernel_streams_what_the_conversion_says(gguf_file, cache):
     from decoding import load
     from decoding.fast.cpu_gemm import kernel, storage_counts
-    from decoding.gguf_import import convert_gguf
+    from decoding.models.gguf import convert_gguf
     if not kernel():
         pytest.skip("the CPU kernel cannot be built here (no compiler)")
     folder = convert_gguf(gguf_file)
@@ -85,7 +85,7 @@ def test_the_block_kernel_streams_what_the_conversion_says(gguf_file, cache):
 
 
 def test_convert_command_and_its_refusals(gguf_file, cache, tmp_path, capsys):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     assert main(["convert", str(gguf_file)]) == 0
     first = capsys.readouterr().out.strip()
     assert main(["convert", str(gguf_file)]) == 0 and capsys.readouterr().out.strip() == first
@@ -117,12 +117,12 @@ def test_profile_a_gguf_model(gguf_file, cache, tmp_path, capsys):
 def test_a_killed_conversions_partial_folder_is_swept_by_the_next(gguf_file, tmp_path):
     """A conversion writes into a temporary .partial folder beside its destination and renames it into place:
     a killed one (SIGKILL: no cleanup runs) leaves only such folders. The next conversion removes the stale
-    ones (older than fetch_model.STALE_S), keeps a fresh one (another conversion may be writing it), and never
+    ones (older than decoding.models.fetch.STALE_S), keeps a fresh one (another conversion may be writing it), and never
     takes a partial folder for a converted model."""
     import os
     import time
-    from decoding.fetch_model import STALE_S
-    from decoding.gguf_import import convert_gguf, converted, folder_for
+    from decoding.models.fetch import STALE_S
+    from decoding.models.gguf import convert_gguf, converted, folder_for
     cache = tmp_path / "cache"
     dest = folder_for(gguf_file, cache)
     dest.parent.mkdir(parents=True)
@@ -144,11 +144,11 @@ def test_a_killed_conversions_partial_folder_is_swept_by_the_next(gguf_file, tmp
 
 
 def test_one_stage_progress_bar_serves_the_fetch_and_the_conversion(capsys):
-    """The fetch's and a conversion's stage bars are one function (fetch_model.progress_bar); the conversion's
+    """The fetch's and a conversion's stage bars are one function (decoding.models.fetch.progress_bar); the conversion's
     also logs each finished stage as a [convert] line above the bar."""
-    from decoding import fetch_model, gguf_import
-    assert gguf_import.progress_bar is fetch_model.progress_bar
-    bar, progress = fetch_model.progress_bar(gguf_import.STAGES, "convert", log="convert")
+    from decoding.models import fetch, gguf
+    assert gguf.progress_bar is fetch.progress_bar
+    bar, progress = fetch.progress_bar(gguf.STAGES, "convert", log="convert")
     progress("read", 0.0, "reading")
     progress("read", 1.0, "Q4_1 11")
     assert bar.n == 1

@@ -43,7 +43,7 @@ def test_failed_capture_is_recorded_retried_once_and_stays_exact():
 
 
 def test_cli_prints_one_line_when_capture_failed(tiny_dir, capsys):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     with pytest.warns(UserWarning), core_options(graphs=True):
         assert main(["generate", "--model", tiny_dir, "--prompt", "def x ( y ) :", "--max-new-tokens", "6",
                      "--static", "on"]) == 0
@@ -133,7 +133,7 @@ class HostSyncs(TorchFunctionMode):
     """Counts what would block the host on a GPU, when the engine (decoding/) asks for it: device-to-host
     reads (.tolist(), .item(), float(), int(), bool(), .numpy(), .cpu()) and blocking uploads
     (torch.tensor(..., device=...), .to(device) without non_blocking). On CPU every tensor is a host
-    tensor, so this counts the calls a CUDA run would sync on; bench/GPU.md runs the CUDA check."""
+    tensor, so this counts the calls a CUDA run would sync on; bench/gpu/GPU.md runs the CUDA check."""
     READS = {"tolist", "item", "__float__", "__int__", "__bool__", "__index__", "numpy", "__array__", "cpu"}
     ENGINE = os.path.dirname(decoding.__file__) + os.sep
     TORCH = os.path.dirname(torch.__file__) + os.sep

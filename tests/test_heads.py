@@ -152,7 +152,7 @@ def _cli(args, capsys):
     """In-process (main() is what the entry point runs) to keep the suite fast."""
     from types import SimpleNamespace
 
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     capsys.readouterr()
     rc = main(args)
     out = capsys.readouterr()
@@ -188,7 +188,7 @@ def test_autotune_heads_ranks_budgets_and_app_tune_caches_it(trained, tmp_path, 
     heads it is given and stores the budget as the device's auto preset."""
     from appkit.run import presets
     from decoding.methods.self_draft.heads_tune import autotune_heads
-    from decoding.tune import kit
+    from decoding.tuning.tune import kit
     from decoding.models import load
     model, heads = trained["llama", "medusa"]
     res = autotune_heads(kit(), model, None, PROMPTS[0], "medusa", heads, pilot_tokens=12, budgets=(2, 8), reps=1)

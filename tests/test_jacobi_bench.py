@@ -1,9 +1,9 @@
-"""bench/jacobi_reference.py runs end to end in quick mode (tiny model): every greedy row identical to HF
+"""bench/methods/jacobi_reference.py runs end to end in quick mode (tiny model): every greedy row identical to HF
 greedy, Jacobi and lookahead rows present (no timing asserts: the machine is shared)."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "methods"))
 
 
 def test_jacobi_reference_bench_quick():

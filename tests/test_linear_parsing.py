@@ -17,7 +17,7 @@ import pytest
 
 from appkit.page.tables import no_server_paths
 from decoding.trace import Trace
-from decoding.trace_check import TraceError, parse
+from decoding.trace.check import TraceError, parse
 from viz.describe import scrub_paths, short_name
 from viz.escape import colour, esc, md_text, one_line
 

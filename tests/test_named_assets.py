@@ -21,7 +21,7 @@ def test_names_resolve_to_the_shipped_files(tmp_path, monkeypatch):
 
 
 def test_the_docs_speculative_command_runs_by_name(tmp_path, monkeypatch, capsys):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     monkeypatch.chdir(tmp_path)
     assert main(["generate", "--model", "embedded", "--method", "speculative", "--draft", "embedded-draft",
                  "--tree", "3,2,1", "--prompt", "import os", "--max-new-tokens", "8", "--check-exact",
@@ -33,8 +33,8 @@ def test_the_docs_speculative_command_runs_by_name(tmp_path, monkeypatch, capsys
 def test_a_missing_draft_is_refused_before_the_target_loads(tmp_path, monkeypatch, capsys):
     """A --draft path that does not exist is one line before any model loads (on Gemma the load took 20-30 s
     before the refusal)."""
-    import decoding.cli_setup as cs
-    from decoding.__main__ import main
+    import decoding.cli.method_flags as cs
+    from decoding.cli.main import main
 
     def no_load(*a, **k):
         raise AssertionError("the target was loaded before the draft was checked")
@@ -46,7 +46,7 @@ def test_a_missing_draft_is_refused_before_the_target_loads(tmp_path, monkeypatc
 
 
 def _no_load(monkeypatch):
-    import decoding.cli_setup as cs
+    import decoding.cli.method_flags as cs
 
     def no_load(*a, **k):
         raise AssertionError("a model was loaded before the refusal")
@@ -54,7 +54,7 @@ def _no_load(monkeypatch):
 
 
 def _one_refusal(capsys, argv: list[str]) -> str:
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err

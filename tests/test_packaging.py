@@ -32,8 +32,7 @@ def test_every_runtime_asset_is_in_the_wheel(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in (ROOT / "assets").rglob("*"):
         rel = f.relative_to(ROOT / "assets")
-        if (not f.is_file() or f.suffix in (".py", ".pyc", ".tsv") or rel.parts[0] == "results"
-                or f.name == "corpus_packages.txt"):
+        if not f.is_file() or f.suffix in (".py", ".pyc") or rel.parts[0] == "results":
             continue
         assert f"decodescope/assets/{rel.as_posix()}" in names, rel
 
@@ -41,7 +40,7 @@ def test_every_runtime_asset_is_in_the_wheel(wheel):
 def test_wheel_builds_installs_and_imports_outside_the_repo(wheel, tmp_path):
     pip = PIP
     names = set(zipfile.ZipFile(wheel).namelist())
-    for need in ("decoding/api.py", "decoding/__main__.py", "viz/summaries/report.py", "viz/page/stepper.js", "profiling/__main__.py",
+    for need in ("decoding/api.py", "decoding/__main__.py", "decoding/cli/main.py", "viz/summaries/report.py", "viz/page/stepper.js", "profiling/__main__.py",
                  "appkit/run/handlers.py", "decodescope/gradio_app/app.py", "decodescope/cli.py",
                  "decodescope/assets/target/config.json", "decoding/fast/cpu_gemm.cpp",
                  "decodescope/assets/heads/eagle/heads.json", "decodescope/assets/heads/medusa/heads.json",
@@ -74,7 +73,7 @@ def test_wheel_builds_installs_and_imports_outside_the_repo(wheel, tmp_path):
     for model in ("target", "draft"):
         assert (assets / model / "config.json").is_file()
     assert (assets / "traces" / "prompt_lookup.json").is_file() and (assets / "README.md").is_file()
-    assert '"decodescope" / "assets"' in (site / "decoding" / "models.py").read_text()
+    assert '"decodescope" / "assets"' in (site / "decoding" / "models" / "__init__.py").read_text()
     assert (site / "bin" / "decodescope").exists()
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import hf_greedy
 from decoding import generate, load, make_drafter, run
-from decoding.__main__ import main
+from decoding.cli.main import main
 from decoding.methods.lookup.reference_text import MAX_REFERENCE_CHARS, check_references, read_reference
 
 PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12]

@@ -208,7 +208,7 @@ def test_sampling_keeps_the_target_distribution(tmp_path):
 
 
 def test_cli_build_datastore_then_generate(tiny_dir, tmp_path, capsys):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_text("def x ( y ) : return y + 1\n" * 20)

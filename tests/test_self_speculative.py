@@ -13,7 +13,7 @@ from decoding.engine.sampling import Sampling
 from decoding.engine.shallow import ShallowError, decoder_parts, run_layers
 from decoding.methods.self_draft.self_spec_adapter import AdapterError, load_adapter, new_adapter, save_adapter
 from decoding.trace import Trace
-from decoding.trace_check import TraceError, check_document
+from decoding.trace.check import TraceError, check_document
 
 PROMPT = [1, 2, 3, 4, 5, 1, 2, 3, 7, 9, 11]
 

@@ -10,10 +10,10 @@ import torch
 
 from conftest import hf_greedy, save_tiny_dir, tiny
 from decoding import Sampling, generate, make_drafter
-from decoding.__main__ import main as cli_main
+from decoding.cli.main import main as cli_main
 from decoding.models import ModelError
 from decoding.engine.sampling import warp
-from decoding.stats import speculative_stats
+from decoding.trace.stats import speculative_stats
 
 # confidence=0: never stop drafting early (tiny random models are unsure of everything)
 MODES = [("chain", dict(draft_tokens=4, confidence=0.0)), ("tree", dict(tree=[3, 2, 1], confidence=0.0)),
@@ -258,7 +258,7 @@ def test_a_cut_last_step_counts_every_kept_draft_token(models, n):
     itself (every draft accepted, 5 tokens a step: 4 drafts + its own), so max-new-tokens 9 or 12 cuts the
     last step before its own token (3 and 1 drafts kept) and 11 cuts nothing: the accepted count equals
     the output's draft-origin tokens in every case, and the trace's derived block says the same."""
-    from decoding.stats import spec_decode_stats
+    from decoding.trace.stats import spec_decode_stats
     from decoding.trace import Trace
     m = models["llama"]
     tr = _run(m, m, [5, 6, 7, 8], n=n, draft_tokens=4, confidence=0.0)  # never stops drafting early

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from conftest import tiny
-from decoding.threads import apply, pick_threads
+from decoding.tuning.threads import apply, pick_threads
 
 
 def test_the_rule_subtracts_the_load():
@@ -28,14 +28,14 @@ def test_apply_sets_torch_and_keeps_omp_num_threads(monkeypatch):
         torch.set_num_threads(1)
         assert apply(model, None) == "1 (OMP_NUM_THREADS)"
         monkeypatch.delenv("OMP_NUM_THREADS")
-        monkeypatch.setattr("decoding.threads.usable_cores", lambda: 2)
+        monkeypatch.setattr("decoding.tuning.threads.usable_cores", lambda: 2)
         assert apply(model, None).startswith("1 (a model under 100M") and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 
 
 def test_cli_prints_the_threads_line(tiny_dir, capsys, monkeypatch):
-    from decoding.__main__ import main
+    from decoding.cli.main import main
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:

@@ -1,17 +1,17 @@
 """One trace format: the CLI's --json, Trace.save and the app's download are one versioned document that
-decoding/trace.schema.json describes; Trace.load reads it and the older shipped files; `python -m viz report`."""
+decoding/trace/schema.json describes; Trace.load reads it and the older shipped files; `python -m viz report`."""
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from decoding.__main__ import main as decoding_main
+from decoding.cli.main import main as decoding_main
 from decoding.trace import SCHEMA, Trace
 from viz.__main__ import main as viz_main
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_DOC = json.loads((ROOT / "decoding" / "trace.schema.json").read_text())
+SCHEMA_DOC = json.loads((ROOT / "decoding" / "trace" / "schema.json").read_text())
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.json")) + sorted(
     p for p in (ROOT / "tests" / "fixtures").glob("*.json") if not p.name.startswith("profile_"))
 

@@ -1,6 +1,6 @@
 """A crafted trace never runs script in a page DecodeScope makes.
 
-The loader (decoding/trace_check.py) refuses malformed traces; this is the second, independent layer: viz/
+The loader (decoding/trace/check.py) refuses malformed traces; this is the second, independent layer: viz/
 escapes where HTML is made (viz/escape.py in Python, esc in views.js), so even a Trace built in Python with
 markup in any field renders inert. Real traces of every method are overwritten field by field as Python
 objects (never through the loader), drawn by every renderer and checked statically: no element, handler or

@@ -1,4 +1,4 @@
-"""A trace is untrusted input: the one validating loader (decoding/trace_check.py, behind Trace.from_dict,
+"""A trace is untrusted input: the one validating loader (decoding/trace/check.py, behind Trace.from_dict,
 Trace.load, Trace.from_json and the app's upload) refuses each class of crafted file with one TraceError
 naming the value, bounds the work a file can cause, and a fuzzer that mutates the shipped traces finds no
 other exception and no accepted trace that renders a payload."""
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from decoding.trace import Trace
-from decoding.trace_check import CAPS, TraceError, check_document, parse
+from decoding.trace.check import CAPS, TraceError, check_document, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "assets" / "traces").glob("*.json"))

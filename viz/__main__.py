@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from decoding.cli_run import OneLineParser, input_file, int_in, nonempty, output_file
+    from decoding.cli.habits import OneLineParser, input_file, int_in, nonempty, output_file
     ap = OneLineParser(prog="python -m viz", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("report", help="write the offline HTML report of a recorded trace")
@@ -55,7 +55,7 @@ def _steps(text: str) -> list[int]:
 
 
 def gif(args: argparse.Namespace) -> int:
-    from decoding.cli_run import load_trace
+    from decoding.cli.habits import load_trace
 
     from .exports.gif import write_gif
     path = write_gif(load_trace(args.trace), args.out, args.steps, args.width, args.ms)
@@ -87,7 +87,7 @@ def lp_window(args: argparse.Namespace) -> int:
 
 
 def side_by_side(args: argparse.Namespace) -> int:
-    from decoding.cli_run import load_trace
+    from decoding.cli.habits import load_trace
 
     from .summaries.report import write_side_by_side
     if len(args.traces) < 2:
@@ -111,7 +111,7 @@ def side_by_side(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from decoding.cli_run import MALFORMED, load_trace, one_line
+    from decoding.cli.habits import MALFORMED, load_trace, one_line
 
     from .summaries.report import write_report
     tr = load_trace(args.trace)
@@ -133,7 +133,7 @@ COMMANDS = {"report": report, "side-by-side": side_by_side, "gif": gif, "comm-st
 
 
 def main(argv: list[str] | None = None) -> int:
-    from decoding.cli_run import MALFORMED, one_line, parse_args
+    from decoding.cli.habits import MALFORMED, one_line, parse_args
     args = parse_args(build_parser(), argv)
     if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
         return args

@@ -15,7 +15,7 @@ from typing import Callable
 import gradio as gr
 
 from decoding import load
-from decoding.fetch_model import MODEL_NAME, STAGES, FetchError, default_or_fallback, fetch_default
+from decoding.models.fetch import MODEL_NAME, STAGES, FetchError, default_or_fallback, fetch_default
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET
 
 

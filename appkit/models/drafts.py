@@ -50,7 +50,7 @@ def shipped() -> list[str]:
 
 def default_model(name: str | None) -> bool:
     """The default model, by name or as its cached folder."""
-    from decoding.fetch_model import FOLDER
+    from decoding.models.fetch import FOLDER
     return bool(name) and (str(name) == DEFAULT_MODEL or Path(str(name)).name == FOLDER)
 
 

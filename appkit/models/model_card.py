@@ -3,7 +3,7 @@ are de-quantised Q4_1, not the original bf16 ones), then the embedded models (da
 greedy decoding of a small model does (it loops) and how sampling changes it.
 
 Why: the page teaches on SmolLM2-135M-Instruct, taken from a PyPI wheel, and a teacher must be able to say
-where its tokens come from. The default's facts come from decoding.fetch_model (the pinned wheel) and, once
+where its tokens come from. The default's facts come from decoding.models.fetch (the pinned wheel) and, once
 fetched, from the folder's fetch.json (what the fetch recorded); the embedded numbers are read from
 assets/README.md (the card the asset builder writes), so the page never disagrees with either.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from decoding.fetch_model import GGUF_MEMBER, MODEL_NAME, PACKAGE, STORAGE_DTYPE, VERSION, cached
+from decoding.models.fetch import GGUF_MEMBER, MODEL_NAME, PACKAGE, STORAGE_DTYPE, VERSION, cached
 from decoding.models import ASSETS
 
 CARD = ASSETS / "README.md"  # assets/README.md in a checkout, decodescope/assets/README.md installed

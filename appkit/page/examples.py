@@ -21,7 +21,7 @@ EXAMPLES = [  # code with repetition first (what the embedded models know: the P
 # Aggressive decoding (Ge et al.): an edit whose input is the reference. The embedded 10M model cannot
 # follow instructions; it writes this codec boilerplate from memory (the stdlib has ~100 copies), so
 # "fixing" the input means writing it out again: reference lookup copies 20+ tokens a step where the
-# input is right, and the model's own token replaces each typo (bench/jacobi_reference.py measures it).
+# input is right, and the model's own token replaces each typo (bench/methods/jacobi_reference.py measures it).
 CODEC = ("class Codec(codecs.Codec):\n\n    def encode(self,input,errors='strict'):\n"
          "        return codecs.charmap_encod(input,errors,encoding_map)\n\n    def decode(self,input,errors='strict'):\n"
          "        return codecs.charmap_decode(input,errors,decoding_table)\n\n"

@@ -43,7 +43,7 @@ def hub_label(model_id: str) -> str:
 
 def kernel_info() -> str:
     """What "exact" means under each CPU kernel, with the int8 greedy's measured agreement with HF greedy
-    (bench/int8_agreement.py's result file; left out where it is missing)."""
+    (bench/kernels/int8_agreement.py's result file; left out where it is missing)."""
     import json
     from pathlib import Path
     path = Path(__file__).resolve().parents[2] / "bench" / "results" / "int8-agreement-smollm2-135m-instruct.json"

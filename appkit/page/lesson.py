@@ -20,7 +20,7 @@ from functools import lru_cache
 import gradio as gr
 
 from decoding.api import METHODS, SPECS
-from decoding.fetch_model import MODEL_NAME, cached
+from decoding.models.fetch import MODEL_NAME, cached
 from decoding.methods.resources import ADAPTER_CONFIG, shipped_adapter
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.exports.teach import WANTS

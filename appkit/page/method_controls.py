@@ -12,7 +12,7 @@ from dataclasses import fields
 
 import gradio as gr
 
-from decoding.presets import SHIPPED_CPU
+from decoding.tuning.device_presets import SHIPPED_CPU
 
 from . import autofields
 from .explain import explain

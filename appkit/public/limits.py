@@ -28,7 +28,7 @@ PUBLIC_HUB_MODELS = ("HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolL
                      "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-360M",
                      "Qwen/Qwen2.5-0.5B",
                      "Qwen/Qwen2.5-Coder-0.5B", "openai-community/gpt2", "distilbert/distilgpt2")
-MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused (decoding.trace_check.CAPS["bytes"])
+MAX_TRACE_BYTES = 20 * 2**20  # trace uploads above this are refused (decoding.trace.check.CAPS["bytes"])
 PUBLIC_MAX_TRACE_BYTES = 5 * 2**20  # public mode: a 19 MB trace took 11.6 s of the shared CPU to replay
 MAX_REPLAY_HTML_BYTES = 24 * 2**20  # a replayed step view above this is refused (docs/trace.md: measured sizes)
 # Heads a public Space may use: the shipped folders by name ("" = the shipped heads of the chosen method).

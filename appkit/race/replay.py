@@ -5,7 +5,7 @@ from pathlib import Path
 
 from decoding import Trace
 from decoding.models import ASSETS
-from decoding.trace_check import load_file
+from decoding.trace.check import load_file
 
 from ..public.limits import MAX_TRACE_BYTES
 
@@ -26,7 +26,7 @@ def shipped_path(name: str) -> Path:
 
 def load_trace(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
     """A Trace from a JSON file, or ValueError with one sentence. The one validating loader
-    (decoding.trace_check, through Trace.from_dict) does the checking; the app adds its upload size cap
+    (decoding.trace.check, through Trace.from_dict) does the checking; the app adds its upload size cap
     and refuses traces with nothing to replay."""
     p = Path(path)
     if not p.is_file():

@@ -2,7 +2,7 @@
 output and viz/ input.
 
 Why analytic and on by default: profiling.trace_costs is arithmetic on the trace (no torch.profiler, no
-extra forward): `python bench/profile_cost.py` measured costs plus the cost panel at 2% of a 400-token run
+extra forward): `python bench/kernels/profile_cost.py` measured costs plus the cost panel at 2% of a 400-token run
 on the 2-core CPU, so the Run tab always has a profile for the selected step. Machine peaks (a ~1 s matmul/copy benchmark) are
 measured once per machine and kept in the cache folder next to the presets.
 """

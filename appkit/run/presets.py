@@ -7,7 +7,7 @@ a CPU ships the best rows measured on the 2-core dev box with the v2 models (ben
 {code,chat}.md: lookahead W1 N3 G2 at 1.66x / 1.69x HF greedy, speculative staged tree 2,1,1,1,1 at
 1.03x / 1.14x), so the first Run needs no tuning.
 
-The tuners (decoding/tune.py, one per method, the CLI's --auto too) are imported here only.
+The tuners (decoding/tuning/tune.py, one per method, the CLI's --auto too) are imported here only.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from decoding.fetch_model import FOLDER
+from decoding.models.fetch import FOLDER
 from decoding.models import DEFAULT_MODEL, EMBEDDED_TARGET
-# The shipped rows (measured on the dev box, with the reasons) and the lookup live in decoding/presets.py: the
+# The shipped rows (measured on the dev box, with the reasons) and the lookup live in decoding/tuning/device_presets.py: the
 # CLI's lookahead without W/N/G runs the same preset as the page.
-from decoding.presets import SHIPPED_CPU, SHIPPED_CPU_DEFAULT, device_key, is_default, lookup  # noqa: F401
+from decoding.tuning.device_presets import SHIPPED_CPU, SHIPPED_CPU_DEFAULT, device_key, is_default, lookup  # noqa: F401
 
 from .method_fields import has_shape, is_baseline, spec
 
@@ -69,7 +69,7 @@ def cached(model_name: str, model, method: str) -> dict | None:
     found = lookup(model_name, model, method, _path())
     if found is not None:
         return found
-    from decoding.tune import tuner_of
+    from decoding.tuning.tune import tuner_of
     if tuner_of(method) is None and not is_baseline(method):  # nothing to tune (prompt lookup, retrieval, ...)
         return {"params": dict(SHIPPED_CPU.get(method, {})), "source": "the method's defaults: it has no tuner"}
     return None
@@ -82,10 +82,10 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
     return it only (a public Space keeps a visitor's tuning in that visitor's session); pause: a context each
     pilot run is held in (a public Space's turn on the model, so other visitors run between pilot runs)."""
     from decoding.models import ASSETS
-    from decoding.tune import tune as run_tuner, tuner_of
+    from decoding.tuning.tune import tune as run_tuner, tuner_of
 
     measured = ""
-    if tuner_of(method) is not None:  # the same tuner as the CLI's --auto (decoding/tune.py)
+    if tuner_of(method) is not None:  # the same tuner as the CLI's --auto (decoding/tuning/tune.py)
         tuner = tuner_of(method)
         tuned = run_tuner(method, model, tok, pilots(tok), pilot_tokens=PILOT_TOKENS, reps=tuner.reps,
                           draft=draft, heads=heads or str(ASSETS / "heads" / method),
@@ -106,7 +106,7 @@ def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, hea
 def tune_work(tok, method: str) -> int:
     """Tokens tuning `method` processes (pilot prompt + pilot tokens, per pilot run): a Tune's share of the
     work budget, like a race's runs."""
-    from decoding.tune import pilot_runs, tuner_of
+    from decoding.tuning.tune import pilot_runs, tuner_of
     t = tuner_of(method)
     if t is None:
         return 0

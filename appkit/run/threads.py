@@ -27,7 +27,7 @@ def threads_for(model, tok) -> dict | None:
     """The model's measured thread count ({"threads", "tokens_per_s"}; measured now if not yet), set for
     this event; None where nothing was measured (GPU, or a small model on a small machine: one thread)."""
     import torch
-    from decoding.tune import tune_threads
+    from decoding.tuning.tune import tune_threads
     if needs_thread_timing(model):
         model.decodescope_threads = tune_threads(model, tok, presets.pilots(tok)[:1])
     r = getattr(model, "decodescope_threads", None)

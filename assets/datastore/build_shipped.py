@@ -3,7 +3,7 @@
     python assets/datastore/build_shipped.py [--chat DIR] [--max-tokens N]
 
 Sources, all redistributable: the pure-Python standard library of this interpreter (PSF-2.0; the file list of
-assets/stdlib_corpus.py: no tests, no site-packages; its held-out files excluded), and optionally --chat DIR,
+scripts/assets/stdlib_corpus.py: no tests, no site-packages; its held-out files excluded), and optionally --chat DIR,
 text files of the model's own greedy answers to our own prompts (chat transcripts, split into one document
 each at "<|im_start|>system"). Files are taken in sorted order until
 --max-tokens (default 800,000, about 4 MB at 6 bytes a token: the working tree must fit the 64 MiB a GPU
@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(ROOT / "scripts" / "assets"))  # stdlib_corpus
 import stdlib_corpus  # noqa: E402
 
 MODEL = Path("~/.cache/decodescope/models/smollm2-135m-instruct").expanduser()

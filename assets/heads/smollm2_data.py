@@ -27,9 +27,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "assets"))
+sys.path.insert(0, str(ROOT / "scripts" / "assets"))
 
-from decoding.fetch_model import fetch_default  # noqa: E402
+from decoding.models.fetch import fetch_default  # noqa: E402
 from stdlib_corpus import is_heldout, list_files, read_text, stdlib_root  # noqa: E402
 
 MODULES = ["json", "os.path", "re", "itertools", "functools", "math", "statistics", "string", "textwrap",

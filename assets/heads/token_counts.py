@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "assets"))
+sys.path.insert(0, str(ROOT / "scripts" / "assets"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

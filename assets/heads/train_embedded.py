@@ -1,5 +1,5 @@
 """Train the shipped heads for the embedded target (assets/target) on the stdlib corpus's TRAINING split
-(assets/stdlib_corpus.py; held-out files never seen), both kinds sharing one feature cache.
+(scripts/assets/stdlib_corpus.py; held-out files never seen), both kinds sharing one feature cache.
 
     python assets/heads/train_embedded.py [--max-tokens 400000 --seq 320 --distill 160] [--kinds eagle,medusa]
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "assets"))
+sys.path.insert(0, str(ROOT / "scripts" / "assets"))
 
 import torch  # noqa: E402
 

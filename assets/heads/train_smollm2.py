@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from decoding.fetch_model import fetch_default  # noqa: E402
+from decoding.models.fetch import fetch_default  # noqa: E402
 from decoding.models import load  # noqa: E402
 from decoding.training.train_heads import stderr_log, train, write_card_json  # noqa: E402
 

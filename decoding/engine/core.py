@@ -36,7 +36,7 @@ _OPTIONS: contextvars.ContextVar[dict] = contextvars.ContextVar("decodescope_cor
 def core_options(**options):
     """Within the block, Core(model) takes these defaults (static: bool, capacity: int; fused: bool, the one-call
     CPU step where the model allows it (fast/cpu_step.py; default on); compiled: bool,
-    torch.compile of the static buckets, an experiment measured by bench/bench_static.py; graphs: bool,
+    torch.compile of the static buckets, an experiment measured by bench/kernels/bench_static.py; graphs: bool,
     CUDA graphs on/off for new static caches (None = on CUDA); fixed: the graph path's data path run
     eagerly (CPU tests); caches: a list every static Core of the
     block appends (role, cache) to, so the runner can report capture status)."""

@@ -6,7 +6,7 @@ bandwidth- nor compute-bound: on the 2-core AMD EPYC dev box (1 thread, the embe
 linears, 40 MB, weights cold as in a real step) 8 rows cost 2.1 single-row passes. decoding/fast/cpu_gemm.cpp
 streams each weight once, from panels packed at load time, and keeps the rows' sums in registers: 2.5 /
 2.7 / 3.5 ms for 1 / 4 / 8 rows against MKL's 2.7 / 4.9 / 5.6 on the column layout; with 2 threads 1.5 /
-1.7 / 2.1 against 2.6 / 4.7 / 5.0 (bench/results/cpu-gemm.md, `python bench/bench_cpu_gemm.py
+1.7 / 2.1 against 2.6 / 4.7 / 5.0 (bench/results/cpu-gemm.md, `python bench/kernels/bench_cpu_gemm.py
 [--threads 2]`). Calls with more rows than ROWS_MAX (long prefills) stay with MKL.
 
 The kernel is built from source once (torch.utils.cpp_extension: a C++ compiler and ninja; ~30 s): ahead of

@@ -4,7 +4,7 @@ contiguous.
 Why: a decoding step multiplies only 1..32 query rows by each weight, and on CPU fp32 MKL's GEMM for so few
 rows is markedly faster when its right operand W.T is contiguous than when it is the transposed view of a
 row-major W (HF's stock layout). Measured on the 2-core AMD EPYC dev box, one thread, the embedded 10M
-Llama, kv length 200, interleaved (`python bench/bench_layout.py`): a 1-token step 6.42 -> 5.48 ms
+Llama, kv length 200, interleaved (`python bench/kernels/bench_layout.py`): a 1-token step 6.42 -> 5.48 ms
 (1.17x), a 16-token step 13.05 -> 11.68 ms (1.12x). Values are unchanged (only strides), so it is the
 same model; outputs still matched HF greedy on stock weights token for token on every bench prompt
 (bench.py checks this on each run; tests/test_layout.py on tiny models).

@@ -112,7 +112,7 @@ class StaticKV(Cache, GraphReplay):
         self.capacity = size_class(max(capacity, 1))
         self.graphs_on = (self.device.type == "cuda" or emulating()) if graphs is None else graphs
         # compiled: buckets run through torch.compile at the fixed [bucket, capacity] shapes (measured on
-        # CPU by bench/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
+        # CPU by bench/kernels/bench_static.py; on CUDA the hand-captured graphs do what reduce-overhead would)
         self.compiled = compiled
         # fixed: the graph path's shapes and buffers (kv = capacity, all rows, static inputs), run eagerly:
         # what a CUDA graph replays, testable on CPU (tests/test_static_core.py)

@@ -32,10 +32,10 @@ CAPABILITIES = {"reference_texts": "reference", "datastore": "datastore", "sessi
 
 @dataclass(frozen=True)
 class PilotKit:
-    """What decoding/tune.py lends a method's tuner: a method's file may not import the API (decoding.api
+    """What decoding/tuning/tune.py lends a method's tuner: a method's file may not import the API (decoding.api
     builds methods through the registry, so the import would close a circle).
     run: decoding.run; make_drafter: (method, **params) -> a drafter without a model; time_pilots: every
-    (method, params) timed on every pilot prompt (decoding.tune.time_pilots); pilots: one prompt or a list of
+    (method, params) timed on every pilot prompt (decoding.tuning.tune.time_pilots); pilots: one prompt or a list of
     texts -> the list of pilot prompts; specs: the registry's specs, by name."""
     run: Callable[..., Any]
     make_drafter: Callable[..., Any]
@@ -46,7 +46,7 @@ class PilotKit:
 
 @dataclass(frozen=True)
 class Tuner:
-    """How a method's shape is tuned (decoding/tune.py drives it; the strategy lives with the method).
+    """How a method's shape is tuned (decoding/tuning/tune.py drives it; the strategy lives with the method).
     run: (PilotKit, model, tokenizer, prompts, *, method, pilot_tokens, reps, draft, heads, draft_tokenizer,
       **fixed) -> {"params", "label", "result"[, "detail"]}.
     chooses: the parameters it picks (a user's value for one of them contradicts --auto); what: their name in
@@ -125,10 +125,10 @@ class MethodSpec:
       target's own check.
     capabilities: what the app hands the method beyond its controls (CAPABILITIES: reference texts, the
       retrieval source, the session's history, the typical-acceptance switch, the tree-shape radio).
-    tuner: the Tuner decoding/tune.py searches this method's shape with, declared with the method (None = not
+    tuner: the Tuner decoding/tuning/tune.py searches this method's shape with, declared with the method (None = not
       tuned).
     presets: shipped shapes by place ("cpu_embedded", "cpu_default", "teaching").
-    cli_preset: `generate` runs the device's preset (decoding/presets.py lookup) when none of the preset's
+    cli_preset: `generate` runs the device's preset (decoding/tuning/device_presets.py lookup) when none of the preset's
       parameters is given: for a method whose default shape loses to greedy on some devices (lookahead's
       paper shape on a CPU).
     colour / label / explain / pictures / paper: what the page, the pictures and the docs show.

@@ -1,7 +1,7 @@
 """Speculative decoding's tuner: the draft shape, timed on the wall clock against greedy.
 
 A speculative step costs the target's forward plus up to K sequential draft forwards, so the target's
-latency curve alone mispredicts it; a pilot's own time counts everything. decoding/tune.py drives it and
+latency curve alone mispredicts it; a pilot's own time counts everything. decoding/tuning/tune.py drives it and
 lends it the API (PilotKit): a method's file may not import the API. The Tuner itself is
 declared in speculative.py, which checks the draft against the target before any pilot runs.
 """

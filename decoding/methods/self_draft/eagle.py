@@ -42,7 +42,7 @@ from decoding.methods.self_draft.heads_tune import TUNER
 def tree_shape(budget: int) -> tuple[int, int]:
     """(depth, beam) that suit a tree of `budget` nodes, so that one number sizes the tree (the tuner's,
     the app's and the sweep's knob). Why: drafting costs one head call per level and `beam` rows per call,
-    and nodes beyond the budget are drafted for nothing. Measured with bench/eagle_shapes.py on held-out
+    and nodes beyond the budget are drafted for nothing. Measured with bench/methods/eagle_shapes.py on held-out
     code prompts (CPU): budget 4 at depth 3 / beam 1 was the fastest shape of its size, 16 at depth 6 /
     beam 2 kept beam 4's tokens per step (3.17 vs 3.19) for half the rows."""
     return min(8, 2 + budget // 4), 1 if budget <= 8 else 2

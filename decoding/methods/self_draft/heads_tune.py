@@ -1,8 +1,8 @@
 """Medusa's and EAGLE's tuner: the tree budget and the confidence cut, timed on the wall clock.
 
 A bigger tree accepts a few more tokens per step but costs a wider target forward and, for EAGLE, more head
-work; the cut paid on the 2-core CPU (bench/eagle_shapes.py) and should not on a GPU, so it is measured too.
-decoding/tune.py drives it and lends it the API (PilotKit): a method's file may not import the API.
+work; the cut paid on the 2-core CPU (bench/methods/eagle_shapes.py) and should not on a GPU, so it is measured too.
+decoding/tuning/tune.py drives it and lends it the API (PilotKit): a method's file may not import the API.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plain Jacobi's tuner: the block size, timed on the wall clock (decoding/tune.py drives it, PilotKit).
+"""Plain Jacobi's tuner: the block size, timed on the wall clock (decoding/tuning/tune.py drives it, PilotKit).
 
 Why a tuner at all: compression hardly grows with K on real models (a guess made from a wrong left context
 is rarely right) while a K-token step costs more than a 1-token step, so the best K is usually small, and how

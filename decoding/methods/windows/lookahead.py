@@ -21,7 +21,7 @@ from decoding.methods.windows.lookahead_tune import TUNER
 
 # Lookahead offers text n-grams (prompt, output) with this many tokens of continuation, not only N-1:
 # on the embedded model and code prompts W1 N5 G2 compresses 2.49 instead of 2.26
-# (bench/results/cpu-embedded-code.md, python bench/lookahead_sources.py); in a one-off sweep of 4, 7
+# (bench/results/cpu-embedded-code.md, python bench/methods/lookahead_sources.py); in a one-off sweep of 4, 7
 # and 10, 7 was about as fast as 10 with fewer query tokens.
 TEXT_SPAN = 7
 

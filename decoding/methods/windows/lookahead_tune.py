@@ -5,7 +5,7 @@ where a 16-token step already costs ~1.75 one-token steps. Speed = compression /
 measurable: the curve (engine timing) gives the cost of a step of q tokens, and short pilot runs on the
 user's own prompts give each configuration's compression. Several pilot prompts make the choice less hostage
 to one prompt (a single pilot once picked a config at 1.11x while fixed ones reached 1.33x).
-decoding/tune.py drives it and lends it the API (PilotKit): a method's file may not import the API.
+decoding/tuning/tune.py drives it and lends it the API (PilotKit): a method's file may not import the API.
 """
 from __future__ import annotations
 
