@@ -21,8 +21,8 @@ from torch import nn
 from decoding.engine.shallow import check_exit, decoder_parts, run_layers
 from decoding.methods.self_draft.heads import save_counts
 from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
-from decoding.training.train_heads import (_autocast, _progress, hidden_features, optimizer_step, split_rows, training_rows,
-                                          warmup_cosine)
+from decoding.training.train_heads import (_autocast, _progress, frozen_target, hidden_features, optimizer_step,
+                                          split_rows, training_rows, warmup_cosine)
 
 
 def layer_features(model, rows: np.ndarray, k: int, cache: Path, batch: int = 8, log=print,
@@ -71,8 +71,7 @@ def train_adapter(model, tok, texts: list[str], out: str | Path, *, exit_layer: 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    model.eval().requires_grad_(False)
-    dev = model.get_input_embeddings().weight.device
+    dev = frozen_target(model)
     rows, key = training_rows(model, tok, texts, seq, max_tokens, seed)
     hk, fin, arg = layer_features(model, rows, k, (Path(cache) if cache else out / "features") / key, log=log,
                                    also=also)

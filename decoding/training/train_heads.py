@@ -160,6 +160,13 @@ def split_rows(n: int, batch: int, epochs: float, seed: int) -> tuple[np.ndarray
     return val, fit, total, order
 
 
+def frozen_target(model) -> torch.device:
+    """The target only supplies features and labels while heads or an adapter train: eval mode, no gradients
+    (none of its weights may move); returns the device the training runs on, the target's."""
+    model.eval().requires_grad_(False)
+    return model.get_input_embeddings().weight.device
+
+
 def training_rows(model, tok, texts: list[str], seq: int, max_tokens: int, seed: int) -> tuple[np.ndarray, str]:
     """(the [n, seq] token rows, a key naming them with the base model): the heads' and the adapter's data, one
     rule; the key names the cache of the target's features, so other text or another model never reuses it."""
@@ -199,8 +206,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    model.eval().requires_grad_(False)
-    dev = model.get_input_embeddings().weight.device
+    dev = frozen_target(model)
     rows, key = training_rows(model, tok, texts, seq, max_tokens, seed)
     cache = Path(cache) if cache else out / "features"
     if distill:
