@@ -457,7 +457,6 @@ def check_sampling(p: dict, sampling: Sampling) -> None:
         check_acceptance(p["acceptance"], sampling)
 
 
-
 # The parameters Medusa and EAGLE share, declared once (each spec's dataclass lists them in its own order).
 def budget_knob(default: int):
     return knob(default, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
