@@ -146,6 +146,7 @@ class PromptLookup:
             depth, priced = self._priced(cands)
             cands, refs = [c[:depth] for c in cands if depth], refs if depth else []
         sources = ["reference"] * len(refs) + ["text"] * (len(cands) - len(refs))
+        # not retrieval.trie: copies are ranked by recency, and each keeps its candidate slot (chosen, cursors)
         parents, roles, slots = [-1], ["x0"], [(0, 0)]
         tokens = [context[-1]] + add_trie(parents, roles, slots, cands)  # shared prefixes verified once
         info = {"key": key, "candidates": cands}
