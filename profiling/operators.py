@@ -19,6 +19,7 @@ from typing import Any
 
 from .calibrate import DATASHEET, PEAK_DTYPES, datasheet_peak, peak_dtype
 from .flops import Arch, arch_of, dtype_bytes, recorded_bytes_by_op, recorded_linear_bytes
+from .trace_cli import run_on_trace, trace_parser
 
 MAX_STEP = 1_000_000  # --step: far above any trace (max-new-tokens <= 4096 steps)
 
@@ -133,9 +134,8 @@ def format_breakdown(b: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from decoding.cli.habits import OneLineParser, int_in, nonempty
-    ap = OneLineParser(prog="python -m profiling.operators", description=__doc__.splitlines()[0])
-    ap.add_argument("trace", type=nonempty, help="a trace JSON (any DecodeScope trace version)")
+    from decoding.cli.habits import int_in, nonempty
+    ap = trace_parser("python -m profiling.operators", __doc__.splitlines()[0])
     ap.add_argument("--step", type=int_in(0, MAX_STEP), default=None,
                     help="step index (default: the widest decode step)")
     ap.add_argument("--device", default="H100", type=nonempty, help=f"datasheet peaks: {', '.join(DATASHEET)}")
@@ -146,21 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Bad input (a missing or malformed trace, a step not in it, an unknown device) is one line, exit 2."""
-    from decoding.cli.habits import MALFORMED, load_trace, not_a_trace, one_line, parse_args
-    args = parse_args(build_parser(), argv)
-    if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
-        return args
-    try:
-        table = format_breakdown(step_breakdown(load_trace(args.trace), args.step, device=args.device,
-                                                  dtype=args.dtype))
-    except MALFORMED as e:  # last guard: a trace the loader let through that the breakdown cannot read
-        print(f"error: {not_a_trace(args.trace, e)}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(table)
-    return 0
+    return run_on_trace(build_parser(), argv, lambda args, tr: format_breakdown(
+        step_breakdown(tr, args.step, device=args.device, dtype=args.dtype)))
 
 
 if __name__ == "__main__":

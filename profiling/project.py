@@ -25,6 +25,7 @@ import dataclasses
 
 from .calibrate import DATASHEET, datasheet_peak
 from .flops import Arch, arch_of, draft_cost, dtype_bytes, recorded_arch, step_cost
+from .trace_cli import run_on_trace, trace_parser
 
 LABEL = ("projection from datasheet peaks (roofline lower bound per step: no launch overhead, kernels at "
          "peak, target and draft forwards) — not a measurement")
@@ -163,9 +164,8 @@ device_list.checked, device_list.kind = True, "str"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from decoding.cli.habits import OneLineParser, nonempty
-    ap = OneLineParser(prog="python -m profiling.project", description=__doc__.splitlines()[0])
-    ap.add_argument("trace", type=nonempty, help="a trace JSON (any DecodeScope trace version)")
+    from decoding.cli.habits import nonempty
+    ap = trace_parser("python -m profiling.project", __doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "tf32"),
                     help="weights' dtype and whose datasheet peak (fp32: the FP32 rate; tf32: fp32 with TF32 on)")
     ap.add_argument("--devices", default=list(DEVICES), type=device_list,
@@ -176,29 +176,20 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def projection_table(args: argparse.Namespace, tr) -> str:
+    """The projection of a loaded trace on --devices, and with --gpus-link its tensor-parallel split."""
+    table = format_projection(project(tr, args.devices, args.dtype), tr.method)
+    if args.gpus_link:  # GPUs x interconnect (profiling/interconnect.py), on every datasheet that has a link
+        from .interconnect import LINKS, format_tp, parse_gpus_link, tp_project
+        gpus, link = parse_gpus_link(args.gpus_link)
+        table += "".join("\n" + format_tp(tp_project(tr, d, gpus, link, args.dtype)) for d in args.devices
+                         if d in LINKS)
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     """Bad input (a missing or malformed trace, an unknown device) is one line on stderr, exit status 2."""
-    from decoding.cli.habits import MALFORMED, load_trace, not_a_trace, one_line, parse_args
-    args = parse_args(build_parser(), argv)
-    if isinstance(args, int):  # --help (0), or a refused argument (2, its one line already printed)
-        return args
-    try:
-        tr = load_trace(args.trace)
-        pr = project(tr, args.devices, args.dtype)
-        table = format_projection(pr, tr.method)
-        if args.gpus_link:  # GPUs x interconnect (profiling/interconnect.py), on every datasheet that has a link
-            from .interconnect import LINKS, format_tp, parse_gpus_link, tp_project
-            gpus, link = parse_gpus_link(args.gpus_link)
-            table += "".join("\n" + format_tp(tp_project(tr, d, gpus, link, args.dtype)) for d in args.devices
-                             if d in LINKS)
-    except MALFORMED as e:  # last guard: a trace the loader let through that the projection cannot read
-        print(f"error: {not_a_trace(args.trace, e)}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(table)
-    return 0
+    return run_on_trace(build_parser(), argv, projection_table)
 
 
 if __name__ == "__main__":

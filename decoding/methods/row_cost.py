@@ -123,6 +123,22 @@ def priced_for(model, row_ms: dict[int, float] | None, rows: int) -> RowCost:
     return RowCost(row_ms or measured_curve(model, rows))
 
 
+def adaptive_flag(adaptive: object, method: str, off: str, on: str) -> bool:
+    """The `adaptive` parameter as a bool: 0 or 1 (False or True); anything else is refused in one line that says
+    what each value does for `method` (off: without pricing, on: with it)."""
+    if adaptive not in (0, 1, True, False):
+        raise ValueError(f"{method}: adaptive is 0 ({off}) or 1 ({on})")
+    return bool(adaptive)
+
+
+def priced_copies(method: str, model, sampling, row_ms: dict[int, float] | None, rows: int) -> RowCost:
+    """bind() of a drafter that copies deterministic continuations (prompt lookup, retrieval) with adaptive on:
+    its prices come from greedy acceptance, so a sampled run is refused in one line."""
+    if not sampling.greedy:
+        raise ValueError(f"{method}: adaptive prices greedy steps only (drop adaptive when sampling)")
+    return priced_for(model, row_ms, rows)
+
+
 def adaptive_config(cost: RowCost | None) -> dict:
     """What a priced drafter's trace config says: adaptive, and the curve it priced with (None before bind)."""
     return {"adaptive": True,

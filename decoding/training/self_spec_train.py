@@ -11,7 +11,6 @@ and cached on disk (train_heads.hidden_features, the heads' pass); the best vali
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
@@ -20,9 +19,10 @@ import torch
 from torch import nn
 
 from decoding.engine.shallow import check_exit, decoder_parts, run_layers
-from decoding.methods.self_draft.heads import base_fingerprint, save_counts
+from decoding.methods.self_draft.heads import save_counts
 from decoding.methods.self_draft.self_spec_adapter import new_adapter, save_adapter
-from decoding.training.train_heads import _autocast, _eos, _progress, chunk, hidden_features, split_rows, warmup_cosine
+from decoding.training.train_heads import (_autocast, _progress, frozen_target, hidden_features, optimizer_step,
+                                          split_rows, training_rows, warmup_cosine)
 
 
 def layer_features(model, rows: np.ndarray, k: int, cache: Path, batch: int = 8, log=print,
@@ -71,10 +71,8 @@ def train_adapter(model, tok, texts: list[str], out: str | Path, *, exit_layer: 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    model.eval().requires_grad_(False)
-    dev = model.get_input_embeddings().weight.device
-    rows = chunk(tok, texts, seq, max_tokens, _eos(model, tok), seed)
-    key = hashlib.sha256(base_fingerprint(model).encode() + rows.tobytes()).hexdigest()[:16]
+    dev = frozen_target(model)
+    rows, key = training_rows(model, tok, texts, seq, max_tokens, seed)
     hk, fin, arg = layer_features(model, rows, k, (Path(cache) if cache else out / "features") / key, log=log,
                                    also=also)
     val, fit, total, order = split_rows(len(rows), batch, epochs, seed)
@@ -108,11 +106,7 @@ def train_adapter(model, tok, texts: list[str], out: str | Path, *, exit_layer: 
         b = np.sort(order[step * batch:(step + 1) * batch])
         with _autocast(dev):
             loss, acc = adapter_loss(layer, inner, head_w, where, *tensors(b), ce_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(loss, layer, opt, sched)
         step += 1
         _progress("train", step, total, t0, log, extra=f"loss {loss.item():.3f} top-1 {acc:.2f}")
         if step % val_every == 0 or step == total:

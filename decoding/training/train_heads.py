@@ -160,6 +160,30 @@ def split_rows(n: int, batch: int, epochs: float, seed: int) -> tuple[np.ndarray
     return val, fit, total, order
 
 
+def frozen_target(model) -> torch.device:
+    """The target only supplies features and labels while heads or an adapter train: eval mode, no gradients
+    (none of its weights may move); returns the device the training runs on, the target's."""
+    model.eval().requires_grad_(False)
+    return model.get_input_embeddings().weight.device
+
+
+def training_rows(model, tok, texts: list[str], seq: int, max_tokens: int, seed: int) -> tuple[np.ndarray, str]:
+    """(the [n, seq] token rows, a key naming them with the base model): the heads' and the adapter's data, one
+    rule; the key names the cache of the target's features, so other text or another model never reuses it."""
+    rows = chunk(tok, texts, seq, max_tokens, _eos(model, tok), seed)
+    return rows, hashlib.sha256(base_fingerprint(model).encode() + rows.tobytes()).hexdigest()[:16]
+
+
+def optimizer_step(loss: torch.Tensor, trained: nn.Module, opt: torch.optim.Optimizer,
+                   sched: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """One update of the heads or the adapter: gradients clipped to norm 1, then the optimizer and the schedule."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(trained.parameters(), 1.0)
+    opt.step()
+    sched.step()
+
+
 def warmup_cosine(opt: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LambdaLR:
     """Learning rate: linear warm-up over the first 5% of `total` steps, then a cosine decay to zero."""
     warm = max(1, total // 20)
@@ -182,10 +206,8 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    model.eval().requires_grad_(False)
-    dev = model.get_input_embeddings().weight.device
-    rows = chunk(tok, texts, seq, max_tokens, _eos(model, tok), seed)
-    key = hashlib.sha256(base_fingerprint(model).encode() + rows.tobytes()).hexdigest()[:16]
+    dev = frozen_target(model)
+    rows, key = training_rows(model, tok, texts, seq, max_tokens, seed)
     cache = Path(cache) if cache else out / "features"
     if distill:
         rows = self_distill(model, rows, distill, cache / key, log=log)
@@ -225,11 +247,7 @@ def train(model, tok, kind: str, texts: list[str], out: str | Path, *, n_heads: 
         with _autocast(dev):
             loss, acc = head_loss(kind, module, model, ids, f, y, noise=noise if kind == "eagle" else 0.0, start=distill,
                                   ce_weight=ce_weight, unroll=unroll if kind == "eagle" else 1)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(module.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(loss, module, opt, sched)
         step += 1
         if step == s0 + 5:
             el = time.perf_counter() - t0

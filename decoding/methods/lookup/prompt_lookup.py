@@ -28,7 +28,8 @@ from decoding.engine.masks import add_trie, depths_of
 from decoding.methods.lookup.ngrams import NGramIndex
 from decoding.engine.verify import Verdict, common_prefix
 from decoding.params import LIMITS
-from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
+from decoding.methods.row_cost import (RowCost, adaptive_config, adaptive_flag, adaptive_knob, parse_curve,
+                                      priced_copies, row_ms_knob)
 from decoding.methods.spec import MethodSpec, knob
 
 
@@ -52,9 +53,8 @@ class PromptLookup:
         if not (1 <= min_ngram <= max_ngram) or num_tokens < 1 or candidates < 1 or reference_tokens < 1:
             raise ValueError("prompt lookup needs 1 <= min_ngram <= max_ngram, num_tokens >= 1, candidates >= 1, "
                              "reference_tokens >= 1")
-        if adaptive not in (0, 1, True, False):
-            raise ValueError("prompt lookup: adaptive is 0 (copy num_tokens) or 1 (copies priced by the row-cost curve)")
-        self.adaptive = bool(adaptive)
+        self.adaptive = adaptive_flag(adaptive, "prompt lookup", "copy num_tokens",
+                                      "copies priced by the row-cost curve")
         self.row_ms = parse_curve(row_ms) if row_ms else None
         self.cost: RowCost | None = None
         if reference is not None and (not reference or not all(reference)):
@@ -74,9 +74,7 @@ class PromptLookup:
 
     def bind(self, model, sampling) -> None:
         """adaptive only: the target's row-cost curve (given, or measured once per model)."""
-        if not sampling.greedy:
-            raise ValueError("prompt lookup: adaptive prices greedy steps only (drop adaptive when sampling)")
-        self.cost = priced_for(model, self.row_ms, self.max_depth())
+        self.cost = priced_copies("prompt lookup", model, sampling, self.row_ms, self.max_depth())
 
     def max_depth(self) -> int:
         return max(self.K, self.R if self.reference else 0) + 1
@@ -148,6 +146,7 @@ class PromptLookup:
             depth, priced = self._priced(cands)
             cands, refs = [c[:depth] for c in cands if depth], refs if depth else []
         sources = ["reference"] * len(refs) + ["text"] * (len(cands) - len(refs))
+        # not retrieval.trie: copies are ranked by recency, and each keeps its candidate slot (chosen, cursors)
         parents, roles, slots = [-1], ["x0"], [(0, 0)]
         tokens = [context[-1]] + add_trie(parents, roles, slots, cands)  # shared prefixes verified once
         info = {"key": key, "candidates": cands}

@@ -34,8 +34,9 @@ import numpy as np
 from decoding.engine.drafter import Abilities, Plan, tree_record
 from decoding.engine.verify import Verdict
 from decoding.methods.retrieve.datastore import Datastore, DatastoreError, Match
-from decoding.methods.self_draft.medusa import record_verdict
-from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
+from decoding.methods.tree_verdict import record_verdict
+from decoding.methods.row_cost import (RowCost, adaptive_config, adaptive_flag, adaptive_knob, parse_curve,
+                                      priced_copies, row_ms_knob)
 from decoding.methods.retrieve.suffix_cache import HISTORY, History, lookup as suffix_lookup
 from decoding.params import MAX_TREE_NODES
 from decoding.methods.spec import MethodSpec, knob
@@ -142,9 +143,8 @@ class Retrieval:
                  history: bool | History = True, with_cache: bool = True, model_vocab: int | None = None,
                  adaptive: int = 0, row_ms: str | None = None):
         rest = datastore is not None
-        if adaptive not in (0, 1, True, False):
-            raise ValueError("retrieval: adaptive is 0 (the length rule alone) or 1 (nodes priced by the row-cost curve)")
-        self.adaptive = bool(adaptive)
+        self.adaptive = adaptive_flag(adaptive, "retrieval", "the length rule alone",
+                                      "nodes priced by the row-cost curve")
         self.row_ms = parse_curve(row_ms) if row_ms else None
         self.cost: RowCost | None = None
         d = REST if rest else SUFFIX
@@ -194,9 +194,7 @@ class Retrieval:
 
     def bind(self, model, sampling) -> None:
         """adaptive only: the target's row-cost curve (given, or measured once per model)."""
-        if not sampling.greedy:
-            raise ValueError("retrieval: adaptive prices greedy steps only (drop adaptive when sampling)")
-        self.cost = priced_for(model, self.row_ms, self.budget + 1)
+        self.cost = priced_copies("retrieval", model, sampling, self.row_ms, self.budget + 1)
 
     def max_depth(self) -> int:
         return max(self.span, SUFFIX["span"] if self.with_cache else 0) + 1

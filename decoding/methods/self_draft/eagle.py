@@ -26,15 +26,15 @@ from decoding.engine.drafter import Plan, best_closed, tree_record
 from decoding.methods.self_draft.eagle_layer import EagleLayer
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.masks import chain_parents, grow_level, step_mask
-from decoding.methods.self_draft.medusa import check_acceptance, check_sampling, record_verdict
-from decoding.methods.row_cost import RowCost, adaptive_config, adaptive_knob, parse_curve, priced_for, row_ms_knob
+from decoding.methods.tree_verdict import record_verdict
+from decoding.methods.row_cost import (RowCost, adaptive_config, adaptive_flag, adaptive_knob, parse_curve,
+                                      priced_for, row_ms_knob)
 from decoding.methods.sampled_tree import draw, q_rows, sampled_shape
 from decoding.engine.sampling import Sampling, draw_children, make_generator, warp
 from decoding.fast.uploads import Uploads
 from decoding.engine.verify import Verdict
-from decoding.params import MAX_TREE_NODES
-from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
-                                             prepare_heads)
+from decoding.methods.self_draft.heads import (acceptance_knob, budget_knob, check_acceptance, check_sampling,
+                                             cut_knob, draft_vocab_knob, heads_knob, heads_plan, prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
 from decoding.methods.self_draft.heads_tune import TUNER
 
@@ -63,9 +63,7 @@ class Eagle(HeadsDrafter):
         self.acceptance = check_acceptance(acceptance)
         self.path, self.budget, self.depth, self.branch, self.beam = str(heads), budget, depth, branch, beam
         self.draft_vocab = draft_vocab
-        if adaptive not in (0, 1, True, False):
-            raise ValueError("eagle: adaptive is 0 (a fixed budget) or 1 (sized per step from the row-cost curve)")
-        self.adaptive = bool(adaptive)
+        self.adaptive = adaptive_flag(adaptive, "eagle", "a fixed budget", "sized per step from the row-cost curve")
         self.row_ms = parse_curve(row_ms) if row_ms else None  # refused here, before any model loads
         self.cost: RowCost | None = None
         self.module = None
@@ -198,10 +196,8 @@ class Eagle(HeadsDrafter):
                                     rank=[None] + [x[5] for x in sel[1:]]),
                 "drafted": True if cost is None else n > 1, "draft_forwards": forwards, "draft_ms": (time.perf_counter() - t0) * 1e3,
                 "target_forwards": 1, "mode": "eagle"}
-        return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
-                    [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)),
-                    q=q_rows(n, q_of) if q_of and n > 1 else None)
+        return heads_plan(toks, parents, depths, origins, info,
+                          q=q_rows(n, q_of) if q_of and n > 1 else None)
 
     def _device_tree(self, feat: torch.Tensor, x0: int, kids: int,
                      depth: int) -> tuple[list[list], int, dict[int, torch.Tensor]]:
@@ -319,9 +315,7 @@ def _best(nodes: list[list], budget: int, confidence: float = 0.0) -> list[int]:
 @dataclass
 class EagleParams:
     heads: object = heads_knob()
-    budget: int = knob(16, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
-                       page_field="heads_budget", page_range="tree_budget",
-                       help="tree nodes verified per step (default 12 medusa, 16 eagle)")
+    budget: int = budget_knob(16)
     depth: int = knob(None, shared=True, lo=1, hi=64, help="draft depth (default: from the budget)")
     branch: int = knob(4, shared=True, lo=1, hi=64, help="children per expanded node")
     beam: int = knob(None, shared=True, lo=1, hi=64, help="nodes expanded per level (default: from the budget)")

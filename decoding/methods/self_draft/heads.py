@@ -22,12 +22,12 @@ import torch
 from torch import nn
 
 from decoding.fast.layout import column_major_linears
-from decoding.engine.drafter import Abilities
+from decoding.engine.drafter import Abilities, Plan
 from decoding.engine.sampling import Sampling, warp
 from decoding.models import ASSETS, cache_kwarg
 from decoding.methods.checkpoint import check_fingerprint, load_weights, read_card, require_files
 from decoding.methods.spec import knob
-from decoding.params import LIMITS
+from decoding.params import LIMITS, MAX_TREE_NODES
 
 KINDS = ("medusa", "eagle")
 CONFIG, WEIGHTS, COUNTS = "heads.json", "heads.safetensors", "token_counts.safetensors"
@@ -427,7 +427,43 @@ def prepare_heads(method: str):
     return prepare
 
 
+def heads_plan(tokens: list[int], parents: list[int], depths: list[int], origins: list[str], info: dict,
+               q: torch.Tensor | None = None) -> Plan:
+    """A tree the heads drafted (Medusa, EAGLE), as the engine verifies it: x0 then the drafted nodes, each
+    its own slot, and every node's target hidden state kept: the next step drafts from the accepted one's."""
+    n = len(tokens)
+    return Plan(tokens, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
+                [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
+                hidden_rows=list(range(n)), q=q)
+
+
+ACCEPTANCES = ("exact", "typical")
+
+
+def check_acceptance(acceptance: str, sampling: Sampling | None = None) -> str:
+    """The heads' acceptance rule: "exact" (greedy ids = HF greedy; sampling keeps the target's
+    distribution) or "typical" (Medusa's, sampling only, not exact). Raises ValueError with one line."""
+    if acceptance not in ACCEPTANCES:
+        raise ValueError(f"acceptance must be one of {', '.join(ACCEPTANCES)}, got {acceptance!r}")
+    if acceptance == "typical" and sampling is not None and sampling.greedy:
+        raise ValueError("typical acceptance needs sampling (temperature > 0); greedy verification is exact "
+                         "already")
+    return acceptance
+
+
+def check_sampling(p: dict, sampling: Sampling) -> None:
+    """The spec's sampling check (medusa, eagle): typical acceptance needs sampling."""
+    if p.get("acceptance") is not None:
+        check_acceptance(p["acceptance"], sampling)
+
+
 # The parameters Medusa and EAGLE share, declared once (each spec's dataclass lists them in its own order).
+def budget_knob(default: int):
+    return knob(default, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
+                page_field="heads_budget", page_range="tree_budget",
+                help="tree nodes verified per step (default 12 medusa, 16 eagle)")
+
+
 def heads_knob():
     return knob(None, shared=True, cli="--heads", kind="path",
                 help="medusa / eagle: heads folder (python -m decoding train-heads), or its parent holding medusa/ "
@@ -448,6 +484,6 @@ def cut_knob():
 
 
 def acceptance_knob():
-    return knob("exact", shared=True, choices=("exact", "typical"), cli="--acceptance",
+    return knob("exact", shared=True, choices=ACCEPTANCES, cli="--acceptance",
                 help="with --temperature > 0: typical = Medusa's typical acceptance, longer accepted paths but NOT "
                      "exact (the output no longer follows the target's distribution); default exact")

@@ -24,9 +24,9 @@ from decoding.engine.drafter import Plan, tree_record
 from decoding.methods.self_draft.heads import CONFIDENCE, HeadsDrafter, load_drafting
 from decoding.engine.sampling import Sampling
 from decoding.engine.verify import Verdict
-from decoding.params import MAX_TREE_NODES
-from decoding.methods.self_draft.heads import (acceptance_knob, cut_knob, draft_vocab_knob, heads_knob,
-                                             prepare_heads)
+from decoding.methods.self_draft.heads import (acceptance_knob, budget_knob, check_acceptance, check_sampling,
+                                             cut_knob, draft_vocab_knob, heads_knob, heads_plan, prepare_heads)
+from decoding.methods.tree_verdict import record_verdict
 from decoding.methods.spec import MethodSpec, knob
 from decoding.methods.self_draft.heads_tune import TUNER
 
@@ -83,62 +83,24 @@ class Medusa(HeadsDrafter):
                 i = len(nodes) - 1
                 for r2 in range(len(tp[d])):
                     heapq.heappush(heap, (neg * tp[d][r2], i, r2))
-        n = len(nodes)
         toks, parents, depths = [x[0] for x in nodes], [x[1] for x in nodes], [x[2] for x in nodes]
         origins = ["target"] + [f"head {d}" for d in depths[1:]]
         info = {"tree": tree_record(toks, parents, depths, origins, [x[3] for x in nodes],
                                     head=[None] + depths[1:], rank=[None] + [x[5] for x in nodes[1:]]),
                 "drafted": True, "draft_ms": (time.perf_counter() - t0) * 1e3, "target_forwards": 1,
                 "mode": "medusa"}
-        return Plan(toks, parents, depths, ["x0"] + ["draft"] * (n - 1), [[i, d] for i, d in enumerate(depths)],
-                    [False] + [True] * (n - 1), origin="draft", info=info, origins=origins,
-                    hidden_rows=list(range(n)))
+        return heads_plan(toks, parents, depths, origins, info)
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
         self.feat = verdict.hidden[0, verdict.path[-1]]
         record_verdict(plan, verdict, self.tracing)
 
 
-ACCEPTANCES = ("exact", "typical")
-
-
-def check_acceptance(acceptance: str, sampling: Sampling | None = None) -> str:
-    """The heads' acceptance rule: "exact" (greedy ids = HF greedy; sampling keeps the target's
-    distribution) or "typical" (Medusa's, sampling only, not exact). Raises ValueError with one line."""
-    if acceptance not in ACCEPTANCES:
-        raise ValueError(f"acceptance must be one of {', '.join(ACCEPTANCES)}, got {acceptance!r}")
-    if acceptance == "typical" and sampling is not None and sampling.greedy:
-        raise ValueError("typical acceptance needs sampling (temperature > 0); greedy verification is exact "
-                         "already")
-    return acceptance
-
-
-def check_sampling(p: dict, sampling: Sampling) -> None:
-    """The spec's sampling check (medusa, eagle): typical acceptance needs sampling."""
-    if p.get("acceptance") is not None:
-        check_acceptance(p["acceptance"], sampling)
-
-
-def record_verdict(plan: Plan, verdict: Verdict, tracing: bool = True) -> None:
-    """The tree record the viz reads: accepted path, first rejected child, the target's probability of
-    every drafted token (greedy: softmax of its logits; what 'why was it cut' needs). The probabilities are
-    a host read (a sync on CUDA) of values only the trace shows: read only when `tracing`."""
-    info = plan.info
-    path = verdict.path
-    kids = [i for i in range(1, len(plan.tokens)) if plan.parents[i] == path[-1]]
-    info["accepted_path"], info["first_rejected"] = list(path), kids[0] if kids else None
-    if tracing and "tree" in info and verdict.logits is not None and len(plan.tokens) > 1:
-        p = verdict.logits[plan.parents[1:]].softmax(-1)
-        idx = torch.tensor(plan.tokens[1:], dtype=torch.long, device=p.device)[:, None]
-        info["tree"]["target_prob"] = [None] + [round(x, 6) for x in p.gather(-1, idx)[:, 0].tolist()]
-
-
 @dataclass
 class MedusaParams:
     heads: object = heads_knob()
-    budget: int = knob(12, shared=True, lo=1, hi=MAX_TREE_NODES, cli="--budget", ui=True, label="heads tree budget",
-                       page_field="heads_budget", page_range="tree_budget",
-                       help="tree nodes verified per step (default 12 medusa, 16 eagle)")
+    budget: int = budget_knob(12)
+    # not heads.py's: eagle's branch is the children of an expanded node, Medusa's the top-k of each head
     branch: int = knob(4, shared=True, lo=1, hi=64, help="top-k of each head")
     draft_vocab: int = draft_vocab_knob()
     confidence: float = cut_knob()

@@ -30,7 +30,7 @@ from decoding.engine.sampling import Sampling, make_generator
 from decoding.engine.shallow import decoder_parts, keep_rows, run_layers, attention_only
 from decoding.engine.verify import Verdict
 from decoding.methods.self_draft.heads import DraftLM, load_counts
-from decoding.methods.self_draft.medusa import record_verdict
+from decoding.methods.tree_verdict import record_verdict
 from decoding.methods.sampled_tree import draw, q_rows
 from decoding.methods.self_draft.self_spec_adapter import default_adapter, load_adapter
 from decoding.params import LIMITS, MAX_TREE_NODES
