@@ -40,6 +40,16 @@ def tiny(arch: str, vocab: int = 64, seed: int = 0, hidden: int = 32, layers: in
     return cls(cfg).eval()
 
 
+def pytest_sessionstart(session):
+    """Under xdist (the README's `-n 2`), build the CPU kernel once in the controller before the workers start:
+    otherwise a fresh machine's first build happens in one worker while the other waits on its lock, and a
+    wait past DECODESCOPE_KERNEL_WAIT_S leaves that worker without the kernel for the whole session."""
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        import subprocess
+        import sys
+        subprocess.run([sys.executable, "-m", "decoding.fast.cpu_gemm"], timeout=1800, check=False)
+
+
 @pytest.fixture(scope="module")
 def no_cpu_kernel():
     """The CPU GEMM kernel's build is not what a test of decoding methods tests (and waits while another
