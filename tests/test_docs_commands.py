@@ -224,7 +224,8 @@ def check_command(argv: list[str], workdir: Path, installed: bool = False) -> No
     compile(code, str(src), "exec")
     if cli.kind == "file":
         return
-    if "parse_args" not in code and cli.kind != "console":  # no argparse: it takes no options
+    # no argparse (neither parse_args nor a build_parser handing its parser to a shared runner): no options
+    if "parse_args" not in code and "def build_parser" not in code and cli.kind != "console":
         assert not cli.args, f"{cli.target} reads no options (no argparse parser), yet is given {cli.args}"
         return
     made = []
