@@ -143,7 +143,10 @@ def test_kernel_builds_under_the_hashed_name_and_says_so_once(monkeypatch, tmp_p
     monkeypatch.setattr(cpu_gemm, "_FAILED", [])
     monkeypatch.setattr(cpu_gemm, "why_not", lambda: None)
     assert cpu_gemm.kernel.__wrapped__() is None
-    assert calls == [(cpu_gemm.build_name(), [str(p) for p in cpu_gemm.SOURCES])]
+    name = cpu_gemm.build_name()  # built from copies in its folder: one path for every checkout of the source
+    assert calls == [(name, [str(tmp_path / name / "src" / p.name) for p in cpu_gemm.SOURCES])]
+    assert [(tmp_path / name / "src" / p.name).read_bytes() for p in cpu_gemm.SOURCES] == \
+        [p.read_bytes() for p in cpu_gemm.SOURCES]
     assert cpu_gemm.BUILDING in capsys.readouterr().err
     (tmp_path / calls[0][0]).mkdir(exist_ok=True)
     (tmp_path / calls[0][0] / f"{calls[0][0]}.so").write_bytes(b"")

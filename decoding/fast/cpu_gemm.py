@@ -219,6 +219,22 @@ def kernel():
         return _kernel()
 
 
+def staged_sources(folder: Path) -> list[str]:
+    """The sources as copies inside the build folder, rewritten only when their bytes differ. torch's
+    build.ninja names its sources by path: two checkouts of the same source (a clone, a copy, the repository)
+    loading from their own paths would each rebuild the shared build in turn, minutes each while holding its
+    lock; from one path, a second load is ninja's no-op."""
+    out = []
+    for src in SOURCES:
+        dst = folder / "src" / src.name
+        data = src.read_bytes()
+        if not dst.is_file() or dst.read_bytes() != data:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+        out.append(str(dst))
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def _kernel():
     if why_not():
@@ -233,7 +249,7 @@ def _kernel():
                 _say(f"CPU GEMM kernel unavailable: {_FAILED[-1]}")
                 return None
             with building(not built(name, folder.parent)):
-                load(name, [str(s) for s in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+                load(name, staged_sources(folder), extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
                      build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build, no writable folder: "use MKL"
         first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
