@@ -391,6 +391,7 @@ def test_every_run_shows_its_speed_against_greedy_or_says_it_was_not_measured(cl
     assert "not measured" in other[1]  # another length is another measurement
 
 
+@pytest.mark.timing  # 1 vs 2 threads measured: the other worker would take the second core
 def test_cpu_threads_are_picked_by_measurement(dirs, monkeypatch):
     """The thread count is what decodes fastest here (as W/N/G are picked), measured once per model; a model
     the engine's one-thread rule covers (small, <= 2 cores) is not measured."""
