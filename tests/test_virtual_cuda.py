@@ -128,7 +128,8 @@ def test_the_read_count_sees_a_read_per_draft_level(models, case, sampled, monke
 
 
 def test_a_traced_run_reads_the_targets_tree_probabilities_and_an_untraced_one_does_not(models):
-    """medusa's tree view (target_prob) costs a host read on CUDA: taken when tracing, skipped without."""
+    """medusa's tree view (target_prob) costs a host read on CUDA: taken when tracing, skipped without.
+    The read lives in the tree drafters' shared record (methods/tree_verdict.py)."""
     cpu, dev = models["fp32"]
     reads = {}
     for trace in (True, False):
@@ -136,7 +137,7 @@ def test_a_traced_run_reads_the_targets_tree_probabilities_and_an_untraced_one_d
         with virtual_cuda() as vc:
             tr = generate(dev.target, PROMPT, dev.drafter("medusa"), max_new_tokens=N, trace=trace,
                           step_context=per_step_reads(vc, steps))
-        reads[trace] = [s for step in steps[1:] for s in step if s.where.startswith("self_draft/medusa.py")]
+        reads[trace] = [s for step in steps[1:] for s in step if s.where.startswith("methods/tree_verdict.py")]
         if trace:
             assert all(st.info["tree"]["target_prob"][1] is not None for st in tr.steps[1:] if "tree" in st.info)
     assert reads[True] and not reads[False]
