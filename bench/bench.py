@@ -202,10 +202,11 @@ def int8_note(rows: list[dict]) -> str | None:
     ran = ("Rows marked [int8] run the int8 kernel (int8 activations, int32 block sums, batch-invariant)"
            if g.get("kernel") == "int8" else
            "Rows marked [int8] asked for the int8 kernel and ran the fp32 one (this model has no block weights)")
+    others = [f"{r['method']} {r['vs_own_greedy']:.2f}x" for r in r8 if r is not g]
     return (f"{ran}: their "
             f"exact column compares each with {INT8_GREEDY}, that mode's own greedy. {INT8_GREEDY} was identical to "
-            f"HF's float32 greedy on {g['hf_identical']} of {g['requests']} requests. Against {INT8_GREEDY}: "
-            + ", ".join(f"{r['method']} {r['vs_own_greedy']:.2f}x" for r in r8 if r is not g) + ".")
+            f"HF's float32 greedy on {g['hf_identical']} of {g['requests']} requests."
+            + (f" Against {INT8_GREEDY}: " + ", ".join(others) + "." if others else ""))
 
 
 def is_default_model(model) -> bool:
@@ -353,9 +354,27 @@ def provenance(script: str, argv: list[str] | None, prompts: str) -> dict:
             "date": time.strftime("%Y-%m-%d")}
 
 
+def cpu_name() -> str | None:
+    """The CPU as /proc/cpuinfo names it, with its family/model and widest SIMD (Linux; else None): ratios move
+    with the core (AVX-512 VNNI vs AVX2), so a table says which one it was measured on."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    first = {}
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    flags = set(first.get("flags", "").split())
+    simd = ("AVX-512 VNNI" if {"avx512f", "avx512_vnni"} <= flags else "AVX-512, no VNNI" if "avx512f" in flags
+            else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2")
+    name = first.get("model name") or platform.processor() or platform.machine()
+    return f"{name} (family {first.get('cpu family', '?')}, model {first.get('model', '?')}; {simd})"
+
+
 def machine(model) -> dict:
     p = next(model.parameters())
-    return {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+    return {"machine": platform.processor() or platform.machine(), "cpu": cpu_name(), "cpus": os.cpu_count(),
             "threads": torch.get_num_threads(), "platform": platform.platform(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "torch": torch.__version__, "transformers": transformers.__version__,
@@ -363,7 +382,7 @@ def machine(model) -> dict:
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
-    head = (f"Measured on {meta['gpu'] or meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), "
+    head = (f"Measured on {meta['gpu'] or meta.get('cpu') or meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} threads), "
             f"{meta['device']} {meta['dtype']}, torch {meta['torch']}, transformers {meta['transformers']}; "
             f"model {meta['model']}, prompts {meta['prompts']}, {meta['max_new_tokens']} new tokens each, "
             f"median of {meta['runs']} interleaved runs."

@@ -41,13 +41,18 @@ def produced_by(meta: dict) -> str:
 
 
 def layout_table(rows: list[dict]) -> str:
-    """Markdown: one row per query size; the packed columns only where measured (older result files)."""
-    packed = "packed_ms" in rows[0]
-    head = "| query tokens | stock ms | column ms | column speed-up |" + (" packed ms | packed speed-up |" if packed else "")
-    lines = [head, "|" + "---|" * head.count(" |")]
+    """Markdown: one row per query size, a column per layout the file measured (a run with --only keeps fewer),
+    then its speed-ups against stock where stock was measured."""
+    names = {"stock_ms": "stock", "column_ms": "column", "packed_ms": "packed", "packed_int8_ms": "packed int8"}
+    cols = [k for k in names if k in rows[0]]
+    ups = [k for k in ("speedup", "packed_speedup") if k in rows[0]]
+    up_name = {"speedup": "column speed-up", "packed_speedup": "packed speed-up"}
+    head = ("| query tokens | " + " | ".join(f"{names[k]} ms" for k in cols)
+            + "".join(f" | {up_name[k]}" for k in ups) + " |")
+    lines = [head, "|" + "---|" * (1 + len(cols) + len(ups))]
     for r in rows:
-        lines.append(f"| {r['n_query']} | {r['stock_ms']:.2f} | {r['column_ms']:.2f} | {r['speedup']:.2f}x |"
-                     + (f" {r['packed_ms']:.2f} | {r['packed_speedup']:.2f}x |" if packed else ""))
+        lines.append(f"| {r['n_query']} | " + " | ".join(f"{r[k]:.2f}" for k in cols)
+                     + "".join(f" | {r[k]:.2f}x" for k in ups) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -143,7 +148,7 @@ def speed_table(doc: dict, name: str) -> str:
     load = (f"load average {before:.2f} at the start and {after:.2f} at the end (1 min)"
             if before is not None and after is not None else "load average not recorded")
     return ("\n".join(lines) + "\n\n"
-            f"Machine: a {meta.get('cpus')}-core {meta.get('machine')} CPU, {threads} thread{'s' if threads != 1 else ''}"
+            f"Machine: {meta['cpu'] + ', ' + str(meta.get('cpus')) + ' cores' if meta.get('cpu') else 'a ' + str(meta.get('cpus')) + '-core ' + str(meta.get('machine')) + ' CPU'}, {threads} thread{'s' if threads != 1 else ''}"
             f", torch {meta.get('torch')}" + (f", llama-cpp-python {meta['llama_cpp']}" if meta.get("llama_cpp") else "")
             + (f", int8 kernel on {meta['int8_isa']}" if meta.get("int8_isa") else "")
             + f"; {meta.get('date')}, {load}."

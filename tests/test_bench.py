@@ -300,3 +300,35 @@ def test_the_shipped_readme_speed_table_is_current():
     assert readme_table.SPEED_BEGIN in (readme_table.ROOT / "README.md").read_text()
     assert readme_table.speed_sources()
     assert readme_table.check() == []  # both generated blocks: the README's and docs/performance.md's
+
+
+def _result(threads: int, rows: dict[str, tuple[float, float]]) -> dict:
+    return {"meta": {"threads": threads, "command": f"python bench/bench.py --threads {threads}", "date": "d",
+                     "load_before": 0.1, "load_after": 0.2, "cpu": "a CPU"},
+            "rows": [{"method": m, "tokens_per_s": tps, "compression": comp} for m, (tps, comp) in rows.items()]}
+
+
+def test_thread_model_fits_amdahl_per_row_and_floors_at_the_weight_stream(tmp_path, capsys):
+    """Measured 1/2-thread columns are the files' own; the modelled ones follow t(n) = s + p/n on the two
+    points, floored by weight bytes / compression / bandwidth; bad input is one line and exit 2."""
+    sys.path.insert(0, str(BENCH / "compare"))
+    import thread_model
+    # greedy: 10 -> 16 tok/s (0.1 s -> 0.0625 s: p = 0.075, s = 0.025); a method 12 -> 24 (all parallel)
+    one = _result(1, {"ours greedy": (10.0, 1.0), "ours eagle": (12.0, 1.5)})
+    two = _result(2, {"ours greedy": (16.0, 1.0), "ours eagle": (24.0, 1.5)})
+    assert thread_model.model_row(0.1, 0.0625, 1.0, 4, 96.6, 1e9) == pytest.approx(0.025 + 0.075 / 4)
+    assert thread_model.model_row(0.1, 0.0625, 1.0, 8, 96.6, 1.0) == pytest.approx(0.0966)  # the stream's floor
+    assert thread_model.model_row(0.1, 0.12, 1.0, 4, 96.6, 1e9) == pytest.approx(0.1)  # slower at 2: no parallel part
+    md = thread_model.table(one, two, 96.6, 1e9)
+    eagle = next(line for line in md.splitlines() if line.startswith("| ours eagle"))
+    # 8 cores: greedy 1 / (0.025 + 0.075 / 8) = 29.1 tok/s, eagle 1 / (1/12 / 8) = 96.0 tok/s -> 3.30x
+    assert "12.0 (1.20x)" in eagle and "24.0 (1.50x)" in eagle and "96.0 (3.30x)" in eagle, eagle
+    assert "Modelled, not measured" in md
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(one)), b.write_text(json.dumps(two))
+    assert thread_model.main([str(b), str(a)]) == 2  # the files swapped
+    assert thread_model.main([str(a), str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("thread_model: ") for e in err)
+    assert thread_model.main([str(a), str(b), "--out", str(tmp_path / "t.md")]) == 0
+    assert "| ours greedy |" in (tmp_path / "t.md").read_text()
