@@ -548,6 +548,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     if kernels != ["fp32"]:
         name += "-kernels-" + "-".join(kernels)
+    if a.threads is not None:  # the 1- and 2-thread tables of one command are two files, not one overwritten
+        name += f"-threads-{a.threads}"
     if a.only and not a.quick:  # a subset of the rows: its own file, never overwriting the full table
         name += "-only-" + "".join(c if c.isalnum() else "_" for c in a.only.lower())[:60]
     (out / f"{name}.md").write_text(md)
