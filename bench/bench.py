@@ -348,9 +348,12 @@ def for_readme(out: Path) -> bool:
 
 
 def provenance(script: str, argv: list[str] | None, prompts: str) -> dict:
-    """What produced a result file: the command, the prompts and the date (every README figure names them)."""
+    """What produced a result file: the command, the prompts and the date (every README figure names them).
+    `script` is the caller's __file__: the command names its path from the repository root, so a script moved
+    between bench/ folders still records a command that runs."""
     args = sys.argv[1:] if argv is None else argv
-    return {"command": " ".join(["python", f"bench/{script}", *args]), "prompt_sets": prompts,
+    path = Path(script).resolve().relative_to(ROOT).as_posix()
+    return {"command": " ".join(["python", path, *args]), "prompt_sets": prompts,
             "date": time.strftime("%Y-%m-%d")}
 
 
@@ -527,7 +530,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = bench(model, tok, draft, prompts, a.runs, a.max_new_tokens, a.draft_tokens, a.only, auto,
                  hf_model, hf_draft, spec_auto, heads, extra, model8, "fp32" in kernels)
     after = print_load("after")
-    meta = {**machine(model), **provenance("bench.py", argv, a.prompts if not a.quick else "quick"),
+    meta = {**machine(model), **provenance(__file__, argv, a.prompts if not a.quick else "quick"),
             "load_before": before, "load_after": after,
             "under_load": a.allow_load or under_load(before, after, torch.get_num_threads()), "weight_layout": {"ours": getattr(model, "weight_layout_", "stock"),
                                                 "hf": getattr(hf_model, "weight_layout_", "stock")},

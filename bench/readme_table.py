@@ -144,11 +144,13 @@ def speed_table(doc: dict, name: str) -> str:
         lines.append(f"| {r['method']} | {kernel} | {r['tokens_per_s']:.1f} | {ratio(r['tokens_per_s'], ours)} | "
                      f"{ratio(r['tokens_per_s'], cpp)} | {acc} | {exact} |")
     threads = meta.get("threads")
+    cpu = (f"{meta['cpu']}, {meta.get('cpus')} cores" if meta.get("cpu")  # older files: no CPU model recorded
+           else f"a {meta.get('cpus')}-core {meta.get('machine')} CPU")
     before, after = meta.get("load_before"), meta.get("load_after")
     load = (f"load average {before:.2f} at the start and {after:.2f} at the end (1 min)"
             if before is not None and after is not None else "load average not recorded")
     return ("\n".join(lines) + "\n\n"
-            f"Machine: {meta['cpu'] + ', ' + str(meta.get('cpus')) + ' cores' if meta.get('cpu') else 'a ' + str(meta.get('cpus')) + '-core ' + str(meta.get('machine')) + ' CPU'}, {threads} thread{'s' if threads != 1 else ''}"
+            f"Machine: {cpu}, {threads} thread{'s' if threads != 1 else ''}"
             f", torch {meta.get('torch')}" + (f", llama-cpp-python {meta['llama_cpp']}" if meta.get("llama_cpp") else "")
             + (f", int8 kernel on {meta['int8_isa']}" if meta.get("int8_isa") else "")
             + f"; {meta.get('date')}, {load}."

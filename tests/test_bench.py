@@ -194,6 +194,15 @@ def test_quick_bench_names_command_date_and_load(monkeypatch, tmp_path, capsys):
     assert "Produced by `python bench/bench.py --quick" in md and "Measured under load" in md
 
 
+def test_a_moved_bench_script_records_the_command_that_runs_it():
+    """provenance names the caller's own path from the repository root: a script in bench/kernels/ records
+    `python bench/kernels/...`, which exists (a hand-written name went stale when the scripts moved)."""
+    import bench_layout
+    cmd = bench.provenance(bench_layout.__file__, ["--quick"], "none")["command"]
+    assert cmd == "python bench/kernels/bench_layout.py --quick"
+    assert (BENCH.parent / cmd.split()[1]).is_file()
+
+
 def test_readme_table_refuses_under_load_and_names_its_sources(monkeypatch, tmp_path, capsys):
     import readme_table
     res = tmp_path / "bench" / "results"

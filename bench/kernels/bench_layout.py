@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "int8_isa": cpu_gemm.int8_isa() if cpu_gemm.kernel() else None,
             "packed_storage": next((getattr(m, "weight_storage_", None) for m in models.values()
                                     if getattr(m, "weight_storage_", None)), None),
-            **provenance("kernels/bench_layout.py", argv if argv is not None else sys.argv[1:], "none"),
+            **provenance(__file__, argv if argv is not None else sys.argv[1:], "none"),
             "load_before": before, "load_after": after, "under_load": under_load(before, after, a.threads)}
     md = (f"Step latency, stock vs column-major vs packed weights: {meta['machine']} ({meta['cpus']} CPUs, {meta['threads']} "
           f"threads), torch {meta['torch']}, model {meta['model']}, kv length {a.kv_len}, median of {a.reps} "

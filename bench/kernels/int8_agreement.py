@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     n = 8 if a.quick else a.max_new_tokens
     rows = compare(models, tok, prompts, n)
     after = print_load("after")
-    meta = {**machine(models["hf"]), **provenance("kernels/int8_agreement.py", argv, a.prompts),
+    meta = {**machine(models["hf"]), **provenance(__file__, argv, a.prompts),
             "model": "tiny random" if a.quick else Path(name).name, "max_new_tokens": n,
             "int8_isa": cpu_gemm.int8_isa(), "storage": getattr(models["int8"], "weight_storage_", None),
             "load_before": before, "load_after": after, "under_load": under_load(before, after, a.threads)}

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      "compression": n_tok / steps if steps else None,
                      "mean_accepted": (n_tok - len(outs)) / dec if dec else None, "runs": a.runs})
     after = print_load("after")
-    meta = {**machine(model), **provenance("methods/bench_heads.py", argv, a.prompts), "load_before": before,
+    meta = {**machine(model), **provenance(__file__, argv, a.prompts), "load_before": before,
             "load_after": after, "under_load": a.allow_load or under_load(before, after, torch.get_num_threads()), "model": a.model or "embedded (assets/target)", "prompts": a.prompts,
             "max_new_tokens": a.max_new_tokens, "runs": a.runs, "heads": a.heads, "baseline": base_name,
             "temperature": a.temperature}
