@@ -92,13 +92,16 @@ def test_the_profile_says_its_bytes_are_the_quantised_blocks_the_kernel_streamed
 
 
 def test_lookahead_banner_and_trajectory_caption_say_the_same_source():
+    """The banner's words for a window n-gram are the captions' words for a window source; the trajectory
+    caption takes its words from the step's record (tests/test_captions.py walks every step)."""
     from viz.exports.teach import WANTS
+    from viz.steps.pool import SOURCE_WORDS
     banner = WANTS["lookahead"][0]
     js = (ROOT / "viz" / "page" / "views.js").read_text()
     caption = next(line for line in js.splitlines() if "const fromPool" in line)
-    same = "from the pool, harvested from earlier Jacobi windows"
-    assert same in banner and same in caption
-    assert "not the window" not in caption and "harvested from the Jacobi window" not in banner
+    same = "harvested from earlier Jacobi windows"
+    assert same in banner and same in SOURCE_WORDS["window"]
+    assert "here.pw" in caption and "harvested" not in caption  # no source said in JS: the record's words
 
 
 def test_a_step_cut_by_max_new_tokens_says_it_was_cut():

@@ -15,12 +15,9 @@ from decoding.methods.registry import SPECS
 
 from ..common import TraceLike, as_trace
 from ..counts import step_counts
+from ..steps.pool import chosen_source as _chosen_source
 
 
-def _chosen_source(s) -> str:
-    info, chosen = s.info, s.info.get("chosen")
-    src = info.get("candidate_sources") or []
-    return str(src[chosen]) if isinstance(chosen, int) and 0 <= chosen < len(src) else ""
 
 
 def _rejected_after_some(s) -> bool:
@@ -89,6 +86,8 @@ def teaching_step(trace: TraceLike) -> dict:
     best = lambda pairs: max(pairs, key=lambda p: (step_counts(p[1]).guessed, -p[0]))  # noqa: E731
     if hits:
         k, s = best(hits)
+        if want_of(tr) == "lookahead" and not _chosen_source(s):  # the trace does not say where it came from
+            what = "a step that accepted an n-gram from the pool (this trace does not record whether a Jacobi window or the text supplied it)"
         return {"k": k, "i": s.index, "found": True, "shows": f"Opened on step {s.index}: {what}."}
     k, s = best(decode)
     return {"k": k, "i": s.index, "found": False,

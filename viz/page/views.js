@@ -294,7 +294,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     });
     const here = rows[rows.length - 1], n = here.a.length, pool = here.p || [];
     const what = esc(T.what);  // said by Python from the data (viz/steps/trajectory.py data: a block or a window)
-    const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool, harvested from earlier Jacobi windows (not this row's guesses): ${esc(pool.join(""))}` : "";
+    // where the pool tokens came from: Python's words from this step's own candidate_sources (viz/steps/pool.py)
+    const fromPool = pool.length ? ` and ${pool.length} token(s) from the pool${here.pw ? ", " + esc(here.pw) : ""}: ${esc(pool.join(""))}` : "";
     return [`Trajectory of the ${what}, positions ${lo}–${hi}, last ${rows.length} iteration(s): step ${here.s} accepted ${n} guess(es) (outlined)${fromPool}; ` +
       `run: ${T.right} of ${T.cells} guesses equal their final token`, `<table class="ds-tab">${out.join("")}</table>`];
   }

@@ -20,6 +20,30 @@ def default_source(method: str) -> str:
     return "text" if "pool" in pictures and "window" not in pictures else ""
 
 
+# Where a pool n-gram a step accepted came from, in the words every caption uses (trajectory title, step
+# caption, opening banner): said from the step's own candidate_sources, so a copy of the output is never
+# called a window harvest. A trace that records no source gets no claim.
+SOURCE_WORDS = {"window": "harvested from earlier Jacobi windows (not this row's guesses)",
+                "prompt": "copied from the prompt's text (not a Jacobi window's guess)",
+                "output": "copied from this run's own output (not a Jacobi window's guess)",
+                "text": "copied from earlier text",
+                "reference": "copied from the reference text"}
+
+
+def chosen_source(step) -> str:
+    """The recorded source of the candidate the step accepted ("window", "prompt", "output", "text",
+    "reference"); "" when the step chose none or its trace does not record sources."""
+    info = step.info if isinstance(step.info, dict) else {}
+    chosen, src = info.get("chosen"), info.get("candidate_sources") or []
+    ok = isinstance(chosen, int) and not isinstance(chosen, bool) and 0 <= chosen < len(src)
+    return str(src[chosen]) if ok and isinstance(src[chosen], str) else ""
+
+
+def source_words(source: str) -> str:
+    """The caption's words for a recorded source; "" (no claim) for an unrecorded or unknown one."""
+    return SOURCE_WORDS.get(source, "")
+
+
 def data(trace: TraceLike, step_index: int) -> dict | None:
     """Key, candidates, matched lengths, chosen candidate and accepted tokens; None without a lookup."""
     tr = as_trace(trace)

@@ -175,7 +175,7 @@ def build(trace: TraceLike, costs: dict | list | None = None, max_steps: int = M
         t = trajectory.data(tr)
         code = {"wrong": "w", "converges": "n", "converged": "c"}
         traj = {"cells": t["cells"], "right": t["right"], "what": t["what"],
-                "rows": [{"s": r["step"], "a": r["accepted_cells"], "p": r["from_pool"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
+                "rows": [{"s": r["step"], "a": r["accepted_cells"], "p": r["from_pool"], "pw": r["pool_words"], "c": [[c["pos"], c["token"], code[c["state"]]] for c in r["cells"]]}
                          for r in t["rows"] if number(r["step"]) is None or r["step"] < max_steps]}
     return {"views": names, "steps": steps, "counts": asdict(run_counts(tr)), "pick": teaching_step(tr),
             "slides": slide_steps(tr), "trajectory": traj, "run": run, "marks": marks, "points": points,

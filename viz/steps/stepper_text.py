@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..common import TraceLike, as_trace, drawn, number, text_of
 from ..counts import step_counts
 from .cut import cut_words
+from .pool import chosen_source, source_words
 
 
 def _q(trace, tokens_: list[int]) -> str:
@@ -65,7 +66,8 @@ def _verdict(s) -> str:
     if not c.guessed:
         return f"no candidate matched: {c.words()}"
     which = f"candidate {chosen}" if isinstance(chosen, int) else "a candidate"
-    return f"{which} matched: {c.words()}"
+    words = source_words(chosen_source(s))  # from the step's own candidate_sources; nothing when unrecorded
+    return f"{which}{f' ({words})' if words else ''} matched: {c.words()}"
 
 
 def _copied(info: dict) -> str:

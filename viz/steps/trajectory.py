@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from ..common import TraceLike, as_trace, box, drawn, esc, text_of
 from ..palette import STATE_COLORS, TRAJECTORY_COLORS
+from .pool import chosen_source, source_words
 from .window import _empty
 
 
@@ -80,8 +81,10 @@ def data(trace: TraceLike) -> dict:
         took = set(accepted_rows(s))
         mine = {q for _, q in g.values()}
         pool = [text_of(tr, s.tokens[q]) for q in sorted(took - mine) if 0 <= q < len(s.tokens)]
+        src = chosen_source(s) if pool else ""
         rows.append({"step": s.index, "x0": s.kv_len, "accepted": [s.kv_len + 1, s.kv_len + len(s.accepted)],
                      "accepted_cells": sorted(p for p, (_, q) in g.items() if q in took), "from_pool": pool,
+                     "pool_source": src, "pool_words": source_words(src),
                      "cells": [{"pos": p, "token": t, "text": text_of(tr, t),
                                 "final": final[p] if p < len(final) else None} for p, (t, _) in sorted(g.items())]})
     history: dict[int, list[tuple[int, bool]]] = {}  # position -> (row, guess == final) in row order
