@@ -21,6 +21,7 @@ from decoding.trace import Trace
 from viz.counts import step_counts
 from viz.exports.teach import teaching_step, want_of
 from viz.steps import pool, stepper, trajectory
+from viz.steps.cut import cut_words
 from viz.steps.stepper_text import caption
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +106,8 @@ def check_captions(name: str, tr: Trace, titles: list[dict]) -> None:
             assert f"→ {len(s.info['candidates'])} candidate(s)" in p, (where, p)
     pick = teaching_step(tr)
     opened = next(s for s in tr.steps if s.index == pick["i"])
+    decode = [k for k, s in enumerate(tr.steps) if s.kind != "prefill"]
+    assert not cut_words(tr, pick["k"]) or len(decode) == 1, (name, pick)  # a cut step teaches nothing
     if HARVEST in pick["shows"]:
         assert want_of(tr) == "lookahead" and pool.chosen_source(opened) == "window", (name, pick)
 
@@ -120,3 +123,25 @@ def test_every_caption_of_every_shipped_and_lesson_trace_agrees_with_its_step(le
     kinds = {pool.chosen_source(s) for _, tr in traces for r in trajectory.data(tr)["rows"] if r["from_pool"]
              for s in tr.steps if s.index == r["step"]}
     assert {"window", "output"} <= kinds, kinds
+
+
+def test_the_opening_step_is_never_a_cut_last_step():
+    """A run cut by max new tokens in the step that accepted the most guesses (as retrieval's auto preset was,
+    opening on "step 77 / 77 ... Cut"): the page opens on the best step that was not cut, the slides skip it."""
+    from viz.exports.teach import slide_steps
+    from viz.steps.cut import cut_words
+    d = json.loads((ROOT / "assets" / "traces" / "prompt_lookup.json").read_text())
+    tr = Trace.from_dict(d)
+    best = teaching_step(tr)["k"]
+    assert step_counts(tr.steps[best]).guessed > 0
+    d["steps"] = d["steps"][:best + 1]  # the run stops in its best step, cut by max new tokens
+    d["output_ids"] = [t for s in d["steps"] for t in s["accepted"]]
+    d["stop_reason"] = "max_new_tokens"
+    d["config"] = {**d["config"], "max_new_tokens": len(d["output_ids"])}
+    cut = Trace.from_dict(d)
+    assert cut_words(cut, best)  # the last step is the cut one, and it accepted the most guesses
+    pick = teaching_step(cut)
+    assert pick["k"] != best and not cut_words(cut, pick["k"]), pick
+    assert best not in slide_steps(cut)
+    for name, tr in shipped():  # no shipped trace opens on a cut step either
+        assert not cut_words(tr, teaching_step(tr)["k"]), name

@@ -15,6 +15,7 @@ from decoding.methods.registry import SPECS
 
 from ..common import TraceLike, as_trace
 from ..counts import step_counts
+from ..steps.cut import cut_words
 from ..steps.pool import chosen_source as _chosen_source
 
 
@@ -78,7 +79,7 @@ def teaching_step(trace: TraceLike) -> dict:
     earliest on a tie). Without one: the step with the most guesses accepted, and the sentence says what is missing."""
     tr = as_trace(trace)
     what, test = WANTS[want_of(tr)]
-    decode = [(k, s) for k, s in enumerate(tr.steps) if s.kind != "prefill"]
+    decode = _teaching_decode(tr)
     if not decode:
         return {"k": 0, "i": tr.steps[0].index if tr.steps else 0, "found": False,
                 "shows": "This run has no decode step: only the prefill is shown."}
@@ -95,6 +96,14 @@ def teaching_step(trace: TraceLike) -> dict:
                      f"the most guesses ({step_counts(s).guessed})."}
 
 
+def _teaching_decode(tr) -> list:
+    """The decode steps that can teach: not the prefill, and not a last step cut by max new tokens (it kept
+    fewer tokens than its verification accepted, so its picture shows what the run dropped). A run whose
+    only decode step was cut keeps it: there is nothing else to show."""
+    decode = [(k, s) for k, s in enumerate(tr.steps) if s.kind != "prefill"]
+    return [(k, s) for k, s in decode if not cut_words(tr, k)] or decode
+
+
 MAX_SLIDES = 24  # a deck for a lesson: the steps that teach, not every step of a long run
 
 
@@ -103,7 +112,7 @@ def slide_steps(trace: TraceLike, cap: int = MAX_SLIDES) -> list[int]:
     decode steps where guesses were accepted, plus the lesson's opening step; at most `cap`, keeping the
     ones that accepted the most. A run where nothing was guessed (greedy) shows its first few steps."""
     tr = as_trace(trace)
-    decode = [(k, s) for k, s in enumerate(tr.steps) if s.kind != "prefill"]
+    decode = _teaching_decode(tr)
     teach = {k for k, s in decode if step_counts(s).guessed > 0 or _rejected_after_some(s)}
     if decode:
         teach.add(teaching_step(tr)["k"])
