@@ -11,6 +11,9 @@ that `python -m decoding train-heads --data DIR --distill 0` reads. The held-out
 dropped, and the script refuses to run if one slips through.
 
     python assets/heads/smollm2_data.py --out /tmp/smol_data            # ~600 requests, 160 new tokens each
+
+For millions of tokens (batched on the int8 kernel, resumable, with a manifest) see smollm2_distill.py, which
+reuses this file's templates.
 """
 from __future__ import annotations
 

@@ -1,0 +1,146 @@
+"""Many sequences a step through the one-call CPU step (decodescope::llama_step): continuous batching that is
+exact against the engine's one-at-a-time int8 greedy.
+
+Why it is exact: on the int8 kernel a row's Linear outputs do not depend on the other rows of the call, and
+the step's attention skips every masked key (a masked column's exp is exactly 0 and is not summed) and scores
+each key with one summation order. So if every sequence's keys sit in one shared store and each row's mask
+opens only its own sequence's keys (block-diagonal, causal inside a prefill), a row computes bit for bit what
+it computes alone. Greedy answers then equal `decoding.engine.runner.generate`'s int8 greedy token for token
+(checked by `smollm2_distill.py --check`), while the Linears stream their weights once for all rows.
+
+Cost: every row scores every slot of the store (masked or not), so attention grows as rows x stored keys;
+finished sequences' slots are compacted away (a sequence's keys keep their order: the result is unchanged).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from decoding.fast.cpu_step import CpuKV, why_not
+
+MASKED = torch.finfo(torch.float32).min  # the engine's additive mask value (Core._dynamic / masks.step_mask)
+WAIT = object()  # a job source's answer while its next job depends on jobs still running
+
+
+@dataclass
+class Job:
+    """One sequence: greedy when temperature == 0, else seeded sampling (its own generator: the draw does not
+    depend on which other sequences share the step)."""
+    key: int
+    prompt: list[int]
+    max_new: int
+    stop: frozenset[int]
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    out: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    gen: torch.Generator | None = None
+    tag: object = None  # the caller's (where the result goes)
+
+    def pending(self) -> list[int]:
+        """Tokens this step feeds: the whole prompt first, then the last new token."""
+        return self.prompt if not self.slots else self.out[-1:]
+
+
+def pick(job: Job, logits: torch.Tensor) -> int:
+    """argmax (as the engine's greedy), or a seeded draw from the temperature / top-p warped distribution."""
+    if job.temperature <= 0:
+        return int(logits.argmax())
+    if job.gen is None:
+        job.gen = torch.Generator().manual_seed(job.seed)
+    probs = torch.softmax(logits.double() / job.temperature, -1)
+    if job.top_p < 1.0:
+        sorted_p, idx = probs.sort(descending=True)
+        keep = (sorted_p.cumsum(-1) - sorted_p) < job.top_p
+        probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
+    return int(torch.multinomial(probs, 1, generator=job.gen))
+
+
+class Batcher:
+    """Runs Jobs `width` at a time in one llama_step call a step; new jobs join as others finish."""
+
+    def __init__(self, model, width: int = 8):
+        why = why_not(model)
+        if why:
+            raise RuntimeError(f"the one-call CPU step cannot run this model: {why}")
+        self.model, self.width = model, width
+        self.kv = CpuKV(model)
+        self.used = 0  # slots [0, used) of the store hold keys (live or dead)
+        self.live: list[Job] = []
+        self.steps = 0
+        self.rows = 0
+
+    @torch.inference_mode()
+    def compact(self) -> None:
+        """Move the live jobs' keys to the front of the store, each job's keys in their order."""
+        idx = [s for job in self.live for s in job.slots]
+        if len(idx) == self.used:
+            return
+        if idx:
+            t = torch.tensor(idx)
+            self.kv.store[..., :len(idx), :] = self.kv.store.index_select(-2, t)
+        n = 0
+        for job in self.live:
+            job.slots = list(range(n, n + len(job.slots)))
+            n += len(job.slots)
+        self.used = n
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        feeds = [job.pending() for job in self.live]
+        m = sum(len(f) for f in feeds)
+        kvlen = self.used + m
+        mask = torch.full((m, kvlen), MASKED)
+        ids, pos, last, r = [], [], [], 0
+        for job, feed in zip(self.live, feeds):
+            base = len(job.slots)
+            if job.slots:
+                mask[r:r + len(feed), job.slots] = 0
+            new_slots = list(range(self.used + r, self.used + r + len(feed)))
+            mask[r:r + len(feed), new_slots] = torch.tril(torch.ones(len(feed), len(feed))).log().clamp(min=MASKED)
+            ids += feed
+            pos += range(base, base + len(feed))
+            job.slots += new_slots
+            r += len(feed)
+            last.append(r - 1)
+        logits, _ = self.kv.run(torch.tensor([ids]), torch.tensor([pos]), mask[None, None], torch.tensor(last), [])
+        self.used = kvlen
+        self.steps += 1
+        self.rows += m
+        for job, row in zip(self.live, logits):
+            job.out.append(pick(job, row))
+
+    def run(self, next_job: Callable[[], "Job | object | None"], done: Callable[[Job], None],
+            deadline: float | None = None) -> None:
+        """Decode the jobs next_job() gives (None: no more; WAIT: none until a running one finishes);
+        done(job) as each finishes, in finishing order. Past `deadline` (time.time()) no job starts and the
+        running ones are dropped."""
+        exhausted = False
+        while True:
+            if deadline is not None and time.time() > deadline:
+                self.live = []
+                return
+            while not exhausted and len(self.live) < self.width:
+                job = next_job()
+                if job is None:
+                    exhausted = True
+                elif job is WAIT:
+                    if not self.live:
+                        raise RuntimeError("the job source waits on nothing")
+                    break
+                else:
+                    self.live.append(job)
+            if not self.live:
+                return
+            self.step()
+            finished = [j for j in self.live if len(j.out) >= j.max_new or j.out[-1] in j.stop]
+            if finished:
+                self.live = [j for j in self.live if j not in finished]
+                for j in finished:
+                    done(j)
+                if self.used > 2 * sum(len(j.slots) for j in self.live) + 256:
+                    self.compact()
