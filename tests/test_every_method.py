@@ -8,8 +8,12 @@ path and on the virtual CUDA device; sampling keeps the target's distribution (c
 negative control is below); an out-of-range value is refused with one sentence by the API, the CLI, the app
 and custom_generate; custom_generate accepts the method's own parameters; the trace round-trips, passes the
 untrusted-trace checks and counts its drafts; the spec's query-token count bounds every step it runs; every
-origin and role it writes has a colour and a legend word; parameter names are unique unless declared shared; every number parameter has a range. The checks are
-plain functions, so test_planted_violations_are_caught runs them on broken fake methods and sees each fail.
+origin and role it writes has a colour and a legend word; every picture it declares finds the data it draws in
+the trace; a method that declares it learns (MethodSpec.learns) drafts differently when observe() is skipped;
+parameter names are unique unless declared shared; every number parameter has a range; method colours are CSS,
+distinct and not a draft model's orange (the registry's load check). The runner itself refuses a plan deeper
+than the drafter's max_depth(). The checks are plain functions, so test_planted_violations_are_caught runs them
+on broken fake methods and sees each fail.
 """
 from __future__ import annotations
 
@@ -101,9 +105,10 @@ def drafter(world: World, spec: MethodSpec, arch: str, example: dict):
 # ---- the checks, one function each (run on the registry below, and on planted violations) ----
 
 def check_names(specs: dict[str, MethodSpec]) -> None:
-    """Names unique unless declared shared (the registry's own load check), every number parameter ranged,
-    at least one example, and the examples pass the spec's own checks."""
+    """Names unique unless declared shared and colours CSS, distinct and not orange (the registry's own load
+    checks), every number parameter ranged, at least one example, and the examples pass the spec's own checks."""
     registry.check_shared(specs)
+    registry.check_colours(specs)
     for spec in specs.values():
         assert spec.examples, f"{spec.name} declares no example parameters"
         for f in dataclasses.fields(spec.params):
@@ -172,6 +177,52 @@ def check_palette(spec: MethodSpec, tr: Trace, palette) -> None:
     for r in {r for s in tr.steps[1:] for r in s.roles}:
         assert r in palette.ROLE_COLORS, f"{spec.name}'s role {r!r} has no colour"
         assert palette.ROLE_LABELS.get(r), f"{spec.name}'s role {r!r} has no legend words"
+
+
+# What each picture draws from. Per step that drafted (more than x0 in its query): the info keys the view reads
+# (viz/steps/tree.py falls back to the step's kept nodes, and marks no rejected node, without accepted_path and
+# first_rejected); over the run: something the view finds (viz's own test for it).
+PICTURE_STEP_KEYS = {"tree": ("accepted_path", "first_rejected"), "heads": ("tree", "accepted_path"),
+                     "retrieval": ("retrieval", "tree", "accepted_path"),
+                     "draft_cost": ("self_spec", "draft_ms", "target_ms")}
+
+
+def check_pictures(spec: MethodSpec, tr: Trace) -> None:
+    """Every picture the spec declares is one the step view draws, and the trace holds what it draws."""
+    from decoding.methods.spec import PICTURES
+    from viz.steps import trajectory, window
+    drafted = [s for s in tr.steps[1:] if len(s.tokens) > 1]
+    for p in spec.pictures:
+        assert p in PICTURES, f"{spec.name} declares a picture {p!r} the step view does not draw ({', '.join(PICTURES)})"
+        for key in PICTURE_STEP_KEYS.get(p, ()):
+            lacking = [s.index for s in drafted if key not in s.info]
+            assert not lacking, f"{spec.name} declares the {p} picture, but steps {lacking[:5]} lack info[{key!r}], " \
+                                "which it draws (record it in observe: decoding/methods/tree_verdict.py)"
+    found = {"window": lambda: any(window.has_window(s) for s in tr.steps),
+             "pool": lambda: any("candidates" in s.info for s in tr.steps),
+             "trajectory": lambda: trajectory.has_trajectory(tr)}
+    for p in spec.pictures:
+        if p in found:
+            assert found[p](), f"{spec.name} declares the {p} picture, but its trace holds nothing that view draws"
+
+
+def check_learns(world: World, spec: MethodSpec, params: dict) -> None:
+    """A method that declares it learns (MethodSpec.learns) drafts differently when its drafter never hears the
+    target's answer: a run with observe() skipped plans other tokens, or cannot run at all."""
+    if not spec.learns:
+        return
+    model = world.target("llama")
+    full = {**params, **world.stand_ins(spec, "llama")}
+    taught = generate(model, PROMPTS[0], build(spec, full, model, None), max_new_tokens=N)
+    deaf = build(spec, full, model, None)
+    deaf.observe = lambda plan, preds, verdict, context: None  # the target's answer never reaches it
+    try:
+        untaught = generate(model, PROMPTS[0], deaf, max_new_tokens=N)
+    except Exception:  # it cannot draft without what observe() hands it: it depends on it
+        return
+    assert [s.tokens for s in taught.steps[1:]] != [s.tokens for s in untaught.steps[1:]], \
+        f"{spec.name} drafts the same with observe() skipped: it never learns from the target's answer " \
+        "(update its state in observe, or declare MethodSpec(learns=False))"
 
 
 def out_of_range(spec: MethodSpec) -> list[tuple]:
@@ -294,6 +345,7 @@ def test_exact_on_the_virtual_cuda_device(world, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_trace_round_trips_counts_drafts_fits_its_query_count_and_every_origin_has_a_colour(world, method):
+    """... and holds the data of every picture the spec declares."""
     from viz import palette
     spec = SPECS[method]
     tr = run(world.target("llama"), None, PROMPTS[0], method, max_new_tokens=N,
@@ -301,6 +353,12 @@ def test_trace_round_trips_counts_drafts_fits_its_query_count_and_every_origin_h
     check_trace(spec, tr)
     check_query_count(spec, spec.examples[0], tr)
     check_palette(spec, tr, palette)
+    check_pictures(spec, tr)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_method_that_declares_it_learns_drafts_from_the_targets_answer(world, method):
+    check_learns(world, SPECS[method], SPECS[method].examples[0])
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -384,11 +442,12 @@ FAKE = textwrap.dedent('''
     from decoding.engine.drafter import Abilities, Plan, tree_record
     from decoding.engine.masks import chain_parents
     from decoding.methods.spec import MethodSpec, knob
+    from decoding.methods.tree_verdict import record_verdict
 
     class Fake:
         name = "planted_fake"
         abilities = Abilities()
-        origin, role, stale = "draft", "draft", False
+        origin, role, stale, forgetful, records, depth_limit = "draft", "draft", False, False, True, 8
 
         @classmethod
         def from_params(cls, **p):
@@ -398,21 +457,25 @@ FAKE = textwrap.dedent('''
             return {}
 
         def start(self, prompt_ids):
-            pass
+            self.guess = prompt_ids[-1]
 
         def plan(self, context):
             k = 3
             x0 = context[-2] if self.stale else context[-1]  # stale: plans from the context before the last step
-            tree = tree_record([x0] * (k + 1), chain_parents(k + 1), list(range(k + 1)), ["target"] + [self.origin] * k,
+            tokens = [x0] + [self.guess] * k  # guesses: the target's last prediction (learnt in observe)
+            tree = tree_record(tokens, chain_parents(k + 1), list(range(k + 1)), ["target"] + [self.origin] * k,
                                [None] * (k + 1))
-            return Plan([x0] * (k + 1), chain_parents(k + 1), list(range(k + 1)), ["x0"] + [self.role] * k,
+            return Plan(tokens, chain_parents(k + 1), list(range(k + 1)), ["x0"] + [self.role] * k,
                         [[0, i] for i in range(k + 1)], [False] + [True] * k, origin=self.origin, info={"tree": tree})
 
         def observe(self, plan, preds, verdict, context):
-            pass
+            if not self.forgetful:  # forgetful: never learns from the target's answer
+                self.guess = preds[-1]
+            if self.records:  # the tree view's accepted path and first rejected node
+                record_verdict(plan, verdict)
 
         def max_depth(self):
-            return 8
+            return self.depth_limit  # the deepest node (3) plus the target's next token: 4 would do
 
     @dataclass
     class FakeParams:
@@ -510,3 +573,51 @@ def test_planted_violations_are_caught(world, fake, monkeypatch):
     # 8. a sampler that is not the target's: the chi-square run on greedy "samples" fails
     counts = {tuple(hf_greedy(world.target("peaky"), PROMPT_6, L)): RUNS}
     assert chi2_pvalue(counts, exact_joint(world.target("peaky"), WARP), RUNS) < 1e-3
+    # 10. a colour that is not CSS (plotly refuses "orange-ish" in `python -m viz report`), another method's
+    # colour, orange (a draft model's): the registry refuses to load, naming the method and the rule
+    modules = registry.MODULES + ("planted_fake",)
+    assert "planted_fake" in registry.load_specs(modules)
+    for plant, rule in ((dict(colour="orange-ish"), "planted_fake's colour 'orange-ish' is not a CSS colour"),
+                        (dict(colour=SPECS["lookahead"].colour.upper()), "planted_fake's colour .* is lookahead's too"),
+                        (dict(colour="#ff8c00"), "planted_fake's colour #ff8c00 is orange"),
+                        (dict(origins={"planted": ("#fd8d3c", "planted")}), "planted_fake's origin 'planted' colour .* is orange")):
+        fake.SPEC = dataclasses.replace(good, **plant)
+        try:
+            with pytest.raises(ValueError, match=rule):
+                registry.load_specs(modules)
+            with pytest.raises(ValueError, match=rule):
+                check_names({**SPECS, good.name: fake.SPEC})
+        finally:
+            fake.SPEC = good
+    registry.check_colours({**SPECS, good.name: dataclasses.replace(good, colour="#ff8c00", needs=("draft_model",))})
+    # 11. a plan deeper than max_depth() (which the run's positions were checked against): the runner refuses it
+    fake.Fake.depth_limit = 3
+    try:
+        with pytest.raises(RuntimeError, match="planted_fake planned a node 3 tokens past x0, too deep for its max_depth"):
+            generate(model, PROMPTS[0], build(good, {}, model), max_new_tokens=N)
+    finally:
+        fake.Fake.depth_limit = 8
+    # 12. declared pictures without their data: a tree without the verdict's path, a pool without candidates,
+    # a picture the step view does not draw
+    tree_spec = dataclasses.replace(good, pictures=("mask", "tree"))
+    check_pictures(tree_spec, generate(model, PROMPTS[0], build(tree_spec, {}, model), max_new_tokens=N))
+    fake.Fake.records = False
+    try:
+        tr = generate(model, PROMPTS[0], build(tree_spec, {}, model), max_new_tokens=N)
+        with pytest.raises(AssertionError, match=r"declares the tree picture, but steps .* lack info\['accepted_path'\]"):
+            check_pictures(tree_spec, tr)
+    finally:
+        fake.Fake.records = True
+    with pytest.raises(AssertionError, match="declares the pool picture, but its trace holds nothing"):
+        check_pictures(dataclasses.replace(good, pictures=("mask", "pool")), tr)
+    with pytest.raises(AssertionError, match="declares a picture 'graph' the step view does not draw"):
+        check_pictures(dataclasses.replace(good, pictures=("mask", "graph")), tr)
+    # 13. a drafter that never learns from the target's answer, while its method declares it does
+    check_learns(world, good, {})
+    fake.Fake.forgetful = True
+    try:
+        with pytest.raises(AssertionError, match="drafts the same with observe\\(\\) skipped"):
+            check_learns(world, good, {})
+        check_learns(world, dataclasses.replace(good, learns=False), {})  # what a method that does not learn says
+    finally:
+        fake.Fake.forgetful = False

@@ -39,9 +39,13 @@ class Abilities:
 
 @dataclass
 class Plan:
+    """One step's query: a tree under x0, every list indexed by query index (0 = x0). Node i sits at position
+    kv_len + depths[i] and attends to its ancestors (parents) and the cache; the target's logits row i is its
+    prediction for the token after node i, so a node is accepted when its parent is and its token equals that
+    prediction (decoding/engine/verify.py). max(depths) + 1 must not exceed the drafter's max_depth()."""
     tokens: list[int]                 # query tokens; tokens[0] is x0, the last accepted token
-    parents: list[int]                # query index of each token's parent (-1 for x0)
-    depths: list[int]                 # position offset from x0
+    parents: list[int]                # query index of each token's parent (-1 for x0); a parent comes first
+    depths: list[int]                 # position offset from x0 (x0 0, a child one more than its parent)
     roles: list[str]
     slots: list
     proposal: list[bool]              # nodes the target verifies (others, like the window, are not)
@@ -56,19 +60,38 @@ class Plan:
 class Drafter(Protocol):
     """The contract. Optional methods, called only where `abilities` says so: bind(model, sampling)
     (binds_target), prefill_features(feats) (hidden_layers: the prompt's hidden states, [layers, rows, h]),
-    prefill_logits(logits) (prefill_logits: the prompt's logits, [rows, vocab])."""
+    prefill_logits(logits) (prefill_logits: the prompt's logits, [rows, vocab]).
+
+    The runner's order per run: max_depth(), start(prompt), then per step plan(context) -> one target forward
+    -> verification -> observe(plan, preds, verdict, context); config() when the trace is written."""
     name: str
     abilities: Abilities
 
-    def config(self) -> dict: ...
+    def config(self) -> dict:
+        """Every value the run used, as JSON (the trace's config)."""
 
-    def start(self, prompt_ids: list[int]) -> None: ...
+    def start(self, prompt_ids: list[int]) -> None:
+        """A new run on these prompt tokens (the prefill has run; its first new token is not among them)."""
 
-    def plan(self, context: list[int]) -> Plan: ...
+    def plan(self, context: list[int]) -> Plan:
+        """The step's query. context: the prompt and every token accepted so far (the runner's own list,
+        appended in place: read it, never change it); context[-1] is x0, the last accepted token, which the
+        cache does not hold yet and the plan's tokens[0] must be."""
 
-    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None: ...
+    def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
+        """Learn from the target's answer to `plan` (MethodSpec.learns says whether a method does).
+        preds[i]: the target's argmax after query node i (also when sampling, where acceptance draws instead).
+        verdict.path: query indices (into plan.tokens) of x0 and the accepted nodes, root first, each the
+        parent of the next; verdict.tokens: the accepted proposals then the target's own next token (the next
+        x0); verdict.logits / verdict.hidden: the step's logits (rows as plan.rows) and hidden rows.
+        context: already extended by verdict.tokens (cut short where the run stops: EOS or the limit). A tree drafter records info["accepted_path"] (the path)
+        and info["first_rejected"] (the query index of the first child of the path's last node, the node the
+        target turned down; None when it had none) for the tree view: decoding/methods/tree_verdict.py."""
 
-    def max_depth(self) -> int: ...
+    def max_depth(self) -> int:
+        """How far past x0 one step reaches: the deepest node a plan may hold plus the target's next token
+        (max(plan.depths) + 1 at most). Callers check the model's positions against it before the run, and
+        the runner refuses a deeper plan."""
 
 
 def tree_record(tokens: list[int], parents: list[int], depths: list[int], origins: list[str],

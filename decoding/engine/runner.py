@@ -17,7 +17,7 @@ from ..fast import cache_pool
 
 from . import verify
 from .core import Core, attention_backends, core_options
-from .drafter import Drafter, Greedy
+from .drafter import Drafter, Greedy, Plan
 from .masks import chain_parents
 from .sampling import Sampling, make_generator, sample, warp
 from ..fast.graphs import capture_summary
@@ -113,11 +113,14 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
     if on_step:
         on_step(step, out)
 
+    depth = drafter.max_depth()  # what the caller sized the model's positions by (decoding.run's window check)
     while not stop:
         index = len(tr.steps)
         with ctx_mgr(index, "decode"):
             t0 = time.perf_counter()
             plan = drafter.plan(context)
+            if max(plan.depths) >= depth:
+                raise RuntimeError(too_deep(drafter, plan, depth))
             kv_len = core.length
             hidden = None
             if plan.hidden_rows is None:
@@ -155,6 +158,14 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
     tr.wall_s = time.perf_counter() - t_run
     tr.output_ids = out
     tr.stop_reason = "eos" if out and out[-1] in eos else "max_new_tokens"
+
+
+def too_deep(drafter: Drafter, plan: Plan, depth: int) -> str:
+    """The one sentence for a plan deeper than the drafter's max_depth(): the run's positions (and a draft
+    model's window) were checked against max_depth(), so a deeper node could run past them unnoticed."""
+    return (f"{drafter.name} planned a node {max(plan.depths)} tokens past x0, too deep for its max_depth() of "
+            f"{depth}: max_depth() counts the deepest node plus the target's next token, and the run's positions "
+            "are checked against it")
 
 
 def _accept(out: list[int], context: list[int], tokens: list[int], step: Step, limit: int,

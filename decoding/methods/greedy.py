@@ -28,4 +28,4 @@ SPEC = MethodSpec(
     "\n"
     "The **mask** view shows what each query token may attend to: here a single row (x0, the last accepted "
     "token) that sees the whole cache."),
-    pictures=("mask",))
+    pictures=("mask",), learns=False)

@@ -6,6 +6,8 @@ the palette, the presets, the README's methods table) reads SPECS. Adding a meth
 """
 from __future__ import annotations
 
+import colorsys
+import re
 from importlib import import_module
 
 from .spec import BASELINE, CAPABILITIES, MethodSpec  # noqa: F401 (BASELINE re-exported: the registry names the baseline)
@@ -37,7 +39,40 @@ def load_specs(modules: tuple[str, ...] = MODULES) -> dict[str, MethodSpec]:
         check_capabilities(spec)
         out[spec.name] = spec
     check_shared(out)
+    check_colours(out)
     return out
+
+
+HEX = re.compile(r"#[0-9a-fA-F]{6}")
+# Orange is a draft model's (viz/palette.py: a draft-model token and a draft node are orange in every view;
+# tests/test_viz.py holds the palette's rules): only a method that drafts with a draft model may use it.
+ORANGE_HUE = (15.0, 40.0)  # degrees; saturated (s > 0.5) and bright (v > 0.6): darker shades read as brown
+
+
+def is_orange(colour: str) -> bool:
+    """A "#rrggbb" colour that reads as orange: a saturated, bright hue between red and yellow."""
+    h, s, v = colorsys.rgb_to_hsv(*(int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)))
+    return ORANGE_HUE[0] <= h * 360 <= ORANGE_HUE[1] and s > 0.5 and v > 0.6
+
+
+def check_colours(specs: dict[str, MethodSpec]) -> None:
+    """Every method's colour (and each origin colour it declares) is a CSS "#rrggbb" the charts can draw, no
+    two methods share a colour (a run chart tells them apart by it), and orange is left to draft models."""
+    seen: dict[str, str] = {}
+    for spec in specs.values():
+        declared = [("colour", spec.colour)] + [(f"origin {o!r} colour", c) for o, (c, _) in spec.origins.items()]
+        for what, c in declared:
+            if not isinstance(c, str) or not HEX.fullmatch(c):
+                raise ValueError(f"{spec.name}'s {what} {c!r} is not a CSS colour \"#rrggbb\" (the charts and the "
+                                 "report draw with it)")
+            if is_orange(c) and "draft_model" not in spec.needs:
+                raise ValueError(f"{spec.name}'s {what} {c} is orange, which means a draft model's tokens in every "
+                                 "picture: pick another hue (tests/test_viz.py holds the palette's rules)")
+        other = seen.get(spec.colour.lower())
+        if other is not None:
+            raise ValueError(f"{spec.name}'s colour {spec.colour} is {other}'s too: every method needs its own "
+                             "(run charts tell methods apart by colour)")
+        seen[spec.colour.lower()] = spec.name
 
 
 def check_capabilities(spec: MethodSpec) -> None:

@@ -140,7 +140,11 @@ class MethodSpec:
     query_tokens: (parameter values, defaults filled) -> the most query tokens one step runs: the app holds a
       step to its budget with it (public mode: 128); None = the app's own formulas for the older methods.
     examples: parameter sets the conformance test (tests/test_every_method.py) runs the method with on tiny
-      models: at least one, small enough to run in a second; {} runs the defaults."""
+      models: at least one, small enough to run in a second; {} runs the defaults.
+    learns: its drafts depend on what observe() hands it (the target's predictions, logits or hidden rows, the
+      accepted path), as a window, a pool, a table of successors or a draft cache does; False for a method
+      whose drafts come from the context alone (greedy, prompt lookup). The conformance test runs the method
+      with observe() skipped and expects other drafts: a drafter that forgets to learn is caught."""
     name: str
     drafter: type
     params: type
@@ -164,6 +168,7 @@ class MethodSpec:
     origins: dict[str, tuple[str, str]] = field(default_factory=dict)
     examples: tuple[dict, ...] = ({},)
     query_tokens: Callable[[dict], int] | None = None
+    learns: bool = True
 
     def knobs(self, *, user: bool = True) -> list[Knob]:
         """The parameters in declaration order; user=True leaves out the internal ones the builder fills."""

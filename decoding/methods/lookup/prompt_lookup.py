@@ -31,6 +31,7 @@ from decoding.params import LIMITS
 from decoding.methods.row_cost import (RowCost, adaptive_config, adaptive_flag, adaptive_knob, parse_curve,
                                       priced_copies, row_ms_knob)
 from decoding.methods.spec import MethodSpec, knob
+from decoding.methods.tree_verdict import record_verdict
 
 
 class PromptLookup:
@@ -171,6 +172,7 @@ class PromptLookup:
             self.cost.observe(plan.info.get("priced", 0.0), len(verdict.tokens))
         chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None
         plan.info["chosen"] = chosen
+        record_verdict(plan, verdict)  # the tree view's accepted path and first rejected node
         at = plan.info.get("reference_at") or []
         if chosen is not None and chosen < len(at):  # the copy went this far: continue from there
             d, end = at[chosen]
@@ -237,4 +239,5 @@ SPEC = MethodSpec(
              "teaching": {"max_ngram": 3, "num_tokens": 10}},
     pictures=("mask", "pool", "tree"), words=words,
     capabilities=("reference_texts",),
+    learns=False,  # its example drafts from the text alone (a reference copy's cursor and --adaptive learn in observe)
     examples=({"num_tokens": 4, "candidates": 2},))

@@ -320,5 +320,6 @@ SPEC = MethodSpec(
     paper="He et al. 2023, REST (arXiv 2311.08252); Oliaro et al. 2024, SuffixDecoding (arXiv 2411.04975)",
     prepare=prepare, presets={"cpu_embedded": {}},
     pictures=("mask", "tree", "retrieval"),
+    learns=False,  # drafts from the context or a datastore; observe() hands the run to later runs' history
     query_tokens=query_tokens, capabilities=("datastore", "session_history"),
     examples=({},))

@@ -316,6 +316,7 @@ SPEC = MethodSpec(
     paper="Liu et al. 2024, Kangaroo (arXiv 2404.18911)",
     needs=("adapter",), prepare=prepare, presets={"cpu_embedded": {}},
     pictures=("mask", "tree", "draft_cost"),
+    learns=False,  # drafts from the context with the target's own first layers; observe() keeps cache rows
     query_tokens=lambda p: p["depth"] + 1,  # x0 and a chain of `depth` drafts (branch and beam are 1)
     origins={ORIGIN: ("#f06090", "early-exit draft (the target's first layers + adapter)")},
     examples=({"depth": 4},))

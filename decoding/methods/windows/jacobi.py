@@ -112,6 +112,6 @@ SPEC = MethodSpec(
     tuner=TUNER,
     # teaching: the lesson's block of 5 (a block of 1 is one guess: nothing to see)
     presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}, "teaching": {"block": 5}},
-    pictures=("mask", "window", "trajectory"), words=words,
+    pictures=("mask", "trajectory"), words=words,  # the trajectory view draws the block (no lookahead window)
     query_tokens=lambda p: p["block"] + 1,  # x0 and the block's guesses
     examples=({"block": 4},))
