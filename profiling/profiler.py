@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import resource
 import sys
 import tempfile
@@ -174,6 +176,33 @@ def build_profile(tr: Trace, records: dict[int, dict], model, peaks: dict | None
             "totals": roofline.totals(steps), "wall_s": tr.wall_s}
 
 
+# Kineto (torch.profiler's C++ side) writes "USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+# profiler_start" and "... profiler_stop" to stderr at every start and stop, at a log level above ERROR, so
+# KINETO_LOG_LEVEL cannot drop them without dropping its errors: they are filtered out by line instead.
+USDT_LINE = re.compile(rb"USDT:\S+ \S+ \d+:\d+ \S+\] profiler_(start|stop)\s*")
+
+
+@contextlib.contextmanager
+def without_usdt_lines() -> Iterator[None]:
+    """Around the profiler's start or stop: what is written to the process's stderr (fd 2, where Kineto
+    writes) is held, then passed on without kineto's USDT marker lines; everything else (a real error) is
+    written out unchanged when the block ends."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = b"".join(line for line in held if not USDT_LINE.fullmatch(line))
+            if kept:
+                os.write(2, kept)
+
+
 def profile_run(model, tokenizer, prompt: str | list[int], method: str = "greedy", *,
                 max_new_tokens: int = 64, sampling: Sampling = Sampling(), trace: bool = True,
                 perfetto_path: str | Path | None = None, peaks: dict | None = None,
@@ -186,9 +215,15 @@ def profile_run(model, tokenizer, prompt: str | list[int], method: str = "greedy
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda" and torch.profiler.ProfilerActivity.CUDA in torch.profiler.supported_activities():
         activities.append(torch.profiler.ProfilerActivity.CUDA)  # (a CPU build has none: minutes per op asked)
-    with torch.profiler.profile(activities=activities) as prof:
+    prof = torch.profiler.profile(activities=activities)
+    with without_usdt_lines():
+        prof.start()
+    try:
         tr = run(model, tokenizer, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
                  trace=trace, step_context=clock, **params)
+    finally:
+        with without_usdt_lines():
+            prof.stop()
     clock.finish()
     if perfetto_path is None:
         perfetto_path = Path(tempfile.mkdtemp(prefix="decodescope-")) / f"{method}.perfetto.json"
