@@ -66,8 +66,11 @@ def test_recovery_refuses_anything_not_exact():
         assert blocks.recover(w) is None
         w = quantized(16, 64, kind)
         w[12, :32] = 0.0
-        w[12, 7] = -0.0  # equal to 0.0, but no block de-quantises to it: the bits differ
+        w[12, 7], w[12, 8] = -0.0, 0.25  # -0.0 beside +0.0 in a block with a nonzero value: no scale gives both
         assert blocks.recover(w) is None
+        w[12, 8] = 0.0  # a block of zeros of both signs is stored as +0.0: the same bits out of every FMA chain
+        b = blocks.recover(w)
+        assert b is not None and torch.equal(blocks.dequantize(b), w)
     assert blocks.recover(quantized(16, 64, "q4_1").double()) is None
 
 
@@ -179,8 +182,10 @@ def test_block_packed_model_decodes_hf_greedy_tokens(method, params):
     packed = copy.deepcopy(stock)
     assert apply_layout(packed, "packed") == "packed"
     n_linears = sum(type(m) is torch.nn.Linear for m in stock.modules())
-    assert storage_counts(packed) == {"q4_1": n_linears - 1, "q8_0": 1, "fp32": 0}
-    assert packed.weight_storage_ == storage_report(packed) == f"q4_1 {n_linears - 1}, q8_0 1, fp32 0"
+    assert storage_counts(packed) == {"q4_1": n_linears - 1, "q8_0": 1, "k8": 0, "fp32": 0}
+    assert packed.weight_storage_ == storage_report(packed)
+    assert storage_report(packed).startswith(f"q4_1 {n_linears - 1}, q8_0 1, k8 0, fp32 0; fp32 kernel "
+                                             f"{n_linears} as blocks ")
     fp32_bytes = sum(p.numel() * 4 for p in stock.parameters())
     assert cpu_gemm.bytes_read(stock) == fp32_bytes and cpu_gemm.bytes_read(packed) < 0.3 * fp32_bytes
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7]

@@ -1,8 +1,9 @@
 """An engineer's own GGUF file through `--model file.gguf`: converted once into the cache (with progress),
 every method that needs nothing trained for the model exact against HF greedy on the converted weights, the
 block kernel streaming exactly the matrices the conversion says it does, and the profiler on it. The GGUF
-is written here with the gguf package (a tiny llama: Q4_1 matrices, Q8_0 MLP down projections, Q5_0 value
-projections, which no block format of the kernel holds)."""
+is written here with the gguf package (a tiny llama: Q4_1 matrices, Q8_0 MLP down projections, F16 value
+projections, which no block format of the kernel holds: they stay float32; tests/test_cpu_kquants.py writes the
+K-quant mix)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ N = 20
 def gguf_file(tmp_path_factory):
     d = tmp_path_factory.mktemp("own_gguf")
     T = gguf.GGMLQuantizationType
-    write_gguf(d / "tiny-llama.gguf", tiny_source(seed=4), {"ffn_down": T.Q8_0, "attn_v": T.Q5_0})
+    write_gguf(d / "tiny-llama.gguf", tiny_source(seed=4), {"ffn_down": T.Q8_0, "attn_v": T.F16})
     return d / "tiny-llama.gguf"
 
 
@@ -32,13 +33,13 @@ def cache(tmp_path_factory, monkeypatch):
     return root
 
 
-def hf_reference(folder: Path) -> list[int]:
+def hf_reference(folder: Path, prompt: str = PROMPT, n: int = N) -> list[int]:
     """HF's own greedy on the converted folder, loaded by transformers alone."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ids = tok(PROMPT, return_tensors="pt").input_ids
-    out = model.generate(ids, max_new_tokens=N, do_sample=False, eos_token_id=None, pad_token_id=0)
+    ids = tok(prompt, return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, ids.shape[1]:].tolist()
 
 
@@ -53,7 +54,8 @@ def test_model_gguf_converts_once_and_every_method_is_exact(gguf_file, cache, tm
     rc, err = generate(["--model", str(gguf_file), "--method", "greedy", "--json", str(tmp_path / "g.json")], capsys)
     assert rc == 0, err
     assert "[convert] read: Q4_1 " in err and "[convert] save:" in err  # progress, stage by stage
-    assert "streams 13 of 15 matrices as blocks (q4_1 11, q8_0 2); 2 de-quantised to float32" in err
+    assert "streams 13 of 15 matrices as blocks (q4_1 11, q8_0 2, k8 0: " in err
+    assert "; 2 de-quantised to float32 (" in err
     folder = converted(gguf_file)
     assert folder is not None and folder.parent == cache / "models"
     ref = hf_reference(folder)
@@ -79,9 +81,9 @@ def test_the_block_kernel_streams_what_the_conversion_says(gguf_file, cache):
         pytest.skip("the CPU kernel cannot be built here (no compiler)")
     folder = convert_gguf(gguf_file)
     said = json.loads((folder / "gguf.json").read_text())
-    assert said["tensor_types"] == {"Q4_1": 11, "Q8_0": 2, "Q5_0": 2, "F32": 5}
+    assert said["tensor_types"] == {"Q4_1": 11, "Q8_0": 2, "F16": 2, "F32": 5}
     model, _ = load(str(gguf_file), layout="packed")
-    assert storage_counts(model) == said["cpu_block_storage"] == {"q4_1": 11, "q8_0": 2, "fp32": 2}
+    assert storage_counts(model) == said["cpu_block_storage"] == {"q4_1": 11, "q8_0": 2, "k8": 0, "fp32": 2}
 
 
 def test_convert_command_and_its_refusals(gguf_file, cache, tmp_path, capsys):

@@ -17,6 +17,10 @@
 // The panels of a matrix are one sequential stream. The kernel de-quantises w = d * q + m in registers (d * q
 // is exact in fp32, so this is the fp32 weight bit for bit) and runs the very FMA chain of the fp32 kernel,
 // so its results equal packed_linear's on the de-quantised weight bitwise, for every row count.
+// k8 records (K-quants, Q5_1: blocks.py) hold D[2][16] and M[2][16] float32 (one scale and offset per 16 k, the
+// halves of the 32-k block), then one int8 code per column and k; w = fma(D, q, M), bitwise gguf-py's value (D * q
+// is exact where M is an offset; Q6_K's M is -0.0, and fma(D, q, -0.0) is the rounded product itself).
+// The format of a record is its size (FMT: 0 Q8_0, 1 Q4_1, 2 k8).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -65,9 +69,43 @@ static inline void store(float* o, __m256 lo, __m256 hi, int64_t ncols) {
 constexpr int64_t QK = 32;                                      // ggml's block length along k
 constexpr int64_t Q4_1_BYTES = 2 * PANEL * 2 + QK / 2 * PANEL;  // d, m, nibbles: 320
 constexpr int64_t Q8_0_BYTES = PANEL * 2 + QK * PANEL;          // d, int8 codes: 544
+constexpr int64_t K8_SCALES = 4 * PANEL * 4;                    // D[2][16], M[2][16] float32: 256
+constexpr int64_t K8_BYTES = K8_SCALES + QK * PANEL;            // + int8 codes: 768
+constexpr int64_t rec_bytes(int fmt) { return fmt == 1 ? Q4_1_BYTES : fmt == 2 ? K8_BYTES : Q8_0_BYTES; }
+static int format_of(int64_t bytes) { return bytes == Q4_1_BYTES ? 1 : bytes == K8_BYTES ? 2 : 0; }
 
 // q [N, K] codes (uint8 0..15 for Q4_1, int8 for Q8_0), d and m [N, K/32] float16 -> [ceil(N/16), K/32, bytes]
+// k8: q [N, K] int8, d and m [N, K/16] float32 -> [ceil(N/16), K/32, 768]
+static torch::Tensor pack_k8(const torch::Tensor& q_in, const torch::Tensor& d_in, const torch::Tensor& m_in) {
+  TORCH_CHECK(q_in.dim() == 2 && q_in.size(1) % QK == 0 && q_in.scalar_type() == torch::kInt8,
+              "pack_blocks: k8 codes [N, K] int8, K a multiple of 32");
+  const int64_t N = q_in.size(0), K = q_in.size(1), nb = K / QK, np = (N + PANEL - 1) / PANEL;
+  TORCH_CHECK(d_in.dim() == 2 && d_in.size(0) == N && d_in.size(1) == 2 * nb && m_in.scalar_type() == torch::kFloat32 &&
+              m_in.sizes() == d_in.sizes(), "pack_blocks: k8 d and m [N, K/16] float32");
+  const auto q = q_in.contiguous(), d = d_in.contiguous(), m = m_in.contiguous();
+  auto P = torch::zeros({np, nb, K8_BYTES}, q.options().dtype(torch::kUInt8));
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const float* dp = d.data_ptr<float>();
+  const float* mp = m.data_ptr<float>();
+  uint8_t* out = P.data_ptr<uint8_t>();
+  for (int64_t p = 0; p < np; ++p)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* rec = out + (p * nb + b) * K8_BYTES;
+      float* s = reinterpret_cast<float*>(rec);
+      for (int64_t c = 0; c < PANEL && p * PANEL + c < N; ++c) {
+        const int64_t n = p * PANEL + c;
+        for (int64_t h = 0; h < 2; ++h) {
+          s[PANEL * h + c] = dp[n * 2 * nb + 2 * b + h];
+          s[2 * PANEL + PANEL * h + c] = mp[n * 2 * nb + 2 * b + h];
+        }
+        for (int64_t t = 0; t < QK; ++t) rec[K8_SCALES + t * PANEL + c] = static_cast<uint8_t>(qp[n * K + b * QK + t]);
+      }
+    }
+  return P;
+}
+
 torch::Tensor pack_blocks(const torch::Tensor& q_in, const torch::Tensor& d_in, const std::optional<torch::Tensor>& m_in) {
+  if (d_in.scalar_type() == torch::kFloat32 && m_in.has_value()) return pack_k8(q_in, d_in, *m_in);
   const bool q4 = m_in.has_value();
   TORCH_CHECK(q_in.dim() == 2 && q_in.size(1) % QK == 0 && q_in.scalar_type() == (q4 ? torch::kUInt8 : torch::kInt8),
               "pack_blocks: codes [N, K] (uint8 with m, int8 without), K a multiple of 32");
@@ -129,10 +167,21 @@ static inline __m256i bytes8(const uint8_t* p, bool sign) {
 
 // The fp32 weights of k = b*32 .. b*32+31 of one panel (16 columns), handed two vectors per k to `use`:
 // exactly the values pack_panels would hold (w = d * q + m; d * q is exact in fp32, so fma == mul + add).
-template <bool Q4, typename F>
+template <int FMT, typename F>
 static inline void dequant_block(const uint8_t* __restrict rec, F&& use) {
+  if constexpr (FMT == 2) {  // k8: per half h, w = fma(D[h], q, M[h])
+    const float* s = reinterpret_cast<const float*>(rec);
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m256 d0 = _mm256_loadu_ps(s + PANEL * h), d1 = _mm256_loadu_ps(s + PANEL * h + 8);
+      const __m256 m0 = _mm256_loadu_ps(s + 2 * PANEL + PANEL * h), m1 = _mm256_loadu_ps(s + 2 * PANEL + PANEL * h + 8);
+      for (int64_t t = QK / 2 * h; t < QK / 2 * (h + 1); ++t)
+        use(t, _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(bytes8(rec + K8_SCALES + t * PANEL, true)), m0),
+            _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(bytes8(rec + K8_SCALES + t * PANEL + 8, true)), m1));
+    }
+    return;
+  }
   const __m256 d0 = half8(rec), d1 = half8(rec + 16);
-  if constexpr (Q4) {
+  if constexpr (FMT == 1) {
     const __m256 m0 = half8(rec + 32), m1 = half8(rec + 48);
     const __m256i mask = _mm256_set1_epi32(15);
     const uint8_t* qs = rec + 4 * PANEL;
@@ -152,16 +201,16 @@ static inline void dequant_block(const uint8_t* __restrict rec, F&& use) {
 }
 
 // tile<R> with the weights de-quantised in registers: the same chain of FMAs over k, per output.
-template <int R, bool Q4>
+template <int R, int FMT>
 static void block_tile(const float* __restrict x, const uint8_t* __restrict panel, int64_t K, float* __restrict out,
                        int64_t N, int64_t ncols) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  constexpr int64_t B = rec_bytes(FMT);
   ACC(0) ACC(1) ACC(2) ACC(3) ACC(4) ACC(5)
   for (int64_t b = 0; b < K / QK; ++b) {
     _mm_prefetch(reinterpret_cast<const char*>(panel + (b + 2) * B), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(panel + (b + 2) * B + 256), _MM_HINT_T0);
     const float* xb = x + b * QK;
-    dequant_block<Q4>(panel + b * B, [&](int64_t k, __m256 w0, __m256 w1) {
+    dequant_block<FMT>(panel + b * B, [&](int64_t k, __m256 w0, __m256 w1) {
       const float* x = xb;
       FMA(0) FMA(1) FMA(2) FMA(3) FMA(4) FMA(5)
     });
@@ -169,11 +218,11 @@ static void block_tile(const float* __restrict x, const uint8_t* __restrict pane
   STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 }
 
-template <bool Q4>
+template <int FMT>
 static void dequant_panel(const uint8_t* __restrict panel, int64_t K, float* __restrict w) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  constexpr int64_t B = rec_bytes(FMT);
   for (int64_t b = 0; b < K / QK; ++b)
-    dequant_block<Q4>(panel + b * B, [&](int64_t k, __m256 w0, __m256 w1) {
+    dequant_block<FMT>(panel + b * B, [&](int64_t k, __m256 w0, __m256 w1) {
       _mm256_storeu_ps(w + (b * QK + k) * PANEL, w0); _mm256_storeu_ps(w + (b * QK + k) * PANEL + 8, w1);
     });
 }
@@ -199,10 +248,10 @@ static void panel_rows(const float* xp, const float* panel, int64_t M, int64_t K
     a##r##0 = _mm256_fmadd_ps(b, w0, a##r##0); a##r##1 = _mm256_fmadd_ps(b, w1, a##r##1); \
     c##r##0 = _mm256_fmadd_ps(b, v0, c##r##0); c##r##1 = _mm256_fmadd_ps(b, v1, c##r##1); }
 
-template <int R, bool Q4>
+template <int R, int FMT>
 static void block_tile2(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
                         int64_t N, int64_t nc0, int64_t nc1) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  constexpr int64_t B = rec_bytes(FMT);
   const int64_t nb = K / QK;
   const __m256i mask = _mm256_set1_epi32(15);
   ACC(0) ACC(1)
@@ -210,8 +259,29 @@ static void block_tile2(const float* __restrict x, const uint8_t* __restrict pan
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* r0 = pan + b * B;
     const uint8_t* r1 = pan + (nb + b) * B;
+    if constexpr (FMT == 2) {  // k8: both panels' halves, w = fma(D[h], q, M[h])
+      const float* s0 = reinterpret_cast<const float*>(r0);
+      const float* s1 = reinterpret_cast<const float*>(r1);
+      for (int64_t h = 0; h < 2; ++h) {
+        const __m256 d0 = _mm256_loadu_ps(s0 + PANEL * h), d1 = _mm256_loadu_ps(s0 + PANEL * h + 8);
+        const __m256 e0 = _mm256_loadu_ps(s1 + PANEL * h), e1 = _mm256_loadu_ps(s1 + PANEL * h + 8);
+        const __m256 m0 = _mm256_loadu_ps(s0 + 2 * PANEL + PANEL * h), m1 = _mm256_loadu_ps(s0 + 2 * PANEL + PANEL * h + 8);
+        const __m256 n0 = _mm256_loadu_ps(s1 + 2 * PANEL + PANEL * h), n1 = _mm256_loadu_ps(s1 + 2 * PANEL + PANEL * h + 8);
+        for (int64_t t = QK / 2 * h; t < QK / 2 * (h + 1); ++t) {
+          const int64_t k = b * QK + t;
+          const uint8_t* q0 = r0 + K8_SCALES + t * PANEL;
+          const uint8_t* q1 = r1 + K8_SCALES + t * PANEL;
+          const __m256 w0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(bytes8(q0, true)), m0);
+          const __m256 w1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(bytes8(q0 + 8, true)), m1);
+          const __m256 v0 = _mm256_fmadd_ps(e0, _mm256_cvtepi32_ps(bytes8(q1, true)), n0);
+          const __m256 v1 = _mm256_fmadd_ps(e1, _mm256_cvtepi32_ps(bytes8(q1 + 8, true)), n1);
+          FMA2(0) FMA2(1)
+        }
+      }
+      continue;
+    }
     const __m256 d0 = half8(r0), d1 = half8(r0 + 16), e0 = half8(r1), e1 = half8(r1 + 16);
-    if constexpr (Q4) {
+    if constexpr (FMT == 1) {
       const __m256 m0 = half8(r0 + 32), m1 = half8(r0 + 48), n0 = half8(r1 + 32), n1 = half8(r1 + 48);
       for (int64_t t = 0; t < QK / 2; ++t) {
         const uint8_t* q0 = r0 + 4 * PANEL + t * PANEL;
@@ -255,17 +325,17 @@ static void block_tile2(const float* __restrict x, const uint8_t* __restrict pan
 
 // Up to 6 rows: one tile, de-quantising in registers. More: de-quantise the panel once into an fp32 panel
 // in L1/L2 and run the fp32 tiles on it (the same values, the same chains), not once per row tile.
-template <bool Q4>
+template <int FMT>
 static void block_panel_rows(const float* xp, const uint8_t* panel, int64_t M, int64_t K, float* o, int64_t N,
                              int64_t nc, float* scratch) {
   switch (M) {
-    case 6: block_tile<6, Q4>(xp, panel, K, o, N, nc); return;
-    case 5: block_tile<5, Q4>(xp, panel, K, o, N, nc); return;
-    case 4: block_tile<4, Q4>(xp, panel, K, o, N, nc); return;
-    case 3: block_tile<3, Q4>(xp, panel, K, o, N, nc); return;
-    case 2: block_tile<2, Q4>(xp, panel, K, o, N, nc); return;
-    case 1: block_tile<1, Q4>(xp, panel, K, o, N, nc); return;
-    default: dequant_panel<Q4>(panel, K, scratch); panel_rows(xp, scratch, M, K, o, N, nc);
+    case 6: block_tile<6, FMT>(xp, panel, K, o, N, nc); return;
+    case 5: block_tile<5, FMT>(xp, panel, K, o, N, nc); return;
+    case 4: block_tile<4, FMT>(xp, panel, K, o, N, nc); return;
+    case 3: block_tile<3, FMT>(xp, panel, K, o, N, nc); return;
+    case 2: block_tile<2, FMT>(xp, panel, K, o, N, nc); return;
+    case 1: block_tile<1, FMT>(xp, panel, K, o, N, nc); return;
+    default: dequant_panel<FMT>(panel, K, scratch); panel_rows(xp, scratch, M, K, o, N, nc);
   }
 }
 
@@ -299,10 +369,10 @@ static inline void zstore(float* o, __m512 v, int64_t nc) {
 #define ZFMAS ZFMA(0) ZFMA(1) ZFMA(2) ZFMA(3) ZFMA(4) ZFMA(5)
 
 // R rows x NP (1 or 2) consecutive block panels, de-quantised in registers.
-template <int R, int NP, bool Q4>
+template <int R, int NP, int FMT>
 static void zblock_tile(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
                         int64_t N, int64_t nc0, int64_t nc1) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  constexpr int64_t B = rec_bytes(FMT);
   const int64_t nb = K / QK;
   const uint8_t* pan1 = pan + nb * B;
   const __m512i mask = _mm512_set1_epi32(15);
@@ -314,8 +384,25 @@ static void zblock_tile(const float* __restrict x, const uint8_t* __restrict pan
       _mm_prefetch(reinterpret_cast<const char*>(r0 + 2 * B + off), _MM_HINT_T0);
       if (NP > 1) _mm_prefetch(reinterpret_cast<const char*>(r1 + 2 * B + off), _MM_HINT_T0);
     }
+    if constexpr (FMT == 2) {  // k8: per half h, w = fma(D[h], q, M[h])
+      const float* s0 = reinterpret_cast<const float*>(r0);
+      const float* s1 = reinterpret_cast<const float*>(r1);
+      for (int64_t h = 0; h < 2; ++h) {
+        const __m512 e0 = _mm512_loadu_ps(s0 + PANEL * h), e1 = NP > 1 ? _mm512_loadu_ps(s1 + PANEL * h) : e0;
+        const __m512 n0 = _mm512_loadu_ps(s0 + 2 * PANEL + PANEL * h);
+        const __m512 n1 = NP > 1 ? _mm512_loadu_ps(s1 + 2 * PANEL + PANEL * h) : n0;
+        for (int64_t t = QK / 2 * h; t < QK / 2 * (h + 1); ++t) {
+          const int64_t k = b * QK + t;
+          const __m512 w0 = _mm512_fmadd_ps(e0, _mm512_cvtepi32_ps(zcodes(r0 + K8_SCALES + t * PANEL, true)), n0);
+          const __m512 w1 = NP > 1 ? _mm512_fmadd_ps(e1, _mm512_cvtepi32_ps(zcodes(r1 + K8_SCALES + t * PANEL, true)), n1)
+                                   : w0;
+          ZFMAS
+        }
+      }
+      continue;
+    }
     const __m512 d0 = zhalf16(r0), d1 = NP > 1 ? zhalf16(r1) : d0;
-    if constexpr (Q4) {
+    if constexpr (FMT == 1) {
       const __m512 m0 = zhalf16(r0 + 2 * PANEL), m1 = NP > 1 ? zhalf16(r1 + 2 * PANEL) : m0;
       for (int64_t t = 0; t < QK / 2; ++t) {
         const __m512i c0 = zcodes(r0 + 4 * PANEL + t * PANEL, false);
@@ -352,17 +439,29 @@ static void zblock_tile(const float* __restrict x, const uint8_t* __restrict pan
 #define YSTORE(r) if (R > r) zstore(out + r * N, y##r, nc);
 
 // 7..16 rows x one block panel, de-quantised in registers once for all of them (16 accumulators + 5 registers).
-template <int R, bool Q4>
+template <int R, int FMT>
 static void zblock_tile16(const float* __restrict x, const uint8_t* __restrict pan, int64_t K, float* __restrict out,
                           int64_t N, int64_t nc) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  constexpr int64_t B = rec_bytes(FMT);
   const __m512i mask = _mm512_set1_epi32(15);
   YACC(0) YACC(1) YACC(2) YACC(3) YACC(4) YACC(5) YACC(6) YACC(7) YACC(8) YACC(9) YACC(10) YACC(11)
   YACC(12) YACC(13) YACC(14) YACC(15)
   for (int64_t b = 0; b < K / QK; ++b) {
     const uint8_t* r0 = pan + b * B;
+    if constexpr (FMT == 2) {  // k8: per half h, w = fma(D[h], q, M[h])
+      const float* s0 = reinterpret_cast<const float*>(r0);
+      for (int64_t h = 0; h < 2; ++h) {
+        const __m512 e0 = _mm512_loadu_ps(s0 + PANEL * h), n0 = _mm512_loadu_ps(s0 + 2 * PANEL + PANEL * h);
+        for (int64_t t = QK / 2 * h; t < QK / 2 * (h + 1); ++t) {
+          const int64_t k = b * QK + t;
+          const __m512 w = _mm512_fmadd_ps(e0, _mm512_cvtepi32_ps(zcodes(r0 + K8_SCALES + t * PANEL, true)), n0);
+          YFMAS
+        }
+      }
+      continue;
+    }
     const __m512 d0 = zhalf16(r0);
-    if constexpr (Q4) {
+    if constexpr (FMT == 1) {
       const __m512 m0 = zhalf16(r0 + 2 * PANEL);
       for (int64_t t = 0; t < QK / 2; ++t) {
         const __m512i c0 = zcodes(r0 + 4 * PANEL + t * PANEL, false);
@@ -456,31 +555,31 @@ static void zpanel_rows(const float* xp, const float* panel, int64_t M, int64_t 
   }
 }
 
-template <int NP, bool Q4>
+template <int NP, int FMT>
 static void zblock_rows(const float* x, const uint8_t* pan, int64_t M, int64_t K, float* o, int64_t N,
                         int64_t nc0, int64_t nc1) {
   switch (M) {
-    case 6: zblock_tile<6, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
-    case 5: zblock_tile<5, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
-    case 4: zblock_tile<4, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
-    case 3: zblock_tile<3, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
-    case 2: zblock_tile<2, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
-    case 1: zblock_tile<1, NP, Q4>(x, pan, K, o, N, nc0, nc1); break;
+    case 6: zblock_tile<6, NP, FMT>(x, pan, K, o, N, nc0, nc1); break;
+    case 5: zblock_tile<5, NP, FMT>(x, pan, K, o, N, nc0, nc1); break;
+    case 4: zblock_tile<4, NP, FMT>(x, pan, K, o, N, nc0, nc1); break;
+    case 3: zblock_tile<3, NP, FMT>(x, pan, K, o, N, nc0, nc1); break;
+    case 2: zblock_tile<2, NP, FMT>(x, pan, K, o, N, nc0, nc1); break;
+    case 1: zblock_tile<1, NP, FMT>(x, pan, K, o, N, nc0, nc1); break;
     default: break;
   }
 }
 
-#define ZB16(r) case r: zblock_tile16<r, Q4>(xp, pan, K, o, N, nc0); break;
-#define ZB(r) case r: zblock_tile16<r, Q4>(x, pan, K, o, N, nc0); break;
+#define ZB16(r) case r: zblock_tile16<r, FMT>(xp, pan, K, o, N, nc0); break;
+#define ZB(r) case r: zblock_tile16<r, FMT>(x, pan, K, o, N, nc0); break;
 
 // Panels [p0, p1) of a block matrix: pairs of panels de-quantised in registers for up to 6 rows, one panel for
 // 7..16 rows; more rows in balanced tiles of <= 16 (M = 24: 12 + 12), each de-quantising the panel again from L1:
 // measured faster than de-quantising it once into an fp32 panel and running fp32 tiles on it (24 rows: 40 vs
 // 47 ms over the default model's Linears), and than fixed 16-row tiles, whose remainder waits on FMA latency.
-template <bool Q4>
+template <int FMT>
 static void zblock_panels(const float* xp, const uint8_t* pp, int64_t p0, int64_t p1, int64_t M, int64_t K,
                           float* op, int64_t N) {
-  constexpr int64_t B = Q4 ? Q4_1_BYTES : Q8_0_BYTES;
+  constexpr int64_t B = rec_bytes(FMT);
   const int64_t stride = K / QK * B;
   for (int64_t p = p0; p < p1;) {
     const int64_t nc0 = std::min(PANEL, N - p * PANEL);
@@ -501,10 +600,10 @@ static void zblock_panels(const float* xp, const uint8_t* pp, int64_t p0, int64_
       }
       p += 1;
     } else if (p + 1 < p1) {
-      zblock_rows<2, Q4>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, std::min(PANEL, N - (p + 1) * PANEL));
+      zblock_rows<2, FMT>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, std::min(PANEL, N - (p + 1) * PANEL));
       p += 2;
     } else {
-      zblock_rows<1, Q4>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, 0);
+      zblock_rows<1, FMT>(xp, pp + p * stride, M, K, op + p * PANEL, N, nc0, 0);
       p += 1;
     }
   }
@@ -536,11 +635,12 @@ static void f32_range(const float* xp, const float* pp, int64_t p0, int64_t p1, 
 // Block panels [p0, p1) of one matrix (pp: its first panel) into o [M, N]; scratch: one aligned fp32 panel
 // where M > 6.
 static void block_range(const float* xp, const uint8_t* pp, int64_t p0, int64_t p1, int64_t M, int64_t K, float* op,
-                        int64_t N, bool q4, float* scratch) {
-  const int64_t B = q4 ? Q4_1_BYTES : Q8_0_BYTES;
+                        int64_t N, int fmt, float* scratch) {
+  const int64_t B = rec_bytes(fmt);
   if (g_avx512) {
-    if (q4) zblock_panels<true>(xp, pp, p0, p1, M, K, op, N);
-    else zblock_panels<false>(xp, pp, p0, p1, M, K, op, N);
+    if (fmt == 1) zblock_panels<1>(xp, pp, p0, p1, M, K, op, N);
+    else if (fmt == 2) zblock_panels<2>(xp, pp, p0, p1, M, K, op, N);
+    else zblock_panels<0>(xp, pp, p0, p1, M, K, op, N);
     return;
   }
   int64_t p = p0;
@@ -548,14 +648,22 @@ static void block_range(const float* xp, const uint8_t* pp, int64_t p0, int64_t 
     const uint8_t* panel = pp + p * (K / QK) * B;
     const int64_t nc0 = std::min(PANEL, N - p * PANEL), nc1 = std::min(PANEL, N - (p + 1) * PANEL);
     float* o = op + p * PANEL;
-    if (M == 1) { if (q4) block_tile2<1, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<1, false>(xp, panel, K, o, N, nc0, nc1); }
-    else { if (q4) block_tile2<2, true>(xp, panel, K, o, N, nc0, nc1); else block_tile2<2, false>(xp, panel, K, o, N, nc0, nc1); }
+    if (M == 1) {
+      if (fmt == 1) block_tile2<1, 1>(xp, panel, K, o, N, nc0, nc1);
+      else if (fmt == 2) block_tile2<1, 2>(xp, panel, K, o, N, nc0, nc1);
+      else block_tile2<1, 0>(xp, panel, K, o, N, nc0, nc1);
+    } else {
+      if (fmt == 1) block_tile2<2, 1>(xp, panel, K, o, N, nc0, nc1);
+      else if (fmt == 2) block_tile2<2, 2>(xp, panel, K, o, N, nc0, nc1);
+      else block_tile2<2, 0>(xp, panel, K, o, N, nc0, nc1);
+    }
   }
   for (; p < p1; ++p) {
     const uint8_t* panel = pp + p * (K / QK) * B;
     const int64_t nc = std::min(PANEL, N - p * PANEL);
-    if (q4) block_panel_rows<true>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
-    else block_panel_rows<false>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+    if (fmt == 1) block_panel_rows<1>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+    else if (fmt == 2) block_panel_rows<2>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
+    else block_panel_rows<0>(xp, panel, M, K, op + p * PANEL, N, nc, scratch);
   }
 }
 
@@ -598,7 +706,7 @@ torch::Tensor packed_linear(const torch::Tensor& x_in, const torch::Tensor& P, i
 
 static bool is_block_panels(const torch::Tensor& P, int64_t K) {
   return P.dim() == 3 && P.scalar_type() == torch::kUInt8 && P.is_contiguous() && P.size(1) * QK == K &&
-         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES);
+         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES || P.size(2) == K8_BYTES);
 }
 
 // pack_blocks_i8's panels: the same records, int8 dtype (the codes in the int8 kernel's order).
@@ -623,14 +731,14 @@ static torch::Tensor int8_linear(const torch::Tensor& x_in, const torch::Tensor&
   return finish(out, x_in, N, bias);
 }
 
-// packed_linear on block panels (pack_blocks); the record size tells Q4_1 from Q8_0.
+// packed_linear on block panels (pack_blocks); the record size tells Q4_1, Q8_0 and k8 apart.
 torch::Tensor block_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
                            const std::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x_in.scalar_type() == torch::kFloat32 && x_in.dim() >= 1, "block_linear: a float32 x");
   const int64_t K = x_in.size(-1);
   if (is_int8_panels(P, K) && P.size(0) * PANEL >= N) return int8_linear(x_in, P, N, bias);
   TORCH_CHECK(is_block_panels(P, K) && P.size(0) * PANEL >= N, "block_linear: block panels of x's width");
-  const bool q4 = P.size(2) == Q4_1_BYTES;
+  const int fmt = format_of(P.size(2));
   const auto x = x_in.reshape({-1, K}).contiguous();
   const int64_t M = x.size(0), np = P.size(0);
   auto out = torch::empty({M, N}, x.options());
@@ -639,7 +747,7 @@ torch::Tensor block_linear(const torch::Tensor& x_in, const torch::Tensor& P, in
   float* op = out.data_ptr<float>();
   at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) {
     Scratch s(g_avx512 ? 0 : M, K);  // the AVX-512 block tiles de-quantise in registers only
-    block_range(xp, pp, p0, p1, M, K, op, N, q4, s.p);
+    block_range(xp, pp, p0, p1, M, K, op, N, fmt, s.p);
   });
   return finish(out, x_in, N, bias);
 }
@@ -667,7 +775,8 @@ std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::
                        P.size(2) == PANEL,
               "fused_linear: block or fp32 panels of x's width");
   TORCH_CHECK(P.size(0) == start[J], "fused_linear: the panels hold exactly the matrices of widths ns");
-  const bool q4 = blocks && P.size(2) == Q4_1_BYTES;
+  const bool q4 = blocks && P.size(2) == Q4_1_BYTES;  // the int8 kernel's (which has no k8 records)
+  const int fmt = blocks ? format_of(P.size(2)) : 0;
   const int64_t stride = blocks ? P.size(1) * P.size(2) : K * PANEL;  // elements per panel
   const auto x = x_in.reshape({-1, K}).contiguous();
   const int64_t M = x.size(0);
@@ -693,7 +802,7 @@ std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::
     for (int64_t j = 0; j < J; ++j) {
       const int64_t lo = std::max(p0, start[j]) - start[j], hi = std::min(p1, start[j + 1]) - start[j];
       if (lo >= hi) continue;
-      if (blocks) block_range(xp, P.data_ptr<uint8_t>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j], q4, s.p);
+      if (blocks) block_range(xp, P.data_ptr<uint8_t>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j], fmt, s.p);
       else f32_range(xp, P.data_ptr<float>() + start[j] * stride, lo, hi, M, K, ops[j], ns[j]);
     }
   });

@@ -22,19 +22,21 @@ without a compiler, or with DECODESCOPE_CPU_GEMM=0, `kernel()` is None and load(
 difference ~5e-7, like MKL's own between row counts); every output is one FMA chain over k, so a row's
 result is bitwise the same whatever other rows share the call.
 
-Block storage: a weight that is exactly de-quantised ggml Q4_1 / Q8_0 blocks (blocks.py; the default model,
-converted from a GGUF file, is all blocks) is packed as those blocks and de-quantised in registers: bitwise the
-same weights and the same FMA chains, so block_linear's results equal packed_linear's bit for bit, while a
-step reads ~96 MB instead of 538 MB for SmolLM2-135M (docs/cpu-kernel.md: a 1-row step 2-3x cheaper on the
-AVX-512 Intel box). DECODESCOPE_CPU_BLOCKS=0 keeps fp32 panels. AVX2+FMA+F16C is the baseline; where torch
+Block storage: a weight that is exactly de-quantised ggml blocks (blocks.py: Q4_1 as "q4_1"; Q8_0, Q4_0, Q5_0 as
+"q8_0"; the K-quants and Q5_1 as "k8"; the default model, converted from a GGUF file, is all blocks) is packed as
+those blocks and de-quantised in registers: bitwise the same weights and the same FMA chains, so block_linear's
+results equal packed_linear's bit for bit, while a step reads ~96 MB instead of 538 MB for SmolLM2-135M
+(docs/cpu-kernel.md: a 1-row step 2-3x cheaper on the AVX-512 Intel box). DECODESCOPE_CPU_BLOCKS=0 keeps fp32 panels. AVX2+FMA+F16C is the baseline; where torch
 reports AVX-512 the kernel runs its AVX-512 variant (select_isa; measured faster there at every row count).
 
 The int8 kernel (cpu_int8.cpp; `kernel="int8"`, DECODESCOPE_CPU_KERNEL=int8, the CLI's --kernel int8): block
 weights packed in the int8 kernel's order (pack_blocks_i8), each row's activations quantised per 32-block to
 int8 and the block dot products taken in int32 (VNNI, else AVX2), combined in one fixed order: a row's output is
 bitwise independent of the row count and the instruction set, so every method returns exactly this mode's greedy
-tokens, but that greedy is not HF's fp32 greedy (the activations are rounded). fp32-panel weights keep the fp32
-kernel in either mode. KERNEL_EXACT says what "exact" means in each mode.
+tokens, but that greedy is not HF's fp32 greedy (the activations are rounded). fp32-panel and k8 weights keep the
+fp32 kernel in either mode (each output one FMA chain: batch-invariant too); coverage() says how many matrices and
+bytes each kernel streams, and an int8 run whose int8 kernel would stream under INT8_WARN_SHARE of the bytes says
+so on stderr. KERNEL_EXACT says what "exact" means in each mode.
 
 Fused siblings: the Linears a decoder layer calls on one tensor (q/k/v, gate/up) run as one fused_linear call
 on their concatenated panels (FusedLinears): one dispatch instead of 3 / 2, each output bitwise its own call's.
@@ -77,6 +79,8 @@ MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear w
 OWNER = "decodescope.owner"  # in the build folder: flock'd by the process building, which writes its pid there
 WAIT_S = 300.0  # the longest a process waits for another's build (DECODESCOPE_KERNEL_WAIT_S) before using MKL
 SAY_AFTER_S = 2.0  # a wait longer than this says whom it waits for
+INT8_KINDS = ("q4_1", "q8_0")  # the block storages the int8 kernel runs (k8 stays on the fp32 kernel)
+INT8_WARN_SHARE = 0.5  # an int8 run whose int8 kernel streams less than this share of the weight bytes says so
 KERNELS = ("fp32", "int8")  # what the block weights are multiplied with (DECODESCOPE_CPU_KERNEL, default fp32)
 KERNEL_EXACT = {  # what a run's "exact" means under each kernel (trace config, CLI, bench)
     "fp32": "every method returns HF's float32 greedy tokens (fp32 FMAs on the exact de-quantised weights)",
@@ -333,7 +337,7 @@ def kernel_config(model: torch.nn.Module) -> dict | None:
         return None
     name, asked = model_kernel(model), getattr(model, "cpu_kernel_", "fp32")
     return {"kernel": name, "isa": int8_isa() if name == "int8" else (ISA[0] if ISA else ""),
-            "exact": KERNEL_EXACT[name],
+            "exact": KERNEL_EXACT[name], "streams": coverage(model),
             **({"asked": asked, "why": "no weight is exactly ggml blocks: the int8 kernel runs block weights only"}
                if asked != name else {})}
 
@@ -342,8 +346,8 @@ class PackedLinear(torch.nn.Linear):
     """nn.Linear with the same Parameters (tied weights stay tied) whose fp32 CPU forward of up to ROWS_MAX
     rows runs the packed kernel; anything else (autograd, other dtypes, long prefills) runs F.linear.
     A weight that is exactly de-quantised ggml blocks (blocks.py) is packed as those blocks (`storage` says
-    "q4_1" / "q8_0", else "fp32"): bitwise the same weights, 5 / 8.5 bits each to read instead of 32.
-    kernel "int8" packs block weights for the int8 kernel instead (cpu_int8.cpp; None: kernel_wanted())."""
+    "q4_1" / "q8_0" / "k8", else "fp32"): bitwise the same weights, 5 / 8.5 / 12 bits each to read instead of 32.
+    kernel "int8" packs q4_1 / q8_0 weights for the int8 kernel instead (cpu_int8.cpp; None: kernel_wanted())."""
 
     def __init__(self, linear: torch.nn.Linear, use_blocks: bool | None = None, kernel_name: str | None = None):
         torch.nn.Module.__init__(self)
@@ -362,7 +366,8 @@ class PackedLinear(torch.nn.Linear):
         if b is None:
             self.storage, panels, op = "fp32", kernel().pack_panels(w), kernel().packed_linear
         else:
-            pack = kernel().pack_blocks_i8 if self.kernel == "int8" else kernel().pack_blocks
+            int8 = self.kernel == "int8" and b.kind in INT8_KINDS  # k8 blocks run the fp32 block kernel
+            pack = kernel().pack_blocks_i8 if int8 else kernel().pack_blocks
             self.storage, panels, op = b.kind, pack(b.q, b.d, b.m), kernel().block_linear
         self._op = op.default  # the overload itself: the cheapest call from Python
         self.register_buffer("panels", panels, persistent=False)
@@ -398,17 +403,49 @@ def fits_in_memory(model: torch.nn.Module) -> bool:
     return panel_bytes(model) <= MEMORY_SHARE * ram
 
 
+STORAGES = ("q4_1", "q8_0", "k8", "fp32")
+
+
 def storage_counts(model: torch.nn.Module) -> dict[str, int]:
-    """How many packed weights (each shared module once) are stored as q4_1 / q8_0 blocks or fp32 panels."""
-    counts = {"q4_1": 0, "q8_0": 0, "fp32": 0}
+    """How many packed weights (each shared module once) are stored as q4_1 / q8_0 / k8 blocks or fp32 panels."""
+    counts = dict.fromkeys(STORAGES, 0)
     for m in {id(m): m for m in model.modules() if isinstance(m, PackedLinear)}.values():
         counts[m.storage] += 1
     return counts
 
 
+def coverage(model: torch.nn.Module) -> dict[str, dict[str, int]]:
+    """What each kernel streams per forward: {"int8": ..., "fp32_blocks": ..., "fp32_panels": ...}, each
+    {"matrices": n, "bytes": b} (each shared weight once; bytes as packed: blocks at their record size)."""
+    out = {k: {"matrices": 0, "bytes": 0} for k in ("int8", "fp32_blocks", "fp32_panels")}
+    for m in {id(m): m for m in model.modules() if isinstance(m, PackedLinear)}.values():
+        key = "int8" if m.panels.dtype == torch.int8 else "fp32_panels" if m.storage == "fp32" else "fp32_blocks"
+        out[key]["matrices"] += 1
+        out[key]["bytes"] += m.panels.numel() * m.panels.element_size()
+    return out
+
+
+def coverage_line(model: torch.nn.Module) -> str:
+    """e.g. "int8 kernel 91 matrices 95.2 MB; fp32 kernel 36 as blocks 30.1 MB, 0 as float32 0.0 MB"."""
+    c = coverage(model)
+    fp32 = (f"fp32 kernel {c['fp32_blocks']['matrices']} as blocks {c['fp32_blocks']['bytes'] / 1e6:.1f} MB, "
+            f"{c['fp32_panels']['matrices']} as float32 {c['fp32_panels']['bytes'] / 1e6:.1f} MB")
+    if getattr(model, "cpu_kernel_", "fp32") != "int8":
+        return fp32
+    return f"int8 kernel {c['int8']['matrices']} matrices {c['int8']['bytes'] / 1e6:.1f} MB; {fp32}"
+
+
+def int8_share(model: torch.nn.Module) -> float:
+    """The share of the packed weight bytes the int8 kernel streams (0 where it runs none)."""
+    c = coverage(model)
+    total = sum(v["bytes"] for v in c.values())
+    return c["int8"]["bytes"] / total if total else 0.0
+
+
 def storage_report(model: torch.nn.Module) -> str:
-    """e.g. "q4_1 210, q8_0 1, fp32 0": what the packed layout stored, for the CLI and the benches."""
-    return ", ".join(f"{k} {v}" for k, v in storage_counts(model).items())
+    """e.g. "q4_1 210, q8_0 1, k8 0, fp32 0; fp32 kernel 211 as blocks 96.1 MB, 0 as float32 0.0 MB": what the
+    packed layout stored and what each kernel streams, for the CLI and the benches."""
+    return ", ".join(f"{k} {v}" for k, v in storage_counts(model).items()) + "; " + coverage_line(model)
 
 
 def block_linear_bytes(model: torch.nn.Module) -> int | None:
@@ -448,6 +485,9 @@ def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None, fuse: b
     model.cpu_kernel_ = name_
     if os.environ.get("DECODESCOPE_CPU_FUSE", "1") != "0" if fuse is None else fuse:
         fuse_linears(model)
+    if name_ == "int8" and done and int8_share(model) < INT8_WARN_SHARE:
+        _say(f"--kernel int8 covers little of this model: {coverage_line(model)} (the int8 kernel runs Q4_1 / Q8_0 "
+             "/ Q4_0 / Q5_0 blocks only; the rest runs the fp32 kernel, so int8 speeds up only its share)")
     return len(done)
 
 

@@ -13,9 +13,10 @@ On GPUs cuBLAS is indifferent to the transposition, so the stock layout is kept 
 "packed" goes further where decoding/fast/cpu_gemm.py's kernel builds: the weights keep their stock storage and
 each nn.Linear also holds its weight as 16-column panels for a kernel whose cost hardly grows from 1 to 8
 rows (MKL's nearly triples). auto picks it on CPU float32 when the kernel is available and the panels fit
-in memory, else "column". A weight that is exactly de-quantised ggml Q4_1 / Q8_0 blocks (a model converted
-from a GGUF file) is packed as those blocks instead (blocks.py), bitwise the same values at 5 / 8.5 bits a
-weight; `model.weight_storage_` then says how many of each, e.g. "q4_1 210, q8_0 1, fp32 0".
+in memory, else "column". A weight that is exactly de-quantised ggml blocks (a model converted from a GGUF
+file: Q4_1, Q8_0 / Q4_0 / Q5_0, K-quants / Q5_1) is packed as those blocks instead (blocks.py), bitwise the same
+values at 5 / 8.5 / 12 bits a weight; `model.weight_storage_` then says how many of each and what each kernel
+streams, e.g. "q4_1 210, q8_0 1, k8 0, fp32 0; fp32 kernel 211 as blocks 96.1 MB, 0 as float32 0.0 MB".
 Both CPU layouts also switch transformers' sdpa attention to cpu_attention's (no KV copy per query head in a
 verify step; bitwise the same; DECODESCOPE_CPU_GQA=0 keeps transformers' own).
 """
@@ -70,7 +71,7 @@ def apply_layout(model: torch.nn.Module, layout: str = "auto", kernel: str | Non
         if cpu_gemm.kernel() is None:
             raise ValueError(f"the packed layout's CPU kernel cannot run here: {cpu_gemm.why_not()}")
         cpu_gemm.pack_linears(model, kernel_name=kernel)
-        model.weight_storage_ = cpu_gemm.storage_report(model)  # "q4_1 210, q8_0 1, fp32 0" (blocks.py)
+        model.weight_storage_ = cpu_gemm.storage_report(model)  # "q4_1 210, q8_0 1, k8 0, fp32 0; ..."
     if layout == "column":
         column_major_linears(model)
     if layout in ("packed", "column") and os.environ.get("DECODESCOPE_CPU_GQA", "1") != "0":

@@ -12,9 +12,10 @@ replaced file converts again and an unchanged one is found at once. A folder hol
 (and no config.json) counts as that file.
 
 The weights are stored in float32, which holds every de-quantised value exactly. On CPU the block kernel then
-streams a weight as blocks only where its float32 values are exactly Q4_1 or Q8_0 blocks (decoding/fast/
-blocks.py); weights from other quantisations (Q4_K, Q5_K, Q6_K, ...) are read as float32 panels. conversion
-measures which is which and says so (gguf.json, the CLI's progress line, docs/models.md).
+streams a weight as blocks only where its float32 values are exactly ggml blocks (decoding/fast/blocks.py: Q4_1;
+Q8_0, Q4_0, Q5_0; Q4_K, Q5_K, Q6_K, Q5_1), recovered bit for bit; any other weight is read as float32 panels.
+The conversion measures which is which, with the bytes each kernel would stream (the int8 kernel runs the
+Q4_1 / Q8_0 / Q4_0 / Q5_0 ones), and says so (gguf.json, the CLI's progress line, docs/models.md).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ MARK = "gguf.json"  # written last: its presence marks a complete conversion
 PARTIAL_PREFIX = ".gguf-"
 STAGES = (("read", "reading the GGUF file's tensor types"),
           ("convert", "de-quantising the GGUF into a transformers model folder (float32)"),
-          ("blocks", "checking which weights the CPU block kernel can stream as Q4_1 / Q8_0 blocks"),
+          ("blocks", "checking which weights the CPU block kernel can stream as exact ggml blocks"),
           ("save", "moving the folder into the cache"))
 Progress = Callable[[str, float, str], None]
 _CONVERTING = threading.Lock()
@@ -88,22 +89,26 @@ def tensor_types(gguf: Path) -> dict[str, int]:
     return dict(Counter(t.tensor_type.name for t in reader.tensors))
 
 
-def block_storage(folder: Path) -> dict[str, int]:
-    """How the CPU block kernel would store the converted model's Linear weights: {"q4_1": n, "q8_0": n,
-    "fp32": n} (each shared weight once), by blocks.recover on the saved float32 values."""
+def block_storage(folder: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """How the CPU block kernel would store the converted model's Linear weights: ({"q4_1": n, "q8_0": n,
+    "k8": n, "fp32": n}, the bytes streamed per forward for each) (each shared weight once), by blocks.recover
+    on the saved float32 values."""
     import torch
     from safetensors.torch import load_file
 
-    from ..fast.blocks import recover
-    counts = {"q4_1": 0, "q8_0": 0, "fp32": 0}
+    from ..fast.blocks import recover, stored_bytes
+    from ..fast.cpu_gemm import STORAGES
+    counts, sizes = dict.fromkeys(STORAGES, 0), dict.fromkeys(STORAGES, 0)
     weights = load_file(str(folder / "model.safetensors"))
     tied = not any(n.endswith("lm_head.weight") for n in weights)  # then the embedding is the LM head's matrix
     for name, w in weights.items():
         embedding = name.endswith(("embed_tokens.weight", "wte.weight", "word_embeddings.weight"))
         if name.endswith(".weight") and w.dim() == 2 and (tied or not embedding):
             b = recover(w.to(torch.float32)) if w.shape[1] % 32 == 0 else None
-            counts[b.kind if b is not None else "fp32"] += 1
-    return counts
+            kind = b.kind if b is not None else "fp32"
+            counts[kind] += 1
+            sizes[kind] += stored_bytes(kind, *w.shape)
+    return counts, sizes
 
 
 def convert_gguf(gguf: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *, force: bool = False,
@@ -140,12 +145,12 @@ def _convert(src: Path, dest: Path, say: Progress) -> Path:
         say("convert", 1.0, f"{info['model_type']}, {info['n_params'] / 1e6:.1f}M parameters in "
                             f"{time.perf_counter() - t0:.1f} s")
         say("blocks", 0.0, STAGES[2][1])
-        storage = block_storage(tmp)
-        say("blocks", 1.0, storage_line(storage))
+        storage, sizes = block_storage(tmp)
+        say("blocks", 1.0, storage_line(storage, sizes))
         say("save", 0.0, STAGES[3][1])
         (tmp / MARK).write_text(json.dumps({
             "source": src.name, "source_bytes": src.stat().st_size, "tensor_types": types,
-            "cpu_block_storage": storage, "storage_dtype": info["dtype"], "model_type": info["model_type"],
+            "cpu_block_storage": storage, "cpu_block_bytes": sizes, "storage_dtype": info["dtype"], "model_type": info["model_type"],
             "n_params": info["n_params"], "made": time.strftime("%Y-%m-%d", time.gmtime()),
             "convert_s": round(time.perf_counter() - t0, 1)}, indent=1) + "\n")
         keep(tmp, dest)
@@ -155,11 +160,18 @@ def _convert(src: Path, dest: Path, say: Progress) -> Path:
     return dest
 
 
-def storage_line(storage: dict[str, int]) -> str:
-    n = sum(storage.values())
-    return (f"the CPU kernel streams {storage['q4_1'] + storage['q8_0']} of {n} matrices as blocks "
-            f"(q4_1 {storage['q4_1']}, q8_0 {storage['q8_0']}); {storage['fp32']} de-quantised to float32 "
-            "(only exact Q4_1 / Q8_0 values stream as blocks)")
+def storage_line(storage: dict[str, int], sizes: dict[str, int]) -> str:
+    """What the two CPU kernels will stream, in matrices and bytes: the fp32 kernel every block matrix, the int8
+    kernel (--kernel int8) the q4_1 / q8_0 ones; a low int8 share is said, since --kernel int8 then does little."""
+    from ..fast.cpu_gemm import INT8_KINDS, INT8_WARN_SHARE
+    n, total = sum(storage.values()), sum(sizes.values()) or 1
+    blocks = n - storage["fp32"]
+    int8_n, int8_b = sum(storage[k] for k in INT8_KINDS), sum(sizes[k] for k in INT8_KINDS)
+    line = (f"the CPU kernel streams {blocks} of {n} matrices as blocks (q4_1 {storage['q4_1']}, q8_0 "
+            f"{storage['q8_0']}, k8 {storage['k8']}: {(total - sizes['fp32']) / 1e6:.1f} MB); {storage['fp32']} "
+            f"de-quantised to float32 ({sizes['fp32'] / 1e6:.1f} MB); --kernel int8 runs {int8_n} of them "
+            f"({int8_b / 1e6:.1f} MB, {100 * int8_b / total:.0f}% of the bytes)")
+    return line + (" and leaves the rest to the fp32 kernel" if int8_b / total < INT8_WARN_SHARE else "")
 
 
 def convert_with_bar(name: str, cache_dir: str | os.PathLike | None = None, force: bool = False) -> str:
