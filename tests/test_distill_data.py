@@ -112,3 +112,33 @@ def test_plan_answers_an_ask_unit_a_round_after_it_is_sampled():
     for i in range(3):
         assert plan.index(f"asked-{i:05d}") > plan.index(f"ask-{i:05d}") + 1
     assert sum(n.startswith("template") for n in plan) == 4 and sum(n.startswith("code") for n in plan) == 2
+
+
+def test_batched_answers_equal_the_engines_int8_greedy_one_at_a_time():
+    """Sequences sharing llama_step calls (joining as others finish, the store compacted) answer exactly what
+    the engine's greedy answers alone on the int8 kernel; a seeded sampled job draws the same tokens at any
+    width."""
+    from distill_batch import Batcher, Job
+    from test_cpu_int8 import models
+
+    from decoding import generate, make_drafter
+    _, model, _ = models(hidden=64, layers=2)
+    prompts = [[5, 6, 7, 8], list(range(40, 60)), [3] * 9, [11, 12, 13, 11, 12], list(range(20, 31)), [1, 2]]
+    lengths = [30, 12, 25, 7, 18, 22]
+    want = [generate(model, p, make_drafter("greedy"), max_new_tokens=n).output_ids for p, n in zip(prompts, lengths)]
+
+    def batched(width: int, temperature: float = 0.0) -> tuple[dict, Batcher]:
+        jobs = iter([Job(i, list(p), n, frozenset(), temperature=temperature, seed=i)
+                     for i, (p, n) in enumerate(zip(prompts, lengths))])
+        got: dict[int, list[int]] = {}
+        b = Batcher(model, width, slack=0)
+        b.run(lambda: next(jobs, None), lambda j: got.__setitem__(j.key, j.out))
+        return got, b
+
+    got, b = batched(3)
+    assert [got[i] for i in range(len(prompts))] == want
+    assert b.compactions > 0 and b.rows > b.steps  # steps shared rows, and the store was compacted
+    assert len({tuple(w) for w in want}) > 1
+    one, _ = batched(1, temperature=1.0)
+    three, _ = batched(3, temperature=1.0)
+    assert one == three and one != got

@@ -25,7 +25,7 @@ MASKED = torch.finfo(torch.float32).min  # the engine's additive mask value (Cor
 WAIT = object()  # a job source's answer while its next job depends on jobs still running
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     """One sequence: greedy when temperature == 0, else seeded sampling (its own generator: the draw does not
     depend on which other sequences share the step)."""
@@ -63,16 +63,18 @@ def pick(job: Job, logits: torch.Tensor) -> int:
 class Batcher:
     """Runs Jobs `width` at a time in one llama_step call a step; new jobs join as others finish."""
 
-    def __init__(self, model, width: int = 8):
+    def __init__(self, model, width: int = 8, slack: int = 256):
         why = why_not(model)
         if why:
             raise RuntimeError(f"the one-call CPU step cannot run this model: {why}")
         self.model, self.width = model, width
+        self.slack = slack  # dead slots tolerated beyond the live ones before compact()
         self.kv = CpuKV(model)
         self.used = 0  # slots [0, used) of the store hold keys (live or dead)
         self.live: list[Job] = []
         self.steps = 0
         self.rows = 0
+        self.compactions = 0
 
     @torch.inference_mode()
     def compact(self) -> None:
@@ -80,6 +82,7 @@ class Batcher:
         idx = [s for job in self.live for s in job.slots]
         if len(idx) == self.used:
             return
+        self.compactions += 1
         if idx:
             t = torch.tensor(idx)
             self.kv.store[..., :len(idx), :] = self.kv.store.index_select(-2, t)
@@ -142,5 +145,5 @@ class Batcher:
                 self.live = [j for j in self.live if j not in finished]
                 for j in finished:
                     done(j)
-                if self.used > 2 * sum(len(j.slots) for j in self.live) + 256:
+                if self.used > 2 * sum(len(j.slots) for j in self.live) + self.slack:
                     self.compact()
