@@ -1,7 +1,8 @@
 """The app in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright; .ci/run installs it),
 measuring what a user feels, not only that the page loads:
 
-- a live 400-token lookahead run reaches >= 70% of the engine's own tokens/s (measured in the same test);
+- a live 400-token lookahead run: at most one update per MIN_INTERVAL_S, each slowing the engine (timed alone
+  in the same test) by <= 50 ms, and <= 1.5 s from click to done beyond the engine's own run;
 - no main-thread long task over 200 ms while it streams (PerformanceObserver "longtask");
 - Stop -> "Stopped after N tokens" within 1.0 s, and the partial run keeps its step view and trace;
 - 0 px horizontal overflow at a 400 px wide viewport; 0 requests to any host but the app's;
@@ -26,6 +27,7 @@ from playwright.sync_api import expect, sync_playwright
 
 import app as app_module
 from appkit.run.presets import SHIPPED_CPU
+from appkit.run.stream import MIN_INTERVAL_S
 from appkit.page.ui import VECTOR
 from decoding import run
 
@@ -42,8 +44,18 @@ window.__longtasks = [];
 new PerformanceObserver(l => { for (const e of l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })
   .observe({type: 'longtask', buffered: true});
 """
+# every status line the page shows, as it shows it: the live updates it received
+STATS_SEEN = """
+window.__stats = [];
+new MutationObserver(() => {
+  const el = document.querySelector('#ds-stats'), t = el ? el.textContent : '', s = window.__stats;
+  if (t && (!s.length || s[s.length - 1][1] !== t)) s.push([performance.now(), t]);
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
 STATS = "#ds-stats"
 LONGTASK_MS = 200
+PER_UPDATE_MS = 50  # what one live update may add to the engine's run (measured: see the test)
+FIXED_MS = 1500  # click to the engine's start plus its end to the page, on a quiet machine
 
 
 def free_port() -> int:
@@ -106,6 +118,7 @@ class Watch:
 def open_app(browser, url: str, width: int = 1400):
     page = browser.new_page(viewport={"width": width, "height": 1000})
     page.add_init_script(LONGTASKS)
+    page.add_init_script(STATS_SEEN)
     watch = Watch(page, url)
     page.goto(url, wait_until="load", timeout=60000)
     expect(page.locator("#ds-run")).to_be_visible(timeout=30000)
@@ -137,19 +150,50 @@ def label_step(page, root: str) -> int:
     return int(m.group(1))
 
 
+def load_factor() -> float:
+    """1 on a quiet machine, load / cores above it: a wall time of a process starved of CPU by other work looks
+    slow too, so a shared CI box measures the page, not its neighbours (the goals are re-measured quiet)."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 def longtask_limit_ms() -> float:
-    """200 ms on a quiet machine. A long task is wall time, so a renderer starved of CPU by other work
-    (load above the core count) looks slow too: scale by the load so a shared CI box measures the page,
-    not its neighbours (the goal is re-measured on a quiet machine)."""
-    return LONGTASK_MS * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    """200 ms on a quiet machine, scaled by the load (load_factor)."""
+    return LONGTASK_MS * load_factor()
 
 
 def overflow(page) -> int:
     return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
 
 
+def live_round(page, model, tok, n: int) -> dict:
+    """The engine alone for n tokens, then the same run live in the browser right after it (both see the same
+    load). In ms: the engine alone, the live run's engine (its trace's wall, on the page's done line) and click
+    to done on the page; and the live updates the page received (distinct "running… step N" status lines)."""
+    engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=n, **SHIPPED_CPU["lookahead"])
+    set_number(page, "ds-max-new", n)
+    t0 = page.evaluate("performance.now()")
+    page.locator("#ds-run").click()
+    wait_done(page, n)
+    t1 = page.evaluate("performance.now()")
+    assert page.locator("#ds-output textarea").input_value() == engine.text
+    seen = [text for at, text in page.evaluate("window.__stats") if t0 <= at <= t1]
+    wall = re.search(r"([\d.]+)\s*wall s", page.locator(STATS).inner_text())
+    assert wall, page.locator(STATS).inner_text()
+    # the run's event ends when its step view is mounted (stepper.js drops the stale mark); until then gradio
+    # ignores another click on Run (trigger mode "once"), so the next round waits for it
+    expect(page.locator("#ds-stepview.ds-stale")).to_have_count(0, timeout=60000)
+    return {"engine_ms": engine.wall_s * 1e3, "live_engine_ms": float(wall.group(1)) * 1e3, "live_ms": t1 - t0,
+            "updates": len({m.group(1) for t in seen if (m := re.search(r"running… step (\d+)", t))}),
+            "t0": t0, "t1": t1, "engine": engine}
+
+
 @pytest.mark.timing
 def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
+    """Streaming costs a bounded amount per update, updates come at a bounded rate (MIN_INTERVAL_S), and the
+    run's fixed cost (click to the engine's start, its end to the page) is bounded in ms: none of these moves
+    with the engine's speed, where a ratio of tokens/s does (on a machine 4x faster a 400-token run lasts a
+    second and the fixed cost is a third of it). Unthrottled updates (one a step) fail the rate bound; expensive
+    ones (slowing the engine while it streams) the per-update bound."""
     url, demo = served
     page, watch = open_app(browser, url)
     expect(page.locator("#ds-prompt textarea")).to_have_value(VECTOR)
@@ -159,29 +203,28 @@ def test_live_run_keeps_engine_speed_and_the_page_responsive(browser, served):
     expect(page.locator("#ds-stepview .ds-stepper .main-svg").first).to_be_visible(timeout=60000)
     page.wait_for_timeout(1000)  # the warm-up's step view is drawn: not part of the measured run
     model, tok = demo.decodescope["cache"].get(app_module.EMBEDDED_TARGET)
-    # a timing on a shared 2-core machine: each round times the engine alone and then the live path right after it,
-    # so both see the same load, and the test keeps the best of up to 3 rounds' ratios (a slow live path fails all
-    # 3); each round has its own length, so wait_done sees its 'done'
-    ratio = 0.0
+    # a timing on a shared machine: each round times the engine alone and then the live run right after it, and
+    # the test keeps the best of up to 3 rounds (a slow live path fails all 3); each round has its own length, so
+    # wait_done sees its 'done'
+    fixed_limit = FIXED_MS * load_factor()
+    best_update, best_fixed = float("inf"), float("inf")
     for n in (400, 399, 398):
-        engine = run(model, tok, VECTOR, "lookahead", max_new_tokens=n, **SHIPPED_CPU["lookahead"])
-        engine_tps = len(engine.output_ids) / engine.wall_s
-        set_number(page, "ds-max-new", n)
-        t0 = page.evaluate("performance.now()")
-        page.locator("#ds-run").click()
-        wait_done(page, n)
-        t1 = page.evaluate("performance.now()")
-        assert page.locator("#ds-output textarea").input_value() == engine.text
-        live_tps = n / ((t1 - t0) / 1e3)
-        ratio = max(ratio, live_tps / engine_tps)
-        # the run's event ends when its step view is mounted (stepper.js drops the stale mark); until then gradio
-        # ignores another click on Run (trigger mode "once"), so a retry waits for it
-        expect(page.locator("#ds-stepview.ds-stale")).to_have_count(0, timeout=60000)
-        print(f"\nengine alone {engine_tps:.0f} tok/s; live in the browser (click to done, {n} tokens) "
-              f"{live_tps:.0f} tok/s = {live_tps / engine_tps:.0%}")
-        if ratio >= 0.7:
+        r = live_round(page, model, tok, n)
+        # at most one update per MIN_INTERVAL_S of the engine's run (+1: the first comes at once; +10 ms: the done
+        # line's wall is rounded), whatever the engine's speed
+        assert r["updates"] <= (r["live_engine_ms"] + 10) / 1e3 / MIN_INTERVAL_S + 1, \
+            f"{r['updates']} live updates in a {r['live_engine_ms']:.0f} ms run: more than one per {MIN_INTERVAL_S} s"
+        per_update = (r["live_engine_ms"] - r["engine_ms"]) / max(1, r["updates"])  # the engine slowed by streaming
+        fixed = r["live_ms"] - r["live_engine_ms"]
+        best_update, best_fixed = min(best_update, per_update), min(best_fixed, fixed)
+        print(f"\n{n} tokens: engine alone {r['engine_ms']:.0f} ms, live {r['live_engine_ms']:.0f} ms with "
+              f"{r['updates']} updates ({per_update:+.0f} ms per update, limit {PER_UPDATE_MS}); click to done "
+              f"{r['live_ms']:.0f} ms (fixed {fixed:.0f} ms, limit {fixed_limit:.0f}); load {os.getloadavg()[0]:.1f}")
+        if best_update <= PER_UPDATE_MS and best_fixed <= fixed_limit:
             break
-    assert ratio >= 0.7, f"the live path kept {ratio:.0%} of the engine's speed in its best round"
+    assert best_update <= PER_UPDATE_MS, f"each live update slowed the engine by {best_update:.0f} ms (best round)"
+    assert best_fixed <= fixed_limit, f"click to done took {best_fixed:.0f} ms beyond the engine's run (best round)"
+    engine, t0, t1 = r["engine"], r["t0"], r["t1"]
     tasks = [(round(s - t0), d) for s, d in page.evaluate("window.__longtasks") if t0 <= s <= t1]
     limit = longtask_limit_ms()
     print(f"long tasks (> 50 ms) during the run, (start ms, duration ms): {tasks}; limit {limit:.0f} ms")
