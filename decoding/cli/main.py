@@ -140,7 +140,8 @@ def show(args: argparse.Namespace, model, tok, tr, sampling, out: str | None) ->
     from ..fast.graphs import capture_warning
     if capture_warning(tr.config):  # one line: the run was exact but its failed buckets ran eagerly
         print(f"[graphs] {capture_warning(tr.config)}", file=sys.stderr)
-    for line in metric_lines(tr):
+    hint = acceptance_hint(tr)  # drafts (almost) never accepted: why, and what to try
+    for line in metric_lines(tr) + ([hint] if hint else []):
         print(line, file=sys.stderr)
     copied = sum(o == "reference" for s in tr.steps for o in s.origins)
     if args.reference:
@@ -178,6 +179,27 @@ def metric_lines(tr) -> list[str]:
                     ", no draft forwards (the heads read the target's own features)" if "heads" in needs else "")
         lines.append(f"[{m}] tree: acceptance per depth (reached / tried) {depth}{forwards}, origins {tree['origins']}")
     return lines
+
+
+HINT_STEPS = 8  # drafting steps a run needs before "almost never accepted" is said
+
+
+def acceptance_hint(tr) -> str | None:
+    """One line when the target accepted (almost) none of a run's drafts, under one token per 20 drafting
+    steps: every step then paid for drafts for nothing (slower than greedy). Why, and what to try, is the
+    method's own (MethodSpec.no_acceptance)."""
+    from ..trace.stats import spec_decode_stats
+    sd = spec_decode_stats(tr)
+    if not sd or not sd.get("num_drafts") or sd["num_drafts"] < HINT_STEPS:
+        return None
+    if sd["num_accepted_tokens"] * 20 >= sd["num_drafts"]:
+        return None
+    spec = SPECS.get(tr.method)
+    why = (spec.no_acceptance if spec is not None and spec.no_acceptance else
+           "its drafts keep missing this model's tokens; --compare greedy measures what that costs, and "
+           "docs/methods.md says which method fits which text")
+    return (f"[hint] {tr.method} accepted {sd['num_accepted_tokens']} of {sd['num_draft_tokens']} draft tokens in "
+            f"{sd['num_drafts']} drafting steps, so each step cost more than greedy's: {why}")
 
 
 def convert(args: argparse.Namespace) -> int:

@@ -144,7 +144,9 @@ class MethodSpec:
     learns: its drafts depend on what observe() hands it (the target's predictions, logits or hidden rows, the
       accepted path), as a window, a pool, a table of successors or a draft cache does; False for a method
       whose drafts come from the context alone (greedy, prompt lookup). The conformance test runs the method
-      with observe() skipped and expects other drafts: a drafter that forgets to learn is caught."""
+      with observe() skipped and expects other drafts: a drafter that forgets to learn is caught.
+    no_acceptance: what the CLI says after a run whose drafts the target (almost) never accepted: why this
+      method's drafts miss and what to try, one clause ("" = the generic line, decoding/cli/main.py)."""
     name: str
     drafter: type
     params: type
@@ -169,6 +171,7 @@ class MethodSpec:
     examples: tuple[dict, ...] = ({},)
     query_tokens: Callable[[dict], int] | None = None
     learns: bool = True
+    no_acceptance: str = ""
 
     def knobs(self, *, user: bool = True) -> list[Knob]:
         """The parameters in declaration order; user=True leaves out the internal ones the builder fills."""

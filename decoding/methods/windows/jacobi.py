@@ -114,4 +114,7 @@ SPEC = MethodSpec(
     presets={"cpu_embedded": {"block": 2}, "cpu_default": {"block": 1}, "teaching": {"block": 5}},
     pictures=("mask", "trajectory"), words=words,  # the trajectory view draws the block (no lookahead window)
     query_tokens=lambda p: p["block"] + 1,  # x0 and the block's guesses
+    no_acceptance=("its fixed-point guesses never settled on this model's tokens (each guess is the model's "
+                   "answer after the wrong guess before it); try --method lookahead, which also drafts n-grams "
+                   "its window and the text produced, or prompt_lookup, or --block 1, the cheapest step"),
     examples=({"block": 4},))
