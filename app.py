@@ -29,7 +29,8 @@ from appkit.api import label_outputs, named, preset_from_page  # noqa: E402
 from appkit.page import autofields, lesson  # noqa: E402
 from appkit.page.hints import hub_label, prompt_hint, prompt_info  # noqa: E402
 from appkit.run.handlers import TMP_MAX_AGE_S  # noqa: E402
-from appkit.public.clients import Admission, Places, Unread  # noqa: E402
+from appkit.public.clients import Admission, Places, Unread, no_forwarded_headers_by_default  # noqa: E402
+from appkit.public.fair import TOTAL_JOBS  # noqa: E402
 from appkit.public.limits import MAX_TRACE_BYTES, PUBLIC_MAX_TRACE_BYTES, Limits  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 from appkit.models.model_cache import ModelCache  # noqa: E402
@@ -51,7 +52,10 @@ from appkit.race.tabs import RACE_DEFAULT  # noqa: E402
 
 log = logging.getLogger("decodescope.app")
 GPU = "gpu"  # one concurrency id: every event that runs a model waits in the same queue
-PUBLIC_SLOTS = 16  # public mode: model events in flight at once (they wait for the model's turns, appkit/public/fair.py)
+# public mode: model events in flight at once. Above the server's job cap (fair.TOTAL_JOBS), so an event Gradio
+# accepted starts at once and waits in the fair order of the model's turns (appkit/public/fair.py), never in
+# Gradio's first-come queue behind other visitors' waiting handlers; a handler past the cap is refused in one line.
+PUBLIC_SLOTS = TOTAL_JOBS + 16
 PUBLIC_MODEL_CACHE_MB = 8192  # public mode: weights kept loaded (the 1.7B allow-listed model is 6.8 GB in fp32)
 UNREAD_S = 10.0  # public mode: a job whose messages nobody has read for this long ends
 RENDER = "render"  # replays of uploaded traces: one at a time (decoding/trace/check.py bounds each one)
@@ -254,6 +258,10 @@ def launch_kwargs(demo: gr.Blocks | None = None) -> dict:
     if h is not None and h.places is not None:  # public: the upload route takes what Replay takes, no more
         kw["max_file_size"] = h.max_trace_bytes
         kw["app_kwargs"] = {"middleware": [Middleware(Admission, places=h.places, downloads=h.downloads)]}
+        # every model event in flight may wait for its turn in a worker thread: room for all of them besides
+        # Gradio's default 40 for everything else (Stop, the page's checks)
+        kw["max_threads"] = 40 + PUBLIC_SLOTS
+        no_forwarded_headers_by_default()  # uvicorn trusts X-Forwarded-For from loopback unless told otherwise
     return kw
 
 

@@ -15,6 +15,8 @@ import threading
 import weakref
 from collections import OrderedDict
 
+import torch
+
 from decoding import load
 from decoding.engine.runner import precapture
 from decoding.fast.cpu_gemm import kernel_wanted, model_kernel
@@ -23,8 +25,34 @@ from decoding.models import ModelError, pick_device, pick_dtype
 log = logging.getLogger("decodescope.models")
 
 
-def _bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+def _tensors(obj, depth: int = 1):
+    """The tensors an object keeps as attributes (a FusedLinears' concatenated panels), one level down."""
+    for v in vars(obj).values():
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif depth and hasattr(v, "__dict__") and not isinstance(v, (torch.nn.Module, type)):
+            yield from _tensors(v, depth - 1)
+
+
+def held_bytes(*models, seen: dict | None = None) -> int:
+    """Bytes of every tensor the models keep: parameters, buffers (the CPU kernel's packed panels are buffers:
+    the default model's 92 MiB of blocks beside its 513 MiB of weights) and tensors kept as plain attributes
+    (fused panels), each storage once however many views, modules or models share it (a layers-only draft
+    shares its target's embedding). `seen` carries the storages already counted across calls."""
+    seen = {} if seen is None else seen
+    for model in models:
+        if model is None or not isinstance(model, torch.nn.Module):
+            continue
+        for m in model.modules():
+            for t in [*m._parameters.values(), *m._buffers.values(), *_tensors(m)]:
+                if t is None or t.device.type == "meta":
+                    continue
+                st = t.untyped_storage()
+                seen[(st.device, st.data_ptr())] = st.nbytes()
+    return sum(seen.values())
+
+
+_bytes = held_bytes
 
 
 class ModelCache:
@@ -65,13 +93,24 @@ class ModelCache:
     def _evict(self) -> None:
         """Least recently used first, pinned names last, until count and bytes are within the bounds."""
         def over() -> bool:
-            total = sum(_bytes(m) for m, _ in self._models.values())
+            total = self.nbytes()
             return len(self._models) > self.capacity or (self.max_bytes is not None and total > self.max_bytes
                                                            and len(self._models) > 1)
         while over():
             order = [k for k in self._models if k[0] not in self.pinned] or list(self._models)
             self._models.pop(order[0])
         self._aliases = {a: k for a, k in self._aliases.items() if k in self._models}
+
+    def nbytes(self) -> int:
+        """What the cache holds: every tensor of every model and of the drafts built on them, shared storage
+        once (held_bytes). The server's memory after loading follows this figure (tests/test_model_cache_bounds.py)."""
+        seen: dict = {}
+        for m, _ in self._models.values():
+            held_bytes(m, seen=seen)
+        for ref, pair in self._drafts.values():
+            if ref() is not None:
+                held_bytes(pair[0], seen=seen)
+        return sum(seen.values())
 
     def get(self, name: str, device: str | None = None, dtype: str | None = None, kernel: str | None = None):
         """(model, tokenizer), loading on first use; ModelError with one line when it cannot load."""

@@ -57,12 +57,19 @@ def _remove(p: Path) -> None:
 
 
 class Downloads:
-    """Folders for requests' downloads under `root`; `others` (Gradio's cache) count against the same cap."""
+    """Folders for requests' downloads under `root`; `others` (Gradio's cache) count against the same cap.
+
+    Two ways to count: `prune` walks the folders (a request's start and end, in its worker thread), and
+    `written` (an upload, several a second under attack) counts only the files just written, against running
+    totals kept since the last walk (`_index`): its work does not grow with the entries on disk."""
 
     def __init__(self, root: Path = TMP, cap: int = DISK_CAP["local"], max_age_s: float = TMP_MAX_AGE_S):
         self.root, self.cap, self.max_age_s = Path(root), int(cap), max_age_s
         self.others: list[Path] = []
         self.owners: dict[Path, str] = {}  # top-level entry -> the client that wrote it (uploads: clients.py)
+        self._index: dict[Path, list] = {}  # top-level entry -> [last change, bytes], as of the last walk + uploads
+        self._total = 0  # the bytes of _index
+        self._by_owner: dict[str, int] = {}  # client -> bytes of its entries in _index
         self._lock = threading.Lock()
 
     def entries(self) -> list[tuple[float, int, Path]]:
@@ -95,14 +102,51 @@ class Downloads:
         return None
 
     def written(self, paths: list[str], owner: str) -> int:
-        """Files a client has just written (an upload): owned by it, then the cap enforced at once, the
-        writer's own older files first. Returns the bytes left."""
+        """Files a client has just written (an upload): owned by it and added to the running totals, then the
+        cap enforced at once, the writer's own older files first. Reads only the new files' sizes: O(files
+        written), whatever is on disk. Returns the bytes counted."""
         with self._lock:
-            for p in paths:
+            now = time.time()
+            for p in paths[:64]:
                 top = self.top(p)
-                if top is not None:
-                    self.owners[top] = owner
-        return self.prune(owner=owner)
+                if top is None:
+                    continue
+                try:
+                    size = os.lstat(p).st_size
+                except OSError:
+                    continue
+                entry = self._index.setdefault(top, [now, 0])
+                entry[0], entry[1] = now, entry[1] + size
+                self._total += size
+                if self.owners.get(top) not in (None, owner):  # an entry changes hands: its bytes go with it
+                    self._by_owner[self.owners[top]] -= entry[1] - size
+                    self._by_owner[owner] = self._by_owner.get(owner, 0) + entry[1] - size
+                self.owners[top] = owner
+                self._by_owner[owner] = self._by_owner.get(owner, 0) + size
+            if self._total > self.cap:
+                live = [(t, b, q) for q, (t, b) in self._index.items()]
+                for t, b, q in self._order(live, owner):
+                    if self._total <= self.cap:
+                        break
+                    _remove(q)
+                    self._forget(q)
+            return self._total
+
+    def held_by(self, owner: str) -> int:
+        """Bytes of the entries a client wrote, as counted (uploads since the last walk included)."""
+        with self._lock:
+            return self._by_owner.get(owner, 0)
+
+    def _forget(self, p: Path) -> None:
+        """Drop an entry from the running totals (it was deleted). Caller holds the lock."""
+        t_b = self._index.pop(p, None)
+        owner = self.owners.pop(p, None)
+        if t_b is not None:
+            self._total -= t_b[1]
+            if owner is not None and owner in self._by_owner:
+                self._by_owner[owner] -= t_b[1]
+                if self._by_owner[owner] <= 0:
+                    del self._by_owner[owner]
 
     def _order(self, live: list[tuple[float, int, Path]], owner: str | None) -> list[tuple[float, int, Path]]:
         """Who goes first when over the cap: the writer's own entries (oldest first), then everyone's oldest,
@@ -136,6 +180,15 @@ class Downloads:
                     _remove(p)
                     self.owners.pop(p, None)
                     total -= b
+            # the walk is the truth: the running totals start again from it
+            kept = [(t, b, p) for t, b, p in live if p.exists() or p == keep]
+            self._index = {p: [t, b] for t, b, p in kept}
+            self._total = sum(b for _, b, _ in kept)
+            self._by_owner = {}
+            for t, b, p in kept:
+                if p in self.owners:
+                    self._by_owner[self.owners[p]] = self._by_owner.get(self.owners[p], 0) + b
+            self.owners = {p: o for p, o in self.owners.items() if p in self._index}
             return total
 
     def folder(self) -> Path:

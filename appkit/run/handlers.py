@@ -29,7 +29,8 @@ from .threads import needs_thread_timing, run_key, speed_of, threads_for, thread
 from ..errors import reported
 from ..public.clients import Places, request_client
 from ..public.per_session import PerSession
-from ..public.fair import CLIENT_JOBS, PUBLIC_WORK, Refused, TurnCancelled, Turns, check_work
+from ..public.fair import (CLIENT_JOBS, PUBLIC_WORK, RESERVE, RUN_MODEL_S, RUN_WALL_S, TOTAL_JOBS, Budget,
+                          Refused, TurnCancelled, Turns, check_work, weight_span)
 from ..public.limits import PUBLIC_HISTORY, Limits
 from ..models.model_cache import ModelCache
 from .method_fields import can, is_baseline, needs
@@ -37,7 +38,7 @@ from .settings import InputError, Settings, check_common, method_params, raise_i
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
 from .auto_presets import AutoPresets
 from .prepared import Prepared
-from .stream import Job, Recorder, Sessions, Stopped
+from .stream import Job, Recorder, Sessions, Stopped, mark_interleaved
 from ..page.tables import live_line, public_trace, stats_md
 
 CLEAR = ""  # the message output when an event starts: the last error goes away
@@ -73,7 +74,8 @@ class Handlers(AutoPresets):
         self.downloads = Downloads(TMP, disk_cap(lim.public))
         # the model's turns (one unit of work at a time, the least-served session first); public mode: one
         # running and one queued job per session, a work budget per request, tuning kept per session
-        self.turns = Turns(max_jobs=2 if lim.public else None, client_jobs=CLIENT_JOBS if lim.public else None)
+        self.turns = Turns(max_jobs=2 if lim.public else None, client_jobs=CLIENT_JOBS if lim.public else None,
+                           total_jobs=TOTAL_JOBS if lim.public else None, reserve=RESERVE)
         self.places: Places | None = None  # public mode: the queue places per client (app.py's Admission)
         self.work_limit = PUBLIC_WORK if lim.public else None
         self.session_presets: dict[str, dict] = {}
@@ -93,18 +95,26 @@ class Handlers(AutoPresets):
         with self.turns.job(session, client), (self.turns.turn(session) if turn else nullcontext()):
             yield
 
-    def turn_for(self, session: str | None, stop):
-        """() -> a context holding the model for one unit of this session's work; a Stop ends the wait."""
+    def turn_for(self, session: str | None, stop, budget: Budget | None = None):
+        """() -> a context holding the model for one unit of this session's work (it yields the fair.Held: its
+        steps give way to waiting visitors and are charged to `budget`); a Stop ends the wait."""
         @contextmanager
         def turn():
             if stop.is_set():  # stopped between two units (a Tune's pilot runs, a race's repeats): no next one
                 raise Stopped()
             try:
-                with self.turns.turn(session, stop.is_set):
-                    yield
+                with self.turns.turn(session, stop.is_set, budget=budget) as held:
+                    yield held
             except TurnCancelled:
                 raise Stopped() from None
         return turn
+
+    def budget(self) -> Budget | None:
+        """A request's work as it runs (public mode: step costs charged against twice the up-front token budget,
+        since a drafting step costs several positions; each run's model and wall time bounded)."""
+        if not self.lim.public:
+            return None
+        return Budget(2 * self.work_limit if self.work_limit is not None else None, RUN_MODEL_S, RUN_WALL_S)
 
     def model_name(self, name, role: str) -> str:
         """The model to load: the page's name for an embedded model is repo-relative, never a server path."""
@@ -121,13 +131,16 @@ class Handlers(AutoPresets):
         yield (CLEAR, "waiting for the model, then loading…" if self.lim.public else "loading model…", *rest)
         if self.fetching and self.aliases.get(str(s.target), str(s.target)) == self.lim.default_target:
             yield from fetch_waits(self.fetching, rest)  # the fetch's stage, not a silent "loading"
-        turn = self.turn_for(session, stop) if stop is not None else nullcontext
+        budget = self.budget()
+        turn = self.turn_for(session, stop, budget) if stop is not None else nullcontext
         try:
             with turn():
                 p = self.plan(s, methods, presets_too=False, runs=runs, what=what)
         except Stopped:
             raise Refused("stopped while waiting for the model") from None
-        p.session, p.turn = session, turn
+        if budget is not None:
+            budget.span = weight_span(p.model.config)
+        p.session, p.turn, p.budget = session, turn, budget
         target = self.model_name(s.target, "target")
         if needs_thread_timing(p.model):
             yield (gr.skip(), "timing greedy at each CPU thread count for this model (once, a few seconds)…", *rest)
@@ -220,10 +233,11 @@ class Handlers(AutoPresets):
                              f"{p.max_new:,} new + {span} {method.replace('_', ' ')} span = "
                              f"{n + p.max_new + span:,} positions, the model has {limit:,}: {fix}")
 
-    def finish(self, tr, p: Prepared, stopped: bool = False) -> tuple[str, str, dict]:
-        """(step view html, trace download path, trace dict) of a finished or stopped run."""
+    def finish(self, tr, p: Prepared, stopped: bool = False, reason: str = "stopped") -> tuple[str, str, dict]:
+        """(step view html, trace download path, trace dict) of a finished or stopped run (`reason`: Stop, or
+        the public bound that cut it: fair.Cut)."""
         if stopped:
-            tr.stop_reason = "stopped"
+            tr.stop_reason = reason
             tr.text = p.tok.decode(tr.output_ids)
             tr.vocab = vocab_for(tr, p.tok)
             tr.model = describe(p.model)
@@ -259,27 +273,31 @@ class Handlers(AutoPresets):
                 def on_step(step, out):
                     rec.add(step, out)
                     job.report(len(rec.trace.steps))
-                    job.check()
-                with p.turn():
-                    return run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
-                               drafter=drafter, on_step=on_step)
+                    job.check(step, out)
+                with p.turn() as held:
+                    tr = run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
+                             drafter=drafter, on_step=on_step)
+                    return mark_interleaved(tr, held)
 
             note = " · ".join(x for x in (p.notes.get(s.method, ""), threads_note(p.threads)) if x)
             key = run_key(p)
-            for kind, result in Job(work, stop, thread_setup).updates():
+            job = Job(work, stop, thread_setup)
+            for kind, result in job.updates():
                 if kind == "progress":
                     tr = rec.trace
                     yield gr.skip(), live_line(tr), p.tok.decode(tr.output_ids), gr.skip(), gr.skip(), gr.skip()
                     continue
                 tr = result if kind == "done" else rec.trace
-                head = f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" else ""
+                head = (f"**Stopped after {len(tr.output_ids)} tokens**" if kind == "stopped" and job.cut is None else
+                        f"**{job.cut.why}** ({len(tr.output_ids)} tokens made)" if kind == "stopped" else "")
                 text = tr.text if kind == "done" else p.tok.decode(tr.output_ids)
                 graphs = capture_warning(tr.config)  # one line when a CUDA graph capture failed
                 note_run = " · ".join(x for x in (copied_note(tr), speed_of(self.greedy_ms, session, key, tr,
                                                                              kind == "done"), note) if x)
                 note_run = f"{note_run}\n\n{graphs}" if graphs else note_run
                 yield gr.skip(), stats_md(tr, head, note_run), text, gr.skip(), gr.skip(), gr.skip()  # status first
-                html, path, d = self.finish(tr, p, stopped=kind == "stopped")
+                html, path, d = self.finish(tr, p, stopped=kind == "stopped",
+                                            reason=job.cut.reason if job.cut is not None else "stopped")
                 yield CLEAR, stats_md(tr, head, note_run), text, html, path, d
         finally:
             self.sessions.end(session, stop)

@@ -13,6 +13,7 @@ from decoding.build import build
 
 from .method_fields import can, needs
 from .settings import Settings
+from .stream import mark_interleaved
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Prepared:
     history: object = None
     session: str | None = None
     turn: object = nullcontext  # () -> a context holding the model for one run (Handlers.turn_for)
+    budget: object = None  # the request's fair.Budget (public mode), charged step by step
     # method -> what the page names for it, resolved once by Handlers.plan (heads folder, datastore, adapter)
     resources: dict = field(default_factory=dict)
 
@@ -56,6 +58,7 @@ class Prepared:
 
     def run(self, method: str, on_step=None, **kw):
         """One run, holding the model's turn (appkit/public/fair.py)."""
-        with self.turn():
-            return run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
-                       drafter=self.drafter(method), on_step=on_step, **kw)
+        with self.turn() as held:
+            tr = run(self.model, self.tok, self.prompt, method, max_new_tokens=self.max_new, sampling=self.sampling,
+                     drafter=self.drafter(method), on_step=on_step, **kw)
+            return mark_interleaved(tr, held)

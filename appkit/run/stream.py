@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator
 
 from decoding import Step, Trace
 
+from ..public.fair import Cut, TurnCancelled, between_steps
+
 # ~3 UI updates a second. The browser and the engine share the cores: at 0.15 s a 400-token live run kept
 # 62-84% of the engine-alone tokens/s on the 2-core box, at 0.3 s 96-100% (tests/test_browser.py, -s).
 MIN_INTERVAL_S = 0.3
@@ -105,21 +107,43 @@ class Recorder:
         self.trace.wall_s = time.perf_counter() - self.t0
 
 
+def mark_interleaved(tr: Trace, held) -> Trace:
+    """A run that gave the model to other visitors between its steps (appkit/public/fair.py): its trace says how
+    often and how long, and its wall time counts its own steps only. Its tokens are the same either way: a run's
+    KV cache, drafter and sampler are its own."""
+    if held is not None and getattr(held, "pauses", 0) and isinstance(tr, Trace):
+        tr.config["interleaved"] = {"pauses": held.pauses, "waited_s": round(held.waited_s, 3)}
+        tr.wall_s = max(tr.wall_s - held.waited_s, 1e-6)
+    return tr
+
+
 class Job:
     """A worker thread running work(job); the caller iterates job.updates() in the Gradio generator."""
 
     def __init__(self, work: Callable[["Job"], Any], stop: "StopSignal | threading.Event",
                  setup: Callable[[], None] | None = None):
         self.stop, self.result, self.error, self.stopped = stop, None, None, False
+        self.cut: Cut | None = None  # a public bound ended the work after a step (fair.Budget)
         self.progress: Any = None
         self._wake = threading.Condition()
         self._done = False
         self._thread = threading.Thread(target=self._main, args=(work, setup), daemon=True, name="decodescope-run")
 
     def check(self, step: Step | None = None, out: list[int] | None = None) -> None:
-        """on_step hook: Stop ends the work here, after the step that just finished."""
+        """on_step hook: Stop ends the work here, after the step that just finished; then the step is charged to
+        the request's budget and the model may go to a waiting visitor before the next step
+        (appkit/public/fair.py: between_steps)."""
         if self.stop.is_set():
             raise Stopped()
+        if step is None:
+            return
+        try:
+            between_steps(step.n_query, step.kv_len)
+        except Cut as e:
+            self.cut = e
+            raise Stopped() from None
+        except TurnCancelled:
+            raise Stopped() from None
 
     def report(self, progress: Any) -> None:
         """Latest progress (overwrites the previous one: the UI only needs the newest)."""
