@@ -119,8 +119,8 @@ def _decode(core: Core, drafter: Drafter, tr: Trace, prompt_ids: list[int], max_
         with ctx_mgr(index, "decode"):
             t0 = time.perf_counter()
             plan = drafter.plan(context)
-            if max(plan.depths) >= depth:
-                raise RuntimeError(too_deep(drafter, plan, depth))
+            if max(plan.depths) >= depth and max(plan.depths) >= drafter.max_depth():  # (asked again: it may grow)
+                raise RuntimeError(too_deep(drafter, plan, drafter.max_depth()))
             kv_len = core.length
             hidden = None
             if plan.hidden_rows is None:
