@@ -123,15 +123,16 @@ def test_batched_answers_equal_the_engines_int8_greedy_one_at_a_time():
 
     from decoding import generate, make_drafter
     _, model, _ = models(hidden=64, layers=2)
-    prompts = [[5, 6, 7, 8], list(range(40, 60)), [3] * 9, [11, 12, 13, 11, 12], list(range(20, 31)), [1, 2]]
+    prompts = [[5, 6, 7, 8], list(range(40, 60)), [3] * 9, [11, 12, 13, 11, 12], [40, 41, 42, 7, 8, 9],
+               [40, 41, 42, 7, 1, 2]]
     lengths = [30, 12, 25, 7, 18, 22]
     want = [generate(model, p, make_drafter("greedy"), max_new_tokens=n).output_ids for p, n in zip(prompts, lengths)]
 
-    def batched(width: int, temperature: float = 0.0) -> tuple[dict, Batcher]:
-        jobs = iter([Job(i, list(p), n, frozenset(), temperature=temperature, seed=i)
+    def batched(width: int, temperature: float = 0.0, prefix=None) -> tuple[dict, Batcher]:
+        jobs = iter([Job(i, list(p), n, frozenset(), temperature=temperature, top_p=0.9, seed=i)
                      for i, (p, n) in enumerate(zip(prompts, lengths))])
         got: dict[int, list[int]] = {}
-        b = Batcher(model, width, slack=0)
+        b = Batcher(model, width, slack=0, prefix=prefix)
         b.run(lambda: next(jobs, None), lambda j: got.__setitem__(j.key, j.out))
         return got, b
 
@@ -139,6 +140,10 @@ def test_batched_answers_equal_the_engines_int8_greedy_one_at_a_time():
     assert [got[i] for i in range(len(prompts))] == want
     assert b.compactions > 0 and b.rows > b.steps  # steps shared rows, and the store was compacted
     assert len({tuple(w) for w in want}) > 1
+    # a shared opening of the last two prompts: computed once, when the first of them joins (after other jobs'
+    # keys), read by both
+    shared, b = batched(3, prefix=[40, 41, 42, 7])
+    assert [shared[i] for i in range(len(prompts))] == want and b.prefix_slots
     one, _ = batched(1, temperature=1.0)
-    three, _ = batched(3, temperature=1.0)
+    three, _ = batched(3, temperature=1.0, prefix=[40, 41, 42, 7])
     assert one == three and one != got

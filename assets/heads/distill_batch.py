@@ -37,13 +37,15 @@ class Job:
     top_p: float = 1.0
     seed: int = 0
     out: list[int] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)  # its keys' store slots, in order (a shared prefix's first)
+    shared: int = 0  # how many leading slots are the Batcher's shared prefix
+    fed: bool = False  # its prompt went through a step
     gen: torch.Generator | None = None
     tag: object = None  # the caller's (where the result goes)
 
     def pending(self) -> list[int]:
-        """Tokens this step feeds: the whole prompt first, then the last new token."""
-        return self.prompt if not self.slots else self.out[-1:]
+        """Tokens this step feeds: the prompt (past a shared prefix) first, then the last new token."""
+        return self.prompt[self.shared:] if not self.fed else self.out[-1:]
 
 
 def pick(job: Job, logits: torch.Tensor) -> int:
@@ -54,16 +56,24 @@ def pick(job: Job, logits: torch.Tensor) -> int:
         job.gen = torch.Generator().manual_seed(job.seed)
     probs = torch.softmax(logits.double() / job.temperature, -1)
     if job.top_p < 1.0:
-        sorted_p, idx = probs.sort(descending=True)
-        keep = (sorted_p.cumsum(-1) - sorted_p) < job.top_p
-        probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
+        # the nucleus (tokens before which the sorted mass is < top_p), from the top k only once they hold
+        # top_p: the same set as a full sort's, without sorting 49K probabilities a token (~4 ms)
+        k = 64
+        while True:
+            top, idx = probs.topk(min(k, probs.numel()))
+            mass = top.cumsum(-1)
+            if mass[-1] >= job.top_p or k >= probs.numel():
+                break
+            k *= 4
+        keep = (mass - top) < job.top_p
+        probs = torch.zeros_like(probs).scatter_(0, idx[keep], top[keep])
     return int(torch.multinomial(probs, 1, generator=job.gen))
 
 
 class Batcher:
     """Runs Jobs `width` at a time in one llama_step call a step; new jobs join as others finish."""
 
-    def __init__(self, model, width: int = 8, slack: int = 256):
+    def __init__(self, model, width: int = 8, slack: int = 256, prefix: list[int] | None = None):
         why = why_not(model)
         if why:
             raise RuntimeError(f"the one-call CPU step cannot run this model: {why}")
@@ -75,22 +85,47 @@ class Batcher:
         self.steps = 0
         self.rows = 0
         self.compactions = 0
+        # a prompt opening shared by many jobs (the chat template's system turn): its keys are computed once,
+        # at positions 0.., and every job that starts with it reads them (the same bits as its own prefill's)
+        self.prefix = list(prefix or [])
+        self.prefix_slots: list[int] = []
 
     @torch.inference_mode()
     def compact(self) -> None:
         """Move the live jobs' keys to the front of the store, each job's keys in their order."""
-        idx = [s for job in self.live for s in job.slots]
+        idx = self.prefix_slots + [s for job in self.live for s in job.slots[job.shared:]]
         if len(idx) == self.used:
             return
         self.compactions += 1
         if idx:
             t = torch.tensor(idx)
             self.kv.store[..., :len(idx), :] = self.kv.store.index_select(-2, t)
-        n = 0
+        self.prefix_slots = list(range(len(self.prefix_slots)))
+        n = len(self.prefix_slots)
         for job in self.live:
-            job.slots = list(range(n, n + len(job.slots)))
-            n += len(job.slots)
+            own = len(job.slots) - job.shared
+            job.slots = self.prefix_slots[:job.shared] + list(range(n, n + own))
+            n += own
         self.used = n
+
+    @torch.inference_mode()
+    def _prefill_prefix(self) -> None:
+        """The shared prefix's keys, once, in a step of its own (before any job's keys)."""
+        m = len(self.prefix)
+        mask = torch.full((m, self.used + m), MASKED)
+        mask[:, self.used:] = torch.tril(torch.ones(m, m)).log().clamp(min=MASKED)
+        self.kv.run(torch.tensor([self.prefix]), torch.arange(m)[None], mask[None, None], 1, [])
+        self.prefix_slots = list(range(self.used, self.used + m))
+        self.used += m
+
+    def admit(self, job: Job) -> None:
+        """A new live job; one that opens with the shared prefix reads its keys instead of computing them."""
+        p = len(self.prefix)
+        if p and len(job.prompt) > p and job.prompt[:p] == self.prefix:
+            if not self.prefix_slots:
+                self._prefill_prefix()
+            job.slots, job.shared = list(self.prefix_slots), p
+        self.live.append(job)
 
     @torch.inference_mode()
     def step(self) -> None:
@@ -103,6 +138,7 @@ class Batcher:
             base = len(job.slots)
             if job.slots:
                 mask[r:r + len(feed), job.slots] = 0
+            job.fed = True
             new_slots = list(range(self.used + r, self.used + r + len(feed)))
             mask[r:r + len(feed), new_slots] = torch.tril(torch.ones(len(feed), len(feed))).log().clamp(min=MASKED)
             ids += feed
@@ -136,7 +172,7 @@ class Batcher:
                         raise RuntimeError("the job source waits on nothing")
                     break
                 else:
-                    self.live.append(job)
+                    self.admit(job)
             if not self.live:
                 return
             self.step()

@@ -9,8 +9,10 @@ template; every held-out prompt in bench/prompts is filtered out (tests/test_dis
 
 How: distill_batch.Batcher runs `--width` sequences a step through one llama_step call on the int8 kernel,
 where a row's result does not depend on the other rows: the answers are exactly the int8 greedy of
-`python -m decoding generate --kernel int8 --method greedy` (checked at the first start, `check` in the
-manifest). Work is cut into units (shards) in a fixed order, each written atomically when complete:
+`python -m decoding generate --kernel int8 --method greedy` (checked at every start, `checks` in the
+manifest). The chat template's system turn, which opens every chat and ask prompt, is computed once and
+read by every sequence (the same keys, bit for bit). Work is cut into units (shards) in a fixed order, each
+written atomically when complete:
     OUT/records/<unit>.jsonl   one JSON line per document (source, request, prompt and answer token ids)
     OUT/text/<unit>.txt        the transcripts (prompt + answer), EOS-separated: `train-heads --data OUT/text`
     OUT/state.json             the settings (a rerun with other settings is refused) and the timing
@@ -271,7 +273,7 @@ def manifest_command(a) -> str:
             + (f" --manifest {a.manifest}" if a.manifest else ""))
 
 
-def check(model, tok, requests: list[str], new: int, width: int, log) -> dict:
+def check(model, tok, requests: list[str], new: int, width: int, prefix: list[int], log) -> dict:
     """Batched answers vs the engine's one-at-a-time greedy, token for token, and both throughputs."""
     from decoding.engine.runner import generate
     from distill_batch import Batcher, Job
@@ -285,12 +287,13 @@ def check(model, tok, requests: list[str], new: int, width: int, log) -> dict:
     t1 = time.time()
     got: dict[int, list[int]] = {}
     jobs = iter([Job(i, p, new, frozenset([eos])) for i, p in enumerate(prompts)])
-    Batcher(model, width).run(lambda: next(jobs, None),
+    Batcher(model, width, prefix=prefix).run(lambda: next(jobs, None),
                               lambda j: got.__setitem__(j.key, j.out))
     t2 = time.time()
     same = sum(ref[i] == got[i] for i in range(len(prompts)))
     n = sum(len(g) for g in got.values())
-    res = {"requests": len(prompts), "identical": same, "new_tokens": n, "width": width,
+    res = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "requests": len(prompts), "identical": same,
+           "new_tokens": n, "width": width, "shared_prefix": len(prefix),
            "one_at_a_time_tokens_per_s": round(n / (t1 - t0), 1), "batched_tokens_per_s": round(n / (t2 - t1), 1),
            "load_1min": round(os.getloadavg()[0], 2)}
     log(f"check: {res}")
@@ -316,7 +319,7 @@ def main() -> None:
     ap.add_argument("--code-windows", type=int, default=3000, help="standard-library windows to continue at most")
     ap.add_argument("--kernel", default="int8", choices=["int8"], help="the batch-invariant kernel (exactness)")
     ap.add_argument("--width", type=int, default=8, help="sequences a step (speed only: results do not depend on it)")
-    ap.add_argument("--check", type=int, default=6, help="requests checked batched vs one-at-a-time at the first start")
+    ap.add_argument("--check", type=int, default=6, help="requests checked batched vs one-at-a-time at each start")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--stop-after", type=float, default=0.0, help="stop after this many hours (0: run to the end)")
     a = ap.parse_args()
@@ -360,14 +363,16 @@ def main() -> None:
                  command=("nohup nice -n 19 env OMP_NUM_THREADS=1 python " + shlex.join(sys.argv)
                           + f" >> {a.out}/log.txt 2>&1 &"))
     state.setdefault("started", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    if "check" not in state and a.check:
-        state["check"] = check(model, tok, templates[:a.check], 96, min(a.width, a.check), log)
+    prefix = tok(dr.ask_prefix(SYSTEM, ""))["input_ids"]  # the chat template's system turn: computed once
+    if a.check:  # at every start: the code that makes the next units is checked, not only the first start's
+        state["check"] = check(model, tok, templates[:a.check], 96, min(a.width, a.check), prefix, log)
+        state["checks"] = state.get("checks", [])[-9:] + [state["check"]]
     state["_mark"] = time.time()
     write_atomic(state_path, json.dumps(state, indent=1))
     run = Run(a, tok, plan, templates, code, held, log)
     log(f"{len(plan)} units planned, {len(run.pending)} to do ({len(templates)} template requests, {len(code)} "
         f"code windows, {a.ask} user requests to sample); width {a.width}, kernel {kernel}")
-    batcher = Batcher(model, a.width)
+    batcher = Batcher(model, a.width, prefix=prefix)
     deadline = time.time() + a.stop_after * 3600 if a.stop_after else None
     batcher.run(run.next_job, run.done, deadline=deadline)
     if a.manifest:
