@@ -224,12 +224,11 @@ def test_a_replay_at_the_caps_is_bounded_in_time_and_memory(tmp_path):
         viz.step_view_html(load_trace(small)); collect()
         before = rss()
         t0 = time.perf_counter()
-        for _ in range(2):
-            html = viz.step_view_html(load_trace(sys.argv[1]))
-            size = len(html)
-            del html
-            collect()
-        took = (time.perf_counter() - t0) / 2
+        html = viz.step_view_html(load_trace(sys.argv[1]))  # one replay: the time bound is per replay
+        took = time.perf_counter() - t0
+        size = len(html)
+        del html
+        collect()
         print(json.dumps({{"before": before, "after": rss(), "seconds": took, "html_mb": size / 2**20}}))
     """)
     path = tmp_path / "big.json"
