@@ -106,3 +106,63 @@ def test_every_lesson_stop_presents_without_overlap_or_sideways_scroll(browser, 
                 page.screenshot(path=str(SHOTS / "present" / f"lesson_stop{k + 1}_1920x1080.png"))
         page.close()
     assert not problems, "\n".join(map(str, problems[:40]))
+
+
+# The Race's results as a teacher's 10-method race fills them: the longest config words each kind of shape
+# gets (presets.describe) and the longest exactness badge (race.badge).
+RACE_CONFIGS = ["", "block 8, sized per step", "W1 N3 G2", "max n-gram 3, copy 10, sized per step",
+                "budget 64, sized per step", "W4 N3 G4", "staged tree 4,2,2,1, sized per step",
+                "tree budget 8, cut 0.4, sized per step", "tree budget 12, cut 0.3, sized per step",
+                "depth 6, stop 0.3, sized per step", "tree budget 8, cut 0.4"]
+RACE_METHODS = ["greedy", "jacobi", "lookahead", "prompt_lookup", "retrieval", "token_recycling", "speculative",
+                "medusa", "eagle", "self_speculative", "hydra"]
+# every cell of the results table whose text is not wholly inside the table's visible box, or is cut by its own box
+CLIPPED = """() => { const t = document.querySelector('#ds-race-table .table-wrap'), out = [], seen = [];
+  let box = t.getBoundingClientRect();
+  for (let e = t; e && e !== document.documentElement; e = e.parentElement) {
+    const cs = getComputedStyle(e);
+    if (cs.overflowX !== 'visible') { const q = e.getBoundingClientRect();
+      box = { left: Math.max(box.left, q.left), right: Math.min(box.right, q.right) }; } }
+  for (const c of t.querySelectorAll('th, .body-cell')) {  // Gradio 6: header th, virtual rows' div cells
+    if (!c.innerText.trim() || !c.getClientRects().length) continue;
+    const range = document.createRange(); range.selectNodeContents(c);
+    const r = range.getBoundingClientRect();
+    const cut = [c, ...c.querySelectorAll('*')].some((e) => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible');
+    seen.push(c.innerText.trim());
+    if (r.left < box.left - 1 || r.right > box.right + 1 || cut) out.push(c.innerText.trim()); }
+  return [seen, out]; }"""
+
+
+def test_the_race_table_shows_every_cell_whole_at_1920x1080(browser):  # noqa: F811
+    """The Race's results table (appkit/page/ui.py race_results, as the Race tab builds it) filled with a 10-method
+    race: at 1920x1080 no cell is cut or pushed past the table's edge (the "exact" column read "identi")."""
+    import socket
+
+    import gradio as gr
+
+    from appkit.page.tables import race_table
+    from appkit.page.ui import CSS, race_results
+    rows = [{"method": m, "config": c, "tokens": 80, "steps": 54, "compression": 1.481, "mean accepted": "1.48",
+             "tokens/s": 31.4, "runs": 3, "wall s (median)": 2.547, "wall s (min-max)": "2.401-2.913",
+             "speedup vs greedy": 0.91, "speedup (min-max)": "0.81-1.02", "step saving vs greedy": 1.48,
+             "exact": "reference" if m == "greedy" else "✗ differs from greedy at token 17" if m == "eagle"
+             else "✓ identical to greedy"} for m, c in zip(RACE_METHODS, RACE_CONFIGS)]
+    with gr.Blocks() as demo:
+        race_results(race_table(rows))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, css=CSS)
+    try:
+        page = browser.new_page(viewport={"width": 1920, "height": 1080})
+        page.goto(url)
+        page.wait_for_function("[...document.querySelectorAll('#ds-race-table .body-cell')].some((c) => "
+                               "c.innerText.includes('identical'))", timeout=60000, polling=500)
+        page.wait_for_timeout(500)
+        shown, clipped = page.evaluate(CLIPPED)
+        assert "✓ identical to greedy" in shown and "reference" in shown and "✗ differs from greedy at token 17" in shown
+        assert "speedup (min-max)" in shown and "tree budget 12, cut 0.3, sized per step" in shown  # the check saw the table
+        assert clipped == []
+        page.close()
+    finally:
+        demo.close()
