@@ -85,7 +85,8 @@ def test_chat_template_and_compare(tiny_dir, tmp_path, ref, capsys):
     ids = tok("def x ( y ) :")["input_ids"]
     assert doc["prompt_ids"] == ids and doc["output_ids"] == hf_greedy(model, ids, 10, eos=tok.eos_token_id)
     line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[compare]")]
-    assert len(line) == 1 and "speed-up" in line[0] and "identical to greedy" in line[0]
+    # a ratio on a quiet machine, "machine busy" with step counts on a busy one (tests/test_cli_compare.py)
+    assert len(line) == 1 and ("speed-up" in line[0] or "machine busy" in line[0]) and "identical to greedy" in line[0]
     assert gen(tiny_dir, "--prompt", P1, "--chat") == 2
     assert "no chat template" in capsys.readouterr().err
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -70,7 +71,11 @@ def add_arguments(g: argparse.ArgumentParser) -> None:
                         "stop_strings)")
     g.add_argument("--stream", action="store_true", help="print the text as each step accepts tokens")
     g.add_argument("--compare", choices=(BASELINE,), default=None,
-                   help="also run plain greedy on the same prompt and print the measured speed-up")
+                   help="also run plain greedy on the same prompt, interleaved with the method over --repeats "
+                        "rounds, and print the median speed-up with its spread (min-max); on a busy machine "
+                        "(load above the cores, or far less CPU time than wall time) it says so and prints the "
+                        "step counts instead")
+
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -212,18 +217,56 @@ def timing_line(tr: Trace, model) -> str:
             f"/ {tr.wall_s:.3f} s, as gpt-fast counts it)")
 
 
-def compare_line(model, tok, prompt, tr: Trace, sampling, static) -> str:
-    """Plain greedy on the same prompt, timed after the method's run (both warm): the measured speed-up."""
-    g = run(model, tok, prompt, BASELINE, max_new_tokens=tr.config["max_new_tokens"], sampling=sampling,
-            trace=False, static=static)
-    g_tps = len(g.output_ids) / g.wall_s if g.wall_s > 0 else 0.0
-    m_tps = len(tr.output_ids) / tr.wall_s if tr.wall_s > 0 else 0.0
+def compare_lines(model, tok, prompt, tr: Trace, sampling, static, drafter, repeats: int) -> list[str]:
+    """Plain greedy against the method on the same prompt, both warm and untraced, in `repeats` interleaved
+    rounds (method then greedy, then greedy then method, ...): the median speed-up with its spread. Why: one
+    run each printed 1.55x and 0.86x for the same steps on a busy machine. When the machine is busy (the rule
+    in decoding/tuning/busy.py: load above the cores, or the process got far less CPU than wall time) no ratio
+    is printed, only the work: steps for the same tokens, which the load cannot change."""
+    from ..tuning.busy import Clock, busy_now, busy_reason
+    from ..tuning.threads import load_average, usable_cores
+    n = tr.config["max_new_tokens"]
+
+    def once(method: str, d):
+        return run(model, tok, prompt, method, max_new_tokens=n, sampling=sampling, drafter=d, trace=False,
+                   static=static)
+    clock, ratios, rates = Clock(), [], {"m": [], "g": []}
+    busy, g = busy_now(), None
+    for r in range(1 if busy else repeats):  # busy before the first round: one greedy run, for its steps
+        for who in (("g",) if busy else ("m", "g") if r % 2 == 0 else ("g", "m")):
+            with clock:
+                out = once(BASELINE, None) if who == "g" else once(tr.method, drafter)
+            rates[who].append(len(out.output_ids) / out.wall_s if out.wall_s > 0 else 0.0)
+            g = out if who == "g" else g
+        if not busy:
+            ratios.append(rates["m"][-1] / rates["g"][-1] if rates["g"][-1] else 0.0)
+    cpu = next(model.parameters()).device.type == "cpu"
+    load, cores = load_average(), usable_cores()
+    busy = busy or busy_reason(load, cores, clock.cpu_s if cpu else None, clock.wall_s)
     same = ""
     if sampling.greedy:
-        n = len(tr.output_ids)
-        same = "; output identical to greedy" if g.output_ids[:n] == tr.output_ids else "; output DIFFERS from greedy"
-    return (f"[compare] greedy {g_tps:.1f} tokens/s, {tr.method} {m_tps:.1f} tokens/s: speed-up "
-            f"{m_tps / g_tps if g_tps else 0.0:.2f}x (one run each, same prompt, measured here){same}")
+        k = len(tr.output_ids)
+        same = "; output identical to greedy" if g.output_ids[:k] == tr.output_ids else "; output DIFFERS from greedy"
+    if busy:
+        st, gs = tr.stats(), g.stats()
+        return [f"[compare] machine busy: speed not measured ({busy}); the work instead: greedy {gs['steps']} steps "
+                f"for {len(g.output_ids)} tokens, {tr.method} {st['steps']} steps for {st['new_tokens']} tokens "
+                f"(compression {st['compression']:.2f} tokens per target forward){same}"]
+    med = statistics.median
+    share = f", CPU {clock.cpu_s / clock.wall_s:.2f} of wall" if cpu and clock.wall_s > 0 else ""
+    where = f"load {load:.1f} on {cores} cores" if load is not None else f"{cores} cores"
+    return [f"[compare] greedy {med(rates['g']):.1f} tokens/s, {tr.method} {med(rates['m']):.1f} tokens/s: speed-up "
+            f"{med(ratios):.2f}x median of {len(ratios)} interleaved rounds (spread {min(ratios):.2f}-"
+            f"{max(ratios):.2f}x; {where}{share}; same prompt, measured here){same}"]
+
+
+REPEATS = 3  # --compare's interleaved rounds when --repeats is not given
+
+
+def add_compare_arguments(g: argparse.ArgumentParser) -> None:
+    """generate's own (the profiler shares add_arguments, not this): how many rounds --compare times."""
+    g.add_argument("--repeats", type=int_in(1, 20), default=None, metavar="R",
+                   help=f"--compare: interleaved rounds of the method and greedy, 1..20 (default {REPEATS})")
 
 
 LABEL_CHARS = 40  # characters of a prompt repeated in its output's label

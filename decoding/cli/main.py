@@ -12,9 +12,10 @@ from pathlib import Path
 import torch
 
 from ..api import eos_of, run
-from .habits import (SEPARATOR, THREADS, OneLineParser, check_writable, compare_line, cut_at_stop, decode,
-                      display_text, float_in, input_dir, int_in, json_path, nonempty, one_line, output_dir,
-                      parse_args, prompt_label, read_prompts, text_path, timing_line, with_template)
+from .habits import (REPEATS, SEPARATOR, THREADS, OneLineParser, add_compare_arguments, check_writable,
+                      compare_lines, cut_at_stop, decode, display_text, float_in, input_dir, int_in, json_path,
+                      nonempty, one_line, output_dir, parse_args, prompt_label, read_prompts, text_path, timing_line,
+                      with_template)
 from .method_flags import add_generate_arguments, setup, target_name
 from ..models import ModelError, load
 from ..exactness import measure
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode a prompt and print the text and run statistics")
     add_generate_arguments(g)  # the method flags are generated from the specs (decoding/cli/method_flags.py)
+    add_compare_arguments(g)  # --repeats (decoding/cli/habits.py)
     t = sub.add_parser("train-heads", help="train Medusa or EAGLE heads for a model on your text")
     r = {k: f"{lo}..{hi}" for k, (lo, hi) in TRAIN.items()}
     t.add_argument("--model", default=None, type=nonempty,
@@ -106,6 +108,8 @@ def generate(args: argparse.Namespace) -> int:
     if args.tp_plan or args.lp or args.lp_debug:  # under torchrun: checked first; only rank 0 prints and writes
         from ..parallel.cli import prepare
         prepare(args)
+    if args.repeats is not None and not args.compare:
+        raise ValueError("--repeats sets how many rounds --compare greedy times: add --compare greedy")
     raw = read_prompts(args)
     if args.json:  # an unwritable --json fails now, not after the run
         for i in range(len(raw)):
@@ -125,7 +129,8 @@ def generate(args: argparse.Namespace) -> int:
         show(args, model, tok, tr, sampling, json_path(args.json, i, len(prompts)) if args.json else None)
         print(timing_line(tr, model), file=sys.stderr)
         if args.compare:
-            print(compare_line(model, tok, prompt, tr, sampling, static), file=sys.stderr)
+            for line in compare_lines(model, tok, prompt, tr, sampling, static, drafter, args.repeats or REPEATS):
+                print(line, file=sys.stderr, flush=True)
     return 0
 
 
