@@ -151,7 +151,9 @@ def write_manifest(out: Path, path: Path | None, command: str) -> dict:
         "machine": state.get("machine"), "torch": state.get("torch"), "transformers": state.get("transformers"),
         "started": state.get("started"), "updated": state.get("updated"),
         "generation_seconds": round(state.get("seconds", 0.0), 1),
-        "command": state.get("command"), "resume": state.get("command"),
+        "command": state.get("command"),
+        "resume": (f"cd {ROOT} && {state['command']}  # the same command: units on disk are skipped"
+                   if state.get("command") else None),
         "manifest_command": command,
         "read_by": "python -m decoding train-heads --data OUT/text (the .txt transcripts, EOS-separated)",
         "shards": shards,
