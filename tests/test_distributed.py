@@ -1,4 +1,4 @@
-"""Past one process, for real: two processes on the gloo backend (torch.multiprocessing spawn, a free port),
+"""Past one process, for real: two processes on the gloo backend (torch.multiprocessing, a free port),
 a tiny Llama with 4 query / 2 key-value heads saved as a model folder.
 
 - tensor parallelism (decoding.models.load(tp_plan="auto"), transformers' own sharding): all nine methods
@@ -9,7 +9,7 @@ a tiny Llama with 4 query / 2 key-value heads saved as a model folder.
   the engine's one loop (runner._decode runs once per run; decoding/parallel/ holds no loop of its own);
 - a head count that does not divide the world size is refused before any weight is read (the folder's
   weight file is garbage: reaching it would give another error).
-One spawn runs all of it (two interpreters cost most of the time); the tests read its results.
+One pair of forked processes runs all of it; the tests read its results.
 """
 from __future__ import annotations
 
@@ -111,7 +111,9 @@ def spawned(tmp_path_factory):
     (odd / "model.safetensors").write_text("not weights")
     dirs["odd"] = str(odd)
     dirs.update(trained_folders(dirs["tiny"], root))
-    mp.spawn(_worker, args=(2, free_port(), dirs, str(root)), nprocs=2, join=True)
+    # forked, not spawned: a spawned interpreter re-imports torch, transformers and this module first (most of this
+    # fixture's minute on 2 cores); the parent holds no model and runs torch on one thread, so a fork is clean
+    mp.start_processes(_worker, args=(2, free_port(), dirs, str(root)), nprocs=2, join=True, start_method="fork")
     ranks = [json.loads((root / f"rank{r}.json").read_text()) for r in range(2)]
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(dirs["tiny"])
