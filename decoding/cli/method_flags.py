@@ -349,12 +349,16 @@ def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     """A cli_preset method without any of its preset's parameters: the preset tuned on this device or shipped
     for this model (decoding/tuning/device_presets.py, the app's), else the method's defaults; one line says which. Why:
     lookahead's paper shape (GPU) ran at 0.28x greedy on a CPU, where no window pays."""
-    from ..tuning.device_presets import lookup
+    from ..tuning.device_presets import cpu_fallback, lookup
     keys = preset_knobs(spec)
 
     def words(values: dict) -> str:
         return preset_words(spec, values)
     found = lookup(args.model, model, spec.name)
+    if found is None and next(model.parameters()).device.type == "cpu" and spec.query_tokens is not None:
+        print(f"[preset] no {spec.name} preset for these weights on this device: timing its default step against a "
+              f"1-row step (a second or two)", file=sys.stderr, flush=True)
+        found = cpu_fallback(spec, model)
     if found is None:
         tunes = "; --auto tunes one" if spec.tuner is not None else ""
         note(args, f"[preset] {spec.name} {words(spec.defaults())}: the paper's defaults (no preset for this model "
