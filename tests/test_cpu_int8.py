@@ -222,8 +222,11 @@ def cli(*args: str):
                           timeout=180, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
 
 
-def test_the_cli_runs_the_int8_kernel_and_says_what_exact_means(tmp_path):
+def test_the_cli_runs_the_int8_kernel_and_says_what_exact_means(tmp_path, capsys):
+    """The first run goes through `python -m decoding` in a fresh process; the --check-exact run and the refusal
+    call the same main() in this one (a fresh interpreter costs an import and a kernel load, ~20 s on 2 cores)."""
     import json
+    from decoding.cli.main import main
     from transformers import AutoModelForCausalLM
     from conftest import save_tiny_dir
     from decoding import load, run
@@ -240,19 +243,22 @@ def test_the_cli_runs_the_int8_kernel_and_says_what_exact_means(tmp_path):
     assert doc["model"]["cpu_kernel"]["kernel"] == "int8"
     m8, tok = load(folder, device="cpu", layout="packed", kernel="int8")
     assert doc["output_ids"] == run(m8, tok, prompt, "greedy", max_new_tokens=16, trace=False).output_ids
-    checked = cli("--model", folder, "--prompt", prompt, "--max-new-tokens", "16", "--kernel", "int8", "--check-exact",
-                  "--json", str(out))
-    assert checked.returncode == 0, checked.stderr
+    capsys.readouterr()
+    code = main(["generate", "--model", folder, "--prompt", prompt, "--max-new-tokens", "16", "--kernel", "int8",
+                 "--check-exact", "--json", str(out)])
+    checked = capsys.readouterr()
+    assert code == 0, checked.err
     from conftest import hf_greedy
     from decoding.exactness import agreement
     want = agreement(json.loads(out.read_text())["output_ids"], hf_greedy(model, tok(prompt)["input_ids"], 16))
     assert not want["identical"]  # this model's int8 greedy leaves HF's float32 greedy at token 1 (seed 3)
     assert json.loads(out.read_text())["agreement"] == {**want, **{k: v for k, v in json.loads(
         out.read_text())["agreement"].items() if k not in want}}  # measured against float32 HF greedy
-    assert "vs HF greedy" in checked.stderr
-    bad = cli("--model", folder, "--prompt", prompt, "--kernel", "int8", "--layout", "column")
-    assert bad.returncode != 0 and "packed layout only" in bad.stderr and "Traceback" not in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "vs HF greedy" in checked.err
+    code = main(["generate", "--model", folder, "--prompt", prompt, "--kernel", "int8", "--layout", "column"])
+    bad = capsys.readouterr()  # an exception of ours would have propagated here instead of a status
+    assert code != 0 and "packed layout only" in bad.err and "Traceback" not in bad.err
+    assert len(bad.err.strip().splitlines()) == 1, bad.err
 
 
 def test_eagle_and_medusa_heads_return_the_int8_greedy(tmp_path):
