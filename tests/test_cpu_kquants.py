@@ -2,7 +2,7 @@
 format a llama.cpp file mixes (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_0) is recovered bit for bit from the float32
 values gguf-py's own `gguf.quants.dequantize` gives, the block kernel equals the fp32 panels bitwise on them, and a
 GGUF mixing Q4_K, Q5_0, Q6_K and Q8_0 (Gemma 3's Q4_K_M mix) converts with every matrix on the block kernel, decodes
-HF greedy's tokens in fp32, and every method returns the int8 mode's own greedy tokens.
+HF greedy's tokens in fp32, and every method returns the int8 mode's own greedy tokens (the int8 kernel runs k8 too).
 
 gguf-py cannot quantise the K formats, so their blocks are written here as bytes: random codes and scales (every
 bit pattern is a valid block), float16 scales chosen for weights of a sensible size, and of either sign where the
@@ -107,9 +107,35 @@ def test_k8_block_kernel_equals_the_fp32_panels_bitwise(isa, kind, n):
         assert torch.equal(bits(ops.block_linear(x, P, n, bias)), bits(ops.packed_linear(x, F32, n, bias)))
 
 
-def test_k8_weights_fuse_and_stay_on_the_fp32_kernel_under_int8():
-    """q/k/v all k8: one fused call, each output its own call's bits; under int8 the k8 ones stay fp32-kernel blocks
-    (batch-invariant: one FMA chain per output) while q8_0 ones go to the int8 kernel; coverage counts both."""
+@pytest.mark.parametrize("kind", [T.Q4_K, T.Q6_K, T.Q5_1], ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 37])
+def test_the_int8_kernel_gives_k8_rows_their_own_bits(kind, n):
+    """int8 k8 panels: every row's output is its 1-row call's bits for 1..33 rows, under both instruction sets
+    (AVX2 and AVX-512 VNNI give the same bits), and close to the float64 product (activations rounded to 8 bits)."""
+    ops = kernel()
+    w = dequantized(kind, n, 256, seed=n)
+    b = blocks.recover(w)
+    P = ops.pack_blocks_i8(b.q, b.d, b.m)
+    assert P.dtype == torch.int8 and P.shape[2] == blocks.RECORD_BYTES["k8"]
+    x = torch.randn(33, 256, generator=torch.Generator().manual_seed(n))
+    outs = []
+    try:
+        for name in ISAS:
+            ops.select_isa(name)
+            one = torch.cat([ops.block_linear(x[i:i + 1], P, n) for i in range(33)])
+            for m in (2, 5, 9, 17, 33):
+                assert torch.equal(bits(ops.block_linear(x[:m], P, n)), bits(one[:m])), (name, m)
+            outs.append(one)
+    finally:
+        ops.select_isa(cpu_gemm.isa_wanted())
+    assert torch.equal(bits(outs[0]), bits(outs[1]))
+    ref = x.double() @ w.double().T
+    assert (outs[0].double() - ref).abs().max() < 0.03 * ref.abs().max()
+
+
+def test_k8_weights_fuse_and_run_the_int8_kernel():
+    """q/k/v all k8: one fused call, each output its own call's bits, in both kernels; coverage counts what each
+    kernel streams (under int8 every block matrix, k8 and q8_0 alike)."""
     from decoding.fast.cpu_gemm import PackedLinear, coverage, fuse_linears
     mods = torch.nn.ModuleDict({n: torch.nn.Linear(256, 48, bias=False) for n in ("q_proj", "k_proj", "v_proj")})
     mods["o_proj"] = torch.nn.Linear(256, 40, bias=False)
@@ -127,10 +153,9 @@ def test_k8_weights_fuse_and_stay_on_the_fp32_kernel_under_int8():
                 alone = kernel().block_linear(x, packed[n].panels.contiguous(), 48)
                 assert torch.equal(bits(out), bits(alone)), (kernel_name, n)
         c = coverage(packed)
-        assert c["fp32_blocks"]["matrices"] == 3 + (kernel_name == "fp32") and c["fp32_panels"]["matrices"] == 0
-        assert c["int8"]["matrices"] == (kernel_name == "int8")
-        assert c["fp32_blocks"]["bytes"] == 3 * blocks.stored_bytes("k8", 48, 256) + (
-            blocks.stored_bytes("q8_0", 40, 256) if kernel_name == "fp32" else 0)
+        total = 3 * blocks.stored_bytes("k8", 48, 256) + blocks.stored_bytes("q8_0", 40, 256)
+        on = "int8" if kernel_name == "int8" else "fp32_blocks"
+        assert c[on] == {"matrices": 4, "bytes": total} and c["fp32_panels"]["matrices"] == 0
 
 
 # --- a GGUF with Gemma 3's Q4_K_M mix -----------------------------------------------------------------------------
@@ -203,7 +228,7 @@ def generate(argv: list[str], capsys) -> tuple[int, str]:
 def test_a_q4_k_m_gguf_runs_every_matrix_on_the_block_kernels(kquant_gguf, tmp_path, monkeypatch, capsys):
     """The done-when of K-quants on the block kernels: the conversion says every matrix is blocks, the loaded model
     streams them so, fp32 greedy is HF's greedy on the converted folder, and under int8 every method returns the
-    int8 greedy's tokens (batch invariance) with the int8 kernel streaming the Q8_0 / Q4_0 / Q5_0 ones."""
+    int8 greedy's tokens (batch invariance) with the int8 kernel streaming every matrix."""
     from decoding import load
     from decoding.models.gguf import converted
     from test_gguf_model import hf_reference
@@ -213,7 +238,7 @@ def test_a_q4_k_m_gguf_runs_every_matrix_on_the_block_kernels(kquant_gguf, tmp_p
     n = len(MIX) + 1  # and the tied LM head
     k8 = sum(STORED[k] == "k8" for k in MIX.values())
     assert f"streams {n} of {n} matrices as blocks (q4_1 0, q8_0 {n - k8}, k8 {k8}:" in err, err
-    assert "0 de-quantised to float32 (0.0 MB)" in err
+    assert f"0 de-quantised to float32 (0.0 MB); --kernel int8 runs {n} of them (" in err and "100% of the" in err
     folder = converted(kquant_gguf)
     said = json.loads((folder / "gguf.json").read_text())
     assert said["tensor_types"] == {"Q8_0": 2, "Q5_0": 4, "Q4_K": 3, "Q6_K": 3, "Q4_0": 1, "Q5_1": 1, "Q5_K": 1,
@@ -231,7 +256,7 @@ def test_a_q4_k_m_gguf_runs_every_matrix_on_the_block_kernels(kquant_gguf, tmp_p
     streams = trace["model"]["cpu_kernel"]["streams"]
     assert trace["model"]["cpu_kernel"]["kernel"] == "int8"
     assert (streams["int8"]["matrices"], streams["fp32_blocks"]["matrices"], streams["fp32_panels"]["matrices"]) \
-        == (n - k8, k8, 0)
+        == (n, 0, 0)
     methods = {"lookahead": ["--window", "3", "--ngram", "3", "--guesses", "3"], "prompt_lookup": [], "jacobi": []}
     for m, extra in methods.items():
         out = tmp_path / f"{m}.json"

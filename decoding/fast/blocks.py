@@ -15,7 +15,7 @@ Three storages ("kinds") hold them: "q4_1" (4-bit codes, float16 d and m per 32:
 float16 d per 32, which may be negative: Q8_0, Q4_0, Q5_0, whose d * q is the same product) and "k8" (int8 codes
 with a float32 scale and offset per 16: w = fma(D, q, M), the K-quants' float32 products d * sc and -dmin * m,
 Q5_1, and Q6_K with M = -0.0, for which fma(D, q, -0.0) is the rounded product D * q itself). k8 takes 12 bits a
-weight; the fp32 kernel de-quantises it in registers like the others, the int8 kernel leaves it to the fp32 one.
+weight; the fp32 kernel de-quantises it in registers like the others, the int8 kernel sums its codes per half.
 
 recover() accepts a matrix only if every block is reproduced bit for bit; anything else returns None and
 keeps its float32 storage (never an approximation). The work is vectorised torch ops over all blocks at

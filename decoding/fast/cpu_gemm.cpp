@@ -38,12 +38,12 @@ constexpr int64_t PANEL = 16;
 namespace decodescope_int8 {
 struct QRows {
   std::vector<int8_t> q;
-  std::vector<float> d, s;
-  std::vector<int32_t> sum;
+  std::vector<float> d, s, s16;
+  std::vector<int32_t> sum, sum16;
   int64_t K = 0, nb = 0;
 };
 QRows quantize_rows(const float* x, int64_t M, int64_t K);
-void int8_range(const QRows& X, int64_t M, const uint8_t* pp, int64_t p0, int64_t p1, float* op, int64_t N, bool q4);
+void int8_range(const QRows& X, int64_t M, const uint8_t* pp, int64_t p0, int64_t p1, float* op, int64_t N, int fmt);
 bool select_vnni(bool want);
 }  // namespace decodescope_int8
 torch::Tensor pack_blocks_i8(const torch::Tensor& q, const torch::Tensor& d, const std::optional<torch::Tensor>& m);
@@ -712,7 +712,7 @@ static bool is_block_panels(const torch::Tensor& P, int64_t K) {
 // pack_blocks_i8's panels: the same records, int8 dtype (the codes in the int8 kernel's order).
 static bool is_int8_panels(const torch::Tensor& P, int64_t K) {
   return P.dim() == 3 && P.scalar_type() == torch::kInt8 && P.is_contiguous() && P.size(1) * QK == K &&
-         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES);
+         (P.size(2) == Q4_1_BYTES || P.size(2) == Q8_0_BYTES || P.size(2) == K8_BYTES);
 }
 
 // block_linear on int8-ordered panels: x quantised once per call (per row, so a row's codes do not depend on
@@ -720,14 +720,14 @@ static bool is_int8_panels(const torch::Tensor& P, int64_t K) {
 static torch::Tensor int8_linear(const torch::Tensor& x_in, const torch::Tensor& P, int64_t N,
                                  const std::optional<torch::Tensor>& bias) {
   const int64_t K = x_in.size(-1);
-  const bool q4 = P.size(2) == Q4_1_BYTES;
+  const int fmt = format_of(P.size(2));
   const auto x = x_in.reshape({-1, K}).contiguous();
   const int64_t M = x.size(0), np = P.size(0);
   auto out = torch::empty({M, N}, x.options());
   const auto X = decodescope_int8::quantize_rows(x.data_ptr<float>(), M, K);
   const uint8_t* pp = reinterpret_cast<const uint8_t*>(P.data_ptr<int8_t>());
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) { decodescope_int8::int8_range(X, M, pp, p0, p1, op, N, q4); });
+  at::parallel_for(0, np, 4, [&](int64_t p0, int64_t p1) { decodescope_int8::int8_range(X, M, pp, p0, p1, op, N, fmt); });
   return finish(out, x_in, N, bias);
 }
 
@@ -775,7 +775,6 @@ std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::
                        P.size(2) == PANEL,
               "fused_linear: block or fp32 panels of x's width");
   TORCH_CHECK(P.size(0) == start[J], "fused_linear: the panels hold exactly the matrices of widths ns");
-  const bool q4 = blocks && P.size(2) == Q4_1_BYTES;  // the int8 kernel's (which has no k8 records)
   const int fmt = blocks ? format_of(P.size(2)) : 0;
   const int64_t stride = blocks ? P.size(1) * P.size(2) : K * PANEL;  // elements per panel
   const auto x = x_in.reshape({-1, K}).contiguous();
@@ -793,7 +792,7 @@ std::vector<torch::Tensor> fused_linear(const torch::Tensor& x_in, const torch::
     at::parallel_for(0, start[J], 4, [&](int64_t p0, int64_t p1) {
       for (int64_t j = 0; j < J; ++j) {
         const int64_t lo = std::max(p0, start[j]) - start[j], hi = std::min(p1, start[j + 1]) - start[j];
-        if (lo < hi) decodescope_int8::int8_range(X, M, pp + start[j] * stride, lo, hi, ops[j], ns[j], q4);
+        if (lo < hi) decodescope_int8::int8_range(X, M, pp + start[j] * stride, lo, hi, ops[j], ns[j], fmt);
       }
     });
   } else

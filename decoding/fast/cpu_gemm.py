@@ -33,8 +33,8 @@ The int8 kernel (cpu_int8.cpp; `kernel="int8"`, DECODESCOPE_CPU_KERNEL=int8, the
 weights packed in the int8 kernel's order (pack_blocks_i8), each row's activations quantised per 32-block to
 int8 and the block dot products taken in int32 (VNNI, else AVX2), combined in one fixed order: a row's output is
 bitwise independent of the row count and the instruction set, so every method returns exactly this mode's greedy
-tokens, but that greedy is not HF's fp32 greedy (the activations are rounded). fp32-panel and k8 weights keep the
-fp32 kernel in either mode (each output one FMA chain: batch-invariant too); coverage() says how many matrices and
+tokens, but that greedy is not HF's fp32 greedy (the activations are rounded). fp32-panel weights keep the fp32
+kernel in either mode (each output one FMA chain: batch-invariant too); coverage() says how many matrices and
 bytes each kernel streams, and an int8 run whose int8 kernel would stream under INT8_WARN_SHARE of the bytes says
 so on stderr. KERNEL_EXACT says what "exact" means in each mode.
 
@@ -79,7 +79,7 @@ MEMORY_SHARE = 0.25  # pack only while the panels (a second copy of the linear w
 OWNER = "decodescope.owner"  # in the build folder: flock'd by the process building, which writes its pid there
 WAIT_S = 300.0  # the longest a process waits for another's build (DECODESCOPE_KERNEL_WAIT_S) before using MKL
 SAY_AFTER_S = 2.0  # a wait longer than this says whom it waits for
-INT8_KINDS = ("q4_1", "q8_0")  # the block storages the int8 kernel runs (k8 stays on the fp32 kernel)
+INT8_KINDS = ("q4_1", "q8_0", "k8")  # the block storages the int8 kernel runs (all: float32 panels stay fp32)
 INT8_WARN_SHARE = 0.5  # an int8 run whose int8 kernel streams less than this share of the weight bytes says so
 KERNELS = ("fp32", "int8")  # what the block weights are multiplied with (DECODESCOPE_CPU_KERNEL, default fp32)
 KERNEL_EXACT = {  # what a run's "exact" means under each kernel (trace config, CLI, bench)
@@ -347,7 +347,7 @@ class PackedLinear(torch.nn.Linear):
     rows runs the packed kernel; anything else (autograd, other dtypes, long prefills) runs F.linear.
     A weight that is exactly de-quantised ggml blocks (blocks.py) is packed as those blocks (`storage` says
     "q4_1" / "q8_0" / "k8", else "fp32"): bitwise the same weights, 5 / 8.5 / 12 bits each to read instead of 32.
-    kernel "int8" packs q4_1 / q8_0 weights for the int8 kernel instead (cpu_int8.cpp; None: kernel_wanted())."""
+    kernel "int8" packs block weights for the int8 kernel instead (cpu_int8.cpp; None: kernel_wanted())."""
 
     def __init__(self, linear: torch.nn.Linear, use_blocks: bool | None = None, kernel_name: str | None = None):
         torch.nn.Module.__init__(self)
@@ -366,7 +366,7 @@ class PackedLinear(torch.nn.Linear):
         if b is None:
             self.storage, panels, op = "fp32", kernel().pack_panels(w), kernel().packed_linear
         else:
-            int8 = self.kernel == "int8" and b.kind in INT8_KINDS  # k8 blocks run the fp32 block kernel
+            int8 = self.kernel == "int8" and b.kind in INT8_KINDS
             pack = kernel().pack_blocks_i8 if int8 else kernel().pack_blocks
             self.storage, panels, op = b.kind, pack(b.q, b.d, b.m), kernel().block_linear
         self._op = op.default  # the overload itself: the cheapest call from Python
@@ -486,8 +486,8 @@ def pack_linears(model: torch.nn.Module, use_blocks: bool | None = None, fuse: b
     if os.environ.get("DECODESCOPE_CPU_FUSE", "1") != "0" if fuse is None else fuse:
         fuse_linears(model)
     if name_ == "int8" and done and int8_share(model) < INT8_WARN_SHARE:
-        _say(f"--kernel int8 covers little of this model: {coverage_line(model)} (the int8 kernel runs Q4_1 / Q8_0 "
-             "/ Q4_0 / Q5_0 blocks only; the rest runs the fp32 kernel, so int8 speeds up only its share)")
+        _say(f"--kernel int8 covers little of this model: {coverage_line(model)} (the int8 kernel runs exact ggml "
+             "blocks only; float32 weights run the fp32 kernel, so int8 speeds up only its share)")
     return len(done)
 
 

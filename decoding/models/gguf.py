@@ -14,8 +14,9 @@ replaced file converts again and an unchanged one is found at once. A folder hol
 The weights are stored in float32, which holds every de-quantised value exactly. On CPU the block kernel then
 streams a weight as blocks only where its float32 values are exactly ggml blocks (decoding/fast/blocks.py: Q4_1;
 Q8_0, Q4_0, Q5_0; Q4_K, Q5_K, Q6_K, Q5_1), recovered bit for bit; any other weight is read as float32 panels.
-The conversion measures which is which, with the bytes each kernel would stream (the int8 kernel runs the
-Q4_1 / Q8_0 / Q4_0 / Q5_0 ones), and says so (gguf.json, the CLI's progress line, docs/models.md).
+The conversion measures which is which, with the bytes each kernel would stream (both run the blocks; float32
+matrices stay on the fp32 kernel under --kernel int8), and says so (gguf.json, the CLI's progress line,
+docs/models.md).
 """
 from __future__ import annotations
 
@@ -161,8 +162,8 @@ def _convert(src: Path, dest: Path, say: Progress) -> Path:
 
 
 def storage_line(storage: dict[str, int], sizes: dict[str, int]) -> str:
-    """What the two CPU kernels will stream, in matrices and bytes: the fp32 kernel every block matrix, the int8
-    kernel (--kernel int8) the q4_1 / q8_0 ones; a low int8 share is said, since --kernel int8 then does little."""
+    """What the CPU kernels will stream, in matrices and bytes: block matrices (both kernels) and float32 ones
+    (the fp32 kernel, even under --kernel int8); a low int8 share is said, since --kernel int8 then does little."""
     from ..fast.cpu_gemm import INT8_KINDS, INT8_WARN_SHARE
     n, total = sum(storage.values()), sum(sizes.values()) or 1
     blocks = n - storage["fp32"]
