@@ -190,6 +190,17 @@ def _speed_words(r: dict) -> str:
     return f"{r['speedup vs greedy']}× wall-clock (runs {r['speedup (min-max)']}×)"
 
 
+def sizing_note(rows: list[dict]) -> str:
+    """What 'sized per step' is sized from, said where a race has such a method: the row-cost curve measured
+    once per model on this machine (the trace's config row_ms), never the run's timed speed, so every repeat
+    of the same click takes the same steps and the race compares like with like."""
+    if not any("sized per step" in str(r.get("config", "")) for r in rows):
+        return ""
+    return ("*Sized per step* trees are sized from this machine's row-cost curve, measured once per model and "
+            "kept (each trace records it as row_ms), not from how fast this run went: every repeat takes the "
+            "same steps.")
+
+
 def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str = "", dtype: str = "",
             copies: list[str] = (), final: bool = True) -> str:
     """The race's words; `copies` (appkit/run/copied.py) join the verdict: a method that copied earlier answers
@@ -205,7 +216,7 @@ def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str
                f"**Racing…** {done} run{'s' if done != 1 else ''} finished so far: the verdict comes when every "
                f"run has finished.")
     lines = [head + (" " + preset_note if preset_note else ""), verdict, *parts, drift_note(rows, dtype),
-             *[r for r in reasons if r]]
+             sizing_note(rows), *[r for r in reasons if r]]
     return "\n\n".join(x for x in lines if x)
 
 

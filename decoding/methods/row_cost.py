@@ -9,12 +9,16 @@ sum(p) - r x (T(1 + kept) - T(1)) (T the measured curve, which need not be conve
 level only when the frontier's total probability (a bound on what the level can add) covers the level's
 measured cost plus one more row. r is the run's own tokens per ms so far (with a prior of a few tokens at the
 curve's 1-row rate): maximising gain minus r x cost at the best rate is maximising the rate (Dinkelbach).
+The run's ms are the curve's: each verified step adds T(its rows), never the clock's reading. A rate timed on
+the clock made the same click take different steps (a lesson's prompt lookup: 91 steps in one run, 128 in
+the next, as the machine's load moved the rate); priced on the curve, the same curve and prompt give the same
+steps every time, and the curve is recorded in the trace (config row_ms) so the sizing can be reproduced.
 The draft's probabilities are corrected by how many tokens the verified nodes actually gave against what
 their probabilities predicted (clamped), so an over- or under-confident draft is priced by what it delivers.
 
-Only the SIZE of a step's tree depends on time; the target verifies it as before, so every greedy output is
-still HF greedy's (the exactness tests run it). The time is read from `clock` (module level, so that a test can
-put a steady clock in and get the same sizes whatever the machine's load).
+Only the SIZE of a step's tree depends on the curve; the target verifies it as before, so every greedy output
+is still HF greedy's (the exactness tests run it). EAGLE's drafting levels are still timed on `clock` (module
+level, so that a test can put a steady clock in): a level's cost is the draft's, which the curve does not hold.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ PRIOR_TOKENS = 4.0          # the rate starts at the 1-row step's rate, worth th
 CALIBRATION = (0.25, 4.0)   # the draft's probabilities are scaled by accepted / predicted, within these
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # rows at which the curve is measured (interpolated between)
 _CURVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-clock = time.perf_counter  # seconds; the going rate and the levels are timed on it
+clock = time.perf_counter  # seconds; EAGLE's drafting levels are timed on it (the going rate is the curve's)
 
 
 def parse_curve(text: str) -> dict[int, float]:
@@ -65,6 +69,7 @@ class RowCost:
         """A new run: the rate back to the prior, no level timed, the calibration neutral."""
         self.tokens, self.ms, self.last = 0.0, 0.0, None
         self.level_ms: float | None = None
+        self.drafted_ms = 0.0  # this step's timed drafting levels (EAGLE only; copies draft for free)
         self.predicted, self.accepted = 0.0, 0.0
 
     def T(self, rows: int) -> float:
@@ -84,14 +89,14 @@ class RowCost:
         return clock()
 
     def tick(self) -> None:
-        """Called when a step's drafting starts: the time since the last one belongs to the previous step."""
-        now = self.now()
-        if self.last is not None:
-            self.ms += (now - self.last) * 1e3
-        self.last = now
+        """Called when a step's drafting starts. The going rate reads no clock (observe adds the curve's ms), so
+        the same curve and prompt size every step the same way whatever the machine's load."""
+        self.last = self.now()
 
     def level_took(self, ms: float) -> None:
+        """A drafting level's time (EAGLE): it prices the next level and counts in this step's time."""
         self.level_ms = ms if self.level_ms is None else 0.7 * self.level_ms + 0.3 * ms
+        self.drafted_ms += ms
 
     def worth_level(self, frontier_prob: float, rows: int) -> bool:
         """Whether drafting one more level can pay: the frontier's probability bounds what its children add."""
@@ -111,8 +116,11 @@ class RowCost:
                 best, best_k = v, k
         return best_k
 
-    def observe(self, predicted: float, new_tokens: int) -> None:
-        """A verified step: its kept nodes' summed probability and the tokens it gave (bonus included)."""
+    def observe(self, predicted: float, new_tokens: int, rows: int = 1) -> None:
+        """A verified step: its kept nodes' summed probability, the tokens it gave (bonus included) and the rows
+        it verified (their ms from the curve, plus any timed drafting levels, are the step's time in the going rate)."""
+        self.ms += self.T(max(1, int(rows))) + self.drafted_ms
+        self.drafted_ms = 0.0
         self.tokens += new_tokens
         self.predicted += predicted
         self.accepted += new_tokens - 1

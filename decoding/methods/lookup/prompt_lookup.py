@@ -169,7 +169,7 @@ class PromptLookup:
             for d in range(1, min(drafted, got + 1) + 1):  # position d is tried when d - 1 was accepted
                 self.tried[d] += 1
                 self.hit[d] += d <= got
-            self.cost.observe(plan.info.get("priced", 0.0), len(verdict.tokens))
+            self.cost.observe(plan.info.get("priced", 0.0), len(verdict.tokens), len(plan.tokens))
         chosen = plan.slots[verdict.path[-1]][0] if len(verdict.path) > 1 else None
         plan.info["chosen"] = chosen
         record_verdict(plan, verdict)  # the tree view's accepted path and first rejected node

@@ -264,7 +264,7 @@ class Retrieval:
         plan.info["retrieval"]["accepted"] = len(verdict.path) - 1
         if self.cost is not None:
             counts = plan.info["tree"].get("count") or [0]
-            self.cost.observe(sum(counts[1:]) / max(1, counts[0]), len(verdict.tokens))
+            self.cost.observe(sum(counts[1:]) / max(1, counts[0]), len(verdict.tokens), len(plan.tokens))
         if (self.ds is None or self.with_cache) and self.hist is not None:
             self.hist.pending = context  # the engine's list, appended in place: committed at the next start()
 

@@ -291,7 +291,7 @@ class Eagle(HeadsDrafter):
             score = [1.0] * len(plan.tokens)  # path probability of each kept node (parents come first)
             for i in range(1, len(plan.tokens)):
                 score[i] = score[plan.parents[i]] * (probs[i] or 0.0)
-            self.cost.observe(sum(score[1:]), len(verdict.tokens))
+            self.cost.observe(sum(score[1:]), len(verdict.tokens), len(plan.tokens))
 
 
 def _device_draft(device: torch.device | None) -> bool:
