@@ -9,8 +9,10 @@ import argparse
 import codecs
 import contextlib
 import math
+import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 # --- Argument checks shared by every CLI (decoding, profiling, profiling.project/.operators, viz) ----------
@@ -188,3 +190,35 @@ def is_binary(path: Path, sample: int = 1 << 20) -> bool:
     except UnicodeDecodeError:
         return True
     return False
+
+
+# --- Stages that may take long (reading weights, packing them, loading a reference) --------------------------
+# A first run was silent for minutes (377 s for 9 s of decoding), and its deferred lines arrived at once at the
+# end. A stage wrapped in stage() says what it does, flushed, once it has run NOTICE_S seconds: a slow stage never
+# runs silent, a fast one (a tiny model, and so a one-line refusal) prints nothing.
+NOTICE_ENV = "DECODESCOPE_STAGE_NOTICE_S"  # 0: say every stage as it starts
+
+
+def notice_s() -> float:
+    """Seconds a stage runs before it is said ($DECODESCOPE_STAGE_NOTICE_S, default 1)."""
+    try:
+        return max(0.0, float(os.environ.get(NOTICE_ENV, "1")))
+    except ValueError:
+        return 1.0
+
+
+@contextlib.contextmanager
+def stage(what: str):
+    """Say `what` on stderr (flushed) once the block has run notice_s() seconds (at once when that is 0)."""
+    delay = notice_s()
+    if delay <= 0:
+        print(what, file=sys.stderr, flush=True)
+        yield
+        return
+    timer = threading.Timer(delay, lambda: print(what, file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

@@ -118,12 +118,31 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
+NO_TEMPLATE = "--chat: this tokenizer has no chat template; drop --chat or use a chat model"
+
+
+def check_chat_template(name: str) -> None:
+    """--chat on a local model folder: refused from its tokenizer files before the weights load (a chat run on
+    a model without a template was refused after 27 s of loading). A hub id, or files this cannot read, are
+    left to with_template after the load."""
+    folder = Path(str(name)).expanduser()
+    if not folder.is_dir() or any((folder / f).exists() for f in ("chat_template.jinja", "chat_template.json",
+                                                                  "additional_chat_templates")):
+        return
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(config, dict) and not config.get("chat_template"):
+        raise ValueError(NO_TEMPLATE)
+
+
 def with_template(tok, prompts: list[str], chat: bool) -> list:
     """Prompts as run() takes them: text, or with --chat the chat template's token ids."""
     if not chat:
         return prompts
     if not getattr(tok, "chat_template", None):
-        raise ValueError("--chat: this tokenizer has no chat template; drop --chat or use a chat model")
+        raise ValueError(NO_TEMPLATE)
     return [list(tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                          tokenize=True, return_dict=True)["input_ids"]) for p in prompts]
 

@@ -16,6 +16,7 @@ from .habits import (REPEATS, SEPARATOR, THREADS, OneLineParser, add_compare_arg
                       compare_lines, cut_at_stop, decode, display_text, float_in, input_dir, int_in, json_path,
                       nonempty, one_line, output_dir, parse_args, prompt_label, read_prompts, text_path, timing_line,
                       with_template)
+from .args import stage
 from .method_flags import add_generate_arguments, setup, target_name
 from ..models import ModelError, load
 from ..exactness import measure
@@ -119,7 +120,8 @@ def generate(args: argparse.Namespace) -> int:
     static = {"auto": None, "on": True, "off": False}[args.static]
     prompts = with_template(tok, raw, args.chat)
     if args.compare:  # warm up first, so neither timed run pays for the first forwards
-        run(model, tok, prompts[0], BASELINE, max_new_tokens=2, trace=False, static=static)
+        with stage("[compare] warming up (a 2-token greedy run) before the timed runs"):
+            run(model, tok, prompts[0], BASELINE, max_new_tokens=2, trace=False, static=static)
     for i, prompt in enumerate(prompts):
         if len(prompts) > 1:  # which output is whose: a label, and a separator between outputs
             print(("" if i == 0 else SEPARATOR + "\n") + prompt_label(i, len(prompts), raw[i]), flush=True)
@@ -260,7 +262,7 @@ def train_heads(args: argparse.Namespace) -> int:
         raise ValueError(f"no training text in {' '.join(args.data)}: no readable, non-empty text file")
     args.model = target_name(args.model)
     model, tok = load(args.model, device=args.device, trust_remote_code=args.trust_remote_code,
-                      threads=args.threads, layout="stock")
+                      threads=args.threads, layout="stock", stage=stage)
     from ..models import max_positions
     positions = max_positions(model.config)
     if positions is not None and args.seq > positions:
@@ -312,7 +314,7 @@ def exactness(model, tok, tr, sampling, force: bool, stops: list[str] | None = N
     cut = (lambda ids: cut_at_stop(tok, ids, stops)) if stops else None  # HF greedy stopped where --stop stops
     # HF generate on the int8-packed model would run the int8 kernel too: its reference is transformers' float32
     # model as loaded (stock layout)
-    ref = load(model.name_or_path_, device="cpu", layout="stock")[0] if int8 else model
+    ref = load(model.name_or_path_, device="cpu", layout="stock", stage=stage)[0] if int8 else model
     tr.agreement = measure(ref, tr.prompt_ids, tr.output_ids, tr.config["max_new_tokens"], eos_of(model, tok), cut)
     note = " (int8 activations: near-tied logits can flip)" if int8 else \
         "" if dtype == torch.float32 else " (reduced precision: near-tied logits can flip)"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..api import make_sampling
 from ..build import build, checked
-from .args import (THREADS, _checked, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file)
-from .habits import add_arguments
+from .args import (THREADS, _checked, float_in, input_dir, input_file, int_in, nonempty, one_line, output_file,
+                   stage)
+from .habits import add_arguments, check_chat_template
 from ..methods import registry
 from ..methods.registry import MethodSpec
 from ..methods.spec import Knob
@@ -299,7 +300,7 @@ def _resolve_draft(args: argparse.Namespace, spec: MethodSpec, p: dict, model, t
                        "for this model)")
     else:
         draft, dtok = load(value, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                           layout=args.layout, attn=args.attn, kernel=kernel_arg(args))
+                           layout=args.layout, attn=args.attn, kernel=kernel_arg(args), stage=stage)
     tokenizer = {"draft_tokenizer": dtok} if "draft_tokenizer" in spec.param_names() else {}
     return {**p, "draft_model": draft, **tokenizer}
 
@@ -356,9 +357,9 @@ def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
         return preset_words(spec, values)
     found = lookup(args.model, model, spec.name)
     if found is None and next(model.parameters()).device.type == "cpu" and spec.query_tokens is not None:
-        print(f"[preset] no {spec.name} preset for these weights on this device: timing its default step against a "
-              f"1-row step (a second or two)", file=sys.stderr, flush=True)
-        found = cpu_fallback(spec, model)
+        with stage(f"[preset] no {spec.name} preset for these weights on this device: timing its default step "
+                   f"against a 1-row step"):
+            found = cpu_fallback(spec, model)
     if found is None:
         tunes = "; --auto tunes one" if spec.tuner is not None else ""
         note(args, f"[preset] {spec.name} {words(spec.defaults())}: the paper's defaults (no preset for this model "
@@ -395,12 +396,14 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
     if isinstance(params.get("draft_model"), str):
         check_draft_name(params["draft_model"])
     args.model = target_name(args.model)
+    if getattr(args, "chat", False):  # from the tokenizer's files, before the weights load
+        check_chat_template(args.model)
     if "heads" in spec.needs and not params.get("heads"):  # no shipped heads of this width: say so before the load
         from decoding.methods.resources import check_shipped_heads_fit
         check_shipped_heads_fit(args.model, spec.name)
     model, tok = load(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                       threads=args.threads, layout=args.layout, attn=args.attn, tp_plan=getattr(args, "tp_plan", None),
-                      kernel=kernel_arg(args))
+                      kernel=kernel_arg(args), stage=stage)
     if getattr(model, "threads_rule_", None):
         note(args, f"[threads] {model.threads_rule_}")
     for resource in spec.needs:
@@ -408,9 +411,10 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
             params = RESOLVE[resource](args, spec, params, model, tok)
     if args.auto:  # the method's tuner (decoding/tuning/tune.py), the same the app's Tune button runs
         from ..tuning.tune import tune
-        tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
-                     draft=params.get("draft_model"), heads=params.get("heads"),
-                     draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))
+        with stage(f"[auto] tuning the {spec.name} shape with pilot runs on this prompt"):
+            tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
+                         draft=params.get("draft_model"), heads=params.get("heads"),
+                         draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))
         detail = f" ({tuned['detail']})" if tuned.get("detail") else ""
         print(f"[auto] {tuned['label']}{detail}", file=sys.stderr)
         params = {**params, **tuned["params"]}

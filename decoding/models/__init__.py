@@ -1,6 +1,7 @@
 """Loading target and draft models (hub id or local directory) and the checks the engine needs."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import socket
@@ -177,6 +178,15 @@ def max_positions(config: PretrainedConfig) -> int | None:
     return None
 
 
+def weights_mb(name: str) -> float | None:
+    """MB of weight files in a local model folder (None: a hub id, or no weight files): the [load] line's size."""
+    folder = Path(str(name)).expanduser()
+    if not folder.is_dir():
+        return None
+    total = sum(f.stat().st_size for f in folder.iterdir() if f.suffix in (".safetensors", ".bin", ".pt"))
+    return total / 1e6 or None
+
+
 def fitting_sizes(config: PretrainedConfig, sizes, kv_len: int) -> tuple[tuple[int, ...], int]:
     """(query sizes, kv_len) that stay inside the model's positions: latency curves and sweeps drop sizes
     that cannot fit beside a cache, then shrink the cache (a 128-position model must not be probed with a
@@ -197,12 +207,15 @@ def set_cpu_threads(model, threads: int | None) -> None:
 
 def load(name: str | None = None, *, device: str | None = None, dtype: str | None = None,
          attn: str = "sdpa", trust_remote_code: bool = False, threads: int | None = None,
-         layout: str = "auto", tp_plan: str | None = None, kernel: str | None = None):
+         layout: str = "auto", tp_plan: str | None = None, kernel: str | None = None, stage=None):
     """(model, tokenizer) for a hub id or local dir; the default model when name is None (see resolve).
     tp_plan: "auto" shards the model over torchrun's processes (decoding/parallel/tensor.py);
     threads: CPU threads (None = automatic, see set_cpu_threads); layout: weight storage (see layout.py;
     "stock" keeps transformers' own, e.g. for a baseline); kernel: "fp32" or "int8" for the packed layout's block
-    weights (None: DECODESCOPE_CPU_KERNEL, default fp32; decoding/fast/cpu_gemm.py KERNEL_EXACT)."""
+    weights (None: DECODESCOPE_CPU_KERNEL, default fp32; decoding/fast/cpu_gemm.py KERNEL_EXACT);
+    stage: what says the slow stages (reading the weights, packing them) as they run, e.g. the CLI's
+    decoding.cli.args.stage; None: silent (a library call)."""
+    say = stage or (lambda what: contextlib.nullcontext())
     name, why = resolve(name)
     if why:
         warnings.warn(f"using the embedded model: {why}", stacklevel=2)
@@ -239,8 +252,10 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e, "tokenizer")) from None
+    size = weights_mb(name)
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
+        with say(f"[load] reading the weights of {name}" + (f" ({size:,.0f} MB)" if size else "") + f" onto {device}"):
+            model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e)) from None
     check_loading_info(name, info)
@@ -251,7 +266,9 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
         model.tp_info_ = tp_info(tp_plan)
     model.eval()
     try:
-        model.weight_layout_ = apply_layout(model, layout, kernel)
+        with say(f"[load] preparing the weights' layout ({layout}{', kernel ' + kernel if kernel else ''}; the CPU "
+                 f"kernel packs its blocks once)"):
+            model.weight_layout_ = apply_layout(model, layout, kernel)
     except ValueError as e:  # "packed" asked for where its kernel cannot run
         raise ModelError(str(e)) from None
     set_cpu_threads(model, threads)

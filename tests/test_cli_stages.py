@@ -1,0 +1,70 @@
+"""No silent minutes: a slow stage (reading the weights, packing them, tuning, a reference load) says what it
+does, flushed, once it has run a second (at once with DECODESCOPE_STAGE_NOTICE_S=0), and cheap refusals come
+before the load: --chat on a model folder without a chat template is refused from its tokenizer files."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from decoding.cli import args as cli_args
+from decoding.cli import method_flags
+from decoding.cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "def x ( y ) : return y + 1"
+
+
+def test_chat_without_a_template_is_refused_before_the_weights_load(tiny_dir, tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "no-template"
+    shutil.copytree(tiny_dir, folder)
+    loads = []
+    monkeypatch.setattr(method_flags, "load", lambda *a, **k: loads.append(a) or pytest.fail("weights loaded"))
+    t0 = time.perf_counter()
+    assert main(["generate", "--model", str(folder), "--prompt", PROMPT, "--chat"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no chat template" in err[0] and not loads, err
+    assert time.perf_counter() - t0 < 5
+
+
+def test_chat_with_a_template_still_passes_the_check(tiny_dir, tmp_path):
+    from transformers import AutoTokenizer
+    folder = tmp_path / "chat"
+    shutil.copytree(tiny_dir, folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tok.save_pretrained(folder)
+    from decoding.cli.habits import check_chat_template
+    check_chat_template(str(folder))  # no refusal
+
+
+def test_a_stage_is_said_once_it_runs_past_the_notice_and_a_fast_one_is_silent(capsys, monkeypatch):
+    monkeypatch.setenv(cli_args.NOTICE_ENV, "0.2")
+    with cli_args.stage("[load] fast"):
+        pass
+    with cli_args.stage("[load] slow"):
+        time.sleep(0.6)
+    time.sleep(0.05)
+    assert capsys.readouterr().err.splitlines() == ["[load] slow"]
+
+
+def test_generate_says_it_is_loading_before_the_model_is_ready(tiny_dir):
+    """Read as a person reads it: stderr line by line from a real process. The [load] line arrives first, on
+    its own, before the run's summary (not all at once at the end)."""
+    env = {**os.environ, cli_args.NOTICE_ENV: "0", "DECODESCOPE_CPU_GEMM": "0", "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONUNBUFFERED", None)
+    proc = subprocess.Popen([sys.executable, "-m", "decoding", "generate", "--model", tiny_dir, "--method", "greedy",
+                             "--prompt", PROMPT, "--max-new-tokens", "4"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append((time.perf_counter(), line.rstrip("\n")))
+    assert proc.wait(timeout=120) == 0, seen
+    lines = [text for _, text in seen]
+    load = next(i for i, text in enumerate(lines) if text.startswith("[load] reading the weights of"))
+    done = next(i for i, text in enumerate(lines) if text.startswith("[greedy] 4 tokens"))
+    assert load < done and seen[load][0] < seen[done][0], seen
+    assert any(text.startswith("[load] preparing the weights' layout") for text in lines[load:done]), lines
