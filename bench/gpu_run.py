@@ -1,20 +1,24 @@
 """The ONE command to run on a borrowed GPU: bench/gpu/GPU.md's runbook in order, each item with its own time
 budget, every report under bench/results/gpu-<device>/, a failed item never stopping the later ones.
 
-    python bench/gpu_run.py                 # on the GPU: the proof of the CUDA path (< 8 minutes)
+    python bench/gpu_run.py                 # on the GPU: the kernel table, then the proof of the CUDA path (< 8 minutes)
     python bench/gpu_run.py                 # again, if device time remains: the 7B-shaped latency curve, ...
     python bench/gpu_run.py --files         # what the machine needs (the working tree; must be < 64 MiB)
     python bench/gpu_run.py --rehearse      # CPU: the whole script end to end, the proof on the virtual CUDA device
 
 A task gets 15 device-minutes in all (machine start included) and 10 per command, so the first invocation
-runs, within --budget (480 s), what proves the path; each invocation records what it ran in gpu_run.json
-and the next one skips it (--redo NAME runs one again). An item starts only when its budget fits in what
+runs, within --budget (480 s), the kernel table and what proves the path (FIRST: their budgets sum to
+480; item a's went from 210 to 180 s, its H200 run took 66 s, to make room for the kernel table's 60);
+each invocation records what it ran in gpu_run.json and the next one skips it (--redo NAME runs one again). An item starts only when its budget fits in what
 is left. Items (budget in seconds, in this order):
 
+  kernels   python bench/gpu/kernel_table.py   torch.profiler kernel table of one captured 7B-shaped bf16
+            1-token step (item c's step): top kernels by time, calls, launches per layer, bytes each reads;
+            the step against the measured copy-bandwidth floor (kernels.md / .json)  (60)
   capture   every method (tiny models) on the graph path, fp32 and bf16: the capture checker
             (decoding/fast/capture_check.py) under torch.cuda.set_sync_debug_mode("warn"), every bucket
             captured, fp32 output = HF greedy, bf16 agreement with HF greedy reported  (120)
-  a         python bench/gpu/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (210)
+  a         python bench/gpu/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (180)
   speed     one speed row: ours greedy and lookahead W15 N5 G15 vs HF greedy, embedded target, 4 prompts  (120)
   -- second invocation --
   c         python bench/gpu/gpu_check.py --items c   7B-shaped latency curve on the graph path  (300)
@@ -54,9 +58,11 @@ LIMIT_BYTES = 64_000_000
 SPARE = ["assets/heads/smollm2", "assets/heads/smollm2-self_speculative", "assets/drafts/smollm2", "docs/screenshots"]
 # name, budget (s), what, GPU argv (after python), rehearsal argv (in-process: module, args)
 ITEMS = [
+    ("kernels", 60, "kernel table of one captured 7B-shaped bf16 1-token step vs the copy-bandwidth floor",
+     ["bench/gpu/kernel_table.py"], ("kernel_table", ["--quick"])),
     ("capture", 120, "capture check + every method on the graph path, fp32 and bf16",
      ["bench/gpu_run.py", "--item", "capture"], ("gpu_run", ["--item", "capture"])),
-    ("a", 210, "CUDA test matrix", ["bench/gpu/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
+    ("a", 180, "CUDA test matrix", ["bench/gpu/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
     ("speed", 120, "one speed row: ours greedy + lookahead vs HF greedy", ["bench/gpu_run.py", "--item", "speed"],
      ("gpu_run", ["--item", "speed"])),
     ("c", 300, "latency curve (7B shape)", ["bench/gpu/gpu_check.py", "--items", "c"],
@@ -75,6 +81,8 @@ ITEMS = [
      ("bench_heads", ["--temperature", "0.7", "--budgets", "8", "--runs", "1", "--limit", "1", "--max-new-tokens",
                       "12", "--no-baselines", "--device", "cpu"])),
 ]
+BUDGET = 480  # --budget's default: the first invocation's seconds (a command may run 600)
+FIRST = ("kernels", "capture", "a", "speed")  # the first invocation: their budgets sum to <= BUDGET
 NEEDED = ["decoding", "bench", "tests", "assets", "profiling", "pyproject.toml", "constraints.txt"]
 
 
@@ -229,6 +237,14 @@ def readme_lines(out: Path, state: dict) -> list[str]:
     """What to paste into docs/gpu.md's "On a GPU" section: one line per goal and the capture check."""
     lines = [f"Measured on {state['device']} (torch {state.get('torch', '?')}, {state['finished']}), "
              f"`python bench/gpu_run.py`, reports in `{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}`:"]
+    kt = out / "kernels.json"
+    if kt.exists():
+        doc = json.loads(kt.read_text())
+        top = doc["kernels"][:3]
+        lines.append(f"- {doc['goal']['goal']}: {doc['goal']['value']} (**{doc['goal']['status']}**, "
+                     f"{doc['meta']['dtype']}); {doc['step']['launches']} launches "
+                     f"({doc['step']['launches'] / doc['meta']['layers']:.1f} a layer), top: "
+                     + ", ".join(f"{r['kernel'][:40]} {100 * r['share']:.0f}%" for r in top) + " (kernels.md)")
     cap = out / "capture_check.json"
     if cap.exists():
         doc = json.loads(cap.read_text())
@@ -272,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None,
                     help="default bench/results/gpu-<device>/ (gpu-rehearse with --rehearse)")
-    ap.add_argument("--budget", type=float, default=480,
+    ap.add_argument("--budget", type=float, default=BUDGET,
                     help="seconds this invocation may use (a command: < 600; the first one proves the path in 480)")
     ap.add_argument("--rehearse", action="store_true", help="CPU, emulated CUDA graphs, smoke sizes, in-process")
     ap.add_argument("--only", default="", help="comma-separated item names (default: all, in runbook order)")

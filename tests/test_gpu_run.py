@@ -22,8 +22,14 @@ def test_rehearse_runs_the_whole_runbook(tmp_path):
     assert all(rec["status"] == "ok" for rec in state["items"].values()), state["items"]
     cap = json.loads((tmp_path / "capture_check.json").read_text())
     assert cap["ok"] and len(cap["rows"]) >= 11
-    for f in ("gpu_check.md", "gpu_memory.json", "gpu_run.md", "logs/a.log"):
+    for f in ("gpu_check.md", "gpu_memory.json", "gpu_run.md", "logs/a.log", "kernels.md"):
         assert (tmp_path / f).exists(), f
+    kt = json.loads((tmp_path / "kernels.json").read_text())  # the first item: one step's kernel (CPU op) table
+    assert kt["kernels"] and kt["step"]["launches"] == sum(r["calls"] for r in kt["kernels"]) > 0
+    assert any(r["kernel"] == "aten::mm" and r["bytes"] for r in kt["kernels"])  # a GEMM reads its weight
+    assert kt["step"]["floor_ms"] > 0 and kt["goal"]["status"] == "info"  # CPU: no GPU goal judged
+    assert "| kernel | aten op | total us | share | calls | per layer | MB read | GB/s |" in (
+        tmp_path / "kernels.md").read_text()
     assert "docs/gpu.md lines:" in r.stdout and "capture check: " in r.stdout and "runbook complete" in r.stdout
     # a second invocation skips what is recorded
     again = subprocess.run([sys.executable, "bench/gpu_run.py", "--rehearse", "--out", str(tmp_path), "--only", "c"],
@@ -50,3 +56,11 @@ def test_the_machine_needs_less_than_64_mib():
     f = gpu_run.needed_files()
     # the tree fits, or does once the folders the runbook never reads are moved aside (--files prints how)
     assert f["tree_bytes"] - f["spare_bytes"] < f["limit_bytes"] and f["needed_bytes"] < f["limit_bytes"], f
+
+
+def test_the_first_invocation_fits_its_budget():
+    import gpu_run
+    first = [it for it in gpu_run.ITEMS if it[0] in gpu_run.FIRST]
+    assert [it[0] for it in gpu_run.ITEMS[:len(first)]] == list(gpu_run.FIRST) and first[0][0] == "kernels"
+    # every item of the first invocation starts even when each before it ran to its budget
+    assert sum(it[1] for it in first) <= gpu_run.BUDGET, [(it[0], it[1]) for it in first]
