@@ -68,3 +68,20 @@ def test_generate_says_it_is_loading_before_the_model_is_ready(tiny_dir):
     done = next(i for i, text in enumerate(lines) if text.startswith("[greedy] 4 tokens"))
     assert load < done and seen[load][0] < seen[done][0], seen
     assert any(text.startswith("[load] preparing the weights' layout") for text in lines[load:done]), lines
+
+
+def test_setup_notes_come_as_the_run_starts_not_after_it(tiny_dir, tmp_path):
+    """What setup chose ([threads] ...) is said once the first step has run, before the streamed text, not
+    with the rest at the end of the run (stdout and stderr read as one stream, as a terminal shows them)."""
+    env = {**os.environ, "DECODESCOPE_CPU_GEMM": "0", "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "decoding", "generate", "--model", tiny_dir, "--method", "greedy",
+                           "--prompt", PROMPT, "--max-new-tokens", "4", "--stream", "--json", str(out)], cwd=ROOT,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    import json
+    text = json.loads(out.read_text())["text"]
+    lines = proc.stdout.splitlines()
+    threads = next(i for i, line in enumerate(lines) if line.startswith("[threads]"))
+    streamed = next(i for i, line in enumerate(lines) if line.strip() == text.strip())
+    assert threads < streamed, lines

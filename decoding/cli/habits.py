@@ -158,8 +158,9 @@ def display_text(tok, ids: list[int], args: argparse.Namespace) -> str:
     return tok.decode(ids, skip_special_tokens=True) if getattr(args, "chat", False) else tok.decode(ids)
 
 
-def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, static) -> Trace:
-    """run() with streaming and stop strings (a stop ends the run after the step that produced it)."""
+def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, static, on_start=None) -> Trace:
+    """run() with streaming and stop strings (a stop ends the run after the step that produced it); on_start()
+    once the first step (the prefill) is done: the run has passed its checks."""
     printed = [""]
 
     def show(new: list[int], out: list[int]) -> None:
@@ -170,20 +171,23 @@ def decode(model, tok, prompt, args: argparse.Namespace, drafter, sampling, stat
 
     tr = decode_until(model, tok, prompt, args.method, max_new_tokens=args.max_new_tokens, sampling=sampling,
                       drafter=drafter, static=static, stops=args.stop or [], on_tokens=show if args.stream else None,
-                      lp=getattr(args, "lp", False), lp_debug=getattr(args, "lp_debug", False))
+                      lp=getattr(args, "lp", False), lp_debug=getattr(args, "lp_debug", False), on_start=on_start)
     if args.stream:
         sys.stdout.write("\n")
     return tr
 
 
 def decode_until(model, tok, prompt, method: str, *, max_new_tokens: int, sampling, drafter, static=None,
-                 stops: list[str] = (), on_tokens=None, lp: bool = False, lp_debug: bool = False) -> Trace:
+                 stops: list[str] = (), on_tokens=None, lp: bool = False, lp_debug: bool = False,
+                 on_start=None) -> Trace:
     """run() that ends once the output text contains a stop string (the output keeps it, cut after the token
     that completes it, as transformers' stop_strings do) and hands on_tokens(new_ids, output_ids) exactly
-    the tokens that stay in the output, step by step (streamers)."""
+    the tokens that stay in the output, step by step (streamers); on_start() after the first step."""
     stops, steps, sent, t0 = list(stops or []), [], [0], time.perf_counter()
 
     def on_step(step, out):
+        if on_start is not None and not steps:
+            on_start()
         steps.append(step)
         keep = out
         if stops and any(s in tok.decode(out) for s in stops):
@@ -194,7 +198,7 @@ def decode_until(model, tok, prompt, method: str, *, max_new_tokens: int, sampli
         if keep is not out:
             raise _Stopped
 
-    hook = on_step if (stops or on_tokens) else None
+    hook = on_step if (stops or on_tokens or on_start) else None
     try:
         tr = run(model, tok, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
                  drafter=drafter, static=static, on_step=hook, **({"lp": lp, "lp_debug": lp_debug} if lp else {}))

@@ -125,9 +125,11 @@ def generate(args: argparse.Namespace) -> int:
     for i, prompt in enumerate(prompts):
         if len(prompts) > 1:  # which output is whose: a label, and a separator between outputs
             print(("" if i == 0 else SEPARATOR + "\n") + prompt_label(i, len(prompts), raw[i]), flush=True)
-        tr = decode(model, tok, prompt, args, drafter, sampling, static)  # drafters reset in start()
-        for line in getattr(args, "notes", []) if i == 0 else ():
-            print(line, file=sys.stderr)
+        # what setup chose ([threads], [preset], [draft] ...), said as the first run starts: once it has passed
+        # its checks (a refusal stays one line), not after the whole run
+        notes = getattr(args, "notes", []) if i == 0 else []
+        tr = decode(model, tok, prompt, args, drafter, sampling, static,  # drafters reset in start()
+                    on_start=(lambda: print("\n".join(notes), file=sys.stderr, flush=True)) if notes else None)
         show(args, model, tok, tr, sampling, json_path(args.json, i, len(prompts)) if args.json else None)
         print(timing_line(tr, model), file=sys.stderr)
         if args.compare:
