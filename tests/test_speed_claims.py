@@ -82,3 +82,74 @@ def test_a_running_race_shows_progress_not_a_verdict():
     running = racekit.summary(rows, [], True, final=False)
     assert "Winner" not in running and "Too close" not in running and "**Racing…** 2 runs finished so far" in running
     assert "Winner: lookahead" in racekit.summary(rows, [], True)
+
+
+def spinning(n: int = 2):
+    """Threads spinning beside the run (the GIL and the cores taken): a classroom's shared CPU, made on purpose."""
+    import threading
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(2000))
+    ts = [threading.Thread(target=spin, daemon=True) for _ in range(n)]
+    for t in ts:
+        t.start()
+    return stop, ts
+
+
+def test_a_claim_under_contention_is_within_the_quiet_spread_or_not_made():
+    """Greedy measured quietly, prompt lookup once quietly and once with busy threads beside it: the busy run's
+    words either fall within the quiet claim's interval or say the speed was not measured (the decoding thread
+    got far less CPU time than wall time). Timed by the clock alone, the busy run claimed a ratio the quiet one
+    rules out."""
+    import torch
+
+    from conftest import tiny
+    from decoding.api import run
+    from appkit.run.speed_claim import timed
+    torch.set_num_threads(1)
+    model = tiny("llama")
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 5, 6, 7, 8, 12, 5, 6, 7]
+
+    def measured(method: str):
+        tr, tr.measure = timed(lambda: run(model, None, prompt, method, max_new_tokens=48))
+        return tr
+    measured("greedy")  # warm-up
+    rates, key = PerSession(), ("k",)
+    speed_of(rates, None, key, measured("greedy"), True)
+    quiet = speed_of(rates, None, key, measured("prompt_lookup"), True)
+    stop, ts = spinning()
+    try:
+        loaded = speed_of(rates, None, key, measured("prompt_lookup"), True)
+    finally:
+        stop.set()
+        for t in ts:
+            t.join()
+    assert "greedy's speed" in quiet and "greedy's speed" in loaded, (quiet, loaded)
+    if "not measured" in loaded:
+        assert "cost model:" in loaded and "steps for" in loaded, loaded
+        return
+    got = re.search(r"\(([0-9.]+)-([0-9.]+)x", loaded)
+    spread = re.search(r"\(([0-9.]+)-([0-9.]+)x", quiet)
+    assert got and spread, (quiet, loaded)  # a machine busy for both says "not measured" for both
+    lo, hi = map(float, spread.groups())
+    point = float(re.search(r"([0-9.]+)x", loaded).group(1))
+    assert lo * 0.9 <= point <= hi * 1.1, (quiet, loaded)
+
+
+def test_the_busy_words_come_from_the_runs_own_measure():
+    from appkit.run.speed_claim import busy_words
+    quiet = {"wall_s": 1.0, "cpu_s": 0.97, "load": 0.5, "cores": 2}
+    assert busy_words(quiet, None) == ""
+    assert "got 40% of a core" in busy_words(quiet, {**quiet, "cpu_s": 0.4})
+    assert busy_words({**quiet, "load": 11.0}) == "load 11.0 on 2 cores"
+    rates, key = PerSession(), ("k",)
+    g = trace("greedy", [1] * 63, jitter(29.4, 63, 0.1, 3))
+    g.measure = quiet
+    speed_of(rates, None, key, g, True)
+    medusa = trace("medusa", [5] * 12, jitter(28.9, 12, 0.1, 4))  # a 5-token step "cheaper" than greedy's 1-token
+    medusa.measure = {**quiet, "load": 11.0}
+    words = speed_of(rates, None, key, medusa, True)
+    assert words.startswith("machine busy: speed vs greedy's speed not measured (load 11.0 on 2 cores)"), words
+    assert "cost model: 13 steps for 61 tokens" in words and not re.search(r"[0-9.]+x", words.split(";")[0]), words

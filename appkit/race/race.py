@@ -18,6 +18,7 @@ from decoding.methods.registry import BASELINE
 from viz.escape import esc, md_text
 
 from ..run.method_fields import is_baseline, spec
+from ..run.speed_claim import busy_words, rows_per_step, timed
 
 WIN = 1.2  # at or above this speed-up a method "pays"; below, the line says what it would need
 REPEATS, MAX_REPEATS = 3, 10
@@ -72,7 +73,10 @@ def race_row(name: str, traces: list, greedy_traces: list, sampled: bool) -> dic
             "speedup vs greedy": round(g_med / med, 2) if med > 0 else 0.0,
             "speedup (min-max)": f"{g_med / max(walls):.2f}-{g_med / min(walls):.2f}" if min(walls) > 0 else "",
             "step saving vs greedy": round(g.stats()["steps"] / st["steps"], 2) if g and st["steps"] else 0.0,
-            "exact": next((b for b in exact if b.startswith("✗")), exact[0])}
+            "exact": next((b for b in exact if b.startswith("✗")), exact[0]),
+            "busy": busy_words(*[getattr(t, "measure", None) for t in [*traces, *greedy_traces]]),
+            "rows/step": round(rows_per_step(tr), 1),
+            "ms/step": f"{_mean_ms([tr]):.1f} vs greedy's {_mean_ms(greedy_traces[:1]):.1f}"}
 
 
 def _mean_ms(traces: list) -> float:
@@ -184,6 +188,9 @@ def drift_note(rows: list[dict], dtype: str) -> str:
 
 
 def _speed_words(r: dict) -> str:
+    if r.get("busy"):
+        return (f"speed not measured (machine busy); cost model: {r['steps']} steps for {r['tokens']} tokens, "
+                f"{r.get('rows/step', '?')} query rows a step at {r.get('ms/step', '?')} ms")
     if greedys_work(r):
         return (f"no speed-up: {r['steps']} steps for {r['tokens']} tokens, greedy's own work (its wall-clock, "
                 f"{r['speedup vs greedy']}×, runs {r['speedup (min-max)']}×, is noise)")
@@ -212,11 +219,15 @@ def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str
     runs = rows[0]["runs"] if rows else 0
     head += f" Median of {runs} interleaved run{'s' if runs != 1 else ''} per method, min-max in brackets."
     done = sum(r["runs"] for r in rows)
-    verdict = (" ".join(x for x in (winner(rows), *copies) if x) if final else
+    busy = next((r["busy"] for r in rows if r.get("busy")), "")
+    verdict = (f"**Machine busy: speed not measured** ({busy}): the clock measured the load, not the methods, so "
+               f"no winner is named; each method's cost model is below (steps, rows a step, step times)."
+               if busy and final else
+               " ".join(x for x in (winner(rows), *copies) if x) if final else
                f"**Racing…** {done} run{'s' if done != 1 else ''} finished so far: the verdict comes when every "
                f"run has finished.")
     lines = [head + (" " + preset_note if preset_note else ""), verdict, *parts, drift_note(rows, dtype),
-             sizing_note(rows), *[r for r in reasons if r]]
+             sizing_note(rows), *[r for r in reasons if r and not (busy and final)]]  # busy: no timed ratio
     return "\n\n".join(x for x in lines if x)
 
 
@@ -235,6 +246,7 @@ def race_runs(p, methods: list[str], repeats: int, job) -> dict[str, list]:
     for r in range(repeats):
         for m in order([BASELINE, *methods], r):
             job.report((done(), f"{m} (run {r + 1} of {repeats})"))
-            runs[m].append(p.run(m, on_step=job.check))
+            tr, tr.measure = timed(lambda: p.run(m, on_step=job.check))  # wall, the thread's CPU time, load
+            runs[m].append(tr)
     job.report((done(), None))
     return done()

@@ -9,14 +9,50 @@ into one of three claims:
 - the interval of the estimate holds 1.0: "within noise", no bold figure;
 - otherwise the estimate with its interval, saying it is one run each (the Race repeats, interleaved).
 The interval is a bootstrap over the two runs' decode steps (seeded: the same runs give the same words).
+
+A claim survives contention or is not made. A shared CPU said Medusa ran "1.82x greedy's speed" with a 5-token
+step measured cheaper than greedy's 1-token step, and greedy against itself spread 0.93-1.98x. So:
+- a run measured with `timed` records its wall time, the CPU time of the thread that decoded (time.thread_time)
+  and the machine's load; when either run's thread got well under a core (CPU time far below wall time) or the
+  load was above the cores, the words are "machine busy: speed not measured" and the cost model instead (steps,
+  rows a step, the measured step times): what the steps can buy, not what the clock said;
+- a step with more query rows measured cheaper than greedy's 1-row step is contention, not speed: no ratio the
+  step counts and the row cost cannot produce is printed.
 """
 from __future__ import annotations
 
+import os
 import random
+import time
 from statistics import mean
 
+BUSY_SHARE = 0.75   # the decoding thread's CPU time under this share of its wall time: it waited for a core
+CHEAPER = 0.9       # a many-row step measured under this fraction of greedy's 1-row step: the clock, not the work
 RESAMPLES = 400
 LOW, HIGH = 0.05, 0.95  # the interval's percentiles
+
+
+def timed(fn):
+    """(fn(), {"wall_s", "cpu_s", "load", "cores"}): the run's wall time, the CPU time of this thread (the one
+    that decodes), and the machine's 1-minute load at the end. A run whose thread got a core for its whole
+    wall time has cpu_s close to wall_s; an oversubscribed machine shows far less."""
+    w0, c0 = time.perf_counter(), time.thread_time()
+    out = fn()
+    wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return out, {"wall_s": wall, "cpu_s": cpu, "load": load, "cores": os.cpu_count() or 1}
+
+
+def busy_words(*measures: dict | None) -> str:
+    """'' when every measured run had its core; else why the clock cannot be trusted (the first reason)."""
+    for m in measures:
+        if not m:
+            continue
+        if m["wall_s"] > 0 and m["cpu_s"] < BUSY_SHARE * m["wall_s"]:
+            return f"the decoding thread got {m['cpu_s'] / m['wall_s']:.0%} of a core while it ran"
+        if m["load"] > m["cores"]:
+            return f"load {m['load']:.1f} on {m['cores']} cores"
+    return ""
 
 
 def decode_ms(trace) -> list[float]:
@@ -43,17 +79,37 @@ def estimate(method_ms: list[float], per_step: float, greedy_ms: list[float]) ->
     return point, draws[int(LOW * (RESAMPLES - 1))], draws[int(HIGH * (RESAMPLES - 1))]
 
 
-def claim(trace, greedy_ms: list[float] | None) -> str:
+def rows_per_step(trace) -> float:
+    steps = [s for s in trace.steps if s.kind == "decode"]
+    return sum(s.n_query for s in steps) / len(steps) if steps else 0.0
+
+
+def cost_model(trace, ms: list[float], greedy_ms: list[float]) -> str:
+    """What the steps can buy, in the numbers they were measured in: steps, rows a step, both step times, and
+    the speed-up those would give (tokens per step over the step's cost in greedy steps)."""
+    st, per_step, rows = trace.stats(), tokens_per_step(trace), rows_per_step(trace)
+    cost = mean(ms) / mean(greedy_ms)
+    return (f"cost model: {st['steps']} steps for {st['new_tokens']} tokens ({per_step:.2f} a step), {rows:.1f} "
+            f"query rows a step at {mean(ms):.1f} ms against greedy's 1 row at {mean(greedy_ms):.1f} ms")
+
+
+def claim(trace, greedy_ms: list[float] | None, busy: str = "") -> str:
     """The speed words of a finished non-greedy run; every variant names "greedy's speed" (the status line
-    beside the Run button picks that part)."""
+    beside the Run button picks that part). busy: busy_words of the two runs' measures ('' when quiet)."""
     if not greedy_ms:
         return "speed vs greedy: **not measured** (run greedy on this prompt, or race)"
     st = trace.stats()
     ms, per_step = decode_ms(trace), tokens_per_step(trace)
     if not ms:
         return "speed vs greedy's speed: not measured (no decode step to time)"
+    if busy:
+        return f"machine busy: speed vs greedy's speed not measured ({busy}); {cost_model(trace, ms, greedy_ms)}"
     point, lo, hi = estimate(ms, per_step, greedy_ms)
     cost = mean(ms) / mean(greedy_ms)
+    if per_step > 1.0 and rows_per_step(trace) > 1.0 and cost < CHEAPER:
+        return (f"speed vs greedy's speed not measured: a {rows_per_step(trace):.1f}-row step timed cheaper than "
+                f"greedy's 1-row step ({cost:.2f}x) is the machine's load, not the method; "
+                f"{cost_model(trace, ms, greedy_ms)}")
     how = (f"{per_step:.2f} tokens per step at {cost:.2f}x greedy's step time ({mean(ms):.1f} vs "
            f"{mean(greedy_ms):.1f} ms, {len(ms)} and {len(greedy_ms)} steps timed)")
     if per_step <= 1.0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import presets
 from .method_fields import is_baseline
-from .speed_claim import claim, decode_ms
+from .speed_claim import busy_words, claim, decode_ms
 
 CURRENT: list[int] = []  # the CPU thread count measured for the model of the event now running
 
@@ -45,12 +45,12 @@ def threads_note(r: dict | None) -> str:
     return f"{r['threads']} CPU thread{'s' if r['threads'] > 1 else ''} (measured: {rates} tokens/s greedy)"
 
 
-def speed_note(trace, greedy_ms: list[float] | None) -> str:
+def speed_note(trace, greedy_ms: list[float] | None, busy: str = "") -> str:
     """The run's speed against greedy's on the same prompt, settings and model, from both runs' measured step
     times with their spread (appkit/run/speed_claim.py), or says it was not measured."""
     if is_baseline(trace.method):
         return ""
-    return claim(trace, greedy_ms)
+    return claim(trace, greedy_ms, busy)
 
 
 def run_key(p) -> tuple:
@@ -66,5 +66,15 @@ def speed_of(greedy, session: str | None, key: tuple, tr, done: bool) -> str:
     (appkit/public/per_session.py: another visitor's table would tell whether someone ran this prompt); any
     other run gets its speed against them."""
     if done and is_baseline(tr.method) and decode_ms(tr):
-        greedy.put(session, key, decode_ms(tr))
-    return speed_note(tr, greedy.get(session, key))
+        greedy.put(session, key, {"ms": decode_ms(tr), "measure": measure_of(tr)})
+    g = greedy.get(session, key)
+    if isinstance(g, list):  # a table filled before runs carried their measure
+        g = {"ms": g, "measure": None}
+    return speed_note(tr, g["ms"] if g else None, busy_words(measure_of(tr), g["measure"] if g else None))
+
+
+def measure_of(tr) -> dict | None:
+    """The run's own measure (speed_claim.timed: wall, decoding thread's CPU time, load), where its runner
+    recorded one as the trace's `measure`; None for a run timed by the clock alone."""
+    m = getattr(tr, "measure", None)
+    return m if isinstance(m, dict) else None
