@@ -85,3 +85,12 @@ def test_setup_notes_come_as_the_run_starts_not_after_it(tiny_dir, tmp_path):
     threads = next(i for i, line in enumerate(lines) if line.startswith("[threads]"))
     streamed = next(i for i, line in enumerate(lines) if line.strip() == text.strip())
     assert threads < streamed, lines
+
+
+@pytest.mark.parametrize("extra", [["--method", "no_such_method"], ["--method", "greedy", "--window", "3"],
+                                   ["--repeats", "2"], ["--max-new-tokens", "0"]])
+def test_bad_options_are_refused_before_the_load(tiny_dir, capsys, monkeypatch, extra):
+    monkeypatch.setattr(method_flags, "load", lambda *a, **k: pytest.fail("weights loaded"))
+    assert main(["generate", "--model", tiny_dir, "--prompt", PROMPT, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
