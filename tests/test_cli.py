@@ -36,12 +36,15 @@ def test_generate_writes_json_equal_to_hf_greedy(tiny_dir, tmp_path):
 @pytest.mark.parametrize("extra", [["--attn", "eager", "--layout", "stock"],
                                    ["--text-span", "2", "--layout", "column"],
                                    ["--static", "on", "--method", "lookahead", "--layout", "column"]])
-def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra):
+def test_engine_options_keep_output_exact(tiny_dir, tmp_path, extra, capsys):
+    """Through main() in this process (the real process is test_generate_writes_json_equal_to_hf_greedy's: a
+    fresh interpreter per option costs ~20 s of imports on 2 cores and checks nothing more)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     prompt = "def x ( y ) : return y + 1 def x ( y ) :"
     out = tmp_path / "run.json"
-    r = cli("--model", tiny_dir, "--prompt", prompt, "--max-new-tokens", "16", "--json", str(out), *extra)
-    assert r.returncode == 0, r.stderr
+    code = main(["generate", "--model", tiny_dir, "--prompt", prompt, "--max-new-tokens", "16", "--json", str(out),
+                 *extra])
+    assert code == 0, capsys.readouterr().err
     doc = json.loads(out.read_text())
     tok, model = AutoTokenizer.from_pretrained(tiny_dir), AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert doc["output_ids"] == hf_greedy(model, tok(prompt)["input_ids"], 16)
