@@ -218,14 +218,16 @@ def test_race_reports_identical_tokens_for_greedy_modes(client, dirs):
     assert "Median of 3 interleaved runs" in summary
     verdict = summary.split("\n\n")[1]  # one winner, or the methods whose runs overlap the best one's
     assert verdict.startswith(f"**Winner: {best}**") or (verdict.startswith("**Too close to call: ")
-                                                        and f"{best} leads by median" in verdict), verdict
+                                                        and f"{best} leads by median" in verdict) or (
+        verdict.startswith("**Machine busy: speed not measured**") and "cost model" in summary), verdict  # loaded
     progress = [str(o[1]) for o in job.outputs()]
     assert any("of 3)" in x for x in progress), progress  # the repeats stream (which ones arrive depends on polling)
     # every method gets one line with measured numbers: why it won or lost
     for m in ("lookahead", "prompt_lookup", "speculative"):
         line = next(x for x in summary.split("\n\n") if x.startswith((f"**{m}** is ", f"**{m}** did greedy's work")))
         assert "1-token step" in line and "tokens per step" in line and ("x measured" in line and " ms)" in line
-                                                                          or "measured is noise" in line), line
+                                                                          or "measured is noise" in line
+                                                                          or "speed not measured (machine busy)" in line), line
     assert "**greedy** is the baseline" in summary
     # side by side: one row per method, aligned by output position; a row's cells are its steps
     assert "aligned by output" in sbs and all(f"data-run='{m}'" in sbs for m in rows)

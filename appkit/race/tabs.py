@@ -100,7 +100,7 @@ class Tabs(TuneTab, Handlers):
             row = racekit.race_row(m, trs, g, not p.sampling.greedy)
             row["config"] = presets.describe(m, p.params.get(m, {}))
             rows.append(row)
-            reasons.append(racekit.reason(m, trs, g, row["speedup vs greedy"], device))
+            reasons.append(racekit.reason(m, trs, g, row["speedup vs greedy"], device, row["busy"]))
         auto = "Auto presets for this device." if p.settings.preset == "auto" else ""
         shown = {m: racekit.representative(trs) for m, trs in runs.items()}
         copies = [copied_note(t, "this session's earlier runs (asked for)", f"{m}: ") for m, t in shown.items()]
