@@ -224,10 +224,10 @@ def summary(rows: list[dict], reasons: list[str], greedy: bool, preset_note: str
     head += f" Median of {runs} interleaved run{'s' if runs != 1 else ''} per method, min-max in brackets."
     done = sum(r["runs"] for r in rows)
     busy = next((r["busy"] for r in rows if r.get("busy")), "")
-    verdict = (f"**Machine busy: speed not measured** ({busy}): the clock measured the load, not the methods, so "
-               f"no winner is named; each method's cost model is below (steps, rows a step, step times)."
-               if busy and final else
-               " ".join(x for x in (winner(rows), *copies) if x) if final else
+    named = (f"**Machine busy: speed not measured** ({busy}): the clock measured the load, not the methods, so "
+             f"no winner is named; each method's cost model is below (steps, rows a step, step times)."
+             if busy else winner(rows))
+    verdict = (" ".join(x for x in (named, *copies) if x) if final else
                f"**Racing…** {done} run{'s' if done != 1 else ''} finished so far: the verdict comes when every "
                f"run has finished.")
     lines = [head + (" " + preset_note if preset_note else ""), verdict, *parts, drift_note(rows, dtype),
