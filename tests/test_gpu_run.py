@@ -14,8 +14,9 @@ sys.path.insert(0, str(ROOT / "bench" / "gpu"))
 
 
 def test_rehearse_runs_the_whole_runbook(tmp_path):
+    # the timeout bounds a hang, it does not time the code: ~270 s on a busy 2-core box
     r = subprocess.run([sys.executable, "bench/gpu_run.py", "--rehearse", "--out", str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)  # a bound on a hang, not a speed check: ~270 s on a busy 2-core box
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     state = json.loads((tmp_path / "gpu_run.json").read_text())
     import gpu_run
