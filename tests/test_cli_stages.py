@@ -1,6 +1,7 @@
-"""No silent minutes: a slow stage (reading the weights, packing them, tuning, a reference load) says what it
-does, flushed, once it has run a second (at once with DECODESCOPE_STAGE_NOTICE_S=0), and cheap refusals come
-before the load: --chat on a model folder without a chat template is refused from its tokenizer files."""
+"""No silent minutes: the stages of a model big enough that they take over a second (reading the weights,
+packing them, tuning, a reference load) say what they do as they start, flushed (every model's with
+DECODESCOPE_SAY_STAGES=1), and cheap refusals come before the load: --chat on a model folder without a chat
+template is refused from its tokenizer files."""
 import os
 import shutil
 import subprocess
@@ -41,20 +42,24 @@ def test_chat_with_a_template_still_passes_the_check(tiny_dir, tmp_path):
     check_chat_template(str(folder))  # no refusal
 
 
-def test_a_stage_is_said_once_it_runs_past_the_notice_and_a_fast_one_is_silent(capsys, monkeypatch):
-    monkeypatch.setenv(cli_args.NOTICE_ENV, "0.2")
-    with cli_args.stage("[load] fast"):
+def test_a_big_models_stages_are_said_and_a_small_ones_are_not(capsys, monkeypatch):
+    monkeypatch.delenv(cli_args.SAY_ENV, raising=False)
+    with cli_args.stage("[load] small", 20):
         pass
-    with cli_args.stage("[load] slow"):
-        time.sleep(0.6)
-    time.sleep(0.05)
-    assert capsys.readouterr().err.splitlines() == ["[load] slow"]
+    with cli_args.stage("[load] unknown size"):
+        pass
+    with cli_args.stage("[load] big", cli_args.SAY_MB):
+        pass
+    monkeypatch.setenv(cli_args.SAY_ENV, "1")
+    with cli_args.stage("[load] any", 1):
+        pass
+    assert capsys.readouterr().err.splitlines() == ["[load] big", "[load] any"]
 
 
 def test_generate_says_it_is_loading_before_the_model_is_ready(tiny_dir):
     """Read as a person reads it: stderr line by line from a real process. The [load] line arrives first, on
     its own, before the run's summary (not all at once at the end)."""
-    env = {**os.environ, cli_args.NOTICE_ENV: "0", "DECODESCOPE_CPU_GEMM": "0", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, cli_args.SAY_ENV: "1", "DECODESCOPE_CPU_GEMM": "0", "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONUNBUFFERED", None)
     proc = subprocess.Popen([sys.executable, "-m", "decoding", "generate", "--model", tiny_dir, "--method", "greedy",
                              "--prompt", PROMPT, "--max-new-tokens", "4"], cwd=ROOT, env=env,

@@ -12,7 +12,6 @@ import math
 import os
 import re
 import sys
-import threading
 from pathlib import Path
 
 # --- Argument checks shared by every CLI (decoding, profiling, profiling.project/.operators, viz) ----------
@@ -192,33 +191,23 @@ def is_binary(path: Path, sample: int = 1 << 20) -> bool:
     return False
 
 
-# --- Stages that may take long (reading weights, packing them, loading a reference) --------------------------
-# A first run was silent for minutes (377 s for 9 s of decoding), and its deferred lines arrived at once at the
-# end. A stage wrapped in stage() says what it does, flushed, once it has run NOTICE_S seconds: a slow stage never
-# runs silent, a fast one (a tiny model, and so a one-line refusal) prints nothing.
-NOTICE_ENV = "DECODESCOPE_STAGE_NOTICE_S"  # 0: say every stage as it starts
+# --- Stages that may take long (reading weights, packing them, tuning, loading a reference) ------------------
+# A first run was silent for minutes (377 s for 9 s of decoding), and its lines arrived at once at the end. A
+# stage of a model whose weights are SAY_MB or more (reading and packing them takes over a second on any CPU)
+# says what it does as it starts, flushed; a small model's stages (and so its one-line refusals) print nothing,
+# the same on a quiet or a busy machine. DECODESCOPE_SAY_STAGES=1 says every stage.
+SAY_MB = 100
+SAY_ENV = "DECODESCOPE_SAY_STAGES"
 
 
-def notice_s() -> float:
-    """Seconds a stage runs before it is said ($DECODESCOPE_STAGE_NOTICE_S, default 1)."""
-    try:
-        return max(0.0, float(os.environ.get(NOTICE_ENV, "1")))
-    except ValueError:
-        return 1.0
+def says(mb: float | None) -> bool:
+    """Whether a stage of a model with `mb` MB of weights is said (None: size unknown, not said)."""
+    return os.environ.get(SAY_ENV, "").strip() == "1" or (mb is not None and mb >= SAY_MB)
 
 
 @contextlib.contextmanager
-def stage(what: str):
-    """Say `what` on stderr (flushed) once the block has run notice_s() seconds (at once when that is 0)."""
-    delay = notice_s()
-    if delay <= 0:
+def stage(what: str, mb: float | None = None):
+    """Say `what` on stderr, flushed, as the block starts, when says(mb)."""
+    if says(mb):
         print(what, file=sys.stderr, flush=True)
-        yield
-        return
-    timer = threading.Timer(delay, lambda: print(what, file=sys.stderr, flush=True))
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
+    yield

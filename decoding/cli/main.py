@@ -120,7 +120,8 @@ def generate(args: argparse.Namespace) -> int:
     static = {"auto": None, "on": True, "off": False}[args.static]
     prompts = with_template(tok, raw, args.chat)
     if args.compare:  # warm up first, so neither timed run pays for the first forwards
-        with stage("[compare] warming up (a 2-token greedy run) before the timed runs"):
+        with stage("[compare] warming up (a 2-token greedy run) before the timed runs",
+                   getattr(model, "weights_mb_", None)):
             run(model, tok, prompts[0], BASELINE, max_new_tokens=2, trace=False, static=static)
     for i, prompt in enumerate(prompts):
         if len(prompts) > 1:  # which output is whose: a label, and a separator between outputs

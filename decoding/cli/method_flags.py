@@ -358,7 +358,7 @@ def preset_params(args: argparse.Namespace, spec: MethodSpec, model) -> dict:
     found = lookup(args.model, model, spec.name)
     if found is None and next(model.parameters()).device.type == "cpu" and spec.query_tokens is not None:
         with stage(f"[preset] no {spec.name} preset for these weights on this device: timing its default step "
-                   f"against a 1-row step"):
+                   f"against a 1-row step", getattr(model, "weights_mb_", None)):
             found = cpu_fallback(spec, model)
     if found is None:
         tunes = "; --auto tunes one" if spec.tuner is not None else ""
@@ -411,7 +411,8 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
             params = RESOLVE[resource](args, spec, params, model, tok)
     if args.auto:  # the method's tuner (decoding/tuning/tune.py), the same the app's Tune button runs
         from ..tuning.tune import tune
-        with stage(f"[auto] tuning the {spec.name} shape with pilot runs on this prompt"):
+        with stage(f"[auto] tuning the {spec.name} shape with pilot runs on this prompt",
+                   getattr(model, "weights_mb_", None)):
             tuned = tune(spec.name, model, tok, args.prompt, pilot_tokens=min(32, args.max_new_tokens),
                          draft=params.get("draft_model"), heads=params.get("heads"),
                          draft_tokenizer=params.get("draft_tokenizer"), **spec.tuner.fixed(params))

@@ -213,9 +213,9 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     threads: CPU threads (None = automatic, see set_cpu_threads); layout: weight storage (see layout.py;
     "stock" keeps transformers' own, e.g. for a baseline); kernel: "fp32" or "int8" for the packed layout's block
     weights (None: DECODESCOPE_CPU_KERNEL, default fp32; decoding/fast/cpu_gemm.py KERNEL_EXACT);
-    stage: what says the slow stages (reading the weights, packing them) as they run, e.g. the CLI's
-    decoding.cli.args.stage; None: silent (a library call)."""
-    say = stage or (lambda what: contextlib.nullcontext())
+    stage: stage(what, mb) says the slow stages (reading the weights, packing them) as they start, e.g. the
+    CLI's decoding.cli.args.stage (mb: the weights' size, by which it decides); None: silent (a library call)."""
+    say = stage or (lambda what, mb=None: contextlib.nullcontext())
     name, why = resolve(name)
     if why:
         warnings.warn(f"using the embedded model: {why}", stacklevel=2)
@@ -253,8 +253,12 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e, "tokenizer")) from None
     size = weights_mb(name)
+    if size is None and stage is not None:  # a hub id: its size from the config (meta device, no weights read)
+        n = count_params(config, trust_remote_code)
+        size = n * torch.finfo(torch_dtype or torch.float32).bits / 8e6 if n else None
     try:
-        with say(f"[load] reading the weights of {name}" + (f" ({size:,.0f} MB)" if size else "") + f" onto {device}"):
+        with say(f"[load] reading the weights of {name}" + (f" ({size:,.0f} MB)" if size else "") + f" onto {device}",
+                 size):
             model, info = AutoModelForCausalLM.from_pretrained(name, output_loading_info=True, **kwargs)
     except Exception as e:  # noqa: BLE001
         raise ModelError(_load_error(name, e)) from None
@@ -267,12 +271,13 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | Non
     model.eval()
     try:
         with say(f"[load] preparing the weights' layout ({layout}{', kernel ' + kernel if kernel else ''}; the CPU "
-                 f"kernel packs its blocks once)"):
+                 f"kernel packs its blocks once)", size):
             model.weight_layout_ = apply_layout(model, layout, kernel)
     except ValueError as e:  # "packed" asked for where its kernel cannot run
         raise ModelError(str(e)) from None
     set_cpu_threads(model, threads)
     model.name_or_path_ = name
+    model.weights_mb_ = size  # what the CLI's later stages (tuning, a reference load) are said by
     model.fallback_reason_ = why  # why the default model could not be used (None: it was, or it was not asked)
     return model, tok
 
