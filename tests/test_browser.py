@@ -329,21 +329,27 @@ def test_default_race_wins_or_says_why(browser, url):
     expect(page.locator("#ds-race-md")).not_to_contain_text("running", timeout=420000)  # 3 interleaved repeats
     md = page.locator("#ds-race-md").inner_text()
     print("\n" + md)
+    # honest: median of 3 interleaved runs, the spread per method, one winner named, a reason for every method;
+    # on a busy machine (the other test worker, a loaded CI box) no ratio and no winner, the cost model instead
+    busy = "Machine busy: speed not measured" in md
+    assert "Median of 3 interleaved runs" in md and "✗" not in md, md
     for m in ("lookahead", "prompt_lookup", "speculative"):  # every accelerated method races by default
+        if busy:
+            assert re.search(rf"{m} [^:]*: speed not measured \(machine busy\); cost model: \d+ steps", md), md
+            assert re.search(rf"{m} is not timed here, speed not measured \(machine busy\): .* costs [\d.]+x a "
+                             rf"1-token step", md), md
+            continue
         speed = float(re.search(rf"{m} [^:]*: ([\d.]+)× wall-clock", md).group(1))
         assert speed >= 1.2 or re.search(rf"{m} is .* costs [\d.]+x a 1-token step .* ms\)", md), md
-    assert "✗" not in md
-    # honest: median of 3 interleaved runs, the spread per method, one winner named, a reason for every method
-    assert "Median of 3 interleaved runs" in md and re.search(r"Winner: \w+|Too close to call: \w+ and \w+", md), md
-    for m in ("lookahead", "prompt_lookup", "speculative"):
         assert re.search(rf"{m} [^:]*: [\d.]+× wall-clock \(runs [\d.]+-[\d.]+×\)", md), md
         assert re.search(rf"{m} is .* [\d.]+x measured", md), md
+    assert busy or re.search(r"Winner: \w+|Too close to call: \w+ and \w+", md), md
     # side by side: greedy's and the winner's step views, linked by output position
     sbs = "#ds-race-sbs .ds-sbs-linked"
-    m = re.search(r"Winner: (\w+)", md) or re.search(r"(\w+) leads by median", md)
-    winner = m.group(1)  # the right-hand view's default: the best median
     assert page.locator(f"{sbs} .ds-sbs-pick[data-side=left]").input_value() == "greedy"
-    assert page.locator(f"{sbs} .ds-sbs-pick[data-side=right]").input_value() == winner
+    winner = page.locator(f"{sbs} .ds-sbs-pick[data-side=right]").input_value()  # the default: the best median
+    m = re.search(r"Winner: (\w+)", md) or re.search(r"(\w+) leads by median", md)
+    assert busy or winner == m.group(1), (winner, md)
     expect(page.locator(f"{sbs} .ds-sbs-col[data-side=right] .ds-stepper .ds-caption")).not_to_be_empty(timeout=20000)
     wide = page.locator(f"{sbs} .ds-sbs-row[data-run='{winner}'] .ds-sbs-cell:not([data-len='1'])").first
     n = int(wide.get_attribute("data-len"))

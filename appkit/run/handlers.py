@@ -38,6 +38,7 @@ from .settings import InputError, Settings, check_common, method_params, raise_i
 from .sources import check_heads, check_retrieval, heads_folder, resources, retrieval_source  # noqa: F401 - also imported from here
 from .auto_presets import AutoPresets
 from .prepared import Prepared
+from .speed_claim import own_time, timed
 from .stream import Job, Recorder, Sessions, Stopped, mark_interleaved
 from ..page.tables import live_line, public_trace, stats_md
 
@@ -274,10 +275,12 @@ class Handlers(AutoPresets):
                     rec.add(step, out)
                     job.report(len(rec.trace.steps))
                     job.check(step, out)
-                with p.turn() as held:
-                    tr = run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new, sampling=p.sampling,
-                             drafter=drafter, on_step=on_step)
-                    return mark_interleaved(tr, held)
+                with p.turn() as held:  # measured in the thread that decodes: wall, its CPU time, the load
+                    tr, measure = timed(lambda: run(p.model, p.tok, p.prompt, s.method, max_new_tokens=p.max_new,
+                                                    sampling=p.sampling, drafter=drafter, on_step=on_step))
+                    mark_interleaved(tr, held)
+                    tr.measure = own_time(tr, measure)  # speed_of says "machine busy" rather than a loaded ratio
+                    return tr
 
             note = " · ".join(x for x in (p.notes.get(s.method, ""), threads_note(p.threads)) if x)
             key = run_key(p)

@@ -43,6 +43,15 @@ def timed(fn):
     return out, {"wall_s": wall, "cpu_s": cpu, "load": load, "cores": os.cpu_count() or 1}
 
 
+def own_time(tr, measure: dict) -> dict:
+    """The measure of a run that gave the model to other visitors between its steps (public mode: the trace's
+    config.interleaved): its wall time without those waits, in which its thread used no CPU either."""
+    waited = float((getattr(tr, "config", None) or {}).get("interleaved", {}).get("waited_s", 0.0) or 0.0)
+    if waited > 0:
+        measure = {**measure, "wall_s": max(measure["wall_s"] - waited, measure["cpu_s"], 1e-6)}
+    return measure
+
+
 def busy_words(*measures: dict | None) -> str:
     """'' when every measured run had its core; else why the clock cannot be trusted (the first reason)."""
     for m in measures:

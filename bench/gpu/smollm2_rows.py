@@ -179,9 +179,10 @@ def contenders(target, tok, draft, device: str) -> tuple[dict, dict]:
     notes = {"HF greedy static cache (compiled)": "compiled by transformers' generate on CUDA"
              + (f" ({type(cc).__name__})" if cc is not None else "") if device.startswith("cuda")
              else "not compiled: transformers compiles the static cache on CUDA only"}
+    from decoding.methods.registry import SPECS
     runners = {"HF greedy": hf_runner(target, tok), "HF greedy static cache (compiled)": hf_runner(target, tok, **static)}
     for name, (method, params) in OURS.items():
-        extra = {"draft_model": draft} if method == "speculative" and draft is not None else {}
+        extra = {"draft_model": draft} if "draft_model" in SPECS[method].needs and draft is not None else {}
         runners[name] = ours_runner(target, tok, method, **params, **extra)
     return runners, notes
 

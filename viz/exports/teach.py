@@ -58,6 +58,11 @@ WANTS: dict[str, Want] = {
 }
 
 
+# What a WANTS entry that names a source says instead when the trace records no source for the step.
+UNSOURCED = {"lookahead": "a step that accepted an n-gram from the pool (this trace does not record whether a "
+                          "Jacobi window or the text supplied it)"}
+
+
 def want_of(trace: TraceLike) -> str:
     """Which WANTS entry a run is taught by: its method, and for speculative its shape."""
     tr = as_trace(trace)
@@ -87,8 +92,8 @@ def teaching_step(trace: TraceLike) -> dict:
     best = lambda pairs: max(pairs, key=lambda p: (step_counts(p[1]).guessed, -p[0]))  # noqa: E731
     if hits:
         k, s = best(hits)
-        if want_of(tr) == "lookahead" and not _chosen_source(s):  # the trace does not say where it came from
-            what = "a step that accepted an n-gram from the pool (this trace does not record whether a Jacobi window or the text supplied it)"
+        if not _chosen_source(s) and want_of(tr) in UNSOURCED:  # the trace does not say where it came from
+            what = UNSOURCED[want_of(tr)]
         return {"k": k, "i": s.index, "found": True, "shows": f"Opened on step {s.index}: {what}."}
     k, s = best(decode)
     return {"k": k, "i": s.index, "found": False,
