@@ -112,8 +112,8 @@ def check_captions(name: str, tr: Trace, titles: list[dict]) -> None:
         assert want_of(tr) == "lookahead" and pool.chosen_source(opened) == "window", (name, pick)
 
 
-@pytest.mark.skipif(NODE is None, reason="needs node to run the page's views.js")
 def test_every_caption_of_every_shipped_and_lesson_trace_agrees_with_its_step(lesson_traces, tmp_path):
+    assert NODE, "the page's views.js runs in Node here: install Debian's nodejs (.ci/run does)"
     traces = shipped() + lesson_traces
     assert {tr.method for _, tr in traces} >= {"lookahead", "jacobi", "prompt_lookup", "speculative"}
     titles = browser_titles(traces, tmp_path)
