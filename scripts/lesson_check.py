@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 from appkit.page import lesson  # noqa: E402
 from appkit.models.default_model import DefaultModel  # noqa: E402
+from appkit.models.drafts import draft_for  # noqa: E402
 from appkit.public.limits import Limits  # noqa: E402
 from appkit.models.model_cache import ModelCache  # noqa: E402
 from appkit.run.settings import Settings  # noqa: E402
@@ -44,6 +45,8 @@ def handlers(default: str) -> Tabs:
         raise SystemExit(f"the default model is not in the cache: {dm.why or 'fetch it'} "
                          "(python -m decoding fetch-model), or check the fallback lesson with --default assets/target")
     aliases = {lesson.DEFAULT: DEFAULT_MODEL, lesson.TARGET: EMBEDDED_TARGET, lesson.DRAFT: EMBEDDED_DRAFT}
+    if lesson.shipped_draft():  # the default model's shipped draft, by the name the page's dropdown gives it
+        aliases[lesson.shipped_draft()] = draft_for(DEFAULT_MODEL)
     return Tabs(Limits(False, aliases[default], EMBEDDED_DRAFT), ModelCache(loader=dm.loader), aliases=aliases)
 
 

@@ -4,10 +4,12 @@ Why data: each stop is a request, the settings that make its picture, the model 
 sentences of narration. The lesson teaches on the page's default model, SmolLM2-135M-Instruct, with chat
 requests (its chat template applied, as the examples do) chosen so that each effect is real on it
 (docs/lesson-stops.md: per stop, the step it opens on and what that step shows, from scripts/lesson_check.py).
-Two kinds of stop cannot run on it offline and say so: draft-model speculation needs a draft with the
-target's tokenizer (the embedded pair has one, SmolLM2 has none offline), and Medusa / EAGLE need heads
-trained for the target (SmolLM2's when assets/heads/smollm2/<kind> ships, else the embedded target's). A page
-whose default is the embedded target (the fallback) runs every stop on the embedded pair with code prompts.
+Draft-model speculation runs there too, with the 2-layer draft distilled for it (assets/drafts/smollm2, the
+draft the Run tab preselects: appkit/models/drafts.py draft_for); a build without that draft runs those stops
+on the embedded pair (the embedded draft shares the embedded target's tokenizer) and says why. Medusa / EAGLE
+need heads trained for the target (SmolLM2's when assets/heads/smollm2/<kind> ships, else the embedded
+target's). A page whose default is the embedded target (the fallback) runs every stop on the embedded pair
+with code prompts.
 A stop appears only when its method is in decoding.api.METHODS (and self-speculation only with its shipped
 adapter). The stops use the teaching preset ("teach"): settings that show the picture (the paper's W5 N4 G5
 window), not the fastest ones - the stats line of every run says which preset it used.
@@ -25,6 +27,7 @@ from decoding.methods.resources import ADAPTER_CONFIG, shipped_adapter
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.exports.teach import WANTS
 
+from ..models.drafts import draft_for
 from ..run.method_fields import has_shape, needs, spec
 from .tables import display_name
 
@@ -48,11 +51,12 @@ TEACH = "teach"  # the teaching preset: the lesson's own values, never the tuner
 # Read from each method's spec (presets["teaching"]).
 TEACHING = {n: dict(s.presets["teaching"]) for n, s in SPECS.items() if "teaching" in s.presets}
 GOTO_BEST = "best"  # the step view opens at the step its narration points at (viz.teach picks it from the run)
-# Where a stop runs: "default" = the page's default model; "pair" = the embedded target and draft (a draft
-# with the target's tokenizer); "heads" = the default model when its heads ship, else the embedded target;
+# Where a stop runs: "default" = the page's default model; "pair" = the default model with its shipped draft,
+# else (no draft for it in this build) the embedded target and draft (a draft with the target's tokenizer);
+# "heads" = the default model when its heads ship, else the embedded target;
 # "adapter" = the default model, only when its self-speculation adapter ships.
-WHY = {"pair": f"its draft accepts 2.1-2.7 tokens a step on code, where the 2-layer draft distilled for "
-                f"{MODEL_NAME} (assets/drafts/smollm2) accepts about 1.4 on chat: the picture shows more landing",
+WHY = {"pair": f"no draft for {MODEL_NAME} ships in this build (assets/drafts/smollm2), and a draft must share "
+                f"the target's tokenizer: the embedded draft shares the embedded target's",
        "heads": f"no heads for {MODEL_NAME} ship in this build yet; these were trained for the embedded target",
        "fallback": f"the page's default model is the embedded target ({MODEL_NAME} is not here)"}
 
@@ -61,7 +65,7 @@ WHY = {"pair": f"its draft accepts 2.1-2.7 tokens a step on code, where the 2-la
 class Stop:
     title: str
     method: str
-    prompt: str     # the code prompt, on the embedded models
+    prompt: str     # the code prompt, on the embedded models (the fallback page, or a stop with no part shipped)
     narration: str  # two sentences: what the method does, what the picture shows
     look: str       # what to look at, in the step view
     settings: dict = field(default_factory=dict)  # Settings fields (names = page components)
@@ -102,21 +106,21 @@ ALL = [  # every stop this lesson has; STOPS: those whose model parts ship in th
          "path: accepted in green, the first rejection in red.",
          "the token tree: one path of 4 draft tokens",
          settings={"spec_mode": "chain", "draft_tokens": 4, "staged": False, "confidence": 0.0},
-         expect={"views": ["tree", "mask"]}, on="pair"),
+         expect={"views": ["tree", "mask"]}, request=CALC, on="pair"),
     Stop("Speculative decoding: a token tree", "speculative", STACK,
          "Instead of one guess per position the draft proposes its top 3, then 2, then 1 continuations: a tree "
          "checked in one pass, each token attending only to its ancestors (the mask shows it). More guesses per "
          "step, so more of them can be right.",
          "the token tree's branches and the block-sparse attention mask",
          settings={"spec_mode": "tree", "widths": "3,2,1", "staged": False, "confidence": 0.0},
-         expect={"views": ["tree", "mask"]}, on="pair"),
+         expect={"views": ["tree", "mask"]}, request=CALC, on="pair"),
     Stop("Staged speculation: draft the draft", "speculative", STACK,
          "Staged speculation speeds up the drafter itself: an n-gram stage proposes tokens that the draft model "
          "checks in one pass, so it needs fewer sequential forwards. The target still verifies everything, so the "
          "output is unchanged.",
          "stage-2 tokens (their own colour) in the tree and the mask",
          settings={"spec_mode": "tree", "widths": "2,1,1,1,1", "staged": True, "confidence": 0.0},
-         expect={"views": ["tree", "mask"]}, on="pair"),
+         expect={"views": ["tree", "mask"]}, request=CALC, on="pair"),
     Stop("Self-drafting heads (Medusa)", "medusa", STACK,
          "Medusa adds small heads to the target that predict tokens +2, +3, … from its own last hidden state, so "
          "no separate draft model runs. Their guesses form a tree that the target verifies in its next pass.",
@@ -161,6 +165,13 @@ def adapter_ships() -> bool:
     return (shipped_adapter() / ADAPTER_CONFIG).is_file()
 
 
+def shipped_draft() -> str | None:
+    """The draft shipped for the default model, as the page's draft dropdown names it (app.py preselects it),
+    else None: the speculative stops then run on the embedded pair."""
+    draft = draft_for(DEFAULT_MODEL)
+    return display_name(draft) if draft else None
+
+
 STOPS = [s for s in ALL if s.on != "adapter" or adapter_ships()]  # decided at build time: it ships or not
 
 
@@ -169,9 +180,10 @@ def where(stop: Stop, default: str | None = DEFAULT) -> tuple[str, str, str]:
     model, else the WHY key that says why it runs on the embedded models."""
     if home(default) != DEFAULT:
         return TARGET, DRAFT, "fallback"
-    if stop.on == "pair" or (stop.on == "heads" and not heads_ship(stop.method)):
+    draft = shipped_draft()
+    if (stop.on == "pair" and draft is None) or (stop.on == "heads" and not heads_ship(stop.method)):
         return TARGET, DRAFT, stop.on
-    return DEFAULT, DRAFT, ""
+    return DEFAULT, draft or DRAFT, ""
 
 
 def stops(default: str | None = DEFAULT) -> list[Stop]:
@@ -224,7 +236,8 @@ def model_line(stop: Stop, default: str | None = DEFAULT) -> str:
     """Which model a stop runs on and, off the default model, why."""
     target, draft, why = where(stop, default)
     if not why:
-        return f"**Model:** {MODEL_NAME} (the default), a chat request with its chat template applied."
+        helper = f" with the 2-layer draft distilled for it (`{draft}`)" if needs(stop.method, "draft_model") else ""
+        return f"**Model:** {MODEL_NAME} (the default){helper}, a chat request with its chat template applied."
     pair = f"the embedded pair (`{target}` + `{draft}`)" if needs(stop.method, "draft_model") else \
         f"the embedded target (`{target}`)"
     return f"**Model:** {pair}, a code prompt: {WHY[why]}."
