@@ -99,3 +99,13 @@ def test_bad_options_are_refused_before_the_load(tiny_dir, capsys, monkeypatch, 
     assert main(["generate", "--model", tiny_dir, "--prompt", PROMPT, *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:"), err
+
+
+def test_every_cpu_run_says_what_each_kernel_streams(capsys):
+    """A GGUF's matrices may stream as blocks or as float32 panels (K-quants, Q5_0 ... on the block kernels; others
+    de-quantised): the run says which, per kernel, so an int8 run that covers little is visible on every run."""
+    from decoding.models import EMBEDDED_TARGET
+    assert main(["generate", "--model", EMBEDDED_TARGET, "--prompt", "def f(x):", "--max-new-tokens", "3",
+                 "--device", "cpu"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[weights]")]
+    assert len(lines) == 1 and "fp32 kernel" in lines[0] and "as float32" in lines[0], lines

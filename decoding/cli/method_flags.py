@@ -406,6 +406,8 @@ def setup(args: argparse.Namespace, specs: dict[str, MethodSpec] | None = None):
                       kernel=kernel_arg(args), stage=stage)
     if getattr(model, "threads_rule_", None):
         note(args, f"[threads] {model.threads_rule_}")
+    if getattr(model, "weight_storage_", None):  # what each CPU kernel streams: blocks, or float32 panels
+        note(args, f"[weights] {model.weight_storage_}")
     for resource in spec.needs:
         if resource in RESOLVE:
             params = RESOLVE[resource](args, spec, params, model, tok)
