@@ -3,12 +3,17 @@
 Each stop runs as the lesson runs it (its teaching values through the app's Handlers.plan, the embedded models:
 the suite never downloads), its step view is the Run tab's (handlers.step_views) with the lesson's narration
 beside it, opened on the step the narration points at; then "present". Asserted on the DOM: no two visible
-text boxes overlap (each text's client rects, clipped by its scrolling boxes; SVG labels by their boxes),
-nothing scrolls sideways (the page, the view, every picture's box). Full screen gave the view's grid a definite
-height, so its rows shrank and the token strip was drawn over the caption and the window's heading.
-Screenshots of the lesson's stops at 1920x1080 go to out/screenshots/present/ (docs/screenshots holds a few).
+text boxes overlap (each text's client rects, clipped by its scrolling boxes and the sticky controls; SVG labels
+by their boxes), nothing scrolls sideways (the page, the view, every picture's box), every visible text is at
+least 20 px at 1920x1080 and 16 px at 1280x720 (legends, notes, narration and the tree's labels were 8-14 px),
+and the step's highlighted tokens and first picture are in view (at 1280x720 none of them were). Full screen gave
+the view's grid a definite height, so its rows shrank and the token strip was drawn over the caption and the
+window's heading. Screenshots of the lesson's stops at both sizes go to out/screenshots/present/ (docs/screenshots
+holds a few).
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from markdown_it import MarkdownIt
@@ -32,11 +37,13 @@ BOXES = """(root) => {
   const out = [], vis = (el) => { for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
     const cs = getComputedStyle(e); if (cs.display === 'none' || cs.visibility === 'hidden' || +cs.opacity === 0) return false; }
     return true; };
+  const bar = root.querySelector('.ds-controls').getBoundingClientRect();  // sticky and opaque: what scrolls under it is hidden
   const clip = (el, r) => { let [a, b, c, d] = r;
     for (let e = el.parentElement; e && e !== document.documentElement; e = e.parentElement) {
       const cs = getComputedStyle(e);
       if (cs.overflowX !== 'visible' || cs.overflowY !== 'visible') { const q = e.getBoundingClientRect();
         a = Math.max(a, q.left); b = Math.max(b, q.top); c = Math.min(c, q.right); d = Math.min(d, q.bottom); } }
+    if (!el.closest('.ds-controls') && a < bar.right && c > bar.left && b < bar.bottom) b = Math.max(b, bar.bottom);
     return c - a > 1 && d - b > 1 ? [a, b, c, d] : null; };
   const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   for (let t; (t = walk.nextNode());) {
@@ -50,6 +57,43 @@ BOXES = """(root) => {
     const r = el.getBoundingClientRect(), c = clip(el, [r.left, r.top, r.right, r.bottom]);
     if (c) out.push([...c, 'svg: ' + el.textContent.trim().slice(0, 30)]); }
   return out; }"""
+# Every visible text's rendered size in px: [size, what]. HTML text: its computed font size times the CSS zoom
+# above it (a table scaled to its box); SVG text: its font size times the picture's scale on screen (its laid-out
+# width over its viewBox width). Visible: not hidden, and not clipped away by a box that scrolls or hides overflow.
+FONTS = """(root) => {
+  const out = [], vis = (el) => { for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+    const cs = getComputedStyle(e); if (cs.display === 'none' || cs.visibility === 'hidden' || +cs.opacity === 0) return false; }
+    return true; };
+  const shown = (el, r) => { let [a, b, c, d] = r;
+    for (let e = el.parentElement; e && e !== document.documentElement; e = e.parentElement) {
+      const cs = getComputedStyle(e);
+      if (cs.overflowX !== 'visible' || cs.overflowY !== 'visible') { const q = e.getBoundingClientRect();
+        a = Math.max(a, q.left); b = Math.max(b, q.top); c = Math.min(c, q.right); d = Math.min(d, q.bottom); } }
+    return c - a > 1 && d - b > 1; };
+  const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let t; (t = walk.nextNode());) {
+    const el = t.parentElement;
+    if (!t.textContent.trim() || !el || el.closest('svg') || el.closest('.ds-data,style,script') || !vis(el)) continue;
+    const range = document.createRange(); range.selectNodeContents(t);
+    if (![...range.getClientRects()].some((r) => shown(el, [r.left, r.top, r.right, r.bottom]))) continue;
+    out.push([parseFloat(getComputedStyle(el).fontSize) * (el.currentCSSZoom || 1),
+      (el.className || el.tagName) + ': ' + t.textContent.trim().slice(0, 30)]); }
+  for (const el of root.querySelectorAll('svg text')) {
+    if (!el.textContent.trim() || !vis(el)) continue;
+    const r = el.getBoundingClientRect();
+    if (!shown(el, [r.left, r.top, r.right, r.bottom])) continue;
+    const svg = el.ownerSVGElement, vb = svg.viewBox.baseVal, box = svg.getBoundingClientRect();
+    out.push([parseFloat(getComputedStyle(el).fontSize) * (vb && vb.width ? box.width / vb.width : 1),
+      'svg: ' + el.textContent.trim().slice(0, 30)]); }
+  return out; }"""
+# The current step on screen: its highlighted tokens (inside the token box's visible part and the window) and its
+# first picture's top: [tokens, tokens in view, picture top, picture bottom, window height].
+IN_VIEW = """(root) => { const H = window.innerHeight, W = window.innerWidth, box = root.querySelector('.ds-text').getBoundingClientRect();
+  const toks = [...root.querySelectorAll('.ds-text .ds-tok.ds-cur')], inside = (r) => r.top >= Math.max(0, box.top) - 1
+    && r.bottom <= Math.min(H, box.bottom) + 1 && r.left >= 0 && r.right <= W;
+  const pic = root.querySelector('.ds-grid > .ds-plot .ds-scroll').getBoundingClientRect();
+  return [toks.length, toks.filter((t) => inside(t.getBoundingClientRect())).length, pic.top, pic.bottom, H]; }"""
+FLOOR = {1280: 16, 1920: 20}  # px: read from the back of a room on a 1280x720 and a 1920x1080 projector
 SIDEWAYS = """(root) => [['page', document.documentElement.scrollWidth - document.documentElement.clientWidth],
   ['view', root.scrollWidth - root.clientWidth],
   ...[...root.querySelectorAll('.ds-scroll, .ds-text')].filter((e) => e.offsetParent !== null)
@@ -84,7 +128,9 @@ def stop_pages():
     return pages
 
 
-def test_every_lesson_stop_presents_without_overlap_or_sideways_scroll(browser, stop_pages):  # noqa: F811
+def test_every_lesson_stop_presents_in_projector_type_with_the_step_in_view(browser, stop_pages):  # noqa: F811
+    """At both sizes: no overlap, no sideways scroll, every visible text at the size's floor (a tree or a mask too
+    big is cut and says so), and at 1280x720 the step's highlighted tokens and its first picture in view."""
     problems = []
     (SHOTS / "present").mkdir(parents=True, exist_ok=True)
     for k, (title, html) in enumerate(stop_pages):
@@ -102,10 +148,18 @@ def test_every_lesson_stop_presents_without_overlap_or_sideways_scroll(browser, 
             assert len(boxes) > 30, (title, boxes)  # the check saw the view's words
             problems += [(title, f"{w}x{h}", "overlap", o) for o in overlaps(boxes)]
             problems += [(title, f"{w}x{h}", "scrolls sideways", n, px) for n, px in root.evaluate(SIDEWAYS) if px > 1]
-            if w == 1920:
-                page.screenshot(path=str(SHOTS / "present" / f"lesson_stop{k + 1}_1920x1080.png"))
+            sizes = root.evaluate(FONTS)
+            assert len(sizes) > 30, (title, sizes)  # the check saw the view's words
+            problems += [(title, f"{w}x{h}", "small type", round(px, 1), what) for px, what in sizes if px < FLOOR[w] - 0.05]
+            cur, shown, top, bottom, height = root.evaluate(IN_VIEW)
+            if cur and shown < cur:
+                problems.append((title, f"{w}x{h}", f"{shown} of {cur} highlighted tokens in view"))
+            if not 0 <= top < bottom <= height and not (0 <= top and bottom - top > height / 2 and top < height / 2):
+                problems.append((title, f"{w}x{h}", "the step's picture is not in view", round(top), round(bottom)))
+            page.screenshot(path=str(SHOTS / "present" / f"lesson_stop{k + 1}_{w}x{h}.png"))
         page.close()
-    assert not problems, "\n".join(map(str, problems[:40]))
+    kinds = Counter((p[0][:24], p[1], p[2] if p[2] != "small type" else f"small type {p[4][:12]}") for p in problems)
+    assert not problems, "\n".join(map(str, [*kinds.items(), *problems[:40]]))
 
 
 # The Race's results as a teacher's 10-method race fills them: the longest config words each kind of shape

@@ -70,15 +70,7 @@
       const last = D.counts && D.counts.prefill ? D.counts.decode_steps : steps[n - 1].i;
       label_.textContent = `step ${s.i} / ${last}` + (s.k === "prefill" ? " · prefill" : "");
       caption.textContent = s.cap;
-      D.views.forEach((v) => {
-        const box = q(`.ds-plot[data-view="${v}"]`);
-        if (!box) return;
-        let title, body;
-        try { [title, body] = VIEWS[v](D, s); }
-        catch (e) { [title, body] = [`Step ${s.i}: this view cannot be drawn (the trace is malformed)`, ""]; }
-        box.querySelector(".ds-vt").textContent = title;
-        box.querySelector(".ds-scroll").innerHTML = body;  // views.js escapes every trace value in it
-      });
+      draw(s);
       root.querySelectorAll(".ds-text .ds-tok").forEach((t) => {
         const st = t.dataset.step === "" ? -1 : parseInt(t.dataset.step, 10);
         t.classList.toggle("ds-cur", st === s.i);
@@ -94,13 +86,44 @@
       root.dispatchEvent(new CustomEvent("ds-step", { detail: s.i, bubbles: true }));
     }
 
+    // The step's pictures. In presentation mode the tree and the mask are drawn in projector type for their box
+    // (>= 20 px at 1920 wide, >= 16 px below 1600: read from the back of a room), cut to fit (views.js presentView).
+    let drawnFor = "";
+    function draw(s) {
+      const on = root.classList.contains("ds-present"), F = window.innerWidth > 1600 ? 21 : 17;
+      drawnFor = on ? `${window.innerWidth}` : "";
+      D.views.forEach((v) => {
+        const box = q(`.ds-plot[data-view="${v}"]`);
+        if (!box) return;
+        const W = box.querySelector(".ds-scroll").clientWidth;
+        let title, body;
+        try { [title, body] = on && W > 0 ? DecodeScopeViews.presentView(D, s, v, W, F) : VIEWS[v](D, s); }
+        catch (e) { [title, body] = [`Step ${s.i}: this view cannot be drawn (the trace is malformed)`, ""]; }
+        box.querySelector(".ds-vt").textContent = title;
+        box.querySelector(".ds-scroll").innerHTML = body;  // views.js escapes every trace value in it
+      });
+      outline();
+    }
     // The token box scrolls on its own (~220 px): keep the current step's first token in view, scrolling
     // only that box (never the page), so next ▶ / play visibly move.
+    // The first token sits a third of the way down, or higher when the step's tokens need the room below it.
     function reveal() {
-      const box = q(".ds-text"), t = box && box.querySelector(".ds-tok.ds-cur");
-      if (!t) return;
-      const b = box.getBoundingClientRect(), r = t.getBoundingClientRect();
-      if (r.top < b.top + 4 || r.bottom > b.bottom - 4) box.scrollTop += r.top - b.top - box.clientHeight / 3;
+      const box = q(".ds-text"), all = box ? box.querySelectorAll(".ds-tok.ds-cur") : [];
+      if (!all.length) return;
+      const b = box.getBoundingClientRect(), r = all[0].getBoundingClientRect(), end = all[all.length - 1].getBoundingClientRect();
+      const room = Math.max(4, Math.min(box.clientHeight / 3, box.clientHeight - (end.bottom - r.top) - 8));
+      if (r.top < b.top + 4 || end.bottom > b.bottom - 4) box.scrollTop += r.top - b.top - room;
+    }
+    // Presentation mode opens on the step, not the page's top: the caption, the step's tokens and its first
+    // picture below the sticky controls; on a short screen (1280x720) the tokens and the picture, the caption above.
+    function present() {
+      reveal();
+      const ctl = q(".ds-controls"), plot = q(".ds-grid > .ds-plot"), top = root.getBoundingClientRect().top;
+      const at = (e) => e.getBoundingClientRect().top - top + root.scrollTop;
+      const under = ctl ? ctl.offsetHeight + 6 : 0, end = plot ? plot.getBoundingClientRect().bottom - top + root.scrollTop : 0;
+      const cap = q(".ds-caption"), text = q(".ds-text");
+      const first = [cap, text].find((e) => e && end - (at(e) - under) <= root.clientHeight) || text || cap;
+      if (first) root.scrollTop = Math.max(0, at(first) - under);
     }
     // Every view wider than its box says so ("scroll →" in its title); in presentation mode a table wider
     // than the screen (a long trajectory at 1280 px) is scaled to its box instead: nothing scrolls sideways.
@@ -220,7 +243,12 @@
     }
     go(start);
     if (ask) requestAnimationFrame(() => root.scrollIntoView({ block: "start" }));  // narration and picture in view
-    if (window.ResizeObserver) new ResizeObserver(() => cues()).observe(root);
+    // entering or leaving presentation mode, or a new screen width there: the pictures are redrawn for it
+    if (window.ResizeObserver) new ResizeObserver(() => {
+      const want = root.classList.contains("ds-present") ? `${window.innerWidth}` : "";
+      if (want !== drawnFor) { draw(steps[cur]); if (want) present(); }
+      cues();
+    }).observe(root);
     // A click on a run-chart point (customdata = step index) jumps to that step; bound once plotly drew.
     root.querySelectorAll(".ds-run-plot").forEach((div) => div.on && (div.removeAllListeners && div.removeAllListeners("plotly_click"), div.on("plotly_click", (ev) => {
       const p = ev.points && ev.points[0];

@@ -47,20 +47,31 @@ table.ds-tab tr.ds-chosen th{font-weight:700;color:#000}
 table.ds-tab tr.ds-chosen td{border:2px solid #222}
 .ds-selcell{outline:3px solid SELECT !important;outline-offset:1px}
 svg .ds-selcell{outline:none;stroke:SELECT !important;stroke-width:4px !important}
-.ds-stepper.ds-present{font-size:22px;background:#fff;padding:18px 28px;overflow:auto;max-height:100vh}
+.ds-stepper.ds-present{font-size:22px;background:#fff;padding:0 28px 18px;overflow:auto;max-height:100vh}
+/* presentation type: no text under 20 px on a 1920 px screen (16 px at 1280, below): the floor for every element
+   (the legends, the header, the notes, the narration, the @positions); the rules after it raise some further */
+.ds-stepper.ds-present *:where(:not(svg, svg *)){font-size:max(1em, 20px)}
+.ds-present .ds-side :is(h1,h2,h3){font-size:1.2em}
+@media (max-width:1600px){.ds-stepper.ds-present *:where(:not(svg, svg *)){font-size:max(1em, 16px)}}
 .ds-present .ds-controls button{font-size:20px;padding:6px 14px}.ds-present .ds-caption{font-size:26px;line-height:1.35}
 .ds-present .ds-text{font-size:22px;max-height:28vh}.ds-present table.ds-tab{font-size:20px}
-.ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:13px}
-.ds-present .ds-plot svg{zoom:1.7;max-width:100%;height:auto}  /* 12 px labels at ~20 px on a projector;
-   a picture wider than the screen is scaled to its width (its viewBox keeps the proportions): nothing scrolls sideways */
+.ds-present table.ds-tab td{min-width:54px;height:54px}.ds-present table.ds-tab td small{font-size:20px}
+.ds-present .ds-plot svg{max-width:100%;height:auto}  /* the tree and the mask are drawn in projector type for their
+   box (views.js presentView), cut to fit; the viewBox keeps a picture that still overflows whole: nothing scrolls sideways */
+.ds-stepper.ds-present .ds-side,.ds-present .ds-head,.ds-present .ds-legend,.ds-present .ds-pick{font-size:20px}
 /* full screen gives the grid a definite height: its rows would shrink to fit it and the token strip, caption and
    headings would be drawn over each other; rows as tall as their content, the page scrolls down instead */
 .ds-stepper.ds-present{grid-auto-rows:max-content;align-content:start}
 .ds-stepper.ds-present.ds-sided{grid-template-columns:minmax(220px,20%) minmax(0,1fr)}
 .ds-present .ds-plot{flex:1 1 100%}  /* one picture per row: every column of a window or a pool at projector size */
-@media (max-width:1600px){.ds-present table.ds-tab{font-size:17px}.ds-present table.ds-tab td{min-width:40px;height:46px}
-  .ds-present table.ds-tab td small{font-size:12px}}  /* 1280x720: a 12-position trajectory fits the width */
-.ds-present .ds-vt{font-size:22px}.ds-present .ds-prof,.ds-present .ds-run{display:none}
+.ds-present .ds-vt{font-size:22px}
+@media (max-width:1600px){.ds-present table.ds-tab{font-size:17px;border-spacing:2px}
+  .ds-present table.ds-tab td{min-width:34px;height:46px;padding:1px 2px}
+  .ds-present table.ds-tab td small{font-size:16px}  /* 1280x720: a 12-position trajectory fits the width */
+  .ds-present .ds-caption{font-size:20px}.ds-present .ds-text{font-size:18px;max-height:22vh}.ds-present .ds-vt{font-size:18px}
+  .ds-present .ds-controls button{font-size:17px;padding:3px 10px}
+  .ds-stepper.ds-present .ds-side,.ds-present .ds-head,.ds-present .ds-legend,.ds-present .ds-pick{font-size:16px}}
+.ds-present .ds-prof,.ds-present .ds-run{display:none}
 .ds-present .ds-svg,.ds-present .ds-png,.ds-present .ds-slides{display:none}
 details.ds-poolbrowse{margin-top:6px;font-size:12px}details.ds-poolbrowse summary{cursor:pointer;color:#333}
 table.ds-pooltab th{text-align:left}table.ds-pooltab tr.ds-poolkey th{font-weight:bold;color:#000;background:#fff3b0 !important}

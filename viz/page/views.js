@@ -147,10 +147,11 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   function treeView(D, s, o) {
     const v = s.tv || {}, z = Object.assign({}, PAGE_TREE, o || {});
     const all = list(v.n), rows = Math.max(isNum(v.r) ? v.r : 1, 1), keep = Math.min(rows, z.rows);
-    const nodes = all.map((row) => (isNum(list(row)[1]) && list(row)[1] >= keep ? null : row));
+    const levels = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS) + 1, deep = Math.max(Math.min(levels, isNum(z.depth) ? z.depth : levels), 1);
+    const nodes = all.map((row) => ((isNum(list(row)[1]) && list(row)[1] >= keep) || (isNum(list(row)[0]) && list(row)[0] >= deep) ? null : row));
     if (!all.length) return [v.t ? String(v.t) : `Step ${s.i}: no tree recorded`, ""];
     const { dx, dy } = z, X = (x) => 16 + (isNum(x) ? x : 0) * dx, Y = (y) => 18 + (isNum(y) ? y : 0) * dy;
-    const maxD = Math.min(isNum(v.d) ? v.d : 0, MAX_COLS);
+    const maxD = deep - 1;
     const w = 16 + maxD * dx + z.label, h = 18 + keep * dy;
     const out = [];
     nodes.forEach((row) => {
@@ -170,7 +171,7 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
         (bad ? `<text x="${esc(X(x))}" y="${esc(Y(y) + z.fs / 3)}" text-anchor="middle" font-size="${z.fs}" fill="${esc(str(D, stroke))}">✕</text>` : "") +
         `<text x="${esc(X(x) + z.r + 4)}" y="${esc(Y(y) + z.fs / 3)}" font-size="${z.fs}" fill="${pruned ? "#777" : "#222"}" style="white-space:pre">${esc(str(D, label))}</text></g>`);
     });
-    const cut = keep < rows ? ` (first ${keep} of ${rows} rows shown)` : "";
+    const cut = keep < rows || deep < levels ? ` (cut to fit: first ${keep} of ${rows} rows, ${deep} of ${levels} levels shown)` : "";
     return [String(v.t) + cut, `<svg width="${esc(w)}" height="${esc(h)}" viewBox="0 0 ${esc(w)} ${esc(h)}">${out.join("")}</svg>`];
   }
 
@@ -213,8 +214,8 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   // lookup) or the accepted path's rows (a tree), else the last rows; every column while they fit at
   // projector size, else the columns those rows may attend to. Returns [which rows and columns, svg, w, h].
   const SLIDE_MASK = { width: 1800, height: 640, fs: 24, rows: 14, cols: 48 };
-  function maskRows(D, s) {
-    const v = s.mv || {}, n = Math.min(isNum(v.n) ? v.n : 0, 400), info = s.info || {}, R = SLIDE_MASK.rows;
+  function maskRows(D, s, R = SLIDE_MASK.rows) {
+    const v = s.mv || {}, n = Math.min(isNum(v.n) ? v.n : 0, 400), info = s.info || {};
     if (n <= R) return [[...Array(n).keys()], `all ${n} rows`];
     const sl = list(s.sl), r = String(s.r || ""), path = list(info.accepted_path).filter((k) => Number.isInteger(k) && k >= 0 && k < n);
     let rows = [], why = "";
@@ -228,10 +229,10 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
     if (!rows.length || rows.length > R) { rows = [...Array(Math.min(R, n)).keys()].map((k) => n - Math.min(R, n) + k); why = `the last ${rows.length} rows`; }
     return [rows, why];
   }
-  function maskSlide(D, s) {
-    const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400), Z = SLIDE_MASK;
+  function maskSlide(D, s, size) {
+    const v = s.mv || {}, P = D.palette, n = Math.min(isNum(v.n) ? v.n : 0, 400), Z = Object.assign({}, SLIDE_MASK, size || {});
     if (!n) return ["", "", 0, 0];
-    const [rows, why] = maskRows(D, s), colours = list(v.c), runs = list(v.r);
+    const [rows, why] = maskRows(D, s, Z.rows), colours = list(v.c), runs = list(v.r);
     // a label is a role and a position ("c2·7"); a crafted one is cut so it cannot push the cells off the slide
     const labels = list(v.l).map((k) => { const t = str(D, k); return t.length > 16 ? t.slice(0, 15) + "…" : t; });
     const sees = (i) => { const r = style(D, runs[i]), on = new Set();
@@ -239,9 +240,12 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
         for (let j = r[k]; j <= Math.min(r[k + 1], r[k] + 400); j++) on.add(j);
       return on; };
     const vis = rows.map(sees);
+    // as many 30 px columns as the width holds beside the widest label (presentation mode sizes Z to its box)
+    const widest = Math.max(3, ...labels.map((t) => String(t || "").length)), fit = Math.floor((Z.width - Math.ceil(widest * Z.fs * 0.62) - 24 - (v.kv ? 60 : 0) - 4) / 30);
+    const most = Math.max(4, Math.min(Z.cols, fit));
     let cols = [...Array(n).keys()], colWhy = `all ${n} columns`;
-    if (n > Z.cols) {
-      cols = [...new Set(vis.flatMap((o) => [...o]))].sort((a, b) => a - b).slice(-Z.cols);
+    if (n > most) {
+      cols = [...new Set(vis.flatMap((o) => [...o]))].sort((a, b) => a - b).slice(-most);
       colWhy = `the ${cols.length} columns these rows may attend to`;
     }
     const chars = Math.max(3, ...rows.concat(cols).map((k) => String(labels[k] || "").length));
@@ -303,6 +307,23 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
   // A value plotly shows in a hover label: numbers as they are, anything else escaped (plotly reads markup).
   const plotValue = (v) => (isNum(v) ? v : esc(v));
 
+  // ---- Presentation mode: the tree and the mask redrawn in projector type (F px, unscaled) for a box W px wide,
+  // cut to what fits (the title says what is left out; 14 tree rows and 16 mask rows at 1920 wide, 10 below 1600),
+  // as the slides do; the tables keep their page drawing.
+  function presentView(D, s, v, W, F) {
+    if (v === "tree") {  // a level as wide as its longest label (up to 14 characters, as on the page), so a chain of short tokens fits
+      const chars = Math.max(3, ...list((s.tv || {}).n).map((row) => str(D, style(D, list(row)[2])[1]).length));
+      const dx = Math.ceil(1.5 * F + 8 + 0.62 * F * Math.min(chars, 14)), label = Math.ceil(0.75 * F + 8 + 0.62 * F * Math.min(chars, 30));
+      return treeView(D, s, { dx, dy: 2.5 * F, fs: F, r: 0.75 * F, label, rows: F > 20 ? 14 : 10, depth: Math.max(1, Math.floor((W - 16 - label) / dx) + 1) });
+    }
+    if (v === "mask") {
+      const m = s.mv || {};
+      const [why, svg] = maskSlide(D, s, { width: W, height: 10 * 30, fs: F, rows: F > 20 ? 16 : 10, cols: 48 });
+      return [String(m.t || "") + (why ? ` — ${why}` : ""), svg];
+    }
+    return VIEWS[v](D, s);
+  }
+
   const VIEWS = { window: windowView, pool: poolView, tree: treeView, mask: maskView, trajectory: trajectoryView };
 
   // ---- Cost panel: the step on the roofline, its numbers, cumulative FLOPs vs tokens beside greedy.
@@ -336,5 +357,5 @@ window.DecodeScopeViews = window.DecodeScopeViews || (function () {
       { title: { text: "cumulative FLOPs" }, rangemode: "tozero", exponentformat: "SI" }), CONFIG);
   }
 
-  return { VIEWS, profileView, esc, treeView, maskSlide };
+  return { VIEWS, profileView, esc, treeView, maskSlide, presentView };
 })();
