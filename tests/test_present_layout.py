@@ -158,7 +158,7 @@ def test_every_lesson_stop_presents_in_projector_type_with_the_step_in_view(brow
                 problems.append((title, f"{w}x{h}", "the step's picture is not in view", round(top), round(bottom)))
             page.screenshot(path=str(SHOTS / "present" / f"lesson_stop{k + 1}_{w}x{h}.png"))
         page.close()
-    kinds = Counter((p[0][:24], p[1], p[2] if p[2] != "small type" else f"small type {p[4][:12]}") for p in problems)
+    kinds = Counter((p[0][:24], p[1], p[2] if p[2] != "small type" else f"small type: {p[4].split(':')[0]}") for p in problems)
     assert not problems, "\n".join(map(str, [*kinds.items(), *problems[:40]]))
 
 
