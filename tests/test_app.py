@@ -351,7 +351,8 @@ def test_race_order_is_interleaved_and_rotated():
 def test_race_in_sampling_mode_does_not_claim_exactness(client, dirs):
     _, summary, table, _, _, _ = client.predict(*race_settings(dirs, ["lookahead"], temperature=1.0, seed=3) + [1],
                                              api_name="/race")
-    assert "n/a (sampling" in table["data"][1][-1] and "Sampling mode" in summary
+    exact = table["data"][1][table["headers"].index("exact")]
+    assert "n/a (sampling" in exact and "Sampling mode" in summary
 
 
 def test_auto_preset_is_tuned_once_and_cached_outside_the_repo(client, dirs, cache_dir):
@@ -386,8 +387,11 @@ def test_every_run_shows_its_speed_against_greedy_or_says_it_was_not_measured(cl
     client.predict(*settings(dirs, method="greedy", prompt=prompt, max_new=8), api_name="/run")
     after = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=8), api_name="/run")
     # a figure with its interval from both runs' step times, "within noise", or no speed-up (greedy's work)
+    # ... or, on a busy machine (the other test worker), no ratio: the cost model against greedy's measured step
     claim = re.search(r"\*\*[0-9.]+x\*\* greedy's speed \([0-9.]+-[0-9.]+x from [0-9.]+ tokens per step|"
-                      r"within noise of greedy's speed \(|no speed-up over greedy's speed: [0-9]+ steps for", after[1])
+                      r"within noise of greedy's speed \(|no speed-up over greedy's speed: [0-9]+ steps for|"
+                      r"machine busy: speed vs greedy's speed not measured \(.+\); cost model: [0-9]+ steps for [0-9]+ "
+                      r"tokens .* against greedy's 1 row at [0-9.]+ ms", after[1])
     assert claim, after[1]
     other = client.predict(*settings(dirs, method="lookahead", prompt=prompt, max_new=9), api_name="/run")
     assert "not measured" in other[1]  # another length is another measurement

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -159,7 +159,10 @@ class Turns:
         self._busy = False
         self._waiting: list[tuple[str, int]] = []  # (client key, ticket) in arrival order
         self._ticket = 0
-        self._served: OrderedDict[str, list[tuple[float, float]]] = OrderedDict()  # key -> [(end, seconds)]
+        # key -> [[end, seconds], ...] (one entry a second at most) and its running sum: every waiting thread asks
+        # for every waiting client's service each time it wakes, so it must not cost the length of its history
+        self._served: OrderedDict[str, deque] = OrderedDict()
+        self._sums: dict[str, float] = {}
         self._jobs: dict[str, int] = {}
         self._total = 0
 
@@ -209,18 +212,33 @@ class Turns:
 
     # ---- turns on the model
     def _recent(self, key: str, now: float) -> float:
-        return sum(s for end, s in self._served.get(key, []) if now - end < RECENT_S)
+        """The key's model seconds in the last RECENT_S: older entries leave its running sum as they expire."""
+        q = self._served.get(key)
+        if not q:
+            return 0.0
+        while q and now - q[0][0] >= RECENT_S:
+            self._sums[key] -= q.popleft()[1]
+        return max(self._sums[key], 0.0) if q else 0.0
 
     def _next(self) -> tuple[str, int] | None:
         now = time.monotonic()
         return min(self._waiting, key=lambda w: (self._recent(w[0], now), w[1]), default=None)
 
     def _record(self, key: str, seconds: float, end: float) -> None:
-        self._served.setdefault(key, []).append((end, seconds))
+        q = self._served.get(key)
+        if q is None:
+            q = self._served[key] = deque()
+            self._sums[key] = 0.0
+        if q and end - q[-1][0] < 1.0:  # a step's turn every few ms: one entry a second keeps the history short
+            q[-1][0] = end
+            q[-1][1] += seconds
+        else:
+            q.append([end, seconds])
+        self._sums[key] += seconds
         self._served.move_to_end(key)
-        self._served[key] = [x for x in self._served[key] if end - x[0] < RECENT_S]
         while len(self._served) > 1024:
-            self._served.popitem(last=False)
+            old, _ = self._served.popitem(last=False)
+            self._sums.pop(old, None)
 
     def _wait(self, key: str, stopped: Callable[[], bool], waiting: Callable[[int], None] | None = None) -> None:
         """Queue as `key` and return holding the model (under self._cv); TurnCancelled when stopped()."""
