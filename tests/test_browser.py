@@ -677,7 +677,7 @@ def test_step_pictures_leave_the_page_and_present_full_screen(browser, url, tmp_
     page.locator(f"{stepper} .ds-present").click()
     expect(page.locator(stepper)).to_have_class(re.compile("ds-present"))
     size = page.evaluate(f"parseFloat(getComputedStyle(document.querySelector('{stepper} .ds-caption')).fontSize)")
-    assert size >= 24, size
+    assert size >= 20, size  # presentation type: >= 20 px (26 px from 1600 px wide; tests/test_present_layout.py)
     page.keyboard.press("Home")
     page.keyboard.press("ArrowRight")
     assert label_step(page, stepper) == 1

@@ -58,8 +58,9 @@ def test_frames_draw_wide_panels_whole_without_a_scroll_cue():
 
 
 def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
-    """In presentation mode a tree or mask label is read from the back of a room: at least 18 px tall on
-    screen, where the page draws 12 px (the slide deck sets its own type: tests/test_slides_deck.py)."""
+    """In presentation mode a tree or mask label is read from the back of a room: at least 18 px tall on a
+    1920x1080 screen, where the page draws 12 px (presentation mode redraws the pictures in projector type when it
+    starts; the slide deck sets its own type: tests/test_slides_deck.py)."""
     from playwright.sync_api import sync_playwright
     from viz.exports.gif import CHROMIUM_ARGS, chromium
     from viz.summaries.report import write_report
@@ -67,12 +68,14 @@ def test_presentation_mode_and_slides_draw_tree_and_mask_labels_large(tmp_path):
     page_file = write_report(tr, tmp_path / "run.html")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
-        page = b.new_page(viewport={"width": 1400, "height": 900})
+        page = b.new_page(viewport={"width": 1920, "height": 1080})
         page.goto(page_file.as_uri() + "#step=2")
         page.locator(".ds-stepper .ds-plot svg text").first.wait_for(timeout=30000)
         size = "Math.min(...[...document.querySelectorAll('.ds-stepper .ds-plot svg text')].map(t => t.getBoundingClientRect().height).filter(h => h > 0))"
         plain = page.evaluate(size)
-        page.evaluate("document.querySelector('.ds-stepper').classList.add('ds-present')")
+        page.locator(".ds-stepper .ds-controls .ds-present").click()  # the page's own button: it redraws
+        page.wait_for_function("document.querySelector('.ds-stepper').classList.contains('ds-present')")
+        page.wait_for_timeout(500)
         shown = page.evaluate(size)
         b.close()
     assert plain < 18 <= shown, (plain, shown)
