@@ -188,7 +188,7 @@ def test_sampling_run_is_reproducible_and_kept_per_session(server, dirs):
     assert a[2] == b[2] and saved_trace(a[4])["config"]["sampling"]["temperature"] == 0.8
     # the session keeps its last run: Replay with nothing picked replays it
     msg, stats, html, text = client.predict(None, None, api_name="/replay")
-    assert text == b[2] and "ds-stepper" in html
+    assert text == b[2] and "ds-stepper" in html and "Recorded elsewhere" not in stats  # measured here
     other = Client(server[0], verbose=False)  # a fresh session has no last run
     assert "run something first" in other.predict(None, None, api_name="/replay")[0]
 
@@ -510,6 +510,7 @@ def test_replay_recorded_and_uploaded_traces(client):
         opens = int(re.search(r'data-initial="(\d+)"', html).group(1))
         assert opens == teaching_step(Trace.load(p))["k"] > 0, (p.name, opens)  # a step that shows its point, not the prefill
         assert f"Why this step:** {teaching_step(Trace.load(p))['shows']}" in stats, p.name  # and says why
+        assert "Recorded elsewhere: its tokens/s and wall time are the recording machine's" in stats, p.name
 
 
 MODEL_EVENTS = ("/run", "/race", "/profile", "/sweep", "/tune")

@@ -289,4 +289,8 @@ class Tabs(TuneTab, Handlers):
                              f"{MAX_REPLAY_HTML_BYTES / 2**20:.0f} MB): render it offline with python -m viz report")
         model = tr.model.get("name", "?") if isinstance(tr.model, dict) else "?"
         why = f"\n\n**Why this step:** {pick['shows']}"  # said from the step counts, never from the trace's text
+        if upload or shipped_name:  # a shipped trace was recorded on a busy box at 1.6-4.4 tokens/s, live runs 25-47
+            why += ("\n\n*Recorded elsewhere: its tokens/s and wall time are the recording machine's, under its "
+                    "load, which the trace does not record. Compare steps and tokens per step, not speed; a Run here "
+                    "measures this machine.*")
         return CLEAR, stats_md(tr, note="recorded" if model == "?" else "") + why, html, tr.text
