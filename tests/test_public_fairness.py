@@ -25,6 +25,7 @@ from appkit.public.clients import block_of
 from appkit.public.disk import Downloads
 from appkit.public.fair import Budget, Cut, Turns, between_steps
 from test_app import cache_dir, free_port  # noqa: F401
+from test_public_clients import _result
 from test_public_sessions import args
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting:Warning"),
@@ -43,16 +44,8 @@ def _served(http: httpx.Client, base: str, body: dict, within: float) -> float:
     t0 = time.monotonic()
     r = http.post(f"{base}/gradio_api/call/run", json=body)
     assert r.status_code == 200, (r.status_code, r.text)
-    with http.stream("GET", f"{base}/gradio_api/call/run/{r.json()['event_id']}", timeout=within) as s:
-        kind = None
-        for line in s.iter_lines():
-            if line.startswith("event:"):
-                kind = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and kind in ("complete", "error"):
-                assert kind == "complete", line
-                assert json.loads(line.split(":", 1)[1])[2], "no text"
-                return time.monotonic() - t0
-    raise AssertionError("the stream ended without a result")
+    assert _result(http, base, r.json()["event_id"], within)[2], "no text"
+    return time.monotonic() - t0
 
 
 def _reader(http: httpx.Client, base: str, body: dict) -> threading.Thread:

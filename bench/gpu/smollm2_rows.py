@@ -53,11 +53,9 @@ class CarryError(RuntimeError):
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The fetch's own file hash (decoding/models/fetch.py), so the carried GGUF is checked as the fetch checks it."""
+    from decoding.models.fetch import _sha256
+    return _sha256(path)
 
 
 def gguf_from(src: Path, into: Path) -> Path:
