@@ -50,11 +50,14 @@ def test_markdown_in_a_replayed_traces_strings_is_inert(browser, url, tmp_path):
         return {a: e.querySelectorAll('a').length, img: e.querySelectorAll('img').length,
                 h: e.querySelectorAll('h1,h2,h3,h4,h5,h6').length, li: e.querySelectorAll('li').length,
                 p: e.querySelectorAll('p').length, text: e.innerText,
-                last: [...e.querySelectorAll('p')].map(x => x.innerText).slice(-1)[0] || ''}; }""")
+                paras: [...e.querySelectorAll('p')].map(x => x.innerText)}; }""")
     assert found["a"] == 0 and found["img"] == 0 and found["h"] == 0 and found["li"] == 0, found
     for words in ("click here", "HEADING ONE", "HEADING TWO", "evil.example", "there", "ev.il"):
         assert words in found["text"], (words, found["text"])  # the payloads are there, as text
-    # the stats line, the numbers line and Replay's own "Why this step" line: no paragraph was injected
-    assert found["p"] <= 3 and found["last"].startswith("Why this step:"), found
+    # the stats line, the numbers line and Replay's own two lines (an uploaded trace is "Recorded elsewhere", then
+    # "Why this step"): no paragraph was injected
+    paras = found["paras"]
+    assert found["p"] <= 4 and len(paras) == found["p"], found
+    assert paras[-2].startswith("Recorded elsewhere:") and paras[-1].startswith("Why this step:"), found
     assert not outside, outside
     page.close()
