@@ -54,10 +54,10 @@ def test_markdown_in_a_replayed_traces_strings_is_inert(browser, url, tmp_path):
     assert found["a"] == 0 and found["img"] == 0 and found["h"] == 0 and found["li"] == 0, found
     for words in ("click here", "HEADING ONE", "HEADING TWO", "evil.example", "there", "ev.il"):
         assert words in found["text"], (words, found["text"])  # the payloads are there, as text
-    # the stats line, the numbers line and Replay's own two lines (an uploaded trace is "Recorded elsewhere", then
-    # "Why this step"): no paragraph was injected
+    # the stats line, the numbers line and Replay's own two lines ("Why this step", then "Recorded elsewhere" for an
+    # uploaded trace): no paragraph was injected
     paras = found["paras"]
     assert found["p"] <= 4 and len(paras) == found["p"], found
-    assert paras[-2].startswith("Recorded elsewhere:") and paras[-1].startswith("Why this step:"), found
+    assert paras[-2].startswith("Why this step:") and paras[-1].startswith("Recorded elsewhere:"), paras
     assert not outside, outside
     page.close()
