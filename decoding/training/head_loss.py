@@ -1,5 +1,6 @@
 """The heads' training losses: Medusa's per-head cross-entropy, EAGLE's feature regression + token loss,
-and EAGLE unrolled over drafting levels as it drafts (training-time test). train_heads.py runs them."""
+and EAGLE unrolled over drafting levels as it drafts (training-time test); EAGLE-3's token-only loss of a
+head over fused features (eagle3_loss). train_heads.py and eagle3.py run them."""
 from __future__ import annotations
 
 import torch
@@ -75,3 +76,31 @@ def unrolled_features(module: nn.Module, emb: torch.Tensor, f_in: torch.Tensor, 
                    past_key_values=cache, use_cache=True)
         out.append(x)
     return out
+
+
+def eagle3_loss(module: nn.Module, draft_lm: nn.Module, emb: torch.Tensor, states: torch.Tensor,
+                labels: torch.Tensor, unroll: int, decay: float = 0.8) -> tuple[torch.Tensor, list[float]]:
+    """EAGLE-3's loss on one batch: the token loss only (no feature regression: a fused head's output need not
+    be any target feature), over drafting levels 1..unroll on the head's own outputs (training-time test),
+    level j weighted decay**(j-1) as the paper's recipe.
+
+    emb [B, T, h]: embeddings of the row's tokens; states [B, T, layers, h]: the target's hidden states of the
+    card's layers; labels [B, T]: the target's greedy choice after position t as an index into the draft
+    vocabulary (draft_lm's rows), OUT_OF_VOCAB where it is not in it, UNSCORED where the position is not
+    trained (prompt, padding). Level j's pair t guesses labels[t + j] (pair t reads emb(x_{t+1}) and the
+    feature at t). Returns the loss and top-1 per level; a label outside the draft vocabulary is no loss term
+    but counts as a miss (drafting cannot propose it)."""
+    T, loss, acc = emb.shape[1], 0.0, []
+    f_in = module.feature(states[:, :-1])
+    norm = sum(decay ** j for j in range(unroll))
+    for j, x in enumerate(unrolled_features(module, emb, f_in, unroll)):
+        lg = draft_lm(x[:, :T - 1 - j]).float()
+        y = labels[:, 1 + j:]
+        fit, scored = y >= 0, y >= OUT_OF_VOCAB
+        if fit.any():
+            loss = loss + decay ** j / norm * nn.functional.cross_entropy(lg[fit], y[fit])
+        acc.append(float((lg.argmax(-1) == y)[scored].float().mean()) if scored.any() else 0.0)
+    return loss, acc
+
+
+OUT_OF_VOCAB, UNSCORED = -1, -2  # eagle3_loss's label codes besides draft-vocabulary indices

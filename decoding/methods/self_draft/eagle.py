@@ -15,6 +15,9 @@ verified by verify.speculative (sampled_tree.py), so the target's distribution i
 opts into Medusa's typical acceptance on the deterministic tree (not exact). adaptive=1 (greedy only) sizes
 each step's tree from the draft's confidence and the device's row-cost curve (row_cost.py; row_ms gives the
 curve, else it is measured once per model): budget and depth become upper bounds.
+EAGLE-3 heads (a card listing eagle.fuse, Li et al. 2025): the drafter's abilities ask the runner for those
+hidden states of the same verification forward, and the head's fuse layer turns them into the real feature
+(EagleHead.feature); everything after that is the same drafting.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ from decoding.engine.sampling import Sampling, draw_children, make_generator, wa
 from decoding.fast.uploads import Uploads
 from decoding.engine.verify import Verdict
 from decoding.methods.self_draft.heads import (acceptance_knob, budget_knob, check_acceptance, check_sampling,
-                                             cut_knob, draft_vocab_knob, heads_knob, heads_plan, prepare_heads)
+                                             cut_knob, draft_vocab_knob, fused_layers, heads_knob, heads_plan,
+                                             prepare_heads)
 from decoding.methods.spec import MethodSpec, knob
 from decoding.methods.self_draft.heads_tune import TUNER
 
@@ -67,6 +71,7 @@ class Eagle(HeadsDrafter):
         self.row_ms = parse_curve(row_ms) if row_ms else None  # refused here, before any model loads
         self.cost: RowCost | None = None
         self.module = None
+        self.hidden_layers = fused_layers(self.path)  # what the runner hands over (bind checks the card)
 
     def config(self) -> dict:
         return {"heads": self.path, "budget": self.budget, "depth": self.depth, "branch": self.branch,
@@ -84,6 +89,7 @@ class Eagle(HeadsDrafter):
             self.module, self.cfg, self.draft = load_drafting(self.path, model, "eagle", self.draft_vocab)
             self.layer, self._model = EagleLayer(self.module), model
             self.uploads = Uploads(self.module.fc.weight.device)  # masks travel pinned, non-blocking
+        self.hidden_layers = tuple(self.cfg["eagle"].get("fuse") or (-1,))  # as load_heads checked them
         self.emb = model.get_input_embeddings()
         if self.adaptive:
             if not sampling.greedy or self.acceptance != "exact":
@@ -101,7 +107,19 @@ class Eagle(HeadsDrafter):
         self.pending: list[torch.Tensor] = []  # real target features of positions n, n+1, ...
 
     def prefill_features(self, feats: torch.Tensor) -> None:
-        self.pending = [feats[0]]
+        self.pending = [self.real_features(feats)]
+
+    @torch.inference_mode()
+    def real_features(self, states: torch.Tensor) -> torch.Tensor:
+        """The head's real features [rows, h] from the target's hidden states [layers, rows, h] of this
+        drafter's hidden_layers: the last state itself, or an EAGLE-3 head's fusion of its layers."""
+        if states.shape[0] != len(self.hidden_layers):
+            raise RuntimeError(f"eagle: the target handed {states.shape[0]} hidden state(s), the head reads "
+                               f"{len(self.hidden_layers)} (layers {list(self.hidden_layers)}): pass the "
+                               "drafter's abilities.hidden_layers to the forward")
+        if self.module.fuse is None:
+            return states[0]
+        return self.module.feature(states.transpose(0, 1))
 
     def _run(self, toks: list[int], feats: torch.Tensor, parents: list[int], depths: list[int],
              first: int) -> torch.Tensor:
@@ -284,7 +302,7 @@ class Eagle(HeadsDrafter):
         return nodes, forwards, q_of
 
     def observe(self, plan: Plan, preds: list[int], verdict: Verdict, context: list[int]) -> None:
-        self.pending = [verdict.hidden[0, verdict.path]]  # real features of x0 and the accepted nodes
+        self.pending = [self.real_features(verdict.hidden[:, verdict.path])]  # of x0 and the accepted nodes
         record_verdict(plan, verdict, self.tracing)
         if self.cost is not None:
             probs = plan.info["tree"]["draft_prob"]

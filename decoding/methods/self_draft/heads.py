@@ -6,8 +6,12 @@ k + 2 positions ahead (the target's own LM head gives + 1). Our heads SHARE the 
 a head is then 0.1M parameters instead of h x vocab (10x smaller files, and training on a CPU spends its
 time in the vocab projection either way). EAGLE (Li et al. 2024): fc over [embedding of the next token;
 the target's feature] then one Llama decoder layer predicts the next feature; the target's embedding and
-LM head are frozen and shared. Files: heads.safetensors + heads.json naming the base model's fingerprint,
-so heads are never used on a model they were not trained for.
+LM head are frozen and shared. EAGLE-3 (Li et al. 2025): the same head reads a FUSION of several of the
+target's hidden states (low, middle and high layers, concatenated, one Linear down to h: `fuse`) instead of the
+top feature alone, and is trained on the token loss only, unrolled on its own outputs (decoding/training/
+eagle3.py); its card lists the fused layers (eagle.fuse), so the engine hands those states from the forward it
+runs anyway. Files: heads.safetensors + heads.json naming the base model's fingerprint, so heads are never used
+on a model they were not trained for.
 """
 from __future__ import annotations
 
@@ -100,13 +104,17 @@ class MedusaHeads(nn.Module):
 
 
 class EagleHead(nn.Module):
-    """fc([embedding; feature]) -> one Llama decoder layer (own rotary, KV cache usable) -> next feature."""
+    """fc([embedding; feature]) -> one Llama decoder layer (own rotary, KV cache usable) -> next feature.
+    With spec["fuse"] (EAGLE-3): a real feature is fuse(concat of those hidden states of the target), see
+    feature(); predicted features are fed back as they come out of the layer."""
 
     def __init__(self, spec: dict):
         super().__init__()
         from transformers import LlamaConfig, LlamaModel
         h = spec["hidden"]
         self.fc = nn.Linear(2 * h, h, bias=False)
+        fuse = spec.get("fuse")
+        self.fuse = nn.Linear(len(fuse) * h, h, bias=False) if fuse else None
         cfg = LlamaConfig(vocab_size=1, hidden_size=h, intermediate_size=spec["intermediate"],
                           num_hidden_layers=1, num_attention_heads=spec["heads"],
                           num_key_value_heads=spec["kv_heads"], head_dim=spec["head_dim"],
@@ -134,6 +142,65 @@ class EagleHead(nn.Module):
                         use_cache=use_cache, position_embeddings=b.rotary_emb(x, position_ids=position_ids))
         return b.norm(x)
 
+    def feature(self, states: torch.Tensor) -> torch.Tensor:
+        """The head's real feature from the target's hidden states [..., layers, h] (the card's layers, in
+        its order): the one state itself, or (EAGLE-3) fuse over their concatenation -> [..., h]."""
+        if self.fuse is None:
+            return states[..., 0, :]
+        return self.fuse(states.flatten(-2))
+
+
+FUSE_MAX = 8  # fused hidden states an EAGLE-3 card may list (the paper fuses 3)
+
+
+def fused_layers(path: str | Path) -> tuple[int, ...]:
+    """The target hidden states an EAGLE head in `path` reads (transformers' hidden_states indices): its
+    card's eagle.fuse, else (-1,), the last normed state. Read before a model loads (the runner asks a
+    drafter's abilities early); anything unreadable gives (-1,) here, and load_heads refuses the card
+    with one line when the drafter binds."""
+    try:
+        fuse = json.loads((Path(path) / CONFIG).read_text()).get("eagle", {}).get("fuse")
+    except (OSError, ValueError, AttributeError):
+        return (-1,)
+    if isinstance(fuse, list) and fuse and all(_whole(k) for k in fuse):
+        return tuple(fuse)
+    return (-1,)
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_eagle_spec(spec, model, where: str) -> None:
+    """Refuse an EAGLE card whose shape cannot be this model's head (the file is untrusted: a shape is
+    checked before a tensor is made from it): whole-number sizes in bounds, the model's hidden width, query
+    heads a multiple of KV heads, positive eps and rope theta, and eagle.fuse (if any) 1 to FUSE_MAX
+    distinct hidden-state indices of this model (0 the embeddings, k after decoder layer k, L the last,
+    normed state)."""
+    if not isinstance(spec, dict):
+        raise HeadsError(f"{where} holds no eagle shape (an object under \"eagle\")")
+    for k in ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "max_positions"):
+        v = spec.get(k)
+        if not _whole(v) or not 1 <= v <= (1 << 24 if k == "max_positions" else 1 << 16):
+            raise HeadsError(f"{where}: eagle.{k} must be a whole number in bounds, got {v!r}")
+    c = model.config.get_text_config()
+    if spec["hidden"] != int(c.hidden_size) or spec["heads"] % spec["kv_heads"] or \
+            spec["heads"] * spec["head_dim"] > 1 << 16:
+        raise HeadsError(f"{where}: eagle shape {spec['heads']} heads x {spec['head_dim']} ({spec['kv_heads']} KV "
+                         f"heads), hidden {spec['hidden']} does not fit this model (hidden {c.hidden_size})")
+    for k in ("eps", "rope_theta"):
+        v = spec.get(k)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < float("inf"):
+            raise HeadsError(f"{where}: eagle.{k} must be a positive number, got {v!r}")
+    fuse = spec.get("fuse")
+    if fuse is None:
+        return
+    n = int(c.num_hidden_layers)
+    if not (isinstance(fuse, list) and 1 <= len(fuse) <= FUSE_MAX and all(_whole(k) and 0 <= k <= n for k in fuse)
+            and len(set(fuse)) == len(fuse)):
+        raise HeadsError(f"{where}: eagle.fuse must list 1 to {FUSE_MAX} distinct hidden-state indices in 0..{n} "
+                         f"(0 the embeddings, {n} the last, normed state), got {fuse!r}")
+
 
 def eagle_spec(model) -> dict:
     """The EAGLE layer's shape from the base model's config (any causal LM, with Llama-like fallbacks)."""
@@ -148,8 +215,9 @@ def eagle_spec(model) -> dict:
             "eps": float(getattr(c, "rms_norm_eps", None) or 1e-6), "rope_theta": float(rope or 10000.0)}
 
 
-def new_heads(model, kind: str, n_heads: int = 4) -> tuple[nn.Module, dict]:
-    """Fresh heads for `model` and their config (saved beside the weights)."""
+def new_heads(model, kind: str, n_heads: int = 4, fuse: list[int] | None = None) -> tuple[nn.Module, dict]:
+    """Fresh heads for `model` and their config (saved beside the weights); fuse: an EAGLE-3 head over these
+    hidden states (check_eagle_spec's indices)."""
     if kind not in KINDS:
         raise HeadsError(f"unknown heads kind {kind!r}; choose one of {', '.join(KINDS)}")
     h = int(model.config.get_text_config().hidden_size)
@@ -159,7 +227,8 @@ def new_heads(model, kind: str, n_heads: int = 4) -> tuple[nn.Module, dict]:
         cfg.update(n_heads=n_heads, lm_head="shared")
         module = MedusaHeads(h, n_heads)
     else:
-        cfg.update(eagle=eagle_spec(model))
+        cfg.update(eagle=eagle_spec(model) | ({"fuse": list(fuse)} if fuse else {}))
+        check_eagle_spec(cfg["eagle"], model, "new heads")
         module = EagleHead(cfg["eagle"])
     dev = model.get_input_embeddings().weight.device
     return module.to(dev), cfg
@@ -193,6 +262,11 @@ def load_heads(path: str | Path, model, kind: str | None = None) -> tuple[nn.Mod
         raise HeadsError(f"{path} holds {cfg['kind']} heads, not {kind} heads")
     check_fingerprint(cfg, base_fingerprints(model), HeadsError, f"these {cfg['kind']} heads were",
                       "train heads for it with python -m decoding train-heads")
+    if cfg["kind"] == "eagle":
+        check_eagle_spec(cfg.get("eagle"), model, str(path / CONFIG))
+    vocab = cfg.get("draft_vocab")
+    if vocab is not None and not (_whole(vocab) and vocab >= 0):
+        raise HeadsError(f"{path / CONFIG}: draft_vocab must be a whole number >= 0, got {vocab!r}")
     module = (MedusaHeads(cfg["hidden"], cfg["n_heads"]) if cfg["kind"] == "medusa"
               else EagleHead(cfg["eagle"]))
     load_weights(module, path / WEIGHTS, HeadsError, CONFIG)
@@ -241,12 +315,14 @@ def load_drafting(path: str | Path, model, kind: str, draft_vocab: int | None) -
     per_model = _LOADED.setdefault(model, {})
     if key not in per_model:
         module, cfg = load_heads(path, model, kind)
+        # no size asked: the one the heads were trained over (an EAGLE-3 card's draft_vocab), else DraftLM's
+        size = cfg.get("draft_vocab") if draft_vocab is None else draft_vocab
         if draft_blocks(model):
             quantize_drafting(module)
         apply_layout(module, layout, kernel)
         if len(per_model) >= 4:
             per_model.pop(next(iter(per_model)))
-        per_model[key] = module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), draft_vocab)
+        per_model[key] = module, cfg, DraftLM(model.get_output_embeddings(), load_counts(path), size)
     return per_model[key]
 
 
@@ -273,6 +349,12 @@ def quantize_drafting(module: nn.Module) -> int:
     return done
 
 
+def draft_ids(counts: torch.Tensor, size: int) -> torch.Tensor:
+    """The drafting vocabulary: the `size` most counted tokens (ties: the lower id), ascending. One rule for
+    drafting (DraftLM) and for training a head over that vocabulary (decoding/training/eagle3.py)."""
+    return torch.argsort(counts, descending=True, stable=True)[:size].sort().values
+
+
 LARGE_VOCAB_DRAFT = 32_768  # the default drafting vocabulary's cap (FR-Spec's size for a 128K vocabulary)
 
 
@@ -296,7 +378,7 @@ class DraftLM:
             return
         size = min(w.shape[0] // 4, LARGE_VOCAB_DRAFT) if size is None else int(size)
         if 0 < size < w.shape[0]:
-            ids = torch.argsort(counts, descending=True, stable=True)[:size].sort().values.to(w.device)
+            ids = draft_ids(counts, size).to(w.device)
             self.head = nn.Linear(w.shape[1], size, bias=lm.bias is not None, device=w.device, dtype=w.dtype)
             self.head.requires_grad_(False)
             self.head.weight.copy_(w.detach()[ids])
@@ -340,6 +422,7 @@ class HeadsDrafter:
     name: str
     acceptance: str
     tracing = True  # set by the runner: the target probabilities of the tree are read only for the trace
+    hidden_layers: tuple[int, ...] = (-1,)  # the target states the heads read (an EAGLE-3 head: its card's)
 
     @classmethod
     def from_params(cls, **p):
@@ -351,7 +434,8 @@ class HeadsDrafter:
 
     @property
     def abilities(self) -> Abilities:
-        return Abilities(hidden_layers=(-1,), binds_target=True, acceptance=self.acceptance, wants_tracing=True)
+        return Abilities(hidden_layers=tuple(self.hidden_layers), binds_target=True, acceptance=self.acceptance,
+                         wants_tracing=True)
 
 
 SHIPPED_HEADS = ASSETS / "heads"  # heads.json records the base model each kind was trained for
