@@ -1,5 +1,5 @@
 """The package as `pip install` leaves it, shared by the tests that run it from outside the checkout
-(tests/test_packaging.py, tests/test_docs_commands.py): one wheel and one venv a session (each costs a
+(tests/test_packaging.py, all in one file so that one xdist worker builds them): one wheel and one venv a session (each costs a
 minute on a busy CI machine), made only when a test asks for them."""
 from __future__ import annotations
 
@@ -89,8 +89,10 @@ def venv(wheel, tmp_path_factory) -> dict:
     card = json.loads((model / "fetch.json").read_text())
     (model / "fetch.json").write_text(json.dumps({**card, "wheel_sha256": fm.WHEEL_SHA256}))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    # DECODESCOPE_CPU_GEMM=0: the venv's own kernel build (a new prefix is a new build, 60-90 s of one core) is
+    # the checkout's build of the same sources (test_packaging checks the installed sources are those bytes)
     env.update(DECODESCOPE_CACHE=str(tmp / "cache"), DECODESCOPE_NO_FETCH="1", HF_HUB_OFFLINE="1",
-               OMP_NUM_THREADS="1", PATH=f"{tmp / 'env' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}")
+               DECODESCOPE_CPU_GEMM="0", OMP_NUM_THREADS="1", PATH=f"{tmp / 'env' / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}")
     work = tmp / "work"  # the commands run here: no checkout on the path
     work.mkdir()
     return {"py": py, "bin": tmp / "env" / "bin", "env": env, "work": work, "model": model, "root": tmp}

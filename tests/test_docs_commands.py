@@ -317,7 +317,8 @@ def test_the_readers_own_files_get_stand_ins(workdir):
 
 # Runs inside the venv of tests/installed_wheel.py, in an empty folder outside the checkout: every command of
 # the installed package's CLIs (python -m ..., decodescope) on the pages, checked as above against the install.
-# Prints one JSON line: where the package was imported from, and each failure.
+# Prints one JSON line: where the package was imported from, and each failure. The test that runs it is in
+# tests/test_packaging.py, beside the other installed-wheel tests (one xdist worker builds the wheel and venv).
 FROM_THE_WHEEL = r"""
 import json, os, sys, tempfile
 from pathlib import Path
@@ -336,19 +337,6 @@ for where, argv in t.COMMANDS:
         failed.append(f"{where}: {e}")
 print(json.dumps({"decoding": decoding.__file__, "failed": failed}))
 """
-
-
-def test_every_command_on_the_pages_parses_from_the_installed_wheel(venv):
-    """The pages' commands of the installed CLIs (python -m ..., decodescope), run the way a reader who did
-    `pip install` runs them: the package from the wheel's install in a fresh venv, the current directory an
-    empty folder outside the checkout. Scripts (python app.py, bench/*.py) are the checkout's own files and
-    are checked above only."""
-    from installed_wheel import in_venv
-    r = in_venv(venv, str(venv["py"]), "-c", FROM_THE_WHEEL, str(Path(__file__).parent))
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["decoding"].startswith(str(venv["root"] / "env")), got["decoding"]
-    assert not got["failed"], "\n".join(got["failed"])
 
 
 def test_a_checkout_path_fails_the_installed_check(tmp_path, monkeypatch):

@@ -99,7 +99,10 @@ import contextlib, io, json, sys
 import decoding, decodescope.cli
 from decoding.api import METHODS
 from decoding.models import ASSETS
-out = {"decoding": decoding.__file__, "assets": str(ASSETS), "methods": {}}
+import hashlib
+from decoding.fast import cpu_gemm
+out = {"decoding": decoding.__file__, "assets": str(ASSETS), "methods": {},
+       "kernel_sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in cpu_gemm.SOURCES}}
 extra = {"speculative": ["--draft", sys.argv[1]]}  # the default model drafts for itself: same tokenizer
 for m in METHODS:
     err = io.StringIO()
@@ -135,6 +138,10 @@ def test_installed_package_runs_every_method_on_the_default_model(venv):
         assert len(doc["output_ids"]) == 4 and doc["model"]["name"] == str(venv["model"]), m
     from decoding.methods.registry import METHODS
     assert set(got["methods"]) == set(METHODS)  # every registered method ran from the installed package
+    # the CPU kernel a user's first run compiles from the install: the very sources this checkout builds and tests
+    import hashlib
+    from decoding.fast import cpu_gemm
+    assert got["kernel_sources"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in cpu_gemm.SOURCES}
 
 
 def test_installed_console_command_builds_a_datastore_and_retrieves_from_it(venv):
@@ -169,3 +176,16 @@ def test_installed_package_runs_under_torchrun(venv):
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads((venv["work"] / "tp.json").read_text())
     assert len(doc["output_ids"]) == 4 and doc["config"]["distributed"]["world_size"] == 2, doc["config"]
+
+
+def test_every_command_on_the_pages_parses_from_the_installed_wheel(venv):
+    """The pages' commands of the installed CLIs (python -m ..., decodescope), run the way a reader who did
+    `pip install` runs them: the package from the wheel's install in a fresh venv, the current directory an
+    empty folder outside the checkout. Scripts (python app.py, bench/*.py) are the checkout's own files and
+    are checked above only."""
+    from test_docs_commands import FROM_THE_WHEEL
+    r = in_venv(venv, str(venv["py"]), "-c", FROM_THE_WHEEL, str(Path(__file__).parent))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["decoding"].startswith(str(venv["root"] / "env")), got["decoding"]
+    assert not got["failed"], "\n".join(got["failed"])

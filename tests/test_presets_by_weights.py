@@ -62,6 +62,8 @@ def test_cpu_never_defaults_to_a_shape_that_loses_by_half(tiny_dir, tmp_path, ca
     """No preset on a CPU: when the default shape's step costs >= 2 1-row steps (here: said to, the measurement
     is step_cost_ratio's), the CLI runs the smallest shipped CPU shape and says why; the output is HF greedy's."""
     spec = SPECS["lookahead"]
+    # a cache of its own: another test's tuning of a same-shaped tiny folder is a preset "tuned on this device"
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
     assert dp.cpu_fallback(spec, load(tiny_dir)[0], ratio=1.3) is None
     monkeypatch.setattr(dp, "step_cost_ratio", lambda model, rows, **kw: 3.0)
     out = tmp_path / "run.json"
