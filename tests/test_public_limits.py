@@ -76,8 +76,8 @@ def test_config_of_a_public_page_shows_no_server_path(monkeypatch, tmp_path):
     assert absolute_paths(cfg) == []
 
 
-def test_profile_downloads_stay_under_the_disk_cap_after_20_profiles(monkeypatch, tmp_path):
-    """Each profile writes its Perfetto files, traces and report, and Gradio keeps a copy: after 20 profiles
+def test_profile_downloads_stay_under_the_disk_cap_after_10_profiles(monkeypatch, tmp_path):
+    """Each profile writes its Perfetto files, traces and report, and Gradio keeps a copy: after 10 profiles
     the bytes on disk (ours + Gradio's cache) are at most the cap plus the newest request's files (twice: ours
     and Gradio's copy), the oldest having gone first, and the newest downloads are still there."""
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
@@ -89,13 +89,13 @@ def test_profile_downloads_stay_under_the_disk_cap_after_20_profiles(monkeypatch
                             **app_module.launch_kwargs())
     try:
         c = Client(url, verbose=False)
-        first = c.predict(*args("def f(x):\n    return x\n", "lookahead", max_new=16), api_name="/profile")
+        first = c.predict(*args("def f(x):\n    return x\n", "lookahead", max_new=8), api_name="/profile")
         one = dl.used()  # one profile: our files and Gradio's copy
         assert one > 0 and len(first[5]) >= 4
-        dl.cap = 3 * one
+        dl.cap = int(1.5 * one)
         written = one
-        for i in range(19):
-            out = c.predict(*args(f"def f{i}(x):\n    return x + {i}\n", "lookahead", max_new=16), api_name="/profile")
+        for i in range(9):
+            out = c.predict(*args(f"def f{i}(x):\n    return x + {i}\n", "lookahead", max_new=8), api_name="/profile")
             written += one
             assert not out[0] or isinstance(out[0], dict), out[0]  # no message (an update without a value)
             assert dl.used() <= dl.cap + one * 1.5, (i, dl.used(), dl.cap)
@@ -124,7 +124,7 @@ def test_a_session_has_one_running_and_one_queued_job_and_a_third_is_refused(pub
     """Three jobs from one session at once (two races, a run): one runs, one waits, the third is refused in
     one line, whichever reached the server last; the other two finish and the session goes on."""
     c = Client(public_url, verbose=False)
-    jobs = [c.submit(*args(f"def f{i}(x):\n", "greedy", max_new=128), LONG, 1, api_name="/race") for i in range(2)]
+    jobs = [c.submit(*args(f"def f{i}(x):\n", "greedy", max_new=48), LONG, 1, api_name="/race") for i in range(2)]
     jobs.append(c.submit(*args("def g():\n", "greedy", max_new=8), api_name="/run"))
     refused, done = [], []
     for j in jobs:
@@ -138,10 +138,10 @@ def test_a_session_has_one_running_and_one_queued_job_and_a_third_is_refused(pub
 
 
 def test_a_new_visitors_short_run_goes_before_six_long_jobs_next_repeats(public_url):
-    """Six visitors queue a race each (5 runs of 128 tokens); a seventh asks for 8 tokens of greedy. Its run
+    """Six visitors queue a race each (5 runs of 48 tokens); a seventh asks for 8 tokens of greedy. Its run
     gets the next turn on the model, not the end of the queue: at most one race has finished when it has."""
     long = [Client(public_url, verbose=False) for _ in range(6)]
-    jobs = [c.submit(*args(f"def f{i}(x):\n", "greedy", max_new=128), LONG, 1, api_name="/race")
+    jobs = [c.submit(*args(f"def f{i}(x):\n", "greedy", max_new=48), LONG, 1, api_name="/race")
             for i, c in enumerate(long)]
     victim = Client(public_url, verbose=False)
     out = victim.predict(*args("def short():\n", "greedy", max_new=8), api_name="/run")
@@ -156,7 +156,7 @@ def test_work_budget_and_emulated_half_precision_are_refused_in_one_line(public_
     methods = ["lookahead", "prompt_lookup", "speculative", "jacobi", "medusa", "eagle", "retrieval"]
     msg = expect_msg(c, args("def f():\n", "greedy", max_new=256) + [methods, 10], "/race", "work budget")
     assert "prompt + 256 new tokens) x 80 runs" in msg and "8,192" in msg
-    assert c.predict(*args("def f():\n", "greedy", max_new=256), methods, 2, api_name="/race")[1]  # < 8,192: allowed
+    assert c.predict(*args("def f():\n", "greedy", max_new=16), methods, 2, api_name="/race")[1]  # < 8,192: allowed
     import torch
     if not torch.cuda.is_available():
         expect_msg(c, args("def f():\n", "greedy", dtype="fp16"), "/run", "dtype", "fp32")

@@ -243,18 +243,25 @@ class SpeculativeParams:
 def check(p: dict) -> None:
     make_shape(p.get("draft_tokens"), p.get("tree"), p.get("tree_budget"), bool(p.get("staged", False)),
                p.get("confidence"))
+    if isinstance(p.get("ngram_table"), (str, Path)):  # a bad file is refused before any model loads
+        read_table(p["ngram_table"])
+
+
+def read_table(table: str | Path) -> Table:
+    """An n-gram table file (--ngram-table), validated by load_table; one line whatever is wrong with it."""
+    try:
+        return load_table(table)
+    except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
+        raise ValueError(f"cannot read n-gram table {table}: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:200]}") from None
 
 
 def prepare(p: dict, model, tokenizer) -> dict:
     """The draft: a model object as is, else loaded for this target (the shipped one by default), and checked
     against the target with both tokenizers, once; an n-gram table given as a file is read."""
     table = p.get("ngram_table")
-    if isinstance(table, (str, Path)):  # a JSON file (--ngram-table): read here, once
-        try:
-            p = {**p, "ngram_table": load_table(table)}
-        except (TypeError, RecursionError) as e:  # load_table catches the rest: one line either way
-            raise ValueError(f"cannot read n-gram table {table}: {type(e).__name__}: "
-                             f"{' '.join(str(e).split())[:200]}") from None
+    if isinstance(table, (str, Path)):  # a JSON file (--ngram-table): read here (check read it to refuse early)
+        p = {**p, "ngram_table": read_table(table)}
     draft, dtok = load_draft(model, p.get("draft_model"))
     p = {"target_model": model, "tokenizer": tokenizer, **p, "draft_model": draft}
     if dtok is not None and p.get("draft_tokenizer") is None:
