@@ -75,6 +75,36 @@ def test_every_format_is_recovered_bit_for_bit(kind):
     assert int((bits(blocks.dequantize(b)) != bits(w)).sum()) <= int((w == 0).sum())
 
 
+@pytest.mark.parametrize("kind", list(STORED), ids=lambda t: t.name)
+def test_the_one_block_screens_pass_every_block_a_format_holds(kind):
+    """recover() refuses a float weight on its first block (blocks._q8_0_could / _k8_could: every guess at once)
+    instead of ~1,300 guesses one by one: a screen may refuse only what the fit would. Every non-zero block of
+    every format passes the screen of the storage it is recovered as."""
+    w = dequantized(kind, 8, 512, seed=int(kind) + 7)
+    qk = blocks.QK16 if STORED[kind] == "k8" else blocks.QK
+    could = blocks._k8_could if STORED[kind] == "k8" else blocks._q8_0_could
+    v = w.reshape(-1, qk)
+    live = (~blocks.zeros(v)).nonzero().squeeze(1)
+    assert live.numel() > 100
+    neg = blocks.negative(v)
+    assert all(could(v[i], bool(neg[i])) for i in live.tolist())
+
+
+def test_a_float_weight_is_refused_on_its_first_block():
+    """A trained (float) weight is no ggml format: refused in milliseconds (the embedded model's 43 matrices took
+    ~10 s to load before the screens), by the screens, never by a fit that would have succeeded."""
+    import time
+    torch.manual_seed(0)
+    w = torch.randn(1024, 256) * 0.02
+    v16, v32 = w.reshape(-1, blocks.QK16), w.reshape(-1, blocks.QK)
+    assert not blocks._k8_could(v16[0], False) and not blocks._q8_0_could(v32[0], False)
+    blocks.recover(w[:8])
+    t0 = time.process_time()
+    for _ in range(10):
+        assert blocks.recover(w) is None
+    assert time.process_time() - t0 < 1.0  # CPU time of 10 refusals: ~0.03 s; the fits' ~1,300 guesses took 2 s
+
+
 def test_a_value_off_by_one_ulp_refuses_the_matrix():
     for kind in (T.Q4_K, T.Q6_K, T.Q5_0):
         w = dequantized(kind, 16, 256, seed=3)

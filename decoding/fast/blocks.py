@@ -173,6 +173,8 @@ def _q8_0(w: torch.Tensor) -> Blocks | None:
     d = torch.zeros(v.shape[0], dtype=torch.float16)
     q = torch.zeros(v.shape, dtype=torch.int8)
     todo = (~zeros(v)).nonzero().squeeze(1)
+    if todo.numel() and not _q8_0_could(v[todo[0]], bool(neg[todo[0]])):
+        return None  # its first block fits no guess (see _q8_0_could)
     for div in Q8_0_DIVISORS:
         if todo.numel() == 0:
             break
@@ -221,6 +223,40 @@ def _k8_fit(v: torch.Tensor, base: torch.Tensor, lo: torch.Tensor | None,
     return D, M, q, ok
 
 
+# One block against every guess at once (the fits above try them one after another, over many blocks): a float
+# weight's first block fails here in a millisecond. Same arithmetic as _fit / _k8_fit, without plausible()'s
+# pruning, so a block they could fit always passes: a refusal here is theirs, only sooner.
+def _candidates(bits: torch.Tensor, offsets: tuple[int, ...], top: int) -> torch.Tensor:
+    return (bits[:, None] + torch.tensor(offsets, dtype=torch.int32)[None, :]).clamp_(0, top).reshape(-1)
+
+
+def _q8_0_could(b: torch.Tensor, neg: bool) -> bool:
+    guess = b.abs().amax() / torch.tensor(Q8_0_DIVISORS, dtype=torch.float32)
+    bits = guess.clamp(min=0).to(torch.float16).view(torch.int16).to(torch.int32).clamp_(0, 0x7BFF)
+    d = _candidates(bits, OFFSETS, 0x7BFF).to(torch.int16).view(torch.float16)
+    d = (-d if neg else d).float()
+    return bool(_q8_0_codes(b.expand(len(d), -1), d, None)[1].any())
+
+
+def _k8_could(b: torch.Tensor, neg: bool) -> bool:
+    c = torch.tensor(K8_DIVISORS, dtype=torch.float32)
+    lo, hi = torch.aminmax(b)
+    for base, offset in ((b.abs().amax(), False), (hi - lo, True)):
+        d = _candidates((base / c).view(torch.int32), ULPS32, 0x7F7FFFFF).view(torch.float32)[:, None]
+        v = b.expand(d.shape[0], -1)
+        if not offset:
+            d = -d if neg else d
+            q = torch.where(d != 0, (v / d).round(), 0.0).clamp_(-128, 127).to(torch.int8)
+            good = same_bits(d * q.float() + -0.0, v)
+        else:
+            q = torch.where(d > 0, ((v - lo) / d).round(), 0.0).clamp_(0, 127).to(torch.int8).float()
+            p = d * q
+            good = (p.double() == d.double() * q.double()).all(dim=1) & same_bits(p + lo, v)
+        if bool(good.any()):
+            return True
+    return False
+
+
 def _k8(w: torch.Tensor) -> Blocks | None:
     """K-quants (Q4_K, Q5_K, Q6_K), Q5_1 and any other w = fma(D, q, M) per 16 with float32 D and M."""
     n, k = w.shape
@@ -234,6 +270,8 @@ def _k8(w: torch.Tensor) -> Blocks | None:
     todo = (~zeros(v)).nonzero().squeeze(1)
     modes = [None, lo]  # no offset (Q6_K) or offset (Q4_K, Q5_K, Q5_1): the one the first blocks fit first
     first = todo[:64]
+    if todo.numel() and not _k8_could(v[todo[0]], bool(neg[todo[0]])):
+        return None  # its first block fits no guess in either mode: the pass below would end so, after ~1,300 tries
     if not bool(_k8_fit(v[first], v[first].abs().amax(dim=1), None, neg[first])[3].all()):
         modes.reverse()
     for mode in modes:
