@@ -111,7 +111,8 @@ def build_demo(default_target: str | None = None, default_draft: str | None = No
     with gr.Blocks(title="DecodeScope", analytics_enabled=False, delete_cache=(TMP_MAX_AGE_S, TMP_MAX_AGE_S)) as demo:
         status = gr.Markdown(line(), visible=bool(line()), elem_id="default-model-status")
         race0 = drafts.race_default(RACE_DEFAULT, target0 if dm and dm.pending else local, draft0)
-        p = layout(Page(), lim, t0, d0, targets, drafts_shown, _positions(local), examples_for(local), race0)
+        p = layout(Page(), lim, t0, d0, targets, drafts_shown, _positions(local), examples_for(local), race0,
+                   preset_target=target0)  # the fields show the preset the first run on target0 finds
         if dm is not None:  # the page follows the default model when its fetch ends (examples, prompt, positions)
             follow = follower(dm, local, p.prompt.value, t0, line)
             outs = [status, p.prompt, p.examples.dataset]

@@ -21,6 +21,7 @@ from ..run.settings import Settings
 # controls (medusa, eagle: one heads tree budget), the selected method's preset fills them.
 METHODS = tuple(methods[0] for fields, methods in groups() if len(methods) == 1)
 SHARED = tuple((fields, methods) for fields, methods in groups() if len(methods) > 1)
+SHARED_METHODS = tuple(m for _, methods in SHARED for m in methods)
 # The components this writes, in order (names = Settings fields = Page attributes), then the note: those
 # methods' controls (and a token tree's mode radio), then the shared groups' controls.
 FIELDS = tuple(dict.fromkeys([f for fields, methods in groups() if len(methods) == 1
@@ -59,6 +60,33 @@ def known(h, s: Settings) -> dict:
     return out
 
 
+def first(target: str, device: str = "auto") -> dict:
+    """{method: params} the first auto run on `target` will use, before it is loaded (presets.before_load: the
+    run's own lookup, on a CPU); {} on a GPU or where the first run tunes."""
+    return {} if str(device).startswith("cuda") else presets.before_load(target, METHODS + SHARED_METHODS)
+
+
+def field_map(chosen: dict, method: str) -> dict:
+    """{field: value} of the presets `chosen` ({method: params}): each METHODS preset in its own fields; a shared
+    group's fields take the selected method's preset, else the group's first known one."""
+    vals: dict = {}
+    for m, params in chosen.items():
+        if m in METHODS:
+            vals.update(field_values(m, params))
+    for _, methods in SHARED:
+        m = method if method in methods and method in chosen else next((x for x in methods if x in chosen), None)
+        if m is not None:
+            vals.update(field_values(m, chosen[m]))
+    return vals
+
+
+def first_note(found: dict) -> str:
+    """The note under the preset before a model event: what the fields show."""
+    if found:
+        return "auto: the fields show what the first run will use; after each run, what auto chose"
+    return "auto: tuned for this model and device on the first run (the fields then show its choice)"
+
+
 def shown(h, *values) -> list:
     """gr.update per FIELDS component, then the note under the preset: the auto values, or skips."""
     s = Settings.from_values(values)
@@ -76,14 +104,15 @@ def shown(h, *values) -> list:
             note += f" ({s.method.replace('_', ' ')}: auto's {', '.join(extra)} are not fields here, so manual runs without them)"
         return [gr.skip()] * len(FIELDS) + [note]
     chosen = known(h, s)
-    vals: dict = {}
-    for m, params in chosen.items():
-        if m in METHODS:
-            vals.update(field_values(m, params))
-    for fields, methods in SHARED:  # the selected method's preset, else the group's first known one
-        m = s.method if s.method in methods and s.method in chosen else next((x for x in methods if x in chosen), None)
-        if m is not None:
-            vals.update(field_values(m, chosen[m]))
+    before = not chosen  # nothing loaded yet: what the first run will find, by the run's own lookup
+    if before:
+        try:
+            chosen = first(h.model_name(s.target, "target"), h.lim.device(s.device))
+        except ValueError:
+            chosen = {}
+    vals = field_map(chosen, s.method)
+    if before:
+        return [gr.update(value=vals[f]) if f in vals else gr.skip() for f in FIELDS] + [first_note(chosen)]
     note = ("auto chose: " + " · ".join(f"{m.replace('_', ' ')} **{presets.describe(m, p)}**" for m, p in chosen.items())
-            if chosen else "auto: tuned for this model and device on the first run (the fields then show its choice)")
+            if chosen else first_note({}))
     return [gr.update(value=vals[f]) if f in vals else gr.skip() for f in FIELDS] + [note]

@@ -14,5 +14,7 @@ COMMON = ("**Why extra tokens per step are nearly free.** Decoding one token rea
 
 def explain(method: str) -> str:
     """The method's explanation (its spec's, declared next to its drafter), then what every method shares."""
+    from .lesson import TEACHING, window_why
     s = spec(method)
-    return (s.explain if s is not None else "") + "\n\n" + COMMON
+    cpu = f"\n\n{window_why(None, TEACHING['lookahead'])}" if method == "lookahead" and "lookahead" in TEACHING else ""
+    return (s.explain if s is not None else "") + cpu + "\n\n" + COMMON

@@ -24,6 +24,7 @@ import gradio as gr
 from decoding.api import METHODS, SPECS
 from decoding.models.fetch import MODEL_NAME, cached
 from decoding.methods.resources import ADAPTER_CONFIG, shipped_adapter
+from decoding.tuning.device_presets import SHIPPED_CPU, SHIPPED_CPU_DEFAULT
 from decoding.models import ASSETS, DEFAULT_MODEL, EMBEDDED_DRAFT, EMBEDDED_TARGET
 from viz.exports.teach import WANTS
 
@@ -243,10 +244,40 @@ def model_line(stop: Stop, default: str | None = DEFAULT) -> str:
     return f"**Model:** {pair}, a code prompt: {WHY[why]}."
 
 
+def rows(method: str, params: dict) -> int | None:
+    """The most query rows (tokens) one step of `method` runs with `params` (its spec's formula, defaults filled)."""
+    sp = SPECS.get(method)
+    if sp is None or sp.query_tokens is None:
+        return None
+    return sp.query_tokens({**sp.defaults(), **params})
+
+
+def window_why(auto: dict | None, wide: dict) -> str:
+    """Why the CPU auto preset runs lookahead with one window column and what a wider (teaching) window costs, in
+    query rows per step (the formula the budget line uses; no timing): said on the lookahead stop (auto: the
+    preset of the model it runs on) and in the Run tab's "How this method works" (auto None: any CPU preset)."""
+    shape = lambda p: f"W{p['window']} N{p['ngram']} G{p['guesses']}"  # noqa: E731
+    a, w = (rows("lookahead", auto) if auto else None), rows("lookahead", wide)
+    cost = (f" (up to {w} query rows a step against auto's {a}, {w / a:.1f}×)" if a and w else
+            f" (up to {w} query rows a step)" if w else "")
+    head = f"Why auto runs {shape(auto)} on a CPU" if auto else "Why auto runs lookahead at W1 on a CPU"
+    return (f"**{head}:** on a CPU every query row a step adds costs time (the row cost the tuner measures), and "
+            f"each extra window column adds N−1 rows to every step; on the small shipped models the extra columns' "
+            f"n-grams did not pay for their rows, so the CPU presets keep one column — the window view then shows a "
+            f"single column. The lesson runs {shape(wide)} to show the 2D window{cost}: the picture, not the speed.")
+
+
+def auto_lookahead(default: str | None = DEFAULT) -> dict:
+    """The CPU auto preset of lookahead on the model the lesson teaches on (shipped: decoding/tuning/device_presets.py)."""
+    return dict((SHIPPED_CPU_DEFAULT if home(default) == DEFAULT else SHIPPED_CPU)["lookahead"])
+
+
 def narration(k: int, all_stops: list[Stop], default: str | None = DEFAULT) -> str:
     s = all_stops[k]
+    why = (f"\n\n{window_why(auto_lookahead(default), {**TEACHING.get('lookahead', {}), **s.settings})}"
+           if s.method == "lookahead" and "window" in s.settings else "")
     return (f"**Stop {k + 1} of {len(all_stops)} — {s.title}** · method `{s.method}` · teaching preset\n\n"
-            f"{s.narration}\n\n{model_line(s, default)}\n\n**Look at:** {s.look}. **The step view opens on** "
+            f"{s.narration}{why}\n\n{model_line(s, default)}\n\n**Look at:** {s.look}. **The step view opens on** "
             f"{opens_on(s)} — picked from the run, and it says so when this run has none; ◀ ▶ step around it."
             + ("\n\n*Last stop: compare them all on the Race tab.*" if k == len(all_stops) - 1 else ""))
 

@@ -12,8 +12,6 @@ from dataclasses import fields
 
 import gradio as gr
 
-from decoding.tuning.device_presets import SHIPPED_CPU
-
 from . import autofields
 from .explain import explain
 
@@ -27,13 +25,14 @@ DATASTORES = [("suffix cache: the prompt, the output so far, earlier runs (Suffi
                "shipped")]
 
 
-def initial(settings_cls) -> dict:
-    """The fields' first values: the settings' defaults, then the shipped CPU preset of every method whose
-    preset fills its fields (what auto runs on the embedded model, before anything is loaded)."""
+def initial(settings_cls, target: str | None = None) -> dict:
+    """The fields' first values: the settings' defaults, then the auto preset of every method whose preset fills
+    its fields, as the first run on `target` will find it (appkit/run/presets.py before_load: the run's own
+    lookup, so the default model shows its own CPU preset, not the embedded model's; without a target, the
+    embedded model's)."""
+    from decoding.models import EMBEDDED_TARGET
     out = {f.name: f.default for f in fields(settings_cls)}
-    for m in autofields.METHODS:
-        out.update(field_values(m, SHIPPED_CPU.get(m, {})))
-    return out
+    return {**out, **autofields.field_map(autofields.first(target or EMBEDDED_TARGET), DEFAULT_METHOD)}
 
 
 def fractional(k) -> bool:

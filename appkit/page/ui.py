@@ -16,6 +16,7 @@ from .examples import EDIT_EXAMPLES, EXAMPLES, VECTOR, example_labels  # noqa: F
 from .explain import explain
 from decoding.fast.cpu_gemm import KERNELS, kernel_wanted
 from .hints import DTYPE_INFO, kernel_info, prompt_info
+from .autofields import first, first_note
 from .method_controls import DATASTORES, SPEC_MODES, initial, method_controls, method_css  # noqa: F401
 from ..run.method_fields import DEFAULT_METHOD, method_choices, needing
 from ..models.model_card import card_md
@@ -28,9 +29,18 @@ from .widgets import Int, Text
 from .run_status import RUN_STATUS_CSS, RUN_STATUS_HEAD  # noqa: F401 - the head script: app.launch_kwargs
 
 METHOD_CHOICES = method_choices()  # (label, name) per method of the registry, in its order
-PRESETS = [("auto: tuned for this model and device (speed)", "auto"), ("manual: the values below", "manual"),
-           ("teaching: the lesson's values (the picture, not speed)", "teach")]
+# short enough for one line of the settings column at 1920 px (the radio's info says the rest)
+PRESETS = [("auto: tuned for speed", "auto"), ("manual: the values below", "manual"),
+           ("teaching: the lesson's values", "teach")]
+# The intro's second half, in the "About" accordion beside Model and Model card (one closed line, not three).
+ABOUT = ("In fp32, greedy modes return exactly greedy's tokens — in fewer forward passes (in bf16/fp16 the race "
+         "measures and says how far they agree; on the int8 CPU kernel, the int8 greedy's tokens; each result line "
+         "names the kernel that ran). **Start the lesson** walks through every method on one request; **Run** shows "
+         "one method step by step, **Race** compares them, **Profile** and **Sweep** show their cost, **Replay** "
+         "steps through a saved trace.")
 CSS = """
+#ds-header h1{display:inline;font-size:1.6em;margin:0 .5em 0 0}#ds-header p{display:inline;margin:0}
+#ds-top-row>*{min-width:min(100%,300px)}
 #ds-stats table,#ds-race-md table{display:block;overflow-x:auto;max-width:100%}
 #ds-stats th,#ds-stats td{white-space:nowrap}
 .ds-badge{font-weight:600}
@@ -67,15 +77,17 @@ class Page:
 
 def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: list, draft_choices: list,
            positions: int | None, examples: tuple[list, str] | None = None,
-           race_methods: list[str] | None = None) -> Page:
+           race_methods: list[str] | None = None, preset_target: str | None = None) -> Page:
     """Build the page inside an open gr.Blocks; examples: (rows, label) for the default model (examples.py);
-    race_methods: the Race's default selection (RACE_DEFAULT less what cannot run on the default target)."""
+    race_methods: the Race's default selection (RACE_DEFAULT less what cannot run on the default target);
+    preset_target: the target as the run loads it (its name, not the page's display name), whose auto preset
+    the method fields show on first load."""
     shown, shown_label = examples or (EXAMPLES, "examples: code with repetition")
     p = page
-    gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by "
-                "step, on a real model. In fp32, greedy modes return exactly greedy's tokens — in fewer "
-                "forward passes (in bf16/fp16 the race measures and says how far they agree; on the int8 CPU kernel, the "
-                "int8 greedy's tokens; each result line names the kernel that ran)." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""))
+    # one line above the lesson, so the tabs are on the first screen at 1920x1080; the rest sits in "About"
+    gr.Markdown("# DecodeScope\nSee what **lookahead** and **speculative decoding** really do, step by step, on a "
+                "real model." + (" *Public mode: allow-listed models and tighter limits.*" if lim.public else ""),
+                elem_id="ds-header")
     p.last = gr.State(None)  # per session: the last finished run's trace
     p.lesson_at = gr.State(-1)  # per session: the lesson stop shown (-1: none)
     with gr.Group(elem_id="ds-lesson-box"):
@@ -83,25 +95,32 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
             p.lesson_start = gr.Button(lesson.start_label(target0), elem_id="ds-lesson-start", scale=3, min_width=200)
             p.lesson_prev = gr.Button("◀ previous stop", visible=False, elem_id="ds-lesson-prev", min_width=120)
             p.lesson_next = gr.Button("next stop ▶", visible=False, elem_id="ds-lesson-next", min_width=120)
+        # "running…" at once on a lesson click, in view at 1280x720 (appkit/page/run_status.py fills it)
+        gr.HTML("<div id='ds-lesson-status' role='status' aria-live='polite'></div>", padding=False)
         p.lesson_md = gr.Markdown("", elem_id="ds-lesson")
-    with gr.Accordion("Model", open=False):
-        with gr.Row():
-            p.target = gr.Dropdown(target_choices, value=target0, label="target model", allow_custom_value=True,
-                                   info="hub id" + (" (allow list only)" if lim.public else " or local directory"))
-            p.draft = gr.Dropdown(draft_choices, value=draft0, label="draft model (speculative)",
-                                  allow_custom_value=True, info="must share the target's tokenizer")
-            p.device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device", interactive=not lim.public)
-            p.dtype = gr.Radio(["auto", "fp32", "bf16", "fp16"], value="auto", label="dtype",
-                               info=DTYPE_INFO)
-            p.kernel = gr.Radio(list(KERNELS), value=kernel_wanted(), label="CPU kernel", info=kernel_info(),
-                                elem_id="ds-kernel")
-        with gr.Row():
-            p.load_btn = gr.Button("Load models", size="sm")
-            p.model_info = gr.Markdown("Models load on first use and stay cached.")
-    with gr.Accordion("Model card: where the default model's weights come from, its licence; the embedded models",
-                      open=False, elem_id="ds-card"):
-        gr.Markdown(card_md())
-    shown0 = initial(Settings)  # the fields show what auto runs (the shipped CPU presets)
+    with gr.Row(equal_height=False, elem_id="ds-top-row"):  # three closed accordions on one line
+        with gr.Accordion("About: exact decoding, what each result line names", open=False, elem_id="ds-about"):
+            gr.Markdown(ABOUT)
+        with gr.Accordion("Model", open=False, elem_id="ds-model-box"):
+            with gr.Row():
+                p.target = gr.Dropdown(target_choices, value=target0, label="target model", allow_custom_value=True,
+                                       info="hub id" + (" (allow list only)" if lim.public else " or local directory"))
+                p.draft = gr.Dropdown(draft_choices, value=draft0, label="draft model (speculative)",
+                                      allow_custom_value=True, info="must share the target's tokenizer")
+                p.device = gr.Radio(["auto", "cpu", "cuda"], value="auto", label="device", interactive=not lim.public)
+                p.dtype = gr.Radio(["auto", "fp32", "bf16", "fp16"], value="auto", label="dtype",
+                                   info=DTYPE_INFO)
+                p.kernel = gr.Radio(list(KERNELS), value=kernel_wanted(), label="CPU kernel", info=kernel_info(),
+                                    elem_id="ds-kernel")
+            with gr.Row():
+                p.load_btn = gr.Button("Load models", size="sm")
+                p.model_info = gr.Markdown("Models load on first use and stay cached.")
+        with gr.Accordion("Model card: where the weights come from, licences", open=False, elem_id="ds-card"):
+            gr.Markdown(card_md())
+    # the fields show what the first auto run runs: the run's own preset lookup for the page's target
+    shown0 = initial(Settings, preset_target or target0)
+    # made here, placed in the settings column: the edit task's examples (under the prompt's column) set it
+    p.method = gr.Radio(METHOD_CHOICES, value=DEFAULT_METHOD, label="method", elem_id="ds-method", render=False)
     with gr.Row():
         with gr.Column(scale=3, min_width=280):
             p.prompt = Text(shown[0][0], label="prompt", lines=5, max_lines=14, elem_id="ds-prompt",
@@ -115,14 +134,16 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                                      max_lines=10, elem_id="ds-reference",
                                      info="reference lookup (LLMA); the input of an edit = aggressive decoding. "
                                           "Empty = plain prompt lookup")
+            gr.Examples(EDIT_EXAMPLES, inputs=[p.prompt, p.reference, p.method],  # one button, not a table
+                        label="edit task (aggressive decoding): fix the typos; the module is the reference text",
+                        example_labels=["fix the typos in a codec module"])
         with gr.Column(scale=2, min_width=280):
-            p.method = gr.Radio(METHOD_CHOICES, value=DEFAULT_METHOD, label="method", elem_id="ds-method")
+            p.method.render()
             p.preset = gr.Radio(PRESETS, value="auto", label="parameters", elem_id="ds-preset",
-                                info="auto: the autotuner's choice for this device (cached; the embedded model "
-                                     "on a CPU ships one). Editing a value below switches to manual.")
-            p.preset_md = gr.Markdown("auto: the fields below show the shipped CPU preset of the embedded model; "
-                                      "after each run they show what auto chose for the loaded model and device.",
-                                      elem_id="ds-preset-md")
+                                info="auto: the autotuner's choice for this model and device (cached; shipped for "
+                                     "the default and embedded models on a CPU); teaching: chosen for the picture, "
+                                     "not for speed. Editing a value below switches to manual.")
+            p.preset_md = gr.Markdown(first_note(first(preset_target or target0)), elem_id="ds-preset-md")
             p.max_new = Int(128, "max new tokens", lim, "max_new_tokens", elem_id="ds-max-new")
             method_controls(p, lim, shown0)  # one group per method's controls, from its spec (method_controls.py)
             p.budget_md = gr.Markdown(budget_line(Settings(**{**shown0, "method": DEFAULT_METHOD}), lim),
@@ -133,8 +154,6 @@ def layout(page: Page, lim: Limits, target0: str, draft0: str, target_choices: l
                     p.top_k = Int(0, "top-k (0 = off)", lim, "top_k")
                     p.top_p = Int(1.0, "top-p", info="in (0, 1]")
                     p.seed = Int(0, "seed", info=f"0–{2**31 - 1}")
-    gr.Examples(EDIT_EXAMPLES, inputs=[p.prompt, p.reference, p.method],
-                label="edit task (aggressive decoding): fix the typos; the module is the reference text")
     p.msg = gr.Markdown("", elem_id="ds-msg")  # the persistent message of the last failed event
     with gr.Tabs() as p.tabs:
         run_tab(p)

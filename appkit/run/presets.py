@@ -75,6 +75,46 @@ def cached(model_name: str, model, method: str) -> dict | None:
     return None
 
 
+class _Unloaded:
+    """What the preset lookup reads of a model, for one not loaded yet: its config's shape, on a CPU in fp32
+    (the device and dtype "auto" pick on a machine without CUDA), with the CPU kernel's fp32 default."""
+
+    def __init__(self, config: dict):
+        self.config = config
+
+    def parameters(self):
+        import torch
+        yield torch.empty(0)
+
+
+def before_load(model_name: str, methods) -> dict[str, dict]:
+    """{method: params} the first auto run of each method will use for `model_name`, found before the model is
+    loaded, by the very lookup the run makes (cached() on the model's config shape, on a CPU): what the page's
+    fields show on first load, so they are what the first Run runs. The default model's shape is known before
+    its fetch ends (DEFAULT_SHAPE); a method with no known preset is left out (the first run tunes it).
+    {} where the run would load on a GPU (device "auto" with CUDA here): that preset is tuned on the first run."""
+    import torch
+    from decoding.tuning.device_presets import DEFAULT_SHAPE, folder_shape
+    if torch.cuda.is_available():
+        return {}
+    config = dict(DEFAULT_SHAPE) if is_default(model_name) else folder_shape(model_name)
+    if config is None:
+        from decoding.models import EMBEDDED_TARGET
+        from decoding.tuning.device_presets import is_embedded
+        config = folder_shape(EMBEDDED_TARGET) if is_embedded(model_name) else None
+    if config is None:  # a hub id not in the cache: its shape is known once it loads
+        return {}
+    model = _Unloaded(config)
+    out = {}
+    for m in methods:
+        if is_baseline(m):
+            continue
+        found = cached(model_name, model, m)
+        if found is not None:
+            out[m] = dict(found["params"])
+    return out
+
+
 def tune(model_name: str, model, tok, method: str, draft=None, on_step=None, heads: str | None = None,
          save: bool = True, pause=None) -> dict:
     """Run the method's autotuner now (tens of seconds on a CPU), cache and return {"params", "source"}.
