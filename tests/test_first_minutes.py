@@ -157,7 +157,7 @@ def test_the_lesson_window_is_wide_and_the_page_says_why_auto_runs_one_column(de
     k = next(i for i, s in enumerate(stops) if s.method == "lookahead")
     v = lesson.values(stops[k], home)
     assert v["window"] >= 3 and stops[k].expect["window"][0] == v["window"], v
-    auto = lesson.auto_lookahead(home)
+    auto = lesson.auto_window("lookahead", home)
     assert auto["window"] == 1
     text = lesson.narration(k, stops, home)
     rows_auto, rows_wide = lesson.rows("lookahead", auto), lesson.rows("lookahead", v)

@@ -14,7 +14,8 @@ COMMON = ("**Why extra tokens per step are nearly free.** Decoding one token rea
 
 def explain(method: str) -> str:
     """The method's explanation (its spec's, declared next to its drafter), then what every method shares."""
-    from .lesson import TEACHING, window_why
+    from .lesson import TEACHING, WINDOW, window_why
     s = spec(method)
-    cpu = f"\n\n{window_why(None, TEACHING['lookahead'])}" if method == "lookahead" and "lookahead" in TEACHING else ""
+    teach = TEACHING.get(method, {})
+    cpu = f"\n\n{window_why(method, None, teach)}" if all(k in teach for k in WINDOW) else ""
     return (s.explain if s is not None else "") + cpu + "\n\n" + COMMON

@@ -252,30 +252,35 @@ def rows(method: str, params: dict) -> int | None:
     return sp.query_tokens({**sp.defaults(), **params})
 
 
-def window_why(auto: dict | None, wide: dict) -> str:
-    """Why the CPU auto preset runs lookahead with one window column and what a wider (teaching) window costs, in
-    query rows per step (the formula the budget line uses; no timing): said on the lookahead stop (auto: the
-    preset of the model it runs on) and in the Run tab's "How this method works" (auto None: any CPU preset)."""
+WINDOW = ("window", "ngram", "guesses")  # a 2D-window method's shape (lookahead's W, N, G): window_why explains it
+
+
+def window_why(method: str, auto: dict | None, wide: dict) -> str:
+    """Why the CPU auto preset runs one window column and what the lesson's wider window costs, in query rows a
+    step (the budget line's formula; no timing): on the window stop (auto: its model's preset) and in "How this
+    method works" (auto None)."""
     shape = lambda p: f"W{p['window']} N{p['ngram']} G{p['guesses']}"  # noqa: E731
-    a, w = (rows("lookahead", auto) if auto else None), rows("lookahead", wide)
+    a, w = (rows(method, auto) if auto else None), rows(method, wide)
     cost = (f" (up to {w} query rows a step against auto's {a}, {w / a:.1f}×)" if a and w else
             f" (up to {w} query rows a step)" if w else "")
-    head = f"Why auto runs {shape(auto)} on a CPU" if auto else "Why auto runs lookahead at W1 on a CPU"
+    head = f"Why auto runs {shape(auto)} on a CPU" if auto else f"Why auto runs {method} at W1 on a CPU"
     return (f"**{head}:** on a CPU every query row a step adds costs time (the row cost the tuner measures), and "
             f"each extra window column adds N−1 rows to every step; on the small shipped models the extra columns' "
             f"n-grams did not pay for their rows, so the CPU presets keep one column — the window view then shows a "
             f"single column. The lesson runs {shape(wide)} to show the 2D window{cost}: the picture, not the speed.")
 
 
-def auto_lookahead(default: str | None = DEFAULT) -> dict:
-    """The CPU auto preset of lookahead on the model the lesson teaches on (shipped: decoding/tuning/device_presets.py)."""
-    return dict((SHIPPED_CPU_DEFAULT if home(default) == DEFAULT else SHIPPED_CPU)["lookahead"])
+def auto_window(method: str, default: str | None = DEFAULT) -> dict | None:
+    """A window method's shipped CPU auto preset on the lesson's model (device_presets.py), else None."""
+    found = (SHIPPED_CPU_DEFAULT if home(default) == DEFAULT else SHIPPED_CPU).get(method)
+    return dict(found) if found and all(k in found for k in WINDOW) else None
 
 
 def narration(k: int, all_stops: list[Stop], default: str | None = DEFAULT) -> str:
     s = all_stops[k]
-    why = (f"\n\n{window_why(auto_lookahead(default), {**TEACHING.get('lookahead', {}), **s.settings})}"
-           if s.method == "lookahead" and "window" in s.settings else "")
+    wide = {**TEACHING.get(s.method, {}), **s.settings}
+    why = (f"\n\n{window_why(s.method, auto_window(s.method, default), wide)}"
+           if "window" in s.settings and all(k in wide for k in WINDOW) else "")
     return (f"**Stop {k + 1} of {len(all_stops)} — {s.title}** · method `{s.method}` · teaching preset\n\n"
             f"{s.narration}{why}\n\n{model_line(s, default)}\n\n**Look at:** {s.look}. **The step view opens on** "
             f"{opens_on(s)} — picked from the run, and it says so when this run has none; ◀ ▶ step around it."
