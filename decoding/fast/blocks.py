@@ -186,6 +186,19 @@ def _q8_0(w: torch.Tensor) -> Blocks | None:
     return Blocks("q8_0", q.reshape(n, k), d.reshape(n, k // QK))
 
 
+def _k8_codes(v: torch.Tensor, d: torch.Tensor, lo: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The int8 codes of blocks v [B, 16] at scales d [B] (sign applied) and whether they reproduce v bitwise:
+    lo None: w = d * q + -0.0 (one rounding, as gguf-py's Q6_K); else w = d * q + lo with d * q exact (Q4_K, Q5_K,
+    Q5_1). Checked on the codes as stored (a float code of -0.0 would pass a check its stored 0 fails)."""
+    d2 = d[:, None]
+    if lo is None:
+        q = torch.where(d2 != 0, (v / d2).round(), 0.0).clamp_(-128, 127).to(torch.int8)
+        return q, same_bits(d2 * q.float() + -0.0, v)
+    q = torch.where(d2 > 0, ((v - lo[:, None]) / d2).round(), 0.0).clamp_(0, 127).to(torch.int8)
+    p = d2 * q.float()
+    return q, (p.double() == d2.double() * q.double()).all(dim=1) & same_bits(p + lo[:, None], v)
+
+
 def _k8_fit(v: torch.Tensor, base: torch.Tensor, lo: torch.Tensor | None,
             neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """D, M (float32 [B]), q (int8 [B, 16]) and ok [B] for blocks v [B, 16] with w = fma(D, q, M): lo None: no
@@ -208,16 +221,9 @@ def _k8_fit(v: torch.Tensor, base: torch.Tensor, lo: torch.Tensor | None,
             vv = v[left]
             if lo is None:
                 d = torch.where(neg[left], -d, d)
-                qq = torch.where(d[:, None] != 0, (vv / d[:, None]).round(), 0.0).clamp_(-128, 127).to(torch.int8)
-                good = same_bits(d[:, None] * qq.float() + M[left, None], vv)  # the stored codes (no -0.0)
-            else:
-                qq = torch.where(d[:, None] > 0, ((vv - lo[left, None]) / d[:, None]).round(), 0.0).clamp_(0, 127)
-                qq = qq.to(torch.int8).float()
-                p = d[:, None] * qq
-                exact = (p.double() == d[:, None].double() * qq.double()).all(dim=1)
-                good = exact & same_bits(p + lo[left, None], vv)
+            qq, good = _k8_codes(vv, d, None if lo is None else lo[left])
             hit = left[good]
-            D[hit], q[hit], ok[hit] = d[good], qq[good].to(torch.int8), True
+            D[hit], q[hit], ok[hit] = d[good], qq[good], True
             keep = ~good & plausible(vv if lo is None else vv - lo[left, None], d) if off == 0 else ~good
             left, gbits = left[keep], gbits[keep]
     return D, M, q, ok
@@ -242,17 +248,9 @@ def _k8_could(b: torch.Tensor, neg: bool) -> bool:
     c = torch.tensor(K8_DIVISORS, dtype=torch.float32)
     lo, hi = torch.aminmax(b)
     for base, offset in ((b.abs().amax(), False), (hi - lo, True)):
-        d = _candidates((base / c).view(torch.int32), ULPS32, 0x7F7FFFFF).view(torch.float32)[:, None]
-        v = b.expand(d.shape[0], -1)
-        if not offset:
-            d = -d if neg else d
-            q = torch.where(d != 0, (v / d).round(), 0.0).clamp_(-128, 127).to(torch.int8)
-            good = same_bits(d * q.float() + -0.0, v)
-        else:
-            q = torch.where(d > 0, ((v - lo) / d).round(), 0.0).clamp_(0, 127).to(torch.int8).float()
-            p = d * q
-            good = (p.double() == d.double() * q.double()).all(dim=1) & same_bits(p + lo, v)
-        if bool(good.any()):
+        d = _candidates((base / c).view(torch.int32), ULPS32, 0x7F7FFFFF).view(torch.float32)
+        d = -d if neg and not offset else d
+        if bool(_k8_codes(b.expand(len(d), -1), d, lo.expand(len(d)) if offset else None)[1].any()):
             return True
     return False
 
